@@ -1,0 +1,52 @@
+"""The pdbgym command line: parses arguments, calls the library, prints. No logic lives here.
+
+Each command family lives beside the code it drives (``pdbgym/<package>/commands.py``) and is
+mounted here, so adding a family is one line.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from pdbgym.errors import PdbgymError
+
+app = typer.Typer(
+    name="pdbgym",
+    help="Build, evaluate and train LLM agents that debug Python in a live pdb session.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+err_console = Console(stderr=True)
+
+
+def _mount() -> None:
+    from pdbgym.adapters.commands import app as adapters_app
+    from pdbgym.divergence.commands import divergence_command
+    from pdbgym.env.commands import demo_command, run_command
+    from pdbgym.rollouts.commands import app as cache_app
+    from pdbgym.tasks.commands import app as tasks_app
+
+    app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")
+    app.add_typer(cache_app, name="cache", help="Teacher caches: validate, summarize, convert, build.")
+    app.add_typer(adapters_app, name="adapters", help="Adapter stacks with lineage: register, merge, verify.")
+    app.command("run", help="Run one episode on a task with a policy.")(run_command)
+    app.command("demo", help="The main job on the embedded default.")(demo_command)
+    app.command("divergence", help="KL/JSD of students against a teacher cache.")(divergence_command)
+
+
+_mount()
+
+
+def main() -> None:
+    try:
+        app()
+    except PdbgymError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
