@@ -1,5 +1,73 @@
 """`pdbgym tasks ...` commands."""
 
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True)
+console = Console()
+
+SpecArg = Annotated[str, typer.Argument(help="A suite (builtin, regression), a task id, or a folder of tasks")]
+
+
+@app.command("list")
+def list_command(
+    spec: SpecArg = "builtin",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
+) -> None:
+    """List tasks with their bug class, difficulty and test counts."""
+    from pdbgym.tasks.suites import resolve_tasks
+
+    tasks = resolve_tasks(spec)
+    if as_json:
+        print(json.dumps([{**t.to_json(), "path": str(t.path)} for t in tasks], indent=2))
+        return
+    table = Table(title=f"{len(tasks)} task(s) in {spec}")
+    for column in ("instance_id", "bug_class", "difficulty", "FAIL_TO_PASS", "PASS_TO_PASS", "split"):
+        table.add_column(column)
+    for t in tasks:
+        table.add_row(t.instance_id, t.bug_class or "-", t.difficulty or "-", str(len(t.FAIL_TO_PASS)),
+                      str(len(t.PASS_TO_PASS)), t.split or "-")
+    console.print(table)
+
+
+@app.command("validate")
+def validate_command(
+    spec: SpecArg = "builtin",
+    workers: Annotated[int, typer.Option(help="Tasks validated at once (0: one per core)")] = 0,
+    no_debugger: Annotated[bool, typer.Option("--no-debugger", help="Skip the pdb-prompt check")] = False,
+    sandbox: Annotated[str, typer.Option(help="auto, bwrap or plain")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON reports")] = False,
+) -> None:
+    """Check every task: FAIL_TO_PASS fail then pass with the patch, PASS_TO_PASS pass, pdb starts."""
+    from pdbgym.sandbox import get_sandbox
+    from pdbgym.tasks.suites import resolve_tasks
+    from pdbgym.tasks.validate import validate_tasks
+
+    tasks = resolve_tasks(spec)
+    box = get_sandbox(sandbox)
+    with Progress(TextColumn("validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=as_json) as progress:
+        bar = progress.add_task("validate", total=len(tasks))
+        reports = validate_tasks(tasks, sandbox=box, workers=workers or None, check_debugger=not no_debugger,
+                                 on_done=lambda _r: progress.advance(bar))
+    failed = [r for r in reports if not r.ok]
+    if as_json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2))
+    else:
+        table = Table(title=f"validation of {spec} ({box.name} sandbox)")
+        for column in ("instance_id", "result", "seconds", "problems"):
+            table.add_column(column)
+        for r in reports:
+            table.add_row(r.instance_id, "[green]ok[/]" if r.ok else "[red]FAIL[/]", f"{r.duration_s:.1f}",
+                          "\n".join(r.problems) or "-")
+        console.print(table)
+        console.print(f"{len(reports) - len(failed)}/{len(reports)} tasks valid")
+    if failed:
+        raise typer.Exit(1)

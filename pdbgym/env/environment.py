@@ -1,0 +1,272 @@
+"""``DebugEnv``: a failing test, a live pdb session on it, file tools, and honest grading.
+
+Gym-like: ``reset() -> observation``; ``step(action) -> StepResult(observation, done, info)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdbgym.env import files
+from pdbgym.env.grading import GradeResult, grade
+from pdbgym.env.testrun import run_tests
+from pdbgym.env.tools import Action, ActionError, StepResult, check_args
+from pdbgym.errors import PdbgymError
+from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
+from pdbgym.tasks.model import Task
+
+TERMINATION_REASONS = ("solved", "finish_unresolved", "budget", "ctx_overflow", "other")
+
+
+@dataclass
+class EnvConfig:
+    """Episode settings. ``turn_budget`` counts every step, malformed ones included."""
+
+    turn_budget: int = 30
+    command_timeout_s: float = 10.0  # a pdb command running longer is interrupted with SIGINT
+    sandbox: str = "auto"  # "bwrap", "plain" or "auto" (bwrap when available)
+    observation_max_chars: int = 12_000  # longer observations keep a head and a tail
+    start_debugger: bool = True
+    workspace_parent: str | None = None
+
+
+@dataclass
+class EpisodeResult:
+    instance_id: str
+    termination_reason: str
+    final_test_passed: bool
+    actions_used: int
+    duration_s: float
+    detail: str = ""
+    grading: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bound_text(text: str, limit: int) -> str:
+    """Keep a head and a tail of ``text`` with a note of how much was cut."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
+class DebugEnv:
+    def __init__(self, task: Task, config: EnvConfig | None = None, sandbox: Sandbox | None = None) -> None:
+        self.task = task
+        self.config = config or EnvConfig()
+        self.sandbox = sandbox or get_sandbox(self.config.sandbox)
+        self.workspace: Workspace | None = None
+        self.session = None
+        self.result: EpisodeResult | None = None
+        self.actions_used = 0
+        self._steps: list[dict[str, Any]] = []
+        self._initial_observation = ""
+        self._started = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def reset(self) -> str:
+        self.close()
+        self.result, self.actions_used, self._steps = None, 0, []
+        self._started = time.perf_counter()
+        parent = Path(self.config.workspace_parent) if self.config.workspace_parent else None
+        self.workspace = Workspace.create(self.task.repo, parent)
+        debugger_note = self._start_session() if self.config.start_debugger else "(no debugger session)"
+        self._initial_observation = (
+            f"{self.task.statement()}\n\nThe project is in the current folder. Failing test(s): "
+            f"{', '.join(self.task.FAIL_TO_PASS)}\n\n{debugger_note}"
+        )
+        return self._initial_observation
+
+    def _start_session(self) -> str:
+        from pdbgym.debugger import PdbSession
+
+        node = self.task.FAIL_TO_PASS[0]
+        try:
+            self.session = PdbSession(
+                self.sandbox, self.ws, node, command_timeout_s=self.config.command_timeout_s
+            )
+            output = self.session.start()
+        except PdbgymError as exc:
+            self.session = None
+            return f"The pdb session could not start: {exc}\nIt will be retried on the next pdb command."
+        return f"A pdb session is stopped at the start of test {node}:\n{output}"
+
+    @property
+    def ws(self) -> Path:
+        if self.workspace is None:
+            raise PdbgymError("call reset() before step()")
+        return self.workspace.path
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        if self.workspace is not None:
+            self.workspace.cleanup()
+            self.workspace = None
+
+    def __enter__(self) -> DebugEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- stepping ------------------------------------------------------------------------------
+
+    def step(self, action: Action | dict[str, Any]) -> StepResult:
+        if self.result is not None:
+            return StepResult("The episode is over.", True, self._info())
+        started = time.perf_counter()
+        self.actions_used += 1
+        record: dict[str, Any] = {"index": self.actions_used}
+        done = False
+        try:
+            action = Action.coerce(action)
+            record.update(tool=action.tool, args=action.args)
+            check_args(action)
+            observation, done = self._dispatch(action)
+        except ActionError as exc:
+            observation = f"Error: {exc}"
+            record["error"] = str(exc)
+        except (PdbgymError, OSError) as exc:
+            observation = f"Error: {exc}"
+            record["error"] = str(exc)
+        except Exception as exc:  # an environment fault ends only this episode, with the reason kept
+            record["error"] = traceback.format_exc()
+            self._finish("other", f"internal error: {exc!r}")
+            observation, done = f"The environment failed: {exc!r}. The episode ends.", True
+        if not done and self.actions_used >= self.config.turn_budget:
+            self._finish("budget", f"turn budget of {self.config.turn_budget} used")
+            observation += f"\n\nThe turn budget ({self.config.turn_budget}) is used up; the episode ends."
+            done = True
+        observation = bound_text(observation, self.config.observation_max_chars)
+        record.update(observation=observation, duration_s=round(time.perf_counter() - started, 4))
+        self._steps.append(record)
+        return StepResult(observation, done, self._info())
+
+    def _dispatch(self, action: Action) -> tuple[str, bool]:
+        args = action.args
+        if action.tool == "pdb":
+            return self._pdb(args["command"]), False
+        if action.tool == "view":
+            return files.view(self.ws, args["path"], args.get("start"), args.get("end")), False
+        if action.tool == "edit":
+            return self._edit(args), False
+        if action.tool == "run_tests":
+            nodes = self.task.all_tests if args.get("which") == "all" else self.task.FAIL_TO_PASS
+            run = run_tests(self.sandbox, self.ws, self.task, nodes)
+            tail = bound_text(run.output, 4000)
+            return f"{run.summary(nodes)}\n\npytest output:\n{tail}", False
+        if action.tool == "submit":
+            result = self._finish_graded("submitted")
+            verdict = "All tests pass." if result.final_test_passed else "Some tests still fail."
+            return f"Submitted. {verdict}\n{self._grading_summary()}", True
+        raise ActionError(f"unknown tool '{action.tool}'")
+
+    def _pdb(self, command: str) -> str:
+        if self.session is None or not self.session.alive:
+            note = self._start_session()
+            if self.session is None:
+                return note
+            prefix = "(The pdb session was not running and has been started again.)\n"
+        else:
+            prefix = ""
+        reply = self.session.send(command)
+        parts = [prefix + reply.output.rstrip()]
+        if reply.note:
+            parts.append(f"[{reply.note}]")
+        return "\n".join(p for p in parts if p)
+
+    def _edit(self, args: dict[str, Any]) -> str:
+        if "old" in args or "new" in args:
+            if "old" not in args or "new" not in args or {"start", "end", "new_text"} & set(args):
+                raise ActionError("edit takes either (path, old, new) or (path, start, end, new_text)")
+            span = files.edit_string(self.ws, args["path"], args["old"], args["new"])
+        else:
+            missing = [k for k in ("start", "end", "new_text") if k not in args]
+            if missing:
+                raise ActionError(f"edit by line range needs {missing} (or give old and new instead)")
+            span = files.edit_lines(self.ws, args["path"], args["start"], args["end"], args["new_text"])
+        observation = f"Edited {span.path}:\n{files.numbered_excerpt(self.ws, span)}"
+        if self.session is not None:
+            self.session.record_edit(span.path, span.first, span.last, span.new_count)
+            observation += f"\n\nThe pdb session restarted. {self.session.restart()}".rstrip()
+        return observation
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    def _finish_graded(self, how: str) -> EpisodeResult:
+        graded = grade(self.task, self.ws, self.sandbox)
+        reason = "solved" if graded.final_test_passed else "finish_unresolved"
+        return self._finish(reason, how, graded)
+
+    def _finish(self, reason: str, detail: str, graded: GradeResult | None = None) -> EpisodeResult:
+        if reason not in TERMINATION_REASONS:
+            raise PdbgymError(f"unknown termination reason '{reason}'; use one of {TERMINATION_REASONS}")
+        if graded is None and self.workspace is not None:
+            graded = grade(self.task, self.ws, self.sandbox)
+        self.result = EpisodeResult(
+            instance_id=self.task.instance_id,
+            termination_reason=reason,
+            final_test_passed=bool(graded and graded.final_test_passed),
+            actions_used=self.actions_used,
+            duration_s=round(time.perf_counter() - self._started, 3),
+            detail=detail,
+            grading=graded.to_dict() if graded else {},
+        )
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        return self.result
+
+    def terminate(self, reason: str, detail: str = "") -> EpisodeResult:
+        """End the episode for a reason the agent loop decides (``ctx_overflow``, ``other``); grades it."""
+        if self.result is None:
+            self._finish(reason, detail)
+        assert self.result is not None
+        return self.result
+
+    def _grading_summary(self) -> str:
+        grading = self.result.grading if self.result else {}
+        rows = [f"  {o:>8}  {n}" for part in ("FAIL_TO_PASS", "PASS_TO_PASS") for n, o in grading.get(part, {}).items()]
+        return "\n".join(rows)
+
+    def _info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"actions_used": self.actions_used}
+        if self.result is not None:
+            info.update(
+                termination_reason=self.result.termination_reason,
+                final_test_passed=self.result.final_test_passed,
+            )
+        return info
+
+    # -- transcript --------------------------------------------------------------------------------
+
+    @property
+    def transcript(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.task.instance_id,
+            "task_path": str(self.task.path),
+            "config": asdict(self.config),
+            "sandbox": {"backend": self.sandbox.name, "isolated": self.sandbox.isolated},
+            "initial_observation": self._initial_observation,
+            "steps": self._steps,
+            "result": self.result.to_dict() if self.result else None,
+        }
+
+    def write_transcript(self, path: str | Path) -> Path:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(json.dumps(self.transcript, indent=2))
+        os.replace(tmp, target)
+        return target

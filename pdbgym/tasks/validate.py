@@ -1,0 +1,118 @@
+"""Task validation: does a task folder describe a real, fixable bug?
+
+Checks, all inside the sandbox on a fresh copy of ``repo/``: each FAIL_TO_PASS test fails on the buggy
+repo and passes once the reference patch is applied; each PASS_TO_PASS test passes on both; the patch
+leaves test files alone; a live pdb session reaches its prompt on the first failing test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pdbgym.env.grading import is_protected_path
+from pdbgym.env.testrun import run_tests
+from pdbgym.errors import PdbgymError
+from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
+from pdbgym.tasks.model import Task
+from pdbgym.tasks.patches import apply_patch, patched_files
+
+
+@dataclass
+class ValidationReport:
+    instance_id: str
+    problems: list[str] = field(default_factory=list)
+    checks: dict[str, bool] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {"instance_id": self.instance_id, "ok": self.ok, "problems": self.problems,
+                "checks": self.checks, "duration_s": round(self.duration_s, 3)}
+
+
+def _check_runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:
+    with Workspace.create(task.repo) as ws:
+        before = run_tests(sandbox, ws.path, task, task.all_tests)
+        still_passing = [n for n in task.FAIL_TO_PASS if before.passed(n)]
+        report.checks["fail_to_pass_fail_before"] = not still_passing
+        if still_passing:
+            report.problems.append(f"FAIL_TO_PASS test(s) pass on the buggy repo: {still_passing}")
+        broken = before.failing(task.PASS_TO_PASS)
+        report.checks["pass_to_pass_pass_before"] = not broken
+        if broken:
+            report.problems.append(f"PASS_TO_PASS test(s) fail on the buggy repo: {broken}")
+        try:
+            apply_patch(ws.path, task.patch)
+        except PdbgymError as exc:
+            report.checks["patch_applies"] = False
+            report.problems.append(str(exc))
+            return
+        report.checks["patch_applies"] = True
+        after = run_tests(sandbox, ws.path, task, task.all_tests)
+        unfixed = after.failing(task.all_tests)
+        report.checks["all_pass_after_patch"] = not unfixed
+        if unfixed:
+            outcomes = {n: after.outcomes.get(n, "missing") for n in unfixed}
+            report.problems.append(f"test(s) fail with the reference patch applied: {outcomes}")
+
+
+def _check_debugger(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:
+    from pdbgym.debugger import PdbSession
+
+    with Workspace.create(task.repo) as ws:
+        try:
+            with PdbSession(sandbox, ws.path, task.FAIL_TO_PASS[0]) as session:
+                session.start()
+            report.checks["pdb_prompt"] = True
+        except PdbgymError as exc:
+            report.checks["pdb_prompt"] = False
+            report.problems.append(f"the pdb session did not reach a prompt on {task.FAIL_TO_PASS[0]}: {exc}")
+
+
+def validate_task(task: Task, sandbox: Sandbox | None = None, *, check_debugger: bool = True) -> ValidationReport:
+    started = time.perf_counter()
+    sandbox = sandbox or get_sandbox()
+    report = ValidationReport(task.instance_id)
+    try:
+        touched = [f for f in patched_files(task.patch) if is_protected_path(f)]
+    except PdbgymError as exc:
+        report.problems.append(f"patch: {exc}")
+        touched = []
+    report.checks["patch_spares_tests"] = not touched
+    if touched:
+        report.problems.append(f"the reference patch edits test files {touched}; a fix must change code only")
+    _check_runs(task, sandbox, report)
+    if check_debugger:
+        _check_debugger(task, sandbox, report)
+    report.duration_s = time.perf_counter() - started
+    return report
+
+
+def validate_tasks(
+    tasks: Iterable[Task],
+    *,
+    sandbox: Sandbox | None = None,
+    workers: int | None = None,
+    check_debugger: bool = True,
+    on_done: Callable[[ValidationReport], None] | None = None,
+) -> list[ValidationReport]:
+    """Validate tasks in parallel (the work is in sandboxed subprocesses, so threads suffice)."""
+    sandbox = sandbox or get_sandbox()
+    task_list = list(tasks)
+    workers = workers or max(1, min(len(task_list), os.cpu_count() or 1))
+
+    def one(task: Task) -> ValidationReport:
+        report = validate_task(task, sandbox, check_debugger=check_debugger)
+        if on_done is not None:
+            on_done(report)
+        return report
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, task_list))
