@@ -1,0 +1,78 @@
+"""Which transform a cache's log-probs are under, and refusing to guess when nobody says."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pdbgym.errors import PdbgymError
+from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+
+SEMANTICS_HELP = """\
+The cached log-probs' transform decides what the student must be scored under. Known producers:
+  * SGLang (recent, normal sampling): log_softmax(logits / T) -- temperature applied, top-p NOT
+    renormalized -> --temperature T --no-renormalized (the seed cache: most likely T=0.7).
+  * SGLang before PR #5961: top-p renormalized -> --temperature T --top-p P --renormalized.
+  * SGLang with SGLANG_RETURN_ORIGINAL_LOGPROB, and SGLang/vLLM prompt (echo) log-probs: T=1 raw
+    -> --temperature 1.
+  * vLLM --logprobs-mode raw_logprobs (its default): before temperature -> --temperature 1.
+  * vLLM processed_logprobs: after temperature and top-p, renormalized over the nucleus
+    -> --temperature T --top-p P --renormalized.
+If unsure, re-score the cache with the teacher itself (--teacher) and compare."""
+
+
+class SemanticsError(PdbgymError):
+    """The log-prob transform is unknown, contradictory or unusable."""
+
+
+def declared_semantics(records: Sequence[RolloutRecord]) -> LogprobSemantics | None:
+    """The one transform the records declare, None if none declares one; error if they disagree."""
+    seen = {r.logprob_semantics for r in records} - {None}
+    if len(seen) > 1:
+        listed = ", ".join(sorted(str(s) for s in seen))
+        raise SemanticsError(
+            f"the records declare {len(seen)} different log-prob transforms ({listed}); score each "
+            "group separately (e.g. one cache per producer)"
+        )
+    missing = sum(r.logprob_semantics is None for r in records)
+    if seen and missing:
+        raise SemanticsError(
+            f"{missing} of {len(records)} records declare no log-prob transform while the others do; "
+            "fix the cache so every record carries metadata['logprob_semantics']"
+        )
+    return next(iter(seen)) if seen else None
+
+
+def resolve_semantics(
+    records: Sequence[RolloutRecord], explicit: LogprobSemantics | None
+) -> LogprobSemantics:
+    """The transform to score under: the cache's own, else ``explicit``; refuse when neither says.
+
+    A declared transform that contradicts ``explicit`` is an error, not an override: scoring under
+    the wrong transform silently measures the transform instead of the models.
+    """
+    declared = declared_semantics(records)
+    if declared is None and explicit is None:
+        raise SemanticsError(
+            "the cache does not say which transform its log-probs are under, and none was given.\n"
+            + SEMANTICS_HELP
+        )
+    if declared is not None and explicit is not None and not same_transform(declared, explicit):
+        raise SemanticsError(
+            f"the cache declares {describe(declared)} but {describe(explicit)} was given; drop the "
+            "explicit options to use the cache's, or fix the cache's metadata['logprob_semantics']"
+        )
+    return declared if declared is not None else explicit  # type: ignore[return-value]
+
+
+def same_transform(a: LogprobSemantics, b: LogprobSemantics) -> bool:
+    """Equal as transforms (the engine label does not matter; top-p matters only when renormalized)."""
+    if abs(a.temperature - b.temperature) > 1e-9 or a.top_p_renormalized != b.top_p_renormalized:
+        return False
+    return not a.top_p_renormalized or abs(a.top_p - b.top_p) < 1e-9
+
+
+def describe(semantics: LogprobSemantics) -> str:
+    nucleus = (
+        f"top-p {semantics.top_p} renormalized" if semantics.top_p_renormalized else "no top-p renormalization"
+    )
+    return f"temperature {semantics.temperature}, {nucleus} ({semantics.engine})"
