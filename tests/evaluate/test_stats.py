@@ -1,0 +1,72 @@
+"""Statistics against hand computations."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pdbgym.evaluate import stats
+
+
+def test_pass_at_k_hand_values():
+    assert stats.pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert stats.pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert stats.pass_at_k(8, 1, 3) == pytest.approx(1 - math.comb(7, 3) / math.comb(8, 3))
+    assert stats.pass_at_k(3, 0, 1) == 0.0
+    assert stats.pass_at_k(4, 3, 2) == 1.0  # n - c < k
+
+
+def test_pass_at_k_refuses_k_above_runs():
+    with pytest.raises(ValueError, match="at least 3 runs"):
+        stats.pass_at_k(2, 1, 3)
+    with pytest.raises(ValueError, match="2 task"):
+        stats.per_task_pass_at_k([[1, 0], [1], [0]], 2)
+
+
+def test_pass_at_1_is_the_mean_solve_rate():
+    outcomes = [[1, 0, 1, 1], [0, 0, 0, 1], [1, 1, 1, 1]]
+    assert stats.per_task_pass_at_k(outcomes, 1) == pytest.approx([0.75, 0.25, 1.0])
+    assert stats.max_k(outcomes) == 4
+
+
+def test_clustered_se_is_sd_of_task_means_over_root_t():
+    assert stats.clustered_se(np.array([1.0, 0.0, 1.0, 0.0])) == pytest.approx(math.sqrt(1 / 3) / 2)
+
+
+def test_estimate_uses_bootstrap_below_200_tasks_and_normal_above():
+    small = stats.estimate_mean(np.array([0.0, 1.0] * 20))
+    assert small.ci_method == "bootstrap" and small.ci_low < 0.5 < small.ci_high
+    big = stats.estimate_mean(np.array([0.0, 1.0] * 150))
+    assert big.ci_method == "normal"
+    assert big.ci_high - big.mean == pytest.approx(1.959964 * big.se, rel=1e-5)
+
+
+def test_paired_comparison_hand_values():
+    a = np.array([1.0, 0.5, 0.75, 0.25])
+    b = np.array([0.5, 0.5, 0.25, 0.25])
+    cmp = stats.paired_comparison(a, b)
+    d = a - b
+    assert cmp.mean_diff == pytest.approx(d.mean())
+    assert cmp.se == pytest.approx(d.std(ddof=1) / 2)
+    assert cmp.correlation == pytest.approx(np.corrcoef(a, b)[0, 1])
+    assert cmp.min_detectable_diff == pytest.approx(2.801585 * d.std(ddof=1) / 2, rel=1e-5)
+
+
+def test_power_planning_round_trip():
+    needed = stats.tasks_needed(0.10, 0.30)
+    assert needed == math.ceil(2.801585**2 * 0.09 / 0.01)
+    assert stats.minimum_detectable_difference(0.30, needed) <= 0.10
+    assert stats.minimum_detectable_difference(0.30, needed - 1) > 0.10
+
+
+def test_winners_curse_matches_order_statistics():
+    assert stats.expected_max_standard_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-6)
+    assert stats.expected_max_standard_normal(5) == pytest.approx(1.1630, abs=1e-3)
+    assert stats.expected_max_standard_normal(10) == pytest.approx(1.5388, abs=1e-3)
+    assert stats.winners_curse_inflation(1, 3.0) == 0.0
+
+
+def test_winners_curse_by_simulation():
+    rng = np.random.default_rng(1)
+    draws = rng.standard_normal((200_000, 9)).max(axis=1).mean()
+    assert draws == pytest.approx(stats.expected_max_standard_normal(9), abs=0.01)
