@@ -8,8 +8,11 @@ log-probs were produced, which tokenizer) lives inside ``metadata`` under ``logp
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from pdbgym.errors import PdbgymError
 
 RECORD_KEYS = (
     "instance_id",
@@ -24,6 +27,75 @@ RECORD_KEYS = (
     "metadata",
 )
 TERMINATION_REASONS = ("solved", "finish_unresolved", "ctx_overflow", "budget", "other")
+OPTIONAL_RECORD_KEYS = ("reward_score", "reward_extra", "metadata")
+
+
+class CacheFormatError(PdbgymError):
+    """A record, cache file or manifest does not follow the teacher-cache format."""
+
+
+def record_label(dataset: object, instance_id: object, sample_idx: object = 0) -> str:
+    """How messages name a record: ``dataset/instance_id#sample``."""
+    return f"{dataset}/{instance_id}#{sample_idx}"
+
+
+def _plain_sequence(value: Any, label: str, field_name: str) -> list[Any]:
+    """A list of Python scalars from a list, tuple, 1-D torch tensor or 1-D numpy array."""
+    if hasattr(value, "tolist") and hasattr(value, "shape"):
+        if len(value.shape) != 1:
+            raise CacheFormatError(
+                f"{label}: field {field_name!r} must be 1-D, got shape {tuple(value.shape)}"
+            )
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [v.item() if hasattr(v, "item") else v for v in value]
+    raise CacheFormatError(
+        f"{label}: field {field_name!r} must be a list or a 1-D tensor/array, got {type(value).__name__}"
+    )
+
+
+def as_int_list(value: Any, label: str, field_name: str) -> list[int]:
+    """Integer ids or mask values; integral floats (1.0) are accepted, fractional ones are refused."""
+    items = _plain_sequence(value, label, field_name)
+    if all(type(item) is int for item in items):  # the common case, checked in one fast pass
+        return items
+    out: list[int] = []
+    for position, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise CacheFormatError(
+                f"{label}: field {field_name!r}[{position}] is {item!r}, expected an integer"
+            )
+        if isinstance(item, float) and not (math.isfinite(item) and item.is_integer()):
+            raise CacheFormatError(
+                f"{label}: field {field_name!r}[{position}] is {item!r}, expected an integer"
+            )
+        out.append(int(item))
+    return out
+
+
+def as_float_list(value: Any, label: str, field_name: str) -> list[float]:
+    """Floats, converted exactly (a float32 tensor's values are kept bit-for-bit as Python floats)."""
+    items = _plain_sequence(value, label, field_name)
+    if all(type(item) is float for item in items):
+        return items
+    out: list[float] = []
+    for position, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise CacheFormatError(
+                f"{label}: field {field_name!r}[{position}] is {item!r}, expected a float"
+            )
+        out.append(float(item))
+    return out
+
+
+def _as_scalar(value: Any, kind: type, label: str, field_name: str) -> Any:
+    if hasattr(value, "item") and getattr(value, "shape", ()) in ((), (1,)):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CacheFormatError(f"{label}: field {field_name!r} is {value!r}, expected {kind.__name__}")
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        raise CacheFormatError(f"{label}: field {field_name!r} is {value!r}, expected an integer")
+    return kind(value)
 
 
 @dataclass(frozen=True)
@@ -101,22 +173,47 @@ class RolloutRecord:
         """The teacher-cache dict: exactly ``RECORD_KEYS``."""
         return {key: getattr(self, key) for key in RECORD_KEYS}
 
+    @property
+    def label(self) -> str:
+        """``dataset/instance_id#sample``, the name error messages use for this record."""
+        return record_label(self.dataset, self.instance_id, self.metadata.get("_sample_idx", 0))
+
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RolloutRecord:
-        """Build from a teacher-cache dict. Field checks live in ``pdbgym.rollouts.validate``."""
-        missing = [k for k in RECORD_KEYS if k not in data and k not in ("reward_extra", "metadata")]
+    def from_dict(cls, data: Any) -> RolloutRecord:
+        """Build from a teacher-cache dict; token/mask/log-prob values may be lists or 1-D tensors.
+
+        Types are converted strictly (a mask value of 0.5 or a token id of 3.7 is refused, never
+        truncated). Value checks (lengths, ranges) live in ``pdbgym.rollouts.validate``.
+        Raises ``CacheFormatError`` naming the record and the field.
+        """
+        if not isinstance(data, dict):
+            raise CacheFormatError(f"a record must be a dict, got {type(data).__name__}")
+        meta = data.get("metadata")
+        meta = {} if meta is None else meta
+        label = record_label(
+            data.get("dataset", "<no dataset>"),
+            data.get("instance_id", "<no instance_id>"),
+            meta.get("_sample_idx", 0) if isinstance(meta, dict) else 0,
+        )
+        missing = [k for k in RECORD_KEYS if k not in data and k not in OPTIONAL_RECORD_KEYS]
         if missing:
-            ident = data.get("instance_id", "<unknown>")
-            raise KeyError(f"record {ident!r} lacks teacher-cache field(s) {missing}")
+            raise CacheFormatError(f"{label}: lacks teacher-cache field(s) {missing}")
+        for key in ("instance_id", "dataset"):
+            if not isinstance(data[key], str) or not data[key]:
+                raise CacheFormatError(f"{label}: field {key!r} must be a non-empty string")
+        reward_extra = data.get("reward_extra")
+        for key, value in (("reward_extra", reward_extra), ("metadata", meta)):
+            if value is not None and not isinstance(value, dict):
+                raise CacheFormatError(f"{label}: field {key!r} must be a dict, got {type(value).__name__}")
         return cls(
-            instance_id=str(data["instance_id"]),
-            dataset=str(data["dataset"]),
-            tokens=[int(t) for t in data["tokens"]],
-            prompt_len=int(data["prompt_len"]),
-            response_length=int(data["response_length"]),
-            loss_mask=[int(m) for m in data["loss_mask"]],
-            rollout_log_probs=[float(x) for x in data["rollout_log_probs"]],
-            reward_score=float(data.get("reward_score", 0.0)),
-            reward_extra=dict(data.get("reward_extra") or {}),
-            metadata=dict(data.get("metadata") or {}),
+            instance_id=data["instance_id"],
+            dataset=data["dataset"],
+            tokens=as_int_list(data["tokens"], label, "tokens"),
+            prompt_len=_as_scalar(data["prompt_len"], int, label, "prompt_len"),
+            response_length=_as_scalar(data["response_length"], int, label, "response_length"),
+            loss_mask=as_int_list(data["loss_mask"], label, "loss_mask"),
+            rollout_log_probs=as_float_list(data["rollout_log_probs"], label, "rollout_log_probs"),
+            reward_score=_as_scalar(data.get("reward_score", 0.0), float, label, "reward_score"),
+            reward_extra=dict(reward_extra or {}),
+            metadata=dict(meta),
         )

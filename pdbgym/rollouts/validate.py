@@ -1,0 +1,225 @@
+"""Checks for records and caches. Every problem names the record (``dataset/instance_id#sample``) or
+the file, and the field that is wrong.
+
+Errors make a cache unusable for scoring; warnings (an unknown termination reason, a reward that
+disagrees with the termination reason) are reported but do not fail validation.
+
+Log-probs must be finite and <= ``LOGPROB_POSITIVE_TOLERANCE`` (1e-4 nats). A log-probability is
+<= 0 in exact arithmetic, but an engine computing log_softmax in fp32 can return a tiny positive value
+for a token of probability ~1 (rounding in logsumexp is about 1e-6 relative to logits of tens); 1e-4
+leaves room for that and still catches sign errors and probabilities stored instead of log-probs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdbgym.rollouts.cache import (
+    MANIFEST_NAME,
+    entry_file,
+    load_file_dicts,
+    read_manifest,
+    resolve_cache_dir,
+)
+from pdbgym.rollouts.record import (
+    TERMINATION_REASONS,
+    CacheFormatError,
+    RolloutRecord,
+)
+
+__all__ = ["CacheFormatError", "ValidationReport", "validate_cache", "validate_cache_report",
+           "validate_record", "validate_record_report", "LOGPROB_POSITIVE_TOLERANCE"]
+
+LOGPROB_POSITIVE_TOLERANCE = 1e-4
+
+
+@dataclass
+class ValidationReport:
+    """Problems found: ``errors`` fail validation, ``warnings`` do not."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def extend(self, other: ValidationReport) -> None:
+        self.errors.extend(other.errors)
+        self.warnings.extend(other.warnings)
+
+
+def _first_bad(values: Iterable[Any], is_bad: Any) -> tuple[int, Any, int] | None:
+    """(first bad position, its value, how many are bad) or None."""
+    first: tuple[int, Any] | None = None
+    count = 0
+    for position, value in enumerate(values):
+        if is_bad(value):
+            count += 1
+            if first is None:
+                first = (position, value)
+    return None if first is None else (first[0], first[1], count)
+
+
+def _check_lengths(rec: RolloutRecord, errors: list[str]) -> None:
+    label = rec.label
+    if rec.prompt_len < 0 or rec.response_length < 0:
+        errors.append(f"{label}: prompt_len ({rec.prompt_len}) and response_length ({rec.response_length}) "
+                      "must be >= 0")
+    if len(rec.tokens) != rec.prompt_len + rec.response_length:
+        errors.append(f"{label}: tokens has {len(rec.tokens)} ids but prompt_len + response_length = "
+                      f"{rec.prompt_len} + {rec.response_length} = {rec.prompt_len + rec.response_length}")
+    for name in ("loss_mask", "rollout_log_probs"):
+        length = len(getattr(rec, name))
+        if length != rec.response_length:
+            errors.append(f"{label}: {name} has {length} entries but response_length is {rec.response_length}")
+
+
+def _check_values(rec: RolloutRecord, vocab_size: int | None, errors: list[str]) -> None:
+    label = rec.label
+    bad_mask = _first_bad(rec.loss_mask, lambda m: m not in (0, 1))
+    if bad_mask:
+        errors.append(f"{label}: loss_mask[{bad_mask[0]}] is {bad_mask[1]} ({bad_mask[2]} value(s) not 0/1)")
+    bad_lp = _first_bad(rec.rollout_log_probs, lambda x: not math.isfinite(x) or x > LOGPROB_POSITIVE_TOLERANCE)
+    if bad_lp:
+        errors.append(f"{label}: rollout_log_probs[{bad_lp[0]}] is {bad_lp[1]!r} ({bad_lp[2]} value(s) not "
+                      f"finite and <= {LOGPROB_POSITIVE_TOLERANCE:g}; log-probs are natural logs, <= 0)")
+    recorded = rec.metadata.get("tokenizer", {}).get("vocab_size") if isinstance(
+        rec.metadata.get("tokenizer"), dict) else None
+    if recorded is not None and (isinstance(recorded, bool) or not isinstance(recorded, int) or recorded <= 0):
+        errors.append(f"{label}: metadata['tokenizer']['vocab_size'] is {recorded!r}, expected an int > 0")
+        recorded = None
+    limits = [(vocab_size, "the given vocab size"), (recorded, "metadata['tokenizer']['vocab_size']")]
+    for limit, source in limits:
+        if limit is None:
+            continue
+        bad_id = _first_bad(rec.tokens, lambda t, limit=limit: not 0 <= t < limit)
+        if bad_id:
+            errors.append(f"{label}: tokens[{bad_id[0]}] is {bad_id[1]}, outside [0, {limit}) set by {source} "
+                          f"({bad_id[2]} id(s) out of range)")
+    if vocab_size is None and recorded is None:
+        bad_id = _first_bad(rec.tokens, lambda t: t < 0)
+        if bad_id:
+            errors.append(f"{label}: tokens[{bad_id[0]}] is {bad_id[1]}; token ids must be >= 0")
+    if not (math.isfinite(rec.reward_score) and 0.0 <= rec.reward_score <= 1.0):
+        errors.append(f"{label}: reward_score is {rec.reward_score!r}, expected a value in [0, 1]")
+
+
+def _check_metadata(rec: RolloutRecord, report: ValidationReport) -> None:
+    label = rec.label
+    meta = rec.metadata
+    if "instance_id" in meta and meta["instance_id"] != rec.instance_id:
+        report.errors.append(f"{label}: metadata['instance_id'] is {meta['instance_id']!r}, "
+                             f"but the record's instance_id is {rec.instance_id!r}")
+    if "_sample_idx" in meta and (isinstance(meta["_sample_idx"], bool) or not isinstance(meta["_sample_idx"], int)
+                                  or meta["_sample_idx"] < 0):
+        report.errors.append(f"{label}: metadata['_sample_idx'] is {meta['_sample_idx']!r}, expected an int >= 0")
+    semantics = meta.get("logprob_semantics")
+    if semantics is not None:
+        report.errors.extend(_semantics_problems(label, semantics))
+    reason = meta.get("_termination_reason")
+    if reason is None:
+        report.warnings.append(f"{label}: metadata['_termination_reason'] is missing")
+    elif reason not in TERMINATION_REASONS:
+        report.warnings.append(f"{label}: metadata['_termination_reason'] is {reason!r}, not one of "
+                               f"{', '.join(TERMINATION_REASONS)}")
+    elif (reason == "solved") != (rec.reward_score == 1.0):
+        report.warnings.append(f"{label}: reward_score {rec.reward_score} disagrees with "
+                               f"_termination_reason {reason!r}")
+
+
+def _semantics_problems(label: str, semantics: Any) -> list[str]:
+    where = f"{label}: metadata['logprob_semantics']"
+    if not isinstance(semantics, dict):
+        return [f"{where} must be a dict with engine, temperature, top_p, top_p_renormalized"]
+    problems = []
+    if not isinstance(semantics.get("engine"), str) or not semantics.get("engine"):
+        problems.append(f"{where}['engine'] must name the producer (e.g. 'hf', 'sglang', 'vllm:raw_logprobs')")
+    temperature = semantics.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        problems.append(f"{where}['temperature'] is {temperature!r}, expected a number > 0")
+    top_p = semantics.get("top_p", 1.0)
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        problems.append(f"{where}['top_p'] is {top_p!r}, expected a number in (0, 1]")
+    if not isinstance(semantics.get("top_p_renormalized", False), bool):
+        problems.append(f"{where}['top_p_renormalized'] must be true or false")
+    return problems
+
+
+def validate_record_report(rec: RolloutRecord, *, vocab_size: int | None = None) -> ValidationReport:
+    """Errors and warnings for one record; ``vocab_size`` is the scoring model's (e.g. the student's)."""
+    report = ValidationReport()
+    _check_lengths(rec, report.errors)
+    _check_values(rec, vocab_size, report.errors)
+    _check_metadata(rec, report)
+    return report
+
+
+def validate_record(rec: RolloutRecord, *, vocab_size: int | None = None) -> list[str]:
+    """Errors for one record (empty when valid); each names the record and the field."""
+    return validate_record_report(rec, vocab_size=vocab_size).errors
+
+
+def _check_file(path: Path, dataset: str, instance_id: str, vocab_size: int | None,
+                seen: dict[tuple[str, str, int], str], report: ValidationReport) -> None:
+    try:
+        raw_records = load_file_dicts(path)
+    except CacheFormatError as exc:
+        report.errors.append(str(exc))
+        return
+    if len(raw_records) > 1 and any(not isinstance(r.get("metadata"), dict) or "_sample_idx" not in r["metadata"]
+                                    for r in raw_records):
+        report.errors.append(f"{path}: holds {len(raw_records)} samples, so each needs metadata['_sample_idx']")
+    for position, data in enumerate(raw_records):
+        try:
+            rec = RolloutRecord.from_dict(data)
+        except CacheFormatError as exc:
+            report.errors.append(f"{path} sample {position}: {exc}")
+            continue
+        if (rec.dataset, rec.instance_id) != (dataset, instance_id):
+            report.errors.append(f"{path}: holds {rec.label} but the manifest lists "
+                                 f"{dataset}/{instance_id} (dataset/instance_id differ)")
+        key = (rec.dataset, rec.instance_id, rec.sample_idx)
+        if key in seen:
+            report.errors.append(f"{rec.label}: duplicate (instance_id, _sample_idx), in {seen[key]} and {path}")
+        seen[key] = str(path)
+        report.extend(validate_record_report(rec, vocab_size=vocab_size))
+
+
+def validate_cache_report(cache_dir: Path | str | None = None, *, vocab_size: int | None = None
+                          ) -> ValidationReport:
+    """Errors and warnings for a whole cache: every record, and manifest against files both ways."""
+    report = ValidationReport()
+    folder = resolve_cache_dir(cache_dir)
+    try:
+        entries = read_manifest(folder)
+    except CacheFormatError as exc:
+        report.errors.append(str(exc))
+        return report
+    listed: dict[Path, int] = {}
+    seen: dict[tuple[str, str, int], str] = {}
+    for index, entry in enumerate(entries):
+        path = entry_file(folder, entry)
+        resolved = path.resolve()
+        if resolved in listed:
+            report.errors.append(f"{MANIFEST_NAME} entries {listed[resolved]} and {index} both list {entry.path}")
+            continue
+        listed[resolved] = index
+        if not path.is_file():
+            report.errors.append(f"{MANIFEST_NAME} entry {index} ({entry.dataset}/{entry.instance_id}): "
+                                 f"file {entry.path} is missing")
+            continue
+        _check_file(path, entry.dataset, entry.instance_id, vocab_size, seen, report)
+    for path in sorted(folder.rglob("*")):
+        if path.suffix in (".pt", ".parquet") and path.is_file() and path.resolve() not in listed:
+            report.errors.append(f"{path.relative_to(folder)}: file is not listed in {MANIFEST_NAME}")
+    return report
+
+
+def validate_cache(cache_dir: Path | str | None = None, *, vocab_size: int | None = None) -> list[str]:
+    """Errors for a cache folder (None: ``$KL_EVAL_TEACHER_CACHE_DIR``); empty when it is valid."""
+    return validate_cache_report(cache_dir, vocab_size=vocab_size).errors
