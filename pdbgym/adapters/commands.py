@@ -1,5 +1,223 @@
-"""`pdbgym adapters ...` commands."""
+"""`pdbgym adapters ...`: register, lineage, list, merge, verify, accept. Parsing and printing only."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True)
+console = Console()
+err_console = Console(stderr=True)
+
+STORE_OPTION = typer.Option(None, "--store", help="Store folder (default: $PDBGYM_HOME/adapters, ~/.pdbgym).")
+JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+
+
+def _store(root: Path | None) -> Any:
+    from pdbgym.adapters.store import Store
+
+    return Store(root)
+
+
+def _emit_json(payload: Any) -> None:
+    print(json.dumps(payload, indent=2, sort_keys=True))
+
+
+@contextmanager
+def _byte_progress(description: str, enabled: bool):
+    """A rich progress bar fed with byte counts; yields the callback (None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(TextColumn(description), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=err_console, transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda n: progress.advance(task, n)
+
+
+@app.command("register")
+def register_command(
+    path: Path = typer.Argument(..., help="Adapter folder (PEFT) or model folder (a base reference)."),
+    parent: str | None = typer.Option(None, "--parent", help="What it was trained against: name, hash or folder."),
+    name: list[str] = typer.Option([], "--name", help="Alias to refer to it by (repeatable)."),
+    recipe: Path | None = typer.Option(None, "--recipe", help="JSON with corpus_hash, seed, rank, epochs, lr, ..."),
+    corpus_hash: str | None = typer.Option(None, help="Recipe: hash of the training corpus."),
+    seed: int | None = typer.Option(None, help="Recipe: random seed."),
+    rank: int | None = typer.Option(None, help="Recipe: LoRA rank."),
+    epochs: float | None = typer.Option(None, help="Recipe: epochs."),
+    lr: float | None = typer.Option(None, help="Recipe: learning rate."),
+    effective_batch: int | None = typer.Option(None, help="Recipe: effective batch size (sequences)."),
+    context: int | None = typer.Option(None, help="Recipe: context length (tokens)."),
+    store: Path | None = STORE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Store an adapter with the exact weights it was trained against, or a base model reference."""
+    from pdbgym.adapters.operations import load_recipe, register_path
+
+    recipe_data = load_recipe(recipe, {"corpus_hash": corpus_hash, "seed": seed, "rank": rank, "epochs": epochs,
+                                       "lr": lr, "effective_batch": effective_batch, "context": context})
+    target = _store(store)
+    with _byte_progress("hashing", not as_json) as on_bytes:
+        result = register_path(target, path, parent, name, recipe_data, on_bytes)
+    lineage = target.lineage(result.record["id"])
+    if as_json:
+        _emit_json({"record": result.record, "notes": result.notes, "servable": lineage.servable,
+                    "problems": lineage.problems})
+        return
+    console.print(f"registered {target.label(result.record['id'])} [{result.record['kind']}] in {target.root}")
+    for note in result.notes:
+        console.print(f"  note: {note}")
+    if result.evidence is not None:
+        style = {"contradicted": "bold yellow", "consistent": "green"}.get(result.evidence.verdict, "")
+        prefix = "WARNING: " if result.evidence.verdict == "contradicted" else ""
+        console.print(f"  [{style}]{prefix}parent evidence {result.evidence.verdict}[/]: {result.evidence.message}")
+    if not lineage.servable:
+        console.print("  [bold red]UNSERVABLE[/]: " + " ".join(lineage.problems))
+
+
+@app.command("lineage")
+def lineage_command(
+    ref: str = typer.Argument(..., help="Name, hash prefix or registered folder."),
+    store: Path | None = STORE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Print the chain base -> ... -> REF with hashes, and whether every layer is present."""
+    from pdbgym.adapters.operations import describe_recipe, lookup
+
+    target = _store(store)
+    lineage = target.lineage(lookup(target, ref))
+    if as_json:
+        _emit_json({"servable": lineage.servable, "problems": lineage.problems, "layers": [
+            {"id": layer.node_id, "present": layer.record is not None, "problem": layer.problem,
+             "record": layer.record} for layer in lineage.layers]})
+        return
+    table = Table(title=f"lineage of {ref}")
+    for column in ("#", "layer", "kind", "hash", "status", "recipe"):
+        table.add_column(column)
+    for depth, layer in enumerate(lineage.layers):
+        record = layer.record or {}
+        kind = record.get("kind", "?")
+        if kind == "adapter":
+            kind = f"{record['adapter']['method']} r={record['adapter']['r']}"
+        status = "[green]present[/]" if layer.problem is None else "[red]MISSING[/]" if not record else "[red]broken[/]"
+        table.add_row(str(depth), target.label(layer.node_id) if record else "?", kind, layer.node_id[:16],
+                      status, describe_recipe(record.get("recipe")))
+    console.print(table)
+    if lineage.servable:
+        console.print("[green]servable[/]: every layer is present.")
+    else:
+        console.print("[bold red]unservable[/]: " + " ".join(lineage.problems))
+
+
+@app.command("list")
+def list_command(store: Path | None = STORE_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """List everything in the store."""
+    target = _store(store)
+    nodes = target.all_nodes()
+    if as_json:
+        _emit_json([{**node, "servable": target.lineage(node["id"]).servable} for node in nodes])
+        return
+    table = Table(title=f"adapter store {target.root}")
+    for column in ("name", "kind", "hash", "parent", "servable"):
+        table.add_column(column)
+    for node in nodes:
+        parent = node.get("parent")
+        table.add_row(target.label(node["id"]), node["kind"], node["id"][:16],
+                      target.label(parent) if parent and target.has(parent) else (parent or "-")[:16],
+                      "yes" if target.lineage(node["id"]).servable else "[red]no[/]")
+    console.print(table)
+
+
+@app.command("merge")
+def merge_command(
+    ref: str = typer.Argument(..., help="The adapter to merge: name, hash prefix or registered folder."),
+    out: Path = typer.Option(..., "--out", help="New folder for the merged model."),
+    onto: Path | None = typer.Option(None, "--onto", help="Merge REF alone onto this model folder (checked by hash)."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help="Compare logits with PEFT's stacking after."),
+    store: Path | None = STORE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Merge REF's whole recorded chain (base, SFT, delta) into a model folder with a lineage manifest."""
+    from pdbgym.adapters.operations import merge_ref
+    from pdbgym.adapters.verify import verify_folder
+
+    target = _store(store)
+    with _byte_progress("merging", not as_json) as on_bytes:
+        outcome, manifest = merge_ref(target, ref, out, onto, on_bytes)
+    verification = verify_folder(out) if verify else None
+    if as_json:
+        _emit_json({"out": str(out), "manifest": manifest,
+                    "verification": verification.__dict__ if verification else None})
+    else:
+        chain = " -> ".join(entry["label"] for entry in manifest["chain"])
+        console.print(f"merged {chain} into {out}")
+        console.print(f"  weights hash {outcome.output_weights_hash[:16]}; modules merged per layer "
+                      f"{outcome.modules_merged}")
+        if verification:
+            _print_verification(verification)
+    if verification and not verification.passed:
+        raise typer.Exit(1)
+
+
+def _print_verification(result: Any) -> None:
+    verdict = "[green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+    console.print(f"  verify {verdict}: relative logit error {result.relative_logit_error:.2e} "
+                  f"(tolerance {result.tolerance:.0e}, {result.dtype}), max |diff| {result.max_abs_logit_diff:.2e}, "
+                  f"argmax agreement {result.argmax_agreement:.3f} on probe {result.probe_shape}")
+
+
+@app.command("verify")
+def verify_command(
+    folder: Path = typer.Argument(..., help="A folder produced by `pdbgym adapters merge`."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Rerun the merged-vs-stacked logit comparison recorded in FOLDER's manifest."""
+    from pdbgym.adapters.verify import verify_folder
+
+    result = verify_folder(folder)
+    if as_json:
+        _emit_json(result.__dict__)
+    else:
+        _print_verification(result)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+@app.command("accept")
+def accept_command(
+    candidate: Path = typer.Argument(..., help="Retrained adapter folder (with trainer_state.json or --metrics)."),
+    targets: Path = typer.Option(..., "--targets", help="JSON targets, see docs/adapters.md."),
+    metrics: Path | None = typer.Option(None, "--metrics", help="trainer_state.json or JSONL of step/val_loss."),
+    lineage: str | None = typer.Option(None, "--lineage", help="The unservable adapter whose lost layer this replaces."),
+    store: Path | None = STORE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Compare a retrained adapter with the recorded targets of a lost layer."""
+    from pdbgym.adapters.accept import evaluate, load_targets, relate_to_lineage
+
+    report = evaluate(candidate, load_targets(targets), metrics)
+    if lineage is not None:
+        report.notes.append(relate_to_lineage(_store(store), lineage, candidate))
+    if as_json:
+        _emit_json(report.as_dict())
+    else:
+        table = Table(title=f"acceptance of {candidate}")
+        for column in ("check", "target", "observed", "rule", "result"):
+            table.add_column(column)
+        for check in report.checks:
+            table.add_row(check.name, str(check.target), str(check.observed), check.rule,
+                          "[green]pass[/]" if check.passed else "[red]fail[/]")
+        console.print(table)
+        console.print(report.statement)
+        for note in report.notes:
+            console.print(f"  note: {note}")
+    if not report.accepted:
+        raise typer.Exit(1)

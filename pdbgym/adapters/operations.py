@@ -1,0 +1,262 @@
+"""What the ``pdbgym adapters`` commands do, as library calls: register, resolve, and merge by lineage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdbgym.adapters.errors import AdapterError, LineageError
+from pdbgym.adapters.evidence import ParentEvidence, dora_parent_evidence
+from pdbgym.adapters.files import read_json
+from pdbgym.adapters.fingerprint import open_model_folder, weights_hash
+from pdbgym.adapters.merge import (
+    MANIFEST_FILE,
+    MergeOutcome,
+    StackLayer,
+    merge_stack,
+    read_manifest,
+    stack_weights_hash,
+)
+from pdbgym.adapters.peft_format import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    adapter_content_hash,
+    is_adapter_folder,
+    load_adapter,
+)
+from pdbgym.adapters.store import Lineage, Store, is_full_hash, now_utc
+
+RECIPE_FIELDS = ("corpus_hash", "seed", "rank", "epochs", "lr", "effective_batch", "context")
+ByteProgress = Callable[[int], None] | None
+
+
+@dataclass
+class Registration:
+    """The stored record plus what registration noticed (notes) and, for DoRA, the parent evidence."""
+
+    record: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    evidence: ParentEvidence | None = None
+
+
+def register_command_hint(path: Path | str, named_base: str | None = None) -> str:
+    """The command a user should run to give an adapter its lineage."""
+    return f"pdbgym adapters register {path} --parent <REF of the exact weights it was trained against> --name NAME"
+
+
+def load_recipe(path: Path | None, overrides: dict[str, Any]) -> dict[str, Any] | None:
+    """Merge a recipe JSON file with flag values (flags win); unknown keys are kept as given."""
+    recipe: dict[str, Any] = {}
+    if path is not None:
+        loaded = read_json(path, "recipe")
+        if not isinstance(loaded, dict):
+            raise AdapterError(f"{path}: a recipe must be a JSON object such as {{\"seed\": 42, \"rank\": 24}}.")
+        recipe.update(loaded)
+    recipe.update({k: v for k, v in overrides.items() if v is not None})
+    return recipe or None
+
+
+def lookup(store: Store, ref: str) -> str:
+    """Resolve a name, hash or path; an unregistered adapter folder is refused with the register command."""
+    path = Path(ref)
+    if path.is_dir():
+        if is_adapter_folder(path):
+            adapter = load_adapter(path)
+            node_id = adapter_content_hash(adapter)
+            if not store.has(node_id):
+                raise LineageError(
+                    f"{path} has no recorded lineage. Its {CONFIG_FILE} names base "
+                    f"{adapter.named_base!r}, which is not evidence of what it was trained against "
+                    f"(an RL delta over an SFT layer names the raw base too). Register it first:\n  "
+                    + register_command_hint(path)
+                )
+            return node_id
+        node_id = weights_hash(path)
+        if not store.has(node_id):
+            raise AdapterError(f"model folder {path} is not registered; run `pdbgym adapters register {path}`.")
+        return node_id
+    return store.resolve(ref)
+
+
+def resolve_parent(store: Store, ref: str, notes: list[str], on_bytes: ByteProgress = None) -> str:
+    """The parent id for a registration; a full hash not in the store is allowed (flagged unservable)."""
+    path = Path(ref)
+    if path.is_dir() and not is_adapter_folder(path):
+        node_id = weights_hash(path, on_bytes)
+        if not store.has(node_id):
+            register_model(store, path, [], notes, node_id)
+            notes.append(f"registered the parent model folder {path} as base {node_id[:12]}")
+        return node_id
+    try:
+        return lookup(store, ref)
+    except LineageError:
+        raise
+    except AdapterError:
+        if is_full_hash(ref):
+            notes.append(f"parent {ref[:12]} is not in the store: registered as UNSERVABLE until it is registered")
+            return ref.lower()
+        raise
+
+
+def register_model(store: Store, path: Path, names: list[str], notes: list[str], node_id: str | None = None,
+                   on_bytes: ByteProgress = None) -> dict[str, Any]:
+    """Register a model folder as a base reference (its files stay where they are; the store records them)."""
+    folder = open_model_folder(path)
+    node_id = node_id or weights_hash(path, on_bytes)
+    config_path = Path(path) / "config.json"
+    config = read_json(config_path, "model config") if config_path.is_file() else {}
+    files = {s.path.name: s.path.stat().st_size for s in folder.shards}
+    record = store.get(node_id) if store.has(node_id) else {
+        "id": node_id, "kind": "model", "parent": None, "registered_at": now_utc(), "recipe": None,
+        "model": {"path": str(Path(path).resolve()), "files": files, "tensor_count": folder.tensor_count,
+                  "total_bytes": folder.total_bytes, "architectures": config.get("architectures")},
+    }
+    if record["model"]["path"] != str(Path(path).resolve()):
+        notes.append(f"already registered at {record['model']['path']}; the store keeps that reference")
+    store.put_node(record, names)
+    return record
+
+
+def register_path(store: Store, path: Path, parent_ref: str | None, names: list[str],
+                  recipe: dict[str, Any] | None, on_bytes: ByteProgress = None) -> Registration:
+    """Register an adapter (with its parent) or a model folder (a base, no parent)."""
+    path = Path(path)
+    notes: list[str] = []
+    if not is_adapter_folder(path):
+        if parent_ref is not None:
+            raise AdapterError(f"{path} is a model folder, a base: it takes no --parent. Register adapters on top of it.")
+        return Registration(register_model(store, path, names, notes, on_bytes=on_bytes), notes)
+    adapter = load_adapter(path)
+    node_id = adapter_content_hash(adapter)
+    if parent_ref is None:
+        raise AdapterError(
+            f"{path}: --parent is required. Its {CONFIG_FILE} names base {adapter.named_base!r}, but that is "
+            "not evidence of what it was trained against; give the exact parent (a name, a hash, or a folder)."
+        )
+    parent = resolve_parent(store, parent_ref, notes, on_bytes)
+    if parent == node_id:
+        raise AdapterError(f"{path} cannot be its own parent.")
+    if store.has(node_id) and store.get(node_id)["parent"] != parent:
+        raise LineageError(
+            f"{path} is already registered as {store.label(node_id)} with parent "
+            f"{store.get(node_id)['parent'][:12]}; an adapter is trained against exactly one parent."
+        )
+    files = store.copy_adapter_files(node_id, path, [CONFIG_FILE, WEIGHTS_FILE])
+    record = store.get(node_id) if store.has(node_id) else {"id": node_id, "kind": "adapter", "registered_at": now_utc()}
+    record.update({
+        "parent": parent, "source": str(path.resolve()), "recipe": recipe or record.get("recipe"),
+        "adapter": {"method": adapter.method, "r": adapter.config["r"], "lora_alpha": adapter.config["lora_alpha"],
+                    "use_rslora": bool(adapter.config.get("use_rslora")), "fan_in_fan_out": adapter.fan_in_fan_out,
+                    "target_modules": adapter.config.get("target_modules"), "modules": len(adapter.modules),
+                    "tensor_count": len(adapter.header.tensors), "named_base": adapter.named_base, "files": files},
+    })
+    registration = Registration(record, notes)
+    if adapter.use_dora:
+        registration.evidence = _dora_evidence(store, parent, adapter, notes)
+        record["evidence"] = registration.evidence.as_dict() if registration.evidence else None
+    store.put_node(record, names)
+    return registration
+
+
+def _dora_evidence(store: Store, parent: str, adapter: Any, notes: list[str]) -> ParentEvidence | None:
+    chain = store.lineage(parent)
+    if not chain.servable:
+        notes.append("DoRA parent evidence not checked: the claimed parent chain is not complete in the store")
+        return None
+    base = chain.layers[0].record
+    assert base is not None
+    layers = stack_layers(store, chain)
+    return dora_parent_evidence(base["model"]["path"], layers, adapter, store.label(base["id"]))
+
+
+def stack_layers(store: Store, chain: Lineage) -> list[StackLayer]:
+    """The adapters of a servable chain (everything above the base), loaded from the store's copies."""
+    return [StackLayer(layer.node_id, store.label(layer.node_id), load_adapter(store.object_dir(layer.node_id)))
+            for layer in chain.layers[1:]]
+
+
+def _manifest_chain(store: Store, chain: Lineage) -> list[dict[str, Any]]:
+    entries = []
+    for layer in chain.layers:
+        record = layer.record or {}
+        entries.append({"id": layer.node_id, "label": store.label(layer.node_id), "kind": record.get("kind"),
+                        "method": (record.get("adapter") or {}).get("method"),
+                        "path": str(store.object_dir(layer.node_id)) if record.get("kind") == "adapter"
+                        else (record.get("model") or {}).get("path")})
+    return entries
+
+
+def merge_ref(store: Store, ref: str, out_dir: Path, onto: Path | None = None,
+              on_bytes: ByteProgress = None) -> tuple[MergeOutcome, dict[str, Any]]:
+    """Merge REF's whole recorded chain, or REF alone onto a folder holding exactly its parent's weights."""
+    node_id = lookup(store, ref)
+    record = store.get(node_id)
+    if record["kind"] != "adapter":
+        raise AdapterError(f"{store.label(node_id)} is a base model; there is nothing to merge.")
+    chain = store.lineage(node_id)
+    if onto is None:
+        if not chain.servable:
+            raise LineageError(f"{store.label(node_id)} is unservable: " + " ".join(chain.problems))
+        base = chain.layers[0].record
+        assert base is not None
+        base_path, expected, layers, merged = Path(base["model"]["path"]), base["id"], stack_layers(store, chain), chain
+    else:
+        expected = check_onto(store, node_id, Path(onto), on_bytes)
+        base_path, layers = Path(onto), stack_layers(store, Lineage(chain.layers[-2:]))
+        merged = Lineage(chain.layers[-2:])
+    manifest = {"target": node_id, "target_label": store.label(node_id), "mode": "onto" if onto else "chain",
+                "base_path": str(base_path.resolve()), "chain": _manifest_chain(store, merged),
+                "store": str(store.root.resolve()), "created_at": now_utc()}
+    outcome = merge_stack(base_path, layers, out_dir, expected, manifest, on_bytes)
+    store.add_materialization(node_id, outcome.output_weights_hash, Path(out_dir).resolve())
+    return outcome, read_manifest(out_dir)
+
+
+def check_onto(store: Store, node_id: str, model: Path, on_bytes: ByteProgress = None) -> str:
+    """Return MODEL's weights hash if it is exactly REF's recorded parent; otherwise refuse and explain why."""
+    parent = store.get(node_id)["parent"]
+    actual = weights_hash(model, on_bytes)
+    if actual == parent or parent in store.find_by_weights(actual) or _manifest_vouches(model, parent, actual):
+        return actual
+    if _parent_merge_hash(store, parent) == actual:
+        return actual
+    label = store.label(node_id)
+    what = [store.label(i) for i in store.find_by_weights(actual)]
+    is_what = f"the weights of {', '.join(what)}" if what else "weights the store does not know"
+    parent_label = store.label(parent) if store.has(parent) else f"{parent[:12]} (not in the store)"
+    raise LineageError(
+        f"refused: {model} holds {is_what} (hash {actual[:12]}), but {label} was trained against "
+        f"{parent_label}. Merging it there would produce a model that never existed. Merge the whole "
+        f"chain with `pdbgym adapters merge {label.split(' ')[0]} --out DIR`, or pass --onto a folder "
+        "produced by merging its parent."
+    )
+
+
+def _parent_merge_hash(store: Store, parent: str) -> str | None:
+    """The hash of the parent chain's merged weights, computed by streaming (and remembered in the store)."""
+    if not store.has(parent) or store.get(parent)["kind"] != "adapter":
+        return None
+    chain = store.lineage(parent)
+    if not chain.servable:
+        return None
+    base = chain.layers[0].record
+    assert base is not None
+    _, merged = stack_weights_hash(Path(base["model"]["path"]), stack_layers(store, chain))
+    store.add_materialization(parent, merged, None)
+    return merged
+
+
+def _manifest_vouches(model: Path, parent: str, actual: str) -> bool:
+    # A folder merged elsewhere carries its manifest; its content hash must still match what it claims.
+    if not (model / MANIFEST_FILE).is_file():
+        return False
+    manifest = read_manifest(model)
+    return manifest.get("target") == parent and manifest.get("weights_hash") == actual
+
+
+def describe_recipe(recipe: dict[str, Any] | None) -> str:
+    """A one-line rendering of a recipe for tables."""
+    return json.dumps(recipe, sort_keys=True) if recipe else "-"

@@ -1,0 +1,117 @@
+"""Check a merged folder against PEFT's own stacking: same probe inputs, logits must agree.
+
+Reference: load the base, apply each lower layer with PEFT and ``merge_and_unload`` it, then apply the top
+adapter live (unmerged, so PEFT's forward path computes the LoRA/DoRA branch itself). Candidate: the
+merged folder loaded plainly. The figure is the relative logit error
+    max |logits_merged - logits_stacked| / max |logits_stacked|   (dimensionless, >= 0)
+on seeded random token ids, and it must not exceed the tolerance for the weights' dtype.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pdbgym.adapters.errors import AdapterError, LineageError
+from pdbgym.adapters.files import write_json_atomic
+from pdbgym.adapters.fingerprint import weights_hash
+from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
+
+# Relative logit error allowed per weight dtype: float32 merges differ from PEFT's only by summation order;
+# 16-bit weights are rounded once by us and once per layer by PEFT.
+TOLERANCE = {"float32": 1e-4, "float64": 1e-8, "bfloat16": 3e-2, "float16": 1e-2}
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Result of one merged-vs-stacked comparison."""
+
+    relative_logit_error: float
+    max_abs_logit_diff: float
+    argmax_agreement: float  # share of probe positions whose top token agrees, in [0, 1]
+    tolerance: float
+    dtype: str
+    probe_shape: list[int]  # [batch, tokens]
+    passed: bool
+
+
+def probe_ids(vocab_size: int, batch: int, tokens: int, seed: int) -> Any:
+    """Seeded random token ids, shape (batch, tokens)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (batch, tokens), generator=generator)
+
+
+def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) -> Any:
+    """Logits (batch, tokens, vocab) of PEFT's stack: lower layers merged in turn, the top one live."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype="auto")
+    for position, adapter_dir in enumerate(adapter_dirs):
+        model = PeftModel.from_pretrained(model, adapter_dir)
+        if position < len(adapter_dirs) - 1:
+            model = model.merge_and_unload()
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=input_ids).logits.float()
+    del model
+    gc.collect()
+    return logits
+
+
+def plain_logits(model_path: Path, input_ids: Any) -> tuple[Any, str]:
+    """Logits (batch, tokens, vocab) of a plain model folder, and its weights' dtype name."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto").eval()
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    with torch.no_grad():
+        logits = model(input_ids=input_ids).logits.float()
+    del model
+    gc.collect()
+    return logits, dtype
+
+
+def compare(reference: Any, candidate: Any, tolerance: float, dtype: str) -> Verification:
+    """Relative max error and argmax agreement of two logit tensors of the same shape (pure)."""
+    diff = float((candidate - reference).abs().max())
+    scale = float(reference.abs().max())
+    relative = diff / scale if scale > 0 else diff
+    agreement = float((candidate.argmax(-1) == reference.argmax(-1)).float().mean())
+    return Verification(relative, diff, agreement, tolerance, dtype, list(reference.shape[:2]),
+                        relative <= tolerance)
+
+
+def verify_folder(folder: Path, batch: int = 2, tokens: int = 16, seed: int = 0, record: bool = True) -> Verification:
+    """Rerun the comparison recorded in ``folder``'s manifest; optionally store the result in it."""
+    import json
+
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    base_path = Path(manifest["base_path"])
+    if not base_path.is_dir():
+        raise AdapterError(f"the base recorded in {folder / MANIFEST_FILE} ({base_path}) no longer exists.")
+    if weights_hash(folder) != manifest["weights_hash"]:
+        raise LineageError(f"{folder}: the weights no longer hash to {manifest['weights_hash'][:12]} "
+                           "recorded in its manifest; the folder was modified after merging.")
+    if weights_hash(base_path) != manifest["input_weights_hash"]:
+        raise LineageError(f"{base_path}: the base changed since {folder} was merged; cannot rebuild the stack.")
+    adapter_dirs = [Path(entry["path"]) for entry in manifest["chain"][1:]]
+    for adapter_dir in adapter_dirs:
+        if not adapter_dir.is_dir():
+            raise AdapterError(f"adapter folder {adapter_dir} from the manifest is gone; is the store still there?")
+    config = json.loads((folder / "config.json").read_text())
+    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    input_ids = probe_ids(int(vocab), batch, tokens, seed)
+    candidate, dtype = plain_logits(folder, input_ids)
+    reference = stacked_logits(base_path, adapter_dirs, input_ids)
+    result = compare(reference, candidate, TOLERANCE.get(dtype, 3e-2), dtype)
+    if record:
+        write_json_atomic(folder / MANIFEST_FILE, {**manifest, "verification": asdict(result)})
+    return result
