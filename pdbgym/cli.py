@@ -26,12 +26,14 @@ def _mount() -> None:
     from pdbgym.adapters.commands import app as adapters_app
     from pdbgym.divergence.commands import divergence_command
     from pdbgym.env.commands import demo_command, run_command
+    from pdbgym.evaluate.commands import app as eval_app
     from pdbgym.rollouts.commands import app as cache_app
     from pdbgym.tasks.commands import app as tasks_app
 
     app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")
     app.add_typer(cache_app, name="cache", help="Teacher caches: validate, summarize, convert, build.")
     app.add_typer(adapters_app, name="adapters", help="Adapter stacks with lineage: register, merge, verify.")
+    app.add_typer(eval_app, name="eval", help="Evaluation campaigns, planning and checkpoint selection.")
     app.command("run", help="Run one episode on a task with a policy.")(run_command)
     app.command("demo", help="The main job on the embedded default.")(demo_command)
     app.command("divergence", help="KL/JSD of students against a teacher cache.")(divergence_command)

@@ -1,0 +1,83 @@
+"""From a campaign's episode rows to the numbers a report shows (pure: rows in, a summary dict out)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from pdbgym.evaluate import stats
+from pdbgym.evaluate.results import EpisodeRow
+
+REASONS = ("solved", "finish_unresolved", "ctx_overflow", "budget", "other")
+
+
+def outcome_matrix(rows: Sequence[EpisodeRow], arm: str, task_ids: Sequence[str]) -> list[list[int]]:
+    """Per task (in ``task_ids`` order), the 0/1 solves of ``arm``'s runs in run order."""
+    by_task: dict[str, dict[int, int]] = {t: {} for t in task_ids}
+    for row in rows:
+        if row.arm == arm and row.instance_id in by_task:
+            by_task[row.instance_id][row.run] = int(row.final_test_passed)
+    return [[runs[r] for r in sorted(runs)] for runs in (by_task[t] for t in task_ids)]
+
+
+def _pass_at_k_block(matrix: list[list[int]], confidence: float) -> dict[str, Any]:
+    block: dict[str, Any] = {}
+    for k in range(1, stats.max_k(matrix) + 1):
+        per_task = stats.per_task_pass_at_k(matrix, k)
+        block[f"pass@{k}"] = stats.estimate_mean(per_task, confidence).to_dict()
+    return block
+
+
+def summarize(
+    rows: Sequence[EpisodeRow],
+    arms: Sequence[str],
+    task_ids: Sequence[str],
+    runs: int,
+    *,
+    confidence: float = 0.95,
+    power: float = 0.8,
+) -> dict[str, Any]:
+    """Headline numbers, paired comparisons, outcome breakdowns and the per-task table.
+
+    Only tasks that every arm has finished all ``runs`` of enter the statistics (matched power); the
+    summary says how many episodes are still missing.
+    """
+    complete = [
+        t for t in task_ids
+        if all(sum(1 for r in rows if r.arm == a and r.instance_id == t) >= runs for a in arms)
+    ]
+    summary: dict[str, Any] = {
+        "arms": list(arms),
+        "tasks": len(complete),
+        "tasks_requested": len(task_ids),
+        "runs_per_task": runs,
+        "episodes_missing": len(task_ids) * runs * len(arms) - len(rows),
+        "confidence": confidence,
+        "arm_results": {},
+        "comparisons": [],
+        "per_task": {},
+    }
+    if not complete:
+        return summary
+    pass1: dict[str, np.ndarray] = {}
+    for arm in arms:
+        matrix = outcome_matrix(rows, arm, complete)
+        pass1[arm] = stats.per_task_pass_at_k(matrix, 1)
+        reasons = Counter(r.termination_reason for r in rows if r.arm == arm and r.instance_id in complete)
+        summary["arm_results"][arm] = {
+            **_pass_at_k_block(matrix, confidence),
+            "episodes": int(sum(len(m) for m in matrix)),
+            "solved": int(sum(sum(m) for m in matrix)),
+            "termination_reasons": {reason: reasons.get(reason, 0) for reason in REASONS}
+            | {k: v for k, v in reasons.items() if k not in REASONS},
+        }
+    for a, b in combinations(arms, 2):
+        cmp = stats.paired_comparison(pass1[a], pass1[b], confidence, power)
+        summary["comparisons"].append({"arm_a": a, "arm_b": b, "metric": "pass@1", **cmp.to_dict()})
+    for t_index, task in enumerate(complete):
+        summary["per_task"][task] = {arm: float(pass1[arm][t_index]) for arm in arms}
+    return summary

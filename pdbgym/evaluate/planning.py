@@ -1,0 +1,57 @@
+"""Sizing a campaign before running it: how many tasks a target difference needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pdbgym.errors import PdbgymError
+from pdbgym.evaluate import stats
+
+
+def pilot_sd_diff(campaign_dir: Path) -> tuple[float, int]:
+    """sd of per-task pass@1 differences between the first two arms of a finished campaign."""
+    from pdbgym.evaluate.analysis import outcome_matrix
+    from pdbgym.evaluate.results import ResultsStore
+
+    store = ResultsStore(campaign_dir)
+    config, rows = store.config(), store.rows()
+    arms = list(config["arms"])
+    if len(arms) < 2:
+        raise PdbgymError(f"{campaign_dir} has one arm; a pilot for planning needs two to estimate sd(d)")
+    tasks = config["task_ids"]
+    a = stats.per_task_pass_at_k(outcome_matrix(rows, arms[0], tasks), 1)
+    b = stats.per_task_pass_at_k(outcome_matrix(rows, arms[1], tasks), 1)
+    return float(np.std(a - b, ddof=1)), len(tasks)
+
+
+def plan(delta: float, *, runs: int = 8, base_rate: float = 0.5, sd_diff: float | None = None,
+         pilot: Path | None = None, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """Tasks needed to detect ``delta`` with a paired comparison, and the MDE at common task counts."""
+    if not 0 < delta < 1:
+        raise PdbgymError(f"--delta is a difference in solve rate, between 0 and 1; got {delta}")
+    if pilot is not None:
+        sd, _ = pilot_sd_diff(pilot)
+        source = f"pilot campaign {pilot}"
+    elif sd_diff is not None:
+        sd, source = sd_diff, "given"
+    else:
+        p_b = base_rate
+        p_a = min(1.0, base_rate + delta)
+        sd = stats.sd_diff_model(p_a, p_b, runs)
+        source = (f"planning model: base rate {p_b}, {runs} runs, between-task sd 0.3, arm correlation 0.5 "
+                  "(give --sd-diff or --pilot for a better figure)")
+    needed = stats.tasks_needed(delta, sd, alpha, power)
+    return {
+        "target_difference": delta,
+        "sd_of_per_task_difference": sd,
+        "sd_source": source,
+        "alpha": alpha,
+        "power": power,
+        "tasks_needed": needed,
+        "min_detectable_difference_at": {
+            str(t): stats.minimum_detectable_difference(sd, t, alpha, power) for t in (20, 40, 100, 200, 500)
+        },
+    }

@@ -1,0 +1,209 @@
+"""Campaign reports: summary JSON, Markdown, a self-contained HTML page, and PNG plots.
+
+Every number links to the transcripts behind it: each arm's headline links to its row of the per-task
+table, and each per-task cell links to every run's transcript.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pdbgym.evaluate.analysis import REASONS
+from pdbgym.evaluate.results import EpisodeRow, write_json_atomic
+
+
+def _fmt(estimate: dict[str, Any]) -> str:
+    low, high = estimate["ci"]
+    return f"{100 * estimate['mean']:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _pass_keys(summary: dict[str, Any]) -> list[str]:
+    keys: list[str] = []
+    for block in summary["arm_results"].values():
+        keys = [k for k in block if k.startswith("pass@")]
+        break
+    return sorted(keys, key=lambda k: int(k.split("@")[1]))
+
+
+def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """pass@k curves, the per-task solve heatmap and the outcome breakdown, as PNG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms, figures = summary["arms"], {}
+    keys = _pass_keys(summary)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for arm in arms:
+        block = summary["arm_results"][arm]
+        ks = [int(k.split("@")[1]) for k in keys]
+        means = [block[k]["mean"] for k in keys]
+        lows = [block[k]["ci"][0] for k in keys]
+        highs = [block[k]["ci"][1] for k in keys]
+        ax.plot(ks, means, marker="o", label=arm)
+        ax.fill_between(ks, lows, highs, alpha=0.2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xticks(range(1, len(keys) + 1))
+    ax.legend()
+    ax.set_title("pass@k with task-clustered CIs")
+    figures["pass_at_k"] = out_dir / "pass_at_k.png"
+    fig.tight_layout()
+    fig.savefig(figures["pass_at_k"], dpi=110)
+    plt.close(fig)
+
+    tasks = list(summary["per_task"])
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(arms), 1.0 + 0.28 * len(tasks)))
+    grid = [[summary["per_task"][t][a] for a in arms] for t in tasks]
+    image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(arms)), arms)
+    ax.set_yticks(range(len(tasks)), tasks, fontsize=7)
+    fig.colorbar(image, ax=ax, label="solve rate")
+    ax.set_title("per-task solve rate")
+    figures["heatmap"] = out_dir / "per_task_heatmap.png"
+    fig.tight_layout()
+    fig.savefig(figures["heatmap"], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    left = [0] * len(arms)
+    for reason in REASONS:
+        counts = [summary["arm_results"][a]["termination_reasons"].get(reason, 0) for a in arms]
+        ax.barh(arms, counts, left=left, label=reason)
+        left = [x + y for x, y in zip(left, counts, strict=True)]
+    ax.set_xlabel("episodes")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("how episodes ended")
+    figures["outcomes"] = out_dir / "outcomes.png"
+    fig.tight_layout()
+    fig.savefig(figures["outcomes"], dpi=110)
+    plt.close(fig)
+    return figures
+
+
+def _runs_by_cell(rows: Sequence[EpisodeRow]) -> dict[tuple[str, str], list[EpisodeRow]]:
+    cells: dict[tuple[str, str], list[EpisodeRow]] = {}
+    for row in sorted(rows, key=lambda r: r.run):
+        cells.setdefault((row.instance_id, row.arm), []).append(row)
+    return cells
+
+
+def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str) -> str:
+    arms, keys = summary["arms"], _pass_keys(summary)
+    conf = int(100 * summary["confidence"])
+    lines = [f"# {title}", "", f"{summary['tasks']} tasks x {summary['runs_per_task']} runs per arm. "
+             f"Values in percent with {conf}% CIs clustered by task.", ""]
+    if summary["episodes_missing"] > 0:
+        lines += [f"**Incomplete:** {summary['episodes_missing']} episodes not run yet.", ""]
+    lines += ["| arm | " + " | ".join(keys) + " | solved / episodes | CI method |",
+              "|---|" + "---|" * len(keys) + "---|---|"]
+    for arm in arms:
+        block = summary["arm_results"][arm]
+        cells = [_fmt(block[k]) for k in keys]
+        lines.append(f"| [{arm}](#arm-{arm}) | " + " | ".join(cells)
+                     + f" | {block['solved']} / {block['episodes']} | {block['pass@1']['ci_method']} |")
+    if summary["comparisons"]:
+        lines += ["", "## Paired comparisons (pass@1, A - B)", "",
+                  "| A | B | mean diff | CI | SE | correlation | min. detectable diff (80% power) |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in summary["comparisons"]:
+            lo, hi = c["ci"]
+            lines.append(f"| {c['arm_a']} | {c['arm_b']} | {100 * c['mean_diff']:+.1f} | [{100 * lo:+.1f}, "
+                         f"{100 * hi:+.1f}] | {100 * c['se']:.1f} | {c['correlation']:.2f} | "
+                         f"{100 * c['min_detectable_diff']:.1f} |")
+    lines += ["", "## How episodes ended", "", "| arm | " + " | ".join(REASONS) + " |",
+              "|---|" + "---|" * len(REASONS)]
+    for arm in arms:
+        reasons = summary["arm_results"][arm]["termination_reasons"]
+        lines.append(f"| {arm} | " + " | ".join(str(reasons.get(r, 0)) for r in REASONS) + " |")
+    lines += ["", "## Per task (each mark links to that run's transcript)", "",
+              "| task | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    cells = _runs_by_cell(rows)
+    for task in summary["per_task"]:
+        marks = [" ".join(f"[{'✓' if r.final_test_passed else '✗'}]({r.transcript})" for r in cells.get((task, a), []))
+                 for a in arms]
+        lines.append(f"| {task} | " + " | ".join(marks) + " |")
+    lines += ["", "![pass@k](pass_at_k.png)", "![per-task](per_task_heatmap.png)", "![outcomes](outcomes.png)", ""]
+    return "\n".join(lines)
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def html_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str, figures: dict[str, Path]) -> str:
+    arms, keys, esc = summary["arms"], _pass_keys(summary), html.escape
+    head = "".join(f"<th>{k}</th>" for k in keys)
+    body = []
+    for arm in arms:
+        block = summary["arm_results"][arm]
+        cells = "".join(f"<td>{_fmt(block[k])}</td>" for k in keys)
+        body.append(f'<tr><td><a href="#arm-{esc(arm)}">{esc(arm)}</a></td>{cells}'
+                    f"<td>{block['solved']} / {block['episodes']}</td><td>{block['pass@1']['ci_method']}</td></tr>")
+    comparisons = "".join(
+        f"<tr><td>{esc(c['arm_a'])}</td><td>{esc(c['arm_b'])}</td><td>{100 * c['mean_diff']:+.1f}</td>"
+        f"<td>[{100 * c['ci'][0]:+.1f}, {100 * c['ci'][1]:+.1f}]</td><td>{c['correlation']:.2f}</td>"
+        f"<td>{100 * c['min_detectable_diff']:.1f}</td></tr>" for c in summary["comparisons"])
+    cells = _runs_by_cell(rows)
+    task_rows = []
+    for task in summary["per_task"]:
+        marks = "".join(
+            "<td>" + " ".join(
+                f'<a class="{"ok" if r.final_test_passed else "bad"}" href="{esc(r.transcript)}">'
+                f'{"&#10003;" if r.final_test_passed else "&#10007;"}</a>' for r in cells.get((task, a), [])
+            ) + "</td>" for a in arms)
+        task_rows.append(f"<tr><td>{esc(task)}</td>{marks}</tr>")
+    anchors = "".join(f'<span id="arm-{esc(a)}"></span>' for a in arms)
+    missing = (f"<p><b>Incomplete:</b> {summary['episodes_missing']} episodes not run yet.</p>"
+               if summary["episodes_missing"] > 0 else "")
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}a.ok{{color:#080}}a.bad{{color:#b00}}
+img{{max-width:100%;margin:1em 0}}</style></head><body>
+<h1>{esc(title)}</h1>
+<p>{summary['tasks']} tasks &times; {summary['runs_per_task']} runs per arm; percent with
+{int(100 * summary['confidence'])}% confidence intervals clustered by task.</p>{missing}
+<h2>Headline</h2><table><tr><th>arm</th>{head}<th>solved / episodes</th><th>CI method</th></tr>{''.join(body)}</table>
+<h2>Paired comparisons (pass@1, A &minus; B)</h2>
+<table><tr><th>A</th><th>B</th><th>mean diff</th><th>CI</th><th>correlation</th><th>min. detectable diff</th></tr>
+{comparisons}</table>
+{_img(figures['pass_at_k'])}{_img(figures['outcomes'])}
+<h2>Per task</h2>{anchors}<p>Each mark links to that run's transcript.</p>
+<table><tr><th>task</th>{''.join(f'<th>{esc(a)}</th>' for a in arms)}</tr>{''.join(task_rows)}</table>
+{_img(figures['heatmap'])}
+</body></html>
+"""
+
+
+def machine_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The ``--json`` summary: per arm ``pass@1``, ``pass@3``... each with mean and CI."""
+    return {
+        "tasks": summary["tasks"],
+        "runs_per_task": summary["runs_per_task"],
+        "arms": {arm: {k: v for k, v in block.items()} for arm, block in summary["arm_results"].items()},
+        "comparisons": summary["comparisons"],
+    }
+
+
+def write_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], out_dir: Path, title: str,
+                 json_path: Path | None = None) -> Path:
+    """Write summary.json, report.md, report.html and the PNGs into ``out_dir``; return the HTML path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out_dir / "summary.json", summary)
+    if json_path is not None:
+        write_json_atomic(json_path, machine_summary(summary))
+    if not summary["arm_results"]:
+        return out_dir / "summary.json"
+    figures = plot_figures(summary, out_dir)
+    (out_dir / "report.md").write_text(markdown_report(summary, rows, title))
+    page = out_dir / "report.html"
+    page.write_text(html_report(summary, rows, title, figures))
+    return page

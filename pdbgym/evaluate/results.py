@@ -1,0 +1,119 @@
+"""A campaign's results folder: its configuration and one JSON line per finished episode.
+
+Layout::
+
+    OUT/campaign.json          the configuration (arms, tasks, runs, ...) and its fingerprint
+    OUT/episodes.jsonl         one line per finished episode (appended whole, fsync'd)
+    OUT/transcripts/ARM/TASK/run-N.json
+
+A killed campaign loses at most the episodes in flight: a line is written only after its transcript,
+and a partial last line (a kill mid-write) is ignored on reading. Restarting skips every
+(arm, task, run) already in the file, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+
+CONFIG_FILE = "campaign.json"
+EPISODES_FILE = "episodes.jsonl"
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    arm: str
+    instance_id: str
+    run: int
+    final_test_passed: bool
+    termination_reason: str
+    actions_used: int
+    duration_s: float
+    transcript: str  # path relative to the campaign folder
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.arm, self.instance_id, self.run)
+
+
+def fingerprint(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class ResultsStore:
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = Path(out_dir)
+
+    def transcript_path(self, arm: str, instance_id: str, run: int) -> Path:
+        return self.out_dir / "transcripts" / arm / instance_id / f"run-{run}.json"
+
+    def open(self, config: dict[str, Any]) -> None:
+        """Create the folder, or check that an existing one holds this very campaign configuration."""
+        config_file = self.out_dir / CONFIG_FILE
+        if config_file.is_file():
+            stored = json.loads(config_file.read_text())
+            if stored.get("fingerprint") != fingerprint(config):
+                old = stored.get("config", {})
+                differing = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+                raise PdbgymError(
+                    f"{self.out_dir} holds a different campaign (differs in: {', '.join(differing)}). "
+                    "Use a new --out folder, or rerun with the original settings to resume it."
+                )
+            self._drop_cut_line()
+            return
+        write_json_atomic(config_file, {"config": config, "fingerprint": fingerprint(config)})
+
+    def _drop_cut_line(self) -> None:
+        """Remove a last line a kill cut short, so the next append starts on a line of its own."""
+        path = self.out_dir / EPISODES_FILE
+        if not path.is_file():
+            return
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with open(path, "r+b") as fh:
+                fh.truncate(data.rfind(b"\n") + 1)
+
+    def config(self) -> dict[str, Any]:
+        config_file = self.out_dir / CONFIG_FILE
+        if not config_file.is_file():
+            raise PdbgymError(f"{self.out_dir} is not a campaign folder (no {CONFIG_FILE})")
+        return json.loads(config_file.read_text())["config"]
+
+    def rows(self) -> list[EpisodeRow]:
+        path = self.out_dir / EPISODES_FILE
+        if not path.is_file():
+            return []
+        rows: dict[tuple[str, str, int], EpisodeRow] = {}
+        for line in path.read_text().splitlines():
+            try:
+                row = EpisodeRow(**json.loads(line))
+            except (json.JSONDecodeError, TypeError):
+                continue  # a line cut short by a kill: that episode simply reruns
+            rows.setdefault(row.key, row)
+        return list(rows.values())
+
+    def done_keys(self) -> set[tuple[str, str, int]]:
+        return {r.key for r in self.rows()}
+
+    def append(self, rows: Iterable[EpisodeRow]) -> None:
+        payload = "".join(json.dumps(asdict(r)) + "\n" for r in rows)
+        path = self.out_dir / EPISODES_FILE
+        # One write of whole lines, flushed to disk: a crash leaves whole lines or a cut last line.
+        with open(path, "a") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())

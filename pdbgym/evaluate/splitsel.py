@@ -1,0 +1,38 @@
+"""Choosing a campaign's tasks by split, after proving the splits do not overlap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pdbgym.errors import PdbgymError
+from pdbgym.tasks.model import Task
+from pdbgym.tasks.suites import resolve_tasks
+
+
+def tasks_for_split(spec: str, split: str | None, splits_file: Path | None) -> list[Task]:
+    """The tasks of ``spec``, restricted to ``split`` of ``splits_file`` when one is given.
+
+    Before any campaign the split file is checked: no instance id and no buggy content may sit in two
+    splits, and every id a split names must exist among the tasks.
+    """
+    tasks = resolve_tasks(spec)
+    if split is None:
+        if splits_file is not None:
+            raise PdbgymError("--splits was given without --split; name the split to evaluate (e.g. --split test)")
+        return tasks
+    if splits_file is None:
+        raise PdbgymError(f"--split {split} needs --splits FILE (make one with: pdbgym tasks split DIR --out FILE)")
+    from pdbgym.tasks.splits import check_splits, load_splits
+
+    splits = load_splits(splits_file)
+    if split not in splits.members:
+        raise PdbgymError(f"{splits_file} has no split '{split}'; it has {sorted(splits.members)}")
+    by_id = {t.instance_id: t for t in tasks}
+    listed = {i for ids in splits.members.values() for i in ids}
+    unknown = sorted(listed - set(by_id))
+    if unknown:
+        raise PdbgymError(f"{splits_file} names {len(unknown)} task(s) not found in {spec}: {unknown[:5]}")
+    problems = check_splits(splits, [by_id[i] for i in sorted(listed)])
+    if problems:
+        raise PdbgymError(f"{splits_file} has overlapping splits:\n  " + "\n  ".join(problems[:10]))
+    return [by_id[i] for i in splits.members[split]]

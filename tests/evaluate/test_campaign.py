@@ -1,0 +1,146 @@
+"""Campaigns: resumable, matched, honest; reports render in a real browser with working links."""
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pdbgym.env.environment import EpisodeResult
+from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.analysis import summarize
+from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
+from pdbgym.evaluate.report import write_report
+from pdbgym.evaluate.results import EPISODES_FILE, ResultsStore
+
+
+def _fake_tasks(tiny_task, n):
+    """n distinct task objects sharing the tiny repo (ids differ), for bookkeeping tests."""
+    from dataclasses import replace
+
+    return [replace(tiny_task, instance_id=f"t{i}") for i in range(n)]
+
+
+def _scripted_outcomes(solve_table):
+    """An episode function with known outcomes per (task, run), writing a real transcript file."""
+    calls = []
+
+    def run(task, run_index, transcript: Path) -> EpisodeResult:
+        calls.append((task.instance_id, run_index))
+        transcript.parent.mkdir(parents=True, exist_ok=True)
+        transcript.write_text(json.dumps({"task": task.instance_id, "run": run_index}))
+        solved = solve_table[(task.instance_id, run_index)]
+        return EpisodeResult(task.instance_id, "solved" if solved else "finish_unresolved", solved, 3, 0.01)
+
+    return run, calls
+
+
+def test_campaign_is_resumable_and_counts_each_episode_once(tiny_task, tmp_path):
+    tasks = _fake_tasks(tiny_task, 3)
+    table = {(f"t{i}", r): (i + r) % 2 == 0 for i in range(3) for r in range(2)}
+    fn, calls = _scripted_outcomes(table)
+    config = CampaignConfig(tasks="x", arms=[Arm("a", "scripted")], runs=2)
+    rows = run_campaign(config, tasks, tmp_path / "c", episode_fns={"a": fn}, workers=2)
+    assert len(rows) == 6 and len(calls) == 6
+    # A kill mid-write leaves a cut line; a rerun repairs it and runs nothing already done.
+    with open(tmp_path / "c" / EPISODES_FILE, "a") as fh:
+        fh.write('{"arm": "a", "instance_id": "t0", "ru')
+    fn2, calls2 = _scripted_outcomes(table)
+    rows2 = run_campaign(config, tasks, tmp_path / "c", episode_fns={"a": fn2})
+    assert calls2 == [] and len(rows2) == 6
+    # Losing the last two lines means exactly those two episodes rerun.
+    lines = (tmp_path / "c" / EPISODES_FILE).read_text().splitlines()
+    (tmp_path / "c" / EPISODES_FILE).write_text("\n".join(lines[:4]) + "\n")
+    fn3, calls3 = _scripted_outcomes(table)
+    rows3 = run_campaign(config, tasks, tmp_path / "c", episode_fns={"a": fn3})
+    assert len(calls3) == 2 and len(rows3) == 6
+
+
+def test_campaign_refuses_a_folder_of_another_configuration(tiny_task, tmp_path):
+    tasks = _fake_tasks(tiny_task, 1)
+    fn, _ = _scripted_outcomes({("t0", 0): True, ("t0", 1): True, ("t0", 2): True})
+    run_campaign(CampaignConfig(tasks="x", arms=[Arm("a", "scripted")], runs=2), tasks, tmp_path,
+                 episode_fns={"a": fn})
+    with pytest.raises(PdbgymError, match="differs in: runs"):
+        run_campaign(CampaignConfig(tasks="x", arms=[Arm("a", "scripted")], runs=3), tasks, tmp_path,
+                     episode_fns={"a": fn})
+
+
+def test_infrastructure_failures_are_not_counted_as_unsolved(tiny_task, tmp_path):
+    tasks = _fake_tasks(tiny_task, 2)
+
+    def flaky(task, run_index, transcript):
+        if task.instance_id == "t1":
+            raise RuntimeError("server went away")
+        return EpisodeResult(task.instance_id, "solved", True, 1, 0.0)
+
+    with pytest.raises(PdbgymError, match="1 episode"):
+        run_campaign(CampaignConfig(tasks="x", arms=[Arm("a", "scripted")], runs=1), tasks, tmp_path,
+                     episode_fns={"a": flaky})
+    assert [r.instance_id for r in ResultsStore(tmp_path).rows()] == ["t0"]
+
+
+def test_arm_parsing_errors():
+    assert Arm.parse("base=scripted").kind == "scripted"
+    assert Arm.parse("srv=http://127.0.0.1:8000/v1").kind == "url"
+    with pytest.raises(PdbgymError, match="NAME=MODEL"):
+        Arm.parse("scripted")
+    with pytest.raises(PdbgymError, match="neither scripted"):
+        Arm.parse("x=/no/such/model")
+
+
+def _report(tiny_task, tmp_path):
+    tasks = _fake_tasks(tiny_task, 4)
+    table_a = {(f"t{i}", r): i < 3 for i in range(4) for r in range(3)}
+    table_b = {(f"t{i}", r): (i + r) % 3 == 0 for i in range(4) for r in range(3)}
+    fa, _ = _scripted_outcomes(table_a)
+    fb, _ = _scripted_outcomes(table_b)
+    config = CampaignConfig(tasks="x", arms=[Arm("good", "scripted"), Arm("weak", "scripted")], runs=3)
+    rows = run_campaign(config, tasks, tmp_path, episode_fns={"good": fa, "weak": fb})
+    summary = summarize(rows, ["good", "weak"], [t.instance_id for t in tasks], 3)
+    page = write_report(summary, rows, tmp_path, "test report", json_path=tmp_path / "s.json")
+    return summary, page
+
+
+def test_summary_numbers_match_hand_computation(tiny_task, tmp_path):
+    summary, _ = _report(tiny_task, tmp_path)
+    good = summary["arm_results"]["good"]
+    assert good["pass@1"]["mean"] == pytest.approx(0.75)
+    assert good["pass@3"]["mean"] == pytest.approx(0.75)
+    assert good["termination_reasons"]["solved"] == 9
+    weak = summary["arm_results"]["weak"]
+    # weak solves run r of task i when (i + r) % 3 == 0: exactly one run of three per task.
+    assert weak["pass@1"]["mean"] == pytest.approx(1 / 3)
+    assert weak["pass@2"]["mean"] == pytest.approx(2 / 3)
+    cmp = summary["comparisons"][0]
+    assert cmp["mean_diff"] == pytest.approx(0.75 - 1 / 3)
+    machine = json.loads((tmp_path / "s.json").read_text())
+    assert set(machine["arms"]["good"]) >= {"pass@1", "pass@2", "pass@3"}
+    assert machine["arms"]["good"]["pass@1"]["ci"][0] <= 0.75 <= machine["arms"]["good"]["pass@1"]["ci"][1]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (.ci/run installs it)")
+def test_html_report_renders_in_chromium_and_links_resolve(tiny_task, tmp_path):
+    _, page = _report(tiny_task, tmp_path)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "<h1>test report</h1>" in dom and "pass@3" in dom
+    links = re.findall(r'href="([^"]+)"', dom)
+    files = [link for link in links if not link.startswith("#")]
+    assert len(files) == 2 * 4 * 3  # one per episode
+    for link in files:
+        assert (page.parent / link).is_file(), link
+    for anchor in (link[1:] for link in links if link.startswith("#")):
+        assert f'id="{anchor}"' in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 10_000
