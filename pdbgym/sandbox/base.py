@@ -1,0 +1,185 @@
+"""The ``Sandbox`` interface: a backend is one class implementing ``wrap``; running is shared."""
+
+from __future__ import annotations
+
+import os
+import pty
+import selectors
+import subprocess
+import termios
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+
+from pdbgym.errors import SandboxError
+from pdbgym.sandbox.cgroup import PidsCgroup
+from pdbgym.sandbox.environment import sandbox_env
+from pdbgym.sandbox.limits import Limits, RunResult
+from pdbgym.sandbox.output import BoundedOutput
+from pdbgym.sandbox.process import child_setup, kill_tree, rlimits_for
+from pdbgym.sandbox.pty_process import READ_CHUNK_BYTES, PtyProcess
+
+# After the command exits, output still buffered in the pipe is read for at most this long; a
+# background process that keeps the pipe open must not hold the caller.
+_DRAIN_AFTER_EXIT_S = 0.2
+
+
+class Sandbox(ABC):
+    """Runs commands confined to a workspace. Subclasses say how, by turning argv into wrapped argv."""
+
+    name: str = "abstract"
+    isolated: bool = False
+
+    @abstractmethod
+    def wrap(self, argv: list[str], workspace: Path, limits: Limits) -> list[str]:
+        """The argv that runs ``argv`` confined, with ``workspace`` as working directory."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        workspace: Path,
+        limits: Limits = Limits(),
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> RunResult:
+        """Run ``argv`` to completion (or ``limits.wall_time_s``) and return its bounded output."""
+        argv, workspace = _check_request(argv, workspace)
+        env = sandbox_env(workspace) if env is None else env
+        started = time.monotonic()
+        try:
+            popen, cgroup = self._popen(
+                argv, workspace, limits, env,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            )
+        except FileNotFoundError as exc:
+            return RunResult(argv, 127, f"sandbox: cannot execute {argv[0]!r}: {exc.strerror}",
+                             False, time.monotonic() - started, 0, False)
+        output = BoundedOutput(limits.output_limit_bytes)
+        try:
+            timed_out = _pump(popen, (stdin or "").encode(), output, started + limits.wall_time_s)
+        finally:
+            returncode = kill_tree(popen, cgroup)
+        return RunResult(
+            argv=argv, returncode=returncode, output=output.text(), timed_out=timed_out,
+            duration_s=time.monotonic() - started, bytes_total=output.bytes_total,
+            truncated=output.truncated,
+        )
+
+    def spawn_pty(
+        self,
+        argv: Sequence[str],
+        workspace: Path,
+        limits: Limits,
+        env: dict[str, str] | None = None,
+    ) -> PtyProcess:
+        """Start ``argv`` confined, with a raw pty as stdin/stdout/stderr. The caller must close it."""
+        argv, workspace = _check_request(argv, workspace)
+        env = sandbox_env(workspace) if env is None else env
+        master_fd, slave_fd = pty.openpty()
+        _make_raw(slave_fd)
+        try:
+            popen, cgroup = self._popen(argv, workspace, limits, env,
+                                        stdin=slave_fd, stdout=slave_fd, stderr=slave_fd)
+        except FileNotFoundError as exc:
+            os.close(master_fd)
+            raise SandboxError(f"cannot start {argv[0]!r}: {exc.strerror}; check the program path") from exc
+        finally:
+            os.close(slave_fd)
+        return PtyProcess(popen, master_fd, cgroup)
+
+    def _popen(
+        self, argv: list[str], workspace: Path, limits: Limits, env: dict[str, str], **stdio: object
+    ) -> tuple[subprocess.Popen, PidsCgroup | None]:
+        cgroup = PidsCgroup.create(limits.max_processes)
+        cgroup_fd = cgroup.open_procs_fd() if cgroup is not None else None
+        try:
+            popen = subprocess.Popen(
+                self.wrap(argv, workspace, limits), cwd=workspace, env=env, start_new_session=True,
+                preexec_fn=child_setup(rlimits_for(limits, cgroup), cgroup_fd), **stdio,  # type: ignore[call-overload]
+            )
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+        finally:
+            if cgroup_fd is not None:
+                os.close(cgroup_fd)
+        return popen, cgroup
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, isolated={self.isolated})"
+
+
+def _check_request(argv: Sequence[str], workspace: Path) -> tuple[list[str], Path]:
+    if isinstance(argv, str) or not argv:
+        raise SandboxError(f"argv must be a non-empty list of strings, got {argv!r}; e.g. ['python', '-V']")
+    workspace = Path(workspace).resolve()
+    if not workspace.is_dir():
+        raise SandboxError(f"workspace {workspace} is not a folder; create it with Workspace.create")
+    return [str(part) for part in argv], workspace
+
+
+def _make_raw(fd: int) -> None:
+    """No echo, no canonical line editing, no signal characters, no output translation."""
+    attrs = termios.tcgetattr(fd)
+    attrs[0] &= ~(termios.ICRNL | termios.IXON | termios.INLCR | termios.IGNCR)
+    attrs[1] &= ~termios.OPOST
+    attrs[3] &= ~(termios.ECHO | termios.ECHONL | termios.ICANON | termios.ISIG | termios.IEXTEN)
+    attrs[6][termios.VMIN] = 1
+    attrs[6][termios.VTIME] = 0
+    termios.tcsetattr(fd, termios.TCSANOW, attrs)
+
+
+def _pump(popen: subprocess.Popen, stdin_data: bytes, output: BoundedOutput, deadline: float) -> bool:
+    """Feed stdin and collect stdout until EOF, exit (plus a short drain) or the deadline.
+
+    Returns True when the deadline passed first. The child's exit is watched through a pidfd, so
+    nothing sleeps: every wait is a select on the pipes and the pidfd.
+    """
+    assert popen.stdout is not None
+    selector = selectors.DefaultSelector()
+    os.set_blocking(popen.stdout.fileno(), False)
+    selector.register(popen.stdout, selectors.EVENT_READ, "out")
+    pidfd = os.pidfd_open(popen.pid)
+    selector.register(pidfd, selectors.EVENT_READ, "exit")
+    if popen.stdin is not None:
+        os.set_blocking(popen.stdin.fileno(), False)
+        selector.register(popen.stdin, selectors.EVENT_WRITE, "in")
+    pending = memoryview(stdin_data)
+    exited = False
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return not exited
+            for key, _ in selector.select(remaining):
+                if key.data == "exit":
+                    exited = True
+                    selector.unregister(pidfd)
+                    deadline = min(deadline, time.monotonic() + _DRAIN_AFTER_EXIT_S)
+                elif key.data == "in":
+                    pending = _write_some(popen, selector, pending)
+                else:
+                    chunk = os.read(popen.stdout.fileno(), READ_CHUNK_BYTES)
+                    if not chunk:
+                        return False
+                    output.feed(chunk)
+    finally:
+        selector.close()
+        os.close(pidfd)
+
+
+def _write_some(popen: subprocess.Popen, selector: selectors.BaseSelector, pending: memoryview) -> memoryview:
+    assert popen.stdin is not None
+    try:
+        pending = pending[os.write(popen.stdin.fileno(), pending):]
+    except BlockingIOError:
+        return pending
+    except BrokenPipeError:
+        pending = pending[len(pending):]  # the command stopped reading; the rest is not wanted
+    if not pending:
+        selector.unregister(popen.stdin)
+        popen.stdin.close()
+    return pending

@@ -1,0 +1,57 @@
+"""What a sandboxed command may use (``Limits``) and what came back from it (``RunResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdbgym.errors import SandboxError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed command (or one pdb session process tree).
+
+    ``max_processes`` counts the processes the command may add. It is enforced with a cgroup pids
+    limit where ``/sys/fs/cgroup/pids`` is writable, else with RLIMIT_NPROC set to the caller's current
+    process count plus this number (RLIMIT_NPROC is never enforced for root: see docs/sandbox.md).
+    """
+
+    wall_time_s: float = 30.0  # whole command, wall clock, seconds
+    cpu_time_s: int = 60  # RLIMIT_CPU, seconds of CPU per process
+    memory_bytes: int = 2 * 1024**3  # RLIMIT_AS, bytes of address space per process
+    file_size_bytes: int = 64 * 1024**2  # RLIMIT_FSIZE, bytes per written file
+    max_processes: int = 128  # processes the command may add
+    output_limit_bytes: int = 16_000  # kept output: head + tail halves, with a note of what was cut
+
+    def __post_init__(self) -> None:
+        for name in ("wall_time_s", "cpu_time_s", "memory_bytes", "file_size_bytes", "max_processes"):
+            if getattr(self, name) <= 0:
+                raise SandboxError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
+        if self.output_limit_bytes < 64:
+            raise SandboxError(
+                f"Limits.output_limit_bytes must be at least 64 bytes, got {self.output_limit_bytes}"
+            )
+
+
+@dataclass
+class RunResult:
+    """The outcome of ``Sandbox.run``.
+
+    ``output`` is stdout and stderr merged, decoded as UTF-8 (invalid bytes replaced) and bounded to
+    ``Limits.output_limit_bytes`` (head and tail kept, the middle replaced by a note). ``bytes_total``
+    counts every byte the command wrote; ``truncated`` says whether anything was cut.
+    ``returncode`` is negative for a signal (Popen convention) and None only if it could not be reaped.
+    """
+
+    argv: list[str]
+    returncode: int | None
+    output: str
+    timed_out: bool
+    duration_s: float
+    bytes_total: int
+    truncated: bool
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 within its time limit."""
+        return self.returncode == 0 and not self.timed_out

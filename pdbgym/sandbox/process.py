@@ -1,0 +1,109 @@
+"""Starting a confined child (rlimits, cgroup, new session) and ending its whole process tree."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from pdbgym.sandbox.cgroup import PidsCgroup
+from pdbgym.sandbox.limits import Limits
+
+
+def count_tasks_of_uid(uid: int) -> int:
+    """Tasks (processes and threads) the kernel charges to ``uid`` for RLIMIT_NPROC."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid == uid:
+                total += len(os.listdir(f"/proc/{entry.name}/task"))
+        except OSError:
+            continue
+    return total
+
+
+def rlimits_for(limits: Limits, cgroup: PidsCgroup | None) -> list[tuple[int, int]]:
+    """(resource, value) pairs applied as both soft and hard limit in the child."""
+    pairs = [
+        (resource.RLIMIT_CPU, int(limits.cpu_time_s)),
+        (resource.RLIMIT_AS, int(limits.memory_bytes)),
+        (resource.RLIMIT_FSIZE, int(limits.file_size_bytes)),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if cgroup is None and os.getuid() != 0:
+        pairs.append((resource.RLIMIT_NPROC, count_tasks_of_uid(os.getuid()) + limits.max_processes))
+    return pairs
+
+
+def child_setup(rlimits: list[tuple[int, int]], cgroup_fd: int | None) -> Callable[[], None]:
+    """The preexec function: join the cgroup, then lower the limits. Only async-signal-safe calls."""
+
+    def setup() -> None:
+        if cgroup_fd is not None:
+            os.write(cgroup_fd, b"0")  # "0" means the writing process in cgroup.procs
+        for which, value in rlimits:
+            soft, hard = resource.getrlimit(which)
+            capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (capped, capped))
+
+    return setup
+
+
+def descendants(pid: int) -> list[int]:
+    """All live descendants of ``pid``, parents before children (via /proc/<pid>/task/*/children)."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = Path(f"/proc/{current}/task/{task}/children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                found.append(child)
+                frontier.append(child)
+    return found
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def kill_tree(popen: subprocess.Popen, cgroup: PidsCgroup | None) -> int | None:
+    """SIGKILL the child, its process group, every descendant and every cgroup member; reap the child.
+
+    Returns the child's return code. Under bubblewrap killing the outer process is enough (the PID
+    namespace dies with its init, which has --die-with-parent); the other sweeps cover the plain
+    backend, where a process may have left the group with setsid.
+    """
+    stragglers = descendants(popen.pid) if popen.poll() is None else []
+    for kill in (lambda: os.killpg(popen.pid, signal.SIGKILL), lambda: popen.kill()):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in stragglers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if cgroup is not None:
+        cgroup.kill_all()
+    returncode = popen.wait()
+    if cgroup is not None:
+        cgroup.remove()
+    return returncode

@@ -1,0 +1,56 @@
+"""The pure parts of the sandbox (bounded output) and workspaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdbgym.errors import SandboxError
+from pdbgym.sandbox import Workspace
+from pdbgym.sandbox.output import BoundedOutput
+
+
+def test_bounded_output_keeps_head_and_tail():
+    buffer = BoundedOutput(10)
+    for chunk in (b"abc", b"defgh", b"ijklmnop", b"qrstuvwxyz"):
+        buffer.feed(chunk)
+    assert bytes(buffer.head) == b"abcde"
+    assert bytes(buffer.tail) == b"vwxyz"
+    assert buffer.bytes_total == 26 and buffer.bytes_cut == 16
+    assert buffer.text() == "abcde\n[... 16 bytes cut ...]\nvwxyz"
+
+
+def test_bounded_output_below_limit_is_untouched():
+    buffer = BoundedOutput(100)
+    buffer.feed("héllo\n".encode())
+    assert not buffer.truncated and buffer.text() == "héllo\n"
+
+
+def test_bounded_output_memory_stays_bounded_under_a_flood():
+    buffer = BoundedOutput(1000)
+    chunk = b"x" * 65536
+    for _ in range(2000):  # 131 MB in total
+        buffer.feed(chunk)
+    assert len(buffer.head) + len(buffer.tail) == 1000
+    assert buffer.bytes_total == 2000 * 65536
+
+
+def test_workspace_is_a_private_copy(tmp_path):
+    source = tmp_path / "src"
+    (source / "pkg" / "__pycache__").mkdir(parents=True)
+    (source / "pkg" / "mod.py").write_text("x = 1\n")
+    (source / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"stale")
+    with Workspace.create(source, parent=tmp_path / "ws") as workspace:
+        copy = workspace.path / "pkg" / "mod.py"
+        assert copy.read_text() == "x = 1\n"
+        assert not (workspace.path / "pkg" / "__pycache__").exists()
+        copy.write_text("x = 2\n")
+        assert (source / "pkg" / "mod.py").read_text() == "x = 1\n"
+        root = workspace.path
+    assert not root.exists()
+
+
+def test_workspace_from_missing_folder_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(SandboxError, match="not a folder"):
+        Workspace.create(tmp_path / "nope")

@@ -1,0 +1,213 @@
+"""Real confinement checks: real bwrap, real processes, a real TCP server on loopback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pdbgym.errors import SandboxError
+from pdbgym.sandbox import Limits, Workspace, get_sandbox, sandbox_env
+from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
+from pdbgym.sandbox.cgroup import pids_cgroup_root
+
+needs_bwrap = pytest.mark.skipif(bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason()))
+PY = sys.executable
+
+
+@pytest.fixture
+def workspace(tmp_path: Path):
+    source = tmp_path / "project"
+    source.mkdir()
+    (source / "hello.py").write_text("print('hello from the workspace')\n")
+    with Workspace.create(source, parent=tmp_path / "workspaces") as ws:
+        yield ws.path
+
+
+@pytest.fixture
+def loopback_server():
+    """A real TCP server on the host's loopback, answering b'pong' to every connection."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(5)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"pong")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    server.close()
+
+
+def _leftover_processes(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+CONNECT = "import socket,sys; s=socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3); print(s.recv(4))"
+
+
+def test_plain_backend_reaches_loopback_and_warns(workspace, loopback_server, caplog):
+    with caplog.at_level(logging.WARNING, logger="pdbgym.sandbox"):
+        sandbox = get_sandbox("plain")
+    assert "isolation is reduced" in caplog.text
+    assert not sandbox.isolated
+    result = sandbox.run([PY, "-c", CONNECT, str(loopback_server)], workspace)
+    assert result.returncode == 0, result.output
+    assert "b'pong'" in result.output
+
+
+@needs_bwrap
+def test_bwrap_blocks_network(workspace, loopback_server):
+    result = get_sandbox("bwrap").run([PY, "-c", CONNECT, str(loopback_server)], workspace)
+    assert result.returncode != 0
+    assert "pong" not in result.output
+    assert "Error" in result.output  # a connection error, raised inside the sandbox
+
+
+@needs_bwrap
+def test_bwrap_writes_only_inside_workspace(workspace, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    script = (
+        "import pathlib, sys\n"
+        "for target in sys.argv[1:]:\n"
+        "    try:\n"
+        "        pathlib.Path(target).write_text('x'); print('wrote', target)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', target, exc.strerror)\n"
+    )
+    private_tmp = f"/tmp/pdbgym-private-{os.getpid()}"
+    host_dir = Path(sys.prefix) / f"pdbgym-must-not-exist-{os.getpid()}"  # outside /tmp, on the host
+    result = get_sandbox("bwrap").run(
+        [PY, "-c", script, str(outside / "f"), "/etc/pdbgym-f", str(host_dir), str(workspace / "inside.txt"),
+         private_tmp],
+        workspace,
+    )
+    assert f"refused {outside / 'f'}" in result.output  # host /tmp is hidden behind the private one
+    assert f"refused {host_dir} Read-only file system" in result.output
+    assert not host_dir.exists()
+    assert "refused /etc/pdbgym-f" in result.output
+    assert f"wrote {workspace / 'inside.txt'}" in result.output
+    assert f"wrote {private_tmp}" in result.output
+    assert not (outside / "f").exists() and not Path("/etc/pdbgym-f").exists()
+    assert (workspace / "inside.txt").read_text() == "x"
+    assert not Path(private_tmp).exists()  # the sandbox's /tmp is its own
+
+
+FORK_BOMB = """
+import os, time
+children = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        print('fork refused after', children, 'children:', exc.strerror, flush=True)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    children += 1
+"""
+
+
+@pytest.mark.parametrize("kind", [pytest.param("bwrap", marks=needs_bwrap), "plain"])
+def test_fork_bomb_is_bounded_and_cleaned_up(workspace, kind):
+    if pids_cgroup_root() is None and os.getuid() == 0:
+        pytest.skip("root without a writable pids cgroup: RLIMIT_NPROC is not enforced for root")
+    result = get_sandbox(kind).run([PY, "-c", FORK_BOMB, "fork-bomb-marker"], workspace,
+                                   Limits(max_processes=16, wall_time_s=20))
+    assert "fork refused after" in result.output, result.output
+    children = int(result.output.split("fork refused after")[1].split()[0])
+    assert children < 16
+    assert not _leftover_processes("fork-bomb-marker")
+
+
+@needs_bwrap
+def test_memory_hog_is_stopped(workspace):
+    result = get_sandbox("bwrap").run([PY, "-c", "block = bytearray(1024**3)"], workspace,
+                                      Limits(memory_bytes=256 * 1024**2))
+    assert result.returncode != 0
+    assert "MemoryError" in result.output
+
+
+@needs_bwrap
+def test_output_flood_is_bounded_with_a_note(workspace):
+    flood = "import sys\nchunk = b'y' * 65536\nfor _ in range(3200):\n    sys.stdout.buffer.write(chunk)\n"
+    limits = Limits(output_limit_bytes=4000)
+    result = get_sandbox("bwrap").run([PY, "-c", flood], workspace, limits)
+    assert result.returncode == 0
+    assert result.bytes_total == 3200 * 65536
+    assert result.truncated
+    assert f"[... {3200 * 65536 - 4000} bytes cut ...]" in result.output
+    assert len(result.output) < 4100
+
+
+@pytest.mark.parametrize("kind", [pytest.param("bwrap", marks=needs_bwrap), "plain"])
+def test_timeout_kills_the_whole_tree(workspace, kind):
+    marker = f"{kind}-timeout-marker"
+    script = f"sleep 300 & sleep 300 & (setsid sleep 300 &) ; echo started; exec sleep 301 # {marker}"
+    started = time.monotonic()
+    result = get_sandbox(kind).run(["sh", "-c", script], workspace, Limits(wall_time_s=1.0))
+    assert result.timed_out
+    assert "started" in result.output
+    assert time.monotonic() - started < 5
+    if kind == "plain" and pids_cgroup_root() is None:
+        pytest.skip("without a cgroup the plain backend cannot find a setsid'd grandchild")
+    assert not _leftover_processes(marker)
+    assert not [pid for pid in _leftover_processes("sleep 300")]
+
+
+def test_background_process_does_not_hold_a_finished_command(workspace):
+    started = time.monotonic()
+    result = get_sandbox("plain").run(["sh", "-c", "sleep 200 & echo done"], workspace)
+    assert result.returncode == 0 and not result.timed_out
+    assert "done" in result.output
+    assert time.monotonic() - started < 3
+    assert not _leftover_processes("sleep 200")
+
+
+def test_stdin_and_env_are_passed_and_proxies_are_not(workspace, monkeypatch):
+    monkeypatch.setenv("https_proxy", "http://proxy.invalid:3128")
+    monkeypatch.setenv("PYTHONBREAKPOINT", "pdbpp.set_trace")
+    script = "import os, sys; print(sys.stdin.read().upper(), sorted(k for k in os.environ if 'PROXY' in k.upper() or k == 'PYTHONBREAKPOINT'), os.environ['HOME'])"
+    result = get_sandbox("plain").run([PY, "-c", script], workspace, stdin="shout\n")
+    assert "SHOUT" in result.output
+    assert "[]" in result.output
+    assert str(workspace) in result.output
+    assert sandbox_env(workspace, {"X": "1"})["X"] == "1"
+
+
+def test_missing_program_and_bad_arguments(workspace):
+    sandbox = get_sandbox("plain")
+    result = sandbox.run(["definitely-not-a-program-xyz"], workspace)
+    assert result.returncode == 127 and "cannot execute" in result.output
+    with pytest.raises(SandboxError, match="non-empty list"):
+        sandbox.run("python -V", workspace)  # type: ignore[arg-type]
+    with pytest.raises(SandboxError, match="not a folder"):
+        sandbox.run(["true"], workspace / "missing")
+    with pytest.raises(SandboxError, match="unknown sandbox kind"):
+        get_sandbox("docker-ish")
+    with pytest.raises(SandboxError, match="must be positive"):
+        Limits(wall_time_s=0)
