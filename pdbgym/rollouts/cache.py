@@ -139,11 +139,10 @@ def _load_pt(path: Path) -> list[dict[str, Any]]:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
         raise CacheFormatError(
-            f"{path} was refused: it holds objects that torch.load(weights_only=True) will not build "
-            f"({first_line.strip()}). pdbgym never unpickles arbitrary objects; re-save the record as a "
-            "plain dict of lists/tensors/str/int/float/dict"
+            f"{path} was refused by torch.load(weights_only=True): {_unpickler_reason(exc)}. Either it is "
+            "corrupt or it holds objects beyond plain dicts/lists/str/int/float/tensors; pdbgym never "
+            "unpickles arbitrary objects, so re-save the record as such a plain dict"
         ) from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         raise CacheFormatError(f"{path} is not a readable torch file: {exc}") from exc
@@ -152,6 +151,16 @@ def _load_pt(path: Path) -> list[dict[str, Any]]:
     if isinstance(data, (list, tuple)) and all(isinstance(item, dict) for item in data):
         return list(data)
     raise CacheFormatError(f"{path} must hold a record dict or a list of record dicts, got {type(data).__name__}")
+
+
+def _unpickler_reason(exc: Exception) -> str:
+    """The one informative line of torch's long weights_only error (e.g. 'Unsupported global: ...')."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        after = text.split(marker, 1)[1].strip()
+        return after.split(". Please use", 1)[0].splitlines()[0].strip() or "unsupported content"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
 def load_file_records(path: Path) -> list[RolloutRecord]:

@@ -1,5 +1,114 @@
-"""`pdbgym cache ...` commands."""
+"""`pdbgym cache ...` commands: validate, summary, convert (``build`` is added beside them)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True)
+console = Console()
+
+CacheDirArg = Annotated[
+    Path | None,
+    typer.Argument(help="Cache folder (or its manifest.json); default: $KL_EVAL_TEACHER_CACHE_DIR"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")]
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf become null so the output is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+@app.command("validate")
+def validate_command(
+    cache_dir: CacheDirArg = None,
+    vocab_size: Annotated[
+        int | None, typer.Option("--vocab-size", help="Scoring model's vocab: token ids must be below it")
+    ] = None,
+    show: Annotated[int, typer.Option("--show", help="Problems printed per kind (all with --json)")] = 40,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check every record and the manifest; exit 1 when there are errors (warnings do not fail)."""
+    from pdbgym.rollouts.cache import resolve_cache_dir
+    from pdbgym.rollouts.validate import validate_cache_report
+
+    folder = resolve_cache_dir(cache_dir)
+    report = validate_cache_report(folder, vocab_size=vocab_size)
+    if as_json:
+        print(json.dumps({"cache_dir": str(folder), "ok": report.ok, "errors": report.errors,
+                          "warnings": report.warnings}, indent=2))
+    else:
+        for kind, problems in (("[red]error[/]  ", report.errors), ("[yellow]warning[/]", report.warnings)):
+            for problem in problems[:show]:
+                console.print(f"{kind} {problem}", highlight=False, soft_wrap=True)
+            if len(problems) > show:
+                console.print(f"{kind} ... and {len(problems) - show} more (--show N or --json for all)")
+        verdict = "[green]valid[/]" if report.ok else f"[red]{len(report.errors)} error(s)[/]"
+        console.print(f"{folder}: {verdict}, {len(report.warnings)} warning(s)")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command("summary")
+def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> None:
+    """Instances, samples, tokens, masked tokens, solve rate and how episodes ended."""
+    from pdbgym.rollouts.cache import iter_cache, resolve_cache_dir
+    from pdbgym.rollouts.summary import summarize
+
+    folder = resolve_cache_dir(cache_dir)
+    summary = summarize(iter_cache(folder))
+    if as_json:
+        print(json.dumps(_json_safe({"cache_dir": str(folder), **summary.to_dict()}), indent=2))
+        return
+    table = Table(title=f"teacher cache {folder}", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    rows = [
+        ("datasets", ", ".join(f"{name} ({count})" for name, count in summary.datasets.items()) or "-"),
+        ("instances", f"{summary.instances}"),
+        ("samples", f"{summary.samples}"),
+        ("tokens (prompt + response)", f"{summary.total_tokens:,} ({summary.prompt_tokens:,} + "
+                                       f"{summary.response_tokens:,})"),
+        ("masked tokens (loss_mask == 1)", f"{summary.masked_tokens:,} ({summary.masked_fraction:.1%} of response)"),
+        ("longest sequence", f"{summary.max_sequence_tokens:,} tokens"),
+        ("solve rate (reward == 1)", f"{summary.solve_rate:.1%} ({summary.solved_samples}/{summary.samples}); "
+                                     f"{summary.instances_solved} instance(s) solved at least once"),
+        ("mean log-prob, masked", f"{summary.mean_masked_log_prob:.4f} nats/token"),
+        ("terminations", summary.termination_line()),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+
+
+@app.command("convert")
+def convert_command(
+    source: Annotated[Path, typer.Argument(help="Cache folder, .parquet file or single .pt file")],
+    destination: Annotated[Path, typer.Argument(help="X.parquet for one Parquet file, else a cache folder")],
+    fmt: Annotated[str, typer.Option("--format", help="File format inside a destination folder: pt or parquet")]
+    = "pt",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing destination")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy a cache between .pt and Parquet, then read the copy back and check it bit for bit."""
+    from pdbgym.rollouts.convert import convert_cache
+
+    result = convert_cache(source, destination, fmt=fmt, overwrite=overwrite)
+    if as_json:
+        print(json.dumps({"source": str(result.source), "destination": str(result.destination),
+                          "records": result.records, "verified": result.verified}))
+        return
+    console.print(f"wrote {result.records} record(s) to {result.destination}; read back and verified identical")
