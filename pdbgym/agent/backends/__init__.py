@@ -1,0 +1,1 @@
+"""Model backends: one small interface (``base.Backend``), one file per engine."""

@@ -1,0 +1,82 @@
+"""The backend interface: a model turns a conversation into one assistant turn, with token ids.
+
+A backend receives the conversation both as token ids (``prompt_ids``: the exact trajectory so far)
+and as chat messages (for engines that only take messages). Token-in backends (HF, SGLang ``/generate``)
+condition on ``prompt_ids`` exactly; chat backends (OpenAI-compatible ``/v1/chat/completions``) let the
+server render ``messages`` itself, so their later turns may be conditioned on a re-rendered prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pdbgym.errors import PdbgymError
+from pdbgym.rollouts.record import LogprobSemantics
+
+
+class BackendError(PdbgymError):
+    """A backend cannot be built or reached, or does not offer what the run needs."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` is greedy. ``max_new_tokens`` caps one turn (tokens)."""
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: int | None = None
+
+
+@dataclass
+class GenerationRequest:
+    """One model turn to produce. ``prompt_ids`` is the whole trajectory so far (prompt + turns)."""
+
+    prompt_ids: list[int]
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    params: SamplingParams
+
+
+@dataclass
+class Generation:
+    """A sampled turn: ids exactly as sampled, one log-prob (nats) per id, and the text they decode to.
+
+    ``finish_reason`` is ``stop`` (an end-of-turn token was sampled; it is the last id) or ``length``
+    (``max_new_tokens`` ran out). ``model_seconds`` is wall time spent in the model call.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    model_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """What the episode loop needs from a model."""
+
+    name: str
+    tokenizer: Any  # a transformers tokenizer: the vocabulary the trajectory's ids live in
+
+    def semantics(self, params: SamplingParams) -> LogprobSemantics:
+        """How this backend's log-probs relate to the logits under ``params``."""
+        ...
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """Sample one assistant turn."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections (no-op for in-process models)."""
+        ...
+
+
+def tokenizer_info(tokenizer: Any) -> dict[str, Any]:
+    """``{name, vocab_size}`` recorded in every rollout's metadata (vocab_size = len(tokenizer))."""
+    source = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
+    return {"name": Path(source).name,
+            "vocab_size": int(len(tokenizer))}

@@ -1,0 +1,75 @@
+"""HTTP plumbing shared by the server backends: blocking checks before a run, async calls during it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from pdbgym.agent.backends.base import BackendError
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError:  # openai >= 3 ships the client as httpx2
+        import httpx2 as httpx
+    return httpx
+
+
+def request_json(url: str, body: dict[str, Any] | None = None, timeout_s: float = 30.0,
+                 api_key: str | None = None) -> dict[str, Any]:
+    """GET (``body`` None) or POST JSON; a ``BackendError`` naming the URL when it cannot be reached."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, headers=headers, method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:300].decode(errors="replace")
+        raise BackendError(f"{url} answered HTTP {exc.code}: {detail}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BackendError(f"cannot reach model server at {url} ({reason}); is it running, and is the "
+                           "URL right (e.g. http://127.0.0.1:8000)?") from exc
+    except json.JSONDecodeError as exc:
+        raise BackendError(f"{url} did not answer JSON ({exc}); is it an OpenAI-compatible server?") from exc
+
+
+class AsyncJsonClient:
+    """A pooled async HTTP client: concurrent episodes in one event loop share its connections.
+
+    An httpx client belongs to the event loop that first used it, so a new loop (a new
+    ``asyncio.run``, e.g. the next episode in a worker) gets a fresh client.
+    """
+
+    def __init__(self, base_url: str, timeout_s: float, api_key: str | None = None, max_connections: int = 64):
+        self.base_url, self.timeout_s, self.max_connections = base_url, timeout_s, max_connections
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _current(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            httpx = _httpx()
+            self._client = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s, headers=self.headers,
+                                             limits=httpx.Limits(max_connections=self.max_connections))
+            self._loop = loop
+        return self._client
+
+    async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self._current().post(path, json=body)
+        if response.status_code != 200:
+            raise BackendError(f"{path} answered HTTP {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client, self._loop = None, None

@@ -1,0 +1,70 @@
+"""Turn sources: what produces the assistant turns of an episode.
+
+``ModelTurns`` asks a backend to sample each turn (ids and log-probs as sampled). ``ActionPolicyTurns``
+wraps a policy that returns ``Action`` objects (scripted, human): each action is written in the
+tool-call format, tokenized with the chosen tokenizer and closed with its end-of-turn token; these ids
+carry loss_mask 1 and log-prob 0.0 under semantics ``engine="none"``, so such trajectories can seed SFT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+from pdbgym.agent.backends.base import Backend, Generation, GenerationRequest, SamplingParams
+from pdbgym.agent.toolcalls import render_tool_call
+from pdbgym.rollouts.record import LogprobSemantics
+
+NO_LOGPROBS = LogprobSemantics(engine="none", temperature=1.0)
+
+
+class TurnSource(Protocol):
+    name: str
+    tokenizer: Any
+    semantics: LogprobSemantics
+
+    def reset(self, task: Any, observation: str) -> None: ...
+
+    async def next_turn(self, request: GenerationRequest, last_observation: str) -> Generation: ...
+
+
+class ModelTurns:
+    """Turns sampled by a model backend under fixed sampling parameters."""
+
+    def __init__(self, backend: Backend, params: SamplingParams):
+        self.backend = backend
+        self.params = params
+        self.name = backend.name
+        self.tokenizer = backend.tokenizer
+        self.semantics = backend.semantics(params)
+
+    def reset(self, task: Any, observation: str) -> None:
+        return None
+
+    async def next_turn(self, request: GenerationRequest, last_observation: str) -> Generation:
+        return await self.backend.generate(request)
+
+
+class ActionPolicyTurns:
+    """Turns written by an action policy (``policy.reset(task, obs)``, ``policy.next_action(obs)``)."""
+
+    def __init__(self, policy: Any, tokenizer: Any, tool_format: str, name: str):
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.tool_format = tool_format
+        self.name = name
+        self.semantics = NO_LOGPROBS
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"tokenizer {name} has no eos token to close an assistant turn with")
+
+    def reset(self, task: Any, observation: str) -> None:
+        self.policy.reset(task, observation)
+
+    async def next_turn(self, request: GenerationRequest, last_observation: str) -> Generation:
+        started = time.perf_counter()
+        action = await asyncio.to_thread(self.policy.next_action, last_observation)
+        text = render_tool_call(action, self.tool_format)
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [self.tokenizer.eos_token_id]
+        full_text = text + self.tokenizer.decode([self.tokenizer.eos_token_id], skip_special_tokens=False)
+        return Generation(ids, [0.0] * len(ids), full_text, "stop", model_seconds=time.perf_counter() - started)
