@@ -1,0 +1,181 @@
+"""Runs pytest under a stdlib ``pdb.Pdb`` subclass; started inside the sandbox as a script.
+
+Standalone on purpose (stdlib only, no pdbgym import): it runs under the sandbox's interpreter, which
+need not have pdbgym installed. Run with ``python -P launcher.py PYTEST_ARGS...``; the first line of
+stdin is a JSON handshake ``{"nonce": str, "breakpoints": [...]}``.
+
+Protocol on stdout: program and pdb output as-is, plus records ``\\x1e<nonce> <json>\\x1f``. The pdb
+prompt *is* such a record (``{"kind": "prompt", "breakpoints": [...]}``), so no program output can
+imitate it without the per-session nonce, which only ever travels over stdin. When the program ends
+the launcher prints ``{"kind": "ended", "reason": ..., "status": ...}`` and exits; the session then
+starts a fresh process, so edited modules are re-imported.
+"""
+
+import json
+import os
+import signal
+import sys
+import sysconfig
+import traceback
+
+RECORD_START = "\x1e"
+RECORD_END = "\x1f"
+REFUSED = {
+    "interact": "*** pdbgym: 'interact' is refused (its console cannot be bounded); use p/pp/! instead",
+    "debug": "*** pdbgym: 'debug' (a nested debugger) is refused; set a breakpoint and step instead",
+}
+
+
+def import_stdlib_debugger():
+    """Import pdb, bdb and cmd from the standard library even if the project shadows them (cmd.py)."""
+    stdlib_dirs = {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}
+    saved_path = sys.path[:]
+    sys.path[:] = [entry for entry in saved_path if entry in stdlib_dirs or "lib-dynload" in entry]
+    try:
+        import bdb
+        import cmd
+        import pdb
+    finally:
+        sys.path[:] = saved_path
+    return bdb, cmd, pdb
+
+
+bdb, cmd, pdb = import_stdlib_debugger()
+
+
+def emit(nonce, payload):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.__stdout__.write(RECORD_START + nonce + " " + json.dumps(payload) + RECORD_END)
+    sys.__stdout__.flush()
+
+
+def breakpoint_table():
+    table = []
+    for bp in bdb.Breakpoint.bpbynumber:
+        if bp is None:
+            continue
+        table.append({"number": bp.number, "file": bp.file, "line": bp.line, "condition": bp.cond,
+                      "enabled": bool(bp.enabled), "temporary": bool(bp.temporary),
+                      "funcname": bp.funcname})
+    return table
+
+
+class SessionPdb(pdb.Pdb):
+    """Stdlib pdb whose prompt is a nonce-tagged record carrying the breakpoint table."""
+
+    def __init__(self, nonce):
+        super().__init__(nosigint=True, readrc=False)
+        self.use_rawinput = False  # readline would echo commands and cap line length
+        self.nonce = nonce
+        self.interrupt_pending = False
+        self.user_requested_quit = False
+
+    @property
+    def prompt(self):
+        return (RECORD_START + self.nonce + " "
+                + json.dumps({"kind": "prompt", "breakpoints": breakpoint_table()}) + RECORD_END)
+
+    @prompt.setter
+    def prompt(self, value):
+        pass  # pdb assigns "(Pdb) " and "(com) "; the record replaces both
+
+    def do_quit(self, arg):
+        self.user_requested_quit = True
+        return super().do_quit(arg)
+
+    do_q = do_exit = do_quit
+
+    def do_EOF(self, arg):
+        self.user_requested_quit = True
+        return super().do_EOF(arg)
+
+    def interaction(self, frame, traceback_):
+        self.interrupt_pending = False
+        super().interaction(frame, traceback_)
+
+    def stop_here(self, frame):
+        # Never stop in the launcher's own code (the SIGINT handler runs while tracing is live).
+        if frame.f_code.co_filename == __file__:
+            return False
+        return super().stop_here(frame)
+
+    def do_interact(self, arg):
+        self.message(REFUSED["interact"])
+
+    def do_debug(self, arg):
+        self.message(REFUSED["debug"])
+
+    def on_sigint(self, signum, frame):
+        """First SIGINT: stop at the next line of the running code. Second: raise KeyboardInterrupt.
+
+        At the prompt (``allow_kbdint``) it cancels the command, as pdb does. The second signal
+        covers code blocked in a C call (``time.sleep``), which never reaches a next line.
+        """
+        if self.allow_kbdint or self.interrupt_pending:
+            raise KeyboardInterrupt
+        # Under `next` or `until` the trace function is live: calls made from here would be traced
+        # and we would stop inside bdb. Switch it off; set_trace turns it back on, stepping.
+        sys.settrace(None)
+        self.interrupt_pending = True
+        self.message("\nProgram interrupted. (Use 'cont' to resume).")
+        self.set_trace(frame)
+
+
+DEBUGGER = None
+
+
+def breakpoint_hook(*args, **kwargs):
+    """``breakpoint()`` in the project (PYTHONBREAKPOINT=__main__.breakpoint_hook) stops in this
+    session's debugger rather than starting a nested one that would not speak the protocol."""
+    DEBUGGER.set_trace(sys._getframe(1))
+
+
+def apply_breakpoints(debugger, breakpoints):
+    for spec in breakpoints:
+        error = debugger.set_break(spec["file"], spec["line"], spec.get("temporary", False),
+                                   spec.get("condition"), spec.get("funcname"))
+        if error:
+            debugger.message(f"*** pdbgym: could not re-apply breakpoint {spec['file']}:{spec['line']}: {error}")
+        elif not spec.get("enabled", True):
+            debugger.get_breaks(spec["file"], spec["line"])[-1].disable()
+
+
+def pytest_main_code():
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytest.__main__")
+    if spec is None or spec.loader is None:
+        raise SystemExit("pdbgym launcher: pytest is not importable by " + sys.executable)
+    return spec.origin, spec.loader.get_code("pytest.__main__")
+
+
+def main():
+    handshake = json.loads(sys.stdin.readline())
+    nonce = handshake["nonce"]
+    sys.path.insert(0, os.getcwd())  # what `python -m pytest` puts first
+    sys.argv = ["pytest", *sys.argv[1:]]
+    global DEBUGGER
+    debugger = DEBUGGER = SessionPdb(nonce)
+    apply_breakpoints(debugger, handshake.get("breakpoints", []))
+    signal.signal(signal.SIGINT, debugger.on_sigint)
+    origin, code = pytest_main_code()
+    program_globals = {"__name__": "__main__", "__file__": origin, "__builtins__": __builtins__}
+    ended = {"kind": "ended", "reason": "finished", "status": 0}
+    try:
+        debugger.run(code, program_globals)
+        if debugger.user_requested_quit:
+            ended["reason"] = "quit"
+    except SystemExit as exc:
+        ended["status"] = exc.code if isinstance(exc.code, int) or exc.code is None else str(exc.code)
+    except pdb.Restart:
+        ended["reason"] = "restart"
+    except BaseException:
+        traceback.print_exc()
+        ended.update(reason="exception", status=None)
+    emit(nonce, ended)
+    os._exit(0)  # no atexit hooks or lingering threads of the program may hold the session
+
+
+if __name__ == "__main__":
+    main()
