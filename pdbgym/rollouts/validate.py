@@ -31,8 +31,8 @@ from pdbgym.rollouts.record import (
     RolloutRecord,
 )
 
-__all__ = ["CacheFormatError", "ValidationReport", "validate_cache", "validate_cache_report",
-           "validate_record", "validate_record_report", "LOGPROB_POSITIVE_TOLERANCE"]
+__all__ = ["CacheFormatError", "ValidationReport", "load_validated_cache", "validate_cache",
+           "validate_cache_report", "validate_record", "validate_record_report", "LOGPROB_POSITIVE_TOLERANCE"]
 
 LOGPROB_POSITIVE_TOLERANCE = 1e-4
 
@@ -165,12 +165,14 @@ def validate_record(rec: RolloutRecord, *, vocab_size: int | None = None) -> lis
 
 
 def _check_file(path: Path, dataset: str, instance_id: str, vocab_size: int | None,
-                seen: dict[tuple[str, str, int], str], report: ValidationReport) -> None:
+                seen: dict[tuple[str, str, int], str], report: ValidationReport) -> list[RolloutRecord]:
+    """Check one file's records into ``report``; returns the records that could be built."""
     try:
         raw_records = load_file_dicts(path)
     except CacheFormatError as exc:
         report.errors.append(str(exc))
-        return
+        return []
+    built = []
     if len(raw_records) > 1 and any(not isinstance(r.get("metadata"), dict) or "_sample_idx" not in r["metadata"]
                                     for r in raw_records):
         report.errors.append(f"{path}: holds {len(raw_records)} samples, so each needs metadata['_sample_idx']")
@@ -180,6 +182,7 @@ def _check_file(path: Path, dataset: str, instance_id: str, vocab_size: int | No
         except CacheFormatError as exc:
             report.errors.append(f"{path} sample {position}: {exc}")
             continue
+        built.append(rec)
         if (rec.dataset, rec.instance_id) != (dataset, instance_id):
             report.errors.append(f"{path}: holds {rec.label} but the manifest lists "
                                  f"{dataset}/{instance_id} (dataset/instance_id differ)")
@@ -188,18 +191,23 @@ def _check_file(path: Path, dataset: str, instance_id: str, vocab_size: int | No
             report.errors.append(f"{rec.label}: duplicate (instance_id, _sample_idx), in {seen[key]} and {path}")
         seen[key] = str(path)
         report.extend(validate_record_report(rec, vocab_size=vocab_size))
+    return built
 
 
-def validate_cache_report(cache_dir: Path | str | None = None, *, vocab_size: int | None = None
-                          ) -> ValidationReport:
-    """Errors and warnings for a whole cache: every record, and manifest against files both ways."""
+def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int | None = None
+                         ) -> tuple[list[RolloutRecord], ValidationReport]:
+    """Read and validate a cache in one pass (each file is loaded once); records in manifest order.
+
+    Use the records only when ``report.ok``: with errors, the list holds what could be built.
+    """
     report = ValidationReport()
+    records: list[RolloutRecord] = []
     folder = resolve_cache_dir(cache_dir)
     try:
         entries = read_manifest(folder)
     except CacheFormatError as exc:
         report.errors.append(str(exc))
-        return report
+        return records, report
     listed: dict[Path, int] = {}
     seen: dict[tuple[str, str, int], str] = {}
     for index, entry in enumerate(entries):
@@ -213,11 +221,17 @@ def validate_cache_report(cache_dir: Path | str | None = None, *, vocab_size: in
             report.errors.append(f"{MANIFEST_NAME} entry {index} ({entry.dataset}/{entry.instance_id}): "
                                  f"file {entry.path} is missing")
             continue
-        _check_file(path, entry.dataset, entry.instance_id, vocab_size, seen, report)
+        records.extend(_check_file(path, entry.dataset, entry.instance_id, vocab_size, seen, report))
     for path in sorted(folder.rglob("*")):
         if path.suffix in (".pt", ".parquet") and path.is_file() and path.resolve() not in listed:
             report.errors.append(f"{path.relative_to(folder)}: file is not listed in {MANIFEST_NAME}")
-    return report
+    return records, report
+
+
+def validate_cache_report(cache_dir: Path | str | None = None, *, vocab_size: int | None = None
+                          ) -> ValidationReport:
+    """Errors and warnings for a whole cache: every record, and manifest against files both ways."""
+    return load_validated_cache(cache_dir, vocab_size=vocab_size)[1]
 
 
 def validate_cache(cache_dir: Path | str | None = None, *, vocab_size: int | None = None) -> list[str]:

@@ -15,6 +15,7 @@ from pdbgym.rollouts.cache import MANIFEST_NAME, read_cache, read_manifest, writ
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
 from pdbgym.rollouts.validate import (
     LOGPROB_POSITIVE_TOLERANCE,
+    load_validated_cache,
     validate_cache,
     validate_cache_report,
     validate_record,
@@ -222,3 +223,14 @@ def test_pickled_code_is_refused_and_never_runs(tmp_path: Path) -> None:
     assert not marker.exists()
     torch.load(evil_path, weights_only=False)  # the payload is live: an unsafe load would have run it
     assert marker.exists()
+
+
+def test_load_validated_cache_reads_each_file_once_and_returns_the_records(tmp_path: Path) -> None:
+    folder = make_cache(tmp_path, 3)
+    records, report = load_validated_cache(folder)
+    assert report.ok and [r.instance_id for r in records] == ["inst-0", "inst-1", "inst-2"]
+    assert [r.to_dict() for r in records] == [r.to_dict() for r in read_cache(folder)]
+    torch.save(base_record(instance_id="inst-1", reward_score=3.0, metadata={"instance_id": "inst-1"}).to_dict(),
+               folder / read_manifest(folder)[1].path)
+    records, report = load_validated_cache(folder)
+    assert not report.ok and any("inst-1#2: reward_score is 3.0" in e for e in report.errors)
