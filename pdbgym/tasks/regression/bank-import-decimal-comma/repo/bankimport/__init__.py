@@ -1,0 +1,1 @@
+"""Import bank statements (CSV) into a ledger of integer cents."""

@@ -1,0 +1,1 @@
+"""Layered configuration: defaults, a site file and environment variables, merged into settings."""

@@ -1,0 +1,1 @@
+"""Log ingestion: parse JSON and syslog lines, bucket events into time windows, raise alerts."""

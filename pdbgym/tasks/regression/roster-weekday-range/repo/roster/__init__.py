@@ -1,0 +1,1 @@
+"""Staff rostering: parse availability and shifts, assign workers to shifts."""

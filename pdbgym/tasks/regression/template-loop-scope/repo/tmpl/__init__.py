@@ -1,0 +1,1 @@
+"""A small text template engine: {{ var | filter }}, {% for %}, {% if %}."""
