@@ -24,6 +24,17 @@ def find_task_dirs(root: Path) -> list[Path]:
     return found
 
 
+def _builtin_by_id(task_id: str) -> Task | None:
+    """A packaged task by instance id (``builtin__name``) or by its folder name."""
+    suite, _, name = task_id.partition("__")
+    if name and suite in SUITES and (SUITES[suite] / name / TASK_FILE).is_file():
+        return load_task(SUITES[suite] / name)
+    for suite_root in SUITES.values():
+        if (suite_root / task_id / TASK_FILE).is_file():
+            return load_task(suite_root / task_id)
+    return None
+
+
 def resolve_tasks(spec: str | Path) -> list[Task]:
     """Tasks named by a suite name, a task id of a built-in suite, or a path."""
     text = str(spec)
@@ -32,9 +43,9 @@ def resolve_tasks(spec: str | Path) -> list[Task]:
     else:
         root = Path(text)
         if not root.exists():
-            for suite_root in SUITES.values():
-                if (suite_root / text / TASK_FILE).is_file():
-                    return [load_task(suite_root / text)]
+            found = _builtin_by_id(text)
+            if found is not None:
+                return [found]
             raise TaskFormatError(
                 f"'{text}' is neither a suite ({', '.join(SUITES)}), a built-in task id, nor an existing path"
             )

@@ -1,0 +1,53 @@
+"""Task validation runs the real tests in the sandbox and names what is wrong."""
+
+import json
+
+from typer.testing import CliRunner
+
+from pdbgym.cli import app
+from pdbgym.tasks.model import load_task
+from pdbgym.tasks.validate import validate_task, validate_tasks
+
+from conftest import PATCH, make_task
+
+
+def test_valid_task_passes_every_check(tiny_task):
+    report = validate_task(tiny_task)
+    assert report.ok, report.problems
+    assert report.checks == {"patch_spares_tests": True, "fail_to_pass_fail_before": True,
+                             "pass_to_pass_pass_before": True, "patch_applies": True,
+                             "all_pass_after_patch": True, "pdb_prompt": True}
+
+
+def test_each_broken_task_is_named(tmp_path):
+    wrong_lists = load_task(make_task(tmp_path / "a", FAIL_TO_PASS=["tests/test_ops.py::test_add"],
+                                      PASS_TO_PASS=["tests/test_ops.py::test_sub"]))
+    bad_patch = load_task(make_task(tmp_path / "b", patch=PATCH.replace("return a + b\n+", "return a * b\n+")))
+    test_patch = load_task(make_task(tmp_path / "c", patch=PATCH.replace("calc/ops.py", "tests/test_ops.py")))
+    missing_node = load_task(make_task(tmp_path / "d", PASS_TO_PASS=["tests/test_ops.py::test_nope"]))
+    reports = {r.instance_id + str(i): r for i, r in enumerate(
+        validate_tasks([wrong_lists, bad_patch, test_patch, missing_node], check_debugger=False))}
+    a, b, c, d = reports.values()
+    assert "FAIL_TO_PASS test(s) pass on the buggy repo" in " ".join(a.problems)
+    assert "PASS_TO_PASS test(s) fail on the buggy repo" in " ".join(a.problems)
+    assert "patch does not apply" in " ".join(b.problems)
+    assert "edits test files" in " ".join(c.problems)
+    assert "tests/test_ops.py::test_nope" in " ".join(d.problems)
+
+
+def test_validate_cli_exit_codes(tmp_path):
+    make_task(tmp_path / "good")
+    runner = CliRunner()
+    result = runner.invoke(app, ["tasks", "validate", str(tmp_path / "good"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["ok"] is True
+    make_task(tmp_path / "bad", FAIL_TO_PASS=["tests/test_ops.py::test_add"], instance_id="bad")
+    result = runner.invoke(app, ["tasks", "validate", str(tmp_path / "bad"), "--no-debugger", "--json"])
+    assert result.exit_code == 1
+
+
+def test_list_cli(tmp_path):
+    make_task(tmp_path / "one")
+    result = CliRunner().invoke(app, ["tasks", "list", str(tmp_path), "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.output)[0]["instance_id"] == "demo__sub"
