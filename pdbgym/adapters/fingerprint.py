@@ -46,7 +46,7 @@ def open_model_folder(path: Path) -> ModelFolder:
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise CorruptArtifactError(f"{path / INDEX_FILE}: no 'weight_map'; re-save the model.")
-        names = list(dict.fromkeys(weight_map.values()))
+        names = sorted(set(weight_map.values()))
         shards = [read_header(path / name) for name in names]
         _check_index(path, weight_map, shards)
     elif (path / SINGLE_FILE).is_file():

@@ -9,7 +9,8 @@ on seeded random token ids, and it must not exceed the tolerance for the weights
 
 from __future__ import annotations
 
-import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,20 @@ class Verification:
     passed: bool
 
 
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Silence transformers' per-load progress bars (they would flood stderr once per layer)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def probe_ids(vocab_size: int, batch: int, tokens: int, seed: int) -> Any:
     """Seeded random token ids, shape (batch, tokens)."""
     import torch
@@ -59,8 +74,7 @@ def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) ->
     model.eval()
     with torch.no_grad():
         logits = model(input_ids=input_ids).logits.float()
-    del model
-    gc.collect()
+    del model  # frees the weights before the next model loads
     return logits
 
 
@@ -73,8 +87,7 @@ def plain_logits(model_path: Path, input_ids: Any) -> tuple[Any, str]:
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     with torch.no_grad():
         logits = model(input_ids=input_ids).logits.float()
-    del model
-    gc.collect()
+    del model  # frees the weights before the next model loads
     return logits, dtype
 
 
@@ -109,8 +122,9 @@ def verify_folder(folder: Path, batch: int = 2, tokens: int = 16, seed: int = 0,
     config = json.loads((folder / "config.json").read_text())
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     input_ids = probe_ids(int(vocab), batch, tokens, seed)
-    candidate, dtype = plain_logits(folder, input_ids)
-    reference = stacked_logits(base_path, adapter_dirs, input_ids)
+    with _quiet_loading():
+        candidate, dtype = plain_logits(folder, input_ids)
+        reference = stacked_logits(base_path, adapter_dirs, input_ids)
     result = compare(reference, candidate, TOLERANCE.get(dtype, 3e-2), dtype)
     if record:
         write_json_atomic(folder / MANIFEST_FILE, {**manifest, "verification": asdict(result)})

@@ -64,3 +64,37 @@ def build_world(root: Path) -> World:
     wrong = add_adapter(tiny_llama(0), 4, use_dora=True, magnitude_drift=1e-3)
     wrong.save_pretrained(root / "rl_on_raw_base")
     return World(root / "base", root / "sft", root / "sft_merged", root / "rl", root / "top", root / "rl_on_raw_base")
+
+
+_WORLD: World | None = None
+
+
+def shared_world(tmp_path_factory) -> World:
+    """One world per test process (tests must copy anything they modify)."""
+    global _WORLD
+    if _WORLD is None:
+        _WORLD = build_world(tmp_path_factory.mktemp("adapters_world"))
+    return _WORLD
+
+
+def registered_store(world: World, root: Path):
+    """A fresh store with base -> sft -> rl -> top registered under those names."""
+    from pdbgym.adapters.operations import register_path
+    from pdbgym.adapters.store import Store
+
+    store = Store(root)
+    register_path(store, world.base, None, ["base"], None)
+    register_path(store, world.sft, "base", ["sft"], {"seed": 42, "rank": 4})
+    register_path(store, world.rl, "sft", ["rl"], None)
+    register_path(store, world.top, "rl", ["top"], None)
+    return store
+
+
+def state_dict_of(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a saved model folder (single file or shards)."""
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        tensors.update(load_file(shard))
+    return tensors
