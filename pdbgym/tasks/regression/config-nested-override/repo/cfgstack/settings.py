@@ -35,9 +35,9 @@ def _require(tree: dict, dotted: str) -> Any:
 
 
 def server_settings(config: dict) -> ServerSettings:
-    """Server settings; the TLS block is read only when ``server.tls.enabled`` is true."""
+    """Server settings; TLS is on (and needs cert and key) unless ``server.tls.enabled`` is false."""
     tls = None
-    if config.get("server", {}).get("tls", {}).get("enabled", False):
+    if config.get("server", {}).get("tls", {}).get("enabled", True):
         tls = TlsSettings(
             cert=_require(config, "server.tls.cert"),
             key=_require(config, "server.tls.key"),
