@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 from pdbgym.rollouts.compare import record_differences
-from pdbgym.rollouts.fileio import atomic_target, write_json_atomic
+from pdbgym.rollouts.fileio import atomic_target, import_optional, write_json_atomic
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
 
 CACHE_DIR_ENV = "KL_EVAL_TEACHER_CACHE_DIR"
@@ -134,7 +134,7 @@ def load_file_dicts(path: Path) -> list[dict[str, Any]]:
 
 
 def _load_pt(path: Path) -> list[dict[str, Any]]:
-    import torch
+    torch = import_optional("torch", "hf", "reading .pt cache files")
 
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
@@ -282,8 +282,7 @@ def save_instance_file(path: Path, samples: list[RolloutRecord]) -> None:
 
         write_parquet(path, samples)
         return
-    import torch
-
+    torch = import_optional("torch", "hf", "writing .pt cache files")
     payload: Any = samples[0].to_dict() if len(samples) == 1 else [s.to_dict() for s in samples]
     with atomic_target(path) as tmp:
         torch.save(payload, tmp)

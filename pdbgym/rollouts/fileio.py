@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+from pdbgym.rollouts.record import CacheFormatError
 
 
 @contextmanager
@@ -37,3 +41,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically."""
     with atomic_target(path) as tmp:
         tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import a dependency of an optional extra, or say which extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise CacheFormatError(f"{purpose} needs {module}: pip install 'pdbgym[{extra}]'") from exc

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pdbgym.rollouts.fileio import atomic_target
+from pdbgym.rollouts.fileio import atomic_target, import_optional
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
 
 LogprobDtype = Literal["auto", "float32", "float64"]
@@ -70,7 +70,7 @@ def choose_logprob_dtype(records: list[RolloutRecord], logprob_dtype: LogprobDty
 
 def records_to_table(records: list[RolloutRecord], *, logprob_dtype: LogprobDtype = "auto") -> Any:
     """A ``pyarrow.Table`` with one row per record (see the module docstring for the schema)."""
-    import pyarrow as pa
+    pa = import_optional("pyarrow", "parquet", "Parquet caches")
 
     tokens = np.fromiter((t for r in records for t in r.tokens), dtype=np.int64)
     if tokens.size and (tokens.min() < 0 or tokens.max() > INT32_MAX):
@@ -104,7 +104,7 @@ def write_parquet(
     path: Path | str, records: Iterable[RolloutRecord], *, logprob_dtype: LogprobDtype = "auto"
 ) -> Path:
     """Write records to one Parquet file atomically (zstd-compressed); returns the path."""
-    import pyarrow.parquet as pq
+    pq = import_optional("pyarrow.parquet", "parquet", "Parquet caches")
 
     records = list(records)
     dtype = choose_logprob_dtype(records, logprob_dtype)
@@ -146,8 +146,8 @@ def _load_json(text: str | None, row: int, field_name: str, path: Path) -> dict[
 
 def read_parquet(path: Path | str) -> list[RolloutRecord]:
     """Records from a Parquet file written by ``write_parquet`` (or any file with that schema)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = import_optional("pyarrow", "parquet", "Parquet caches")
+    pq = import_optional("pyarrow.parquet", "parquet", "Parquet caches")
 
     path = Path(path)
     if not path.is_file():

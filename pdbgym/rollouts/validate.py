@@ -13,10 +13,11 @@ leaves room for that and still catches sign errors and probabilities stored inst
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pdbgym.rollouts.cache import (
     MANIFEST_NAME,
@@ -53,16 +54,10 @@ class ValidationReport:
         self.warnings.extend(other.warnings)
 
 
-def _first_bad(values: Iterable[Any], is_bad: Any) -> tuple[int, Any, int] | None:
-    """(first bad position, its value, how many are bad) or None."""
-    first: tuple[int, Any] | None = None
-    count = 0
-    for position, value in enumerate(values):
-        if is_bad(value):
-            count += 1
-            if first is None:
-                first = (position, value)
-    return None if first is None else (first[0], first[1], count)
+def _first_bad(values: list[Any], bad: np.ndarray) -> tuple[int, Any, int] | None:
+    """(first bad position, its value, how many are bad) for a boolean ``bad`` over ``values``."""
+    positions = np.flatnonzero(bad)
+    return None if positions.size == 0 else (int(positions[0]), values[positions[0]], int(positions.size))
 
 
 def _check_lengths(rec: RolloutRecord, errors: list[str]) -> None:
@@ -81,10 +76,14 @@ def _check_lengths(rec: RolloutRecord, errors: list[str]) -> None:
 
 def _check_values(rec: RolloutRecord, vocab_size: int | None, errors: list[str]) -> None:
     label = rec.label
-    bad_mask = _first_bad(rec.loss_mask, lambda m: m not in (0, 1))
+    mask = np.asarray(rec.loss_mask)
+    bad_mask = _first_bad(rec.loss_mask, (mask != 0) & (mask != 1))
     if bad_mask:
         errors.append(f"{label}: loss_mask[{bad_mask[0]}] is {bad_mask[1]} ({bad_mask[2]} value(s) not 0/1)")
-    bad_lp = _first_bad(rec.rollout_log_probs, lambda x: not math.isfinite(x) or x > LOGPROB_POSITIVE_TOLERANCE)
+    log_probs = np.asarray(rec.rollout_log_probs, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad_lp = _first_bad(rec.rollout_log_probs,
+                            ~np.isfinite(log_probs) | (log_probs > LOGPROB_POSITIVE_TOLERANCE))
     if bad_lp:
         errors.append(f"{label}: rollout_log_probs[{bad_lp[0]}] is {bad_lp[1]!r} ({bad_lp[2]} value(s) not "
                       f"finite and <= {LOGPROB_POSITIVE_TOLERANCE:g}; log-probs are natural logs, <= 0)")
@@ -93,16 +92,17 @@ def _check_values(rec: RolloutRecord, vocab_size: int | None, errors: list[str])
     if recorded is not None and (isinstance(recorded, bool) or not isinstance(recorded, int) or recorded <= 0):
         errors.append(f"{label}: metadata['tokenizer']['vocab_size'] is {recorded!r}, expected an int > 0")
         recorded = None
+    tokens = np.asarray(rec.tokens)
     limits = [(vocab_size, "the given vocab size"), (recorded, "metadata['tokenizer']['vocab_size']")]
     for limit, source in limits:
         if limit is None:
             continue
-        bad_id = _first_bad(rec.tokens, lambda t, limit=limit: not 0 <= t < limit)
+        bad_id = _first_bad(rec.tokens, (tokens < 0) | (tokens >= limit))
         if bad_id:
             errors.append(f"{label}: tokens[{bad_id[0]}] is {bad_id[1]}, outside [0, {limit}) set by {source} "
                           f"({bad_id[2]} id(s) out of range)")
     if vocab_size is None and recorded is None:
-        bad_id = _first_bad(rec.tokens, lambda t: t < 0)
+        bad_id = _first_bad(rec.tokens, tokens < 0)
         if bad_id:
             errors.append(f"{label}: tokens[{bad_id[0]}] is {bad_id[1]}; token ids must be >= 0")
     if not (math.isfinite(rec.reward_score) and 0.0 <= rec.reward_score <= 1.0):

@@ -106,3 +106,27 @@ def test_unreadable_parquet_is_a_clear_error(tmp_path: Path) -> None:
     pq.write_table(pa.table({"instance_id": ["x"]}), tmp_path / "other.parquet")
     with pytest.raises(CacheFormatError, match=r"lacks column\(s\) \['dataset'"):
         read_parquet(tmp_path / "other.parquet")
+
+
+def test_tensor_cache_from_another_tool_round_trips_through_parquet(tmp_path: Path) -> None:
+    import json
+
+    import torch
+
+    records = make_synthetic_records(2, 2, vocab=500, lengths=(30, 90), seed=8)
+    folder = tmp_path / "tensors"
+    entries = []
+    for instance_id in dict.fromkeys(r.instance_id for r in records):
+        samples = [r.to_dict() | {"tokens": torch.tensor(r.tokens, dtype=torch.int32),
+                                  "loss_mask": torch.tensor(r.loss_mask, dtype=torch.uint8),
+                                  "rollout_log_probs": torch.tensor(r.rollout_log_probs, dtype=torch.float32)}
+                   for r in records if r.instance_id == instance_id]
+        (folder / "ds").mkdir(parents=True, exist_ok=True)
+        torch.save(samples, folder / "ds" / f"{instance_id}.pt")
+        entries.append({"dataset": records[0].dataset, "instance_id": instance_id, "path": f"ds/{instance_id}.pt"})
+    (folder / "manifest.json").write_text(json.dumps(entries))
+    convert_cache(folder, tmp_path / "t.parquet")
+    assert pq.read_schema(tmp_path / "t.parquet").field("rollout_log_probs").type == pa.list_(pa.float32())
+    for got, want in zip(read_parquet(tmp_path / "t.parquet"), records, strict=True):
+        assert got.tokens == want.tokens and got.loss_mask == want.loss_mask
+        assert got.rollout_log_probs == np.float32(want.rollout_log_probs).astype(np.float64).tolist()
