@@ -1,8 +1,11 @@
 """Runs pytest under a stdlib ``pdb.Pdb`` subclass; started inside the sandbox as a script.
 
 Standalone on purpose (stdlib only, no pdbgym import): it runs under the sandbox's interpreter, which
-need not have pdbgym installed. Run with ``python -P launcher.py PYTEST_ARGS...``; the first line of
-stdin is a JSON handshake ``{"nonce": str, "breakpoints": [...]}``.
+need not have pdbgym installed. Run with ``python -P launcher.py [--spare] PYTEST_ARGS...``; the first
+line of stdin is a JSON handshake ``{"nonce": str, "breakpoints": [...]}``. With ``--spare`` it imports
+pytest before reading the handshake, so a session can start it ahead of a restart; if that import
+pulled in modules from the project folder (which the agent may have edited since), it answers the
+handshake with a ``stale`` record instead of running.
 
 Protocol on stdout: program and pdb output as-is, plus records ``\\x1e<nonce> <json>\\x1f``. The pdb
 prompt *is* such a record (``{"kind": "prompt", "breakpoints": [...]}``), so no program output can
@@ -64,7 +67,7 @@ def breakpoint_table():
 class SessionPdb(pdb.Pdb):
     """Stdlib pdb whose prompt is a nonce-tagged record carrying the breakpoint table."""
 
-    def __init__(self, nonce):
+    def __init__(self, nonce=""):
         super().__init__(nosigint=True, readrc=False)
         self.use_rawinput = False  # readline would echo commands and cap line length
         self.nonce = nonce
@@ -142,24 +145,48 @@ def apply_breakpoints(debugger, breakpoints):
 
 
 def pytest_main_code():
+    """pytest's ``__main__`` as a code object, found without importing pytest (that is slow)."""
     import importlib.util
 
-    spec = importlib.util.find_spec("pytest.__main__")
-    if spec is None or spec.loader is None:
+    spec = importlib.util.find_spec("pytest")
+    locations = spec.submodule_search_locations if spec is not None else None
+    if not locations:
         raise SystemExit("pdbgym launcher: pytest is not importable by " + sys.executable)
-    return spec.origin, spec.loader.get_code("pytest.__main__")
+    path = os.path.join(locations[0], "__main__.py")
+    with open(path, encoding="utf-8") as source:
+        return path, compile(source.read(), path, "exec")
+
+
+def loaded_from(folder):
+    """Names of imported modules whose file lies under ``folder``."""
+    prefix = os.path.join(os.path.realpath(folder), "")
+    return [name for name, module in list(sys.modules.items())
+            if os.path.realpath(getattr(module, "__file__", None) or "/").startswith(prefix)]
 
 
 def main():
-    handshake = json.loads(sys.stdin.readline())
-    nonce = handshake["nonce"]
+    # A spare is started ahead of a restart: it pays for the slow imports, then waits on stdin.
+    spare = sys.argv[1:2] == ["--spare"]
+    pytest_args = sys.argv[2:] if spare else sys.argv[1:]
     sys.path.insert(0, os.getcwd())  # what `python -m pytest` puts first
-    sys.argv = ["pytest", *sys.argv[1:]]
+    origin, code = pytest_main_code()
+    if spare:
+        try:
+            import pytest  # noqa: F401
+        except BaseException:
+            pass  # the run itself will report it, as a cold start would
     global DEBUGGER
-    debugger = DEBUGGER = SessionPdb(nonce)
+    debugger = DEBUGGER = SessionPdb()  # before the handshake: its set-up (readline) is not free
+    handshake = json.loads(sys.stdin.readline())
+    nonce = debugger.nonce = handshake["nonce"]
+    stale = loaded_from(os.getcwd()) if spare else []
+    if stale:
+        # Project modules imported before the handshake may predate the agent's edits: refuse.
+        emit(nonce, {"kind": "stale", "modules": stale[:20]})
+        os._exit(0)
+    sys.argv = ["pytest", *pytest_args]
     apply_breakpoints(debugger, handshake.get("breakpoints", []))
     signal.signal(signal.SIGINT, debugger.on_sigint)
-    origin, code = pytest_main_code()
     program_globals = {"__name__": "__main__", "__file__": origin, "__builtins__": __builtins__}
     ended = {"kind": "ended", "reason": "finished", "status": 0}
     try:

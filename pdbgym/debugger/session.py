@@ -68,6 +68,7 @@ class PdbSession:
         python: str = sys.executable,
         limits: Limits = Limits(wall_time_s=3600),
         command_timeout_s: float = 10.0,
+        keep_spare: bool = True,
     ) -> None:
         self.sandbox = sandbox
         self.workspace = Path(workspace).resolve()
@@ -75,6 +76,7 @@ class PdbSession:
         self.python = python
         self.limits = limits
         self.command_timeout_s = command_timeout_s
+        self.keep_spare = keep_spare  # a pre-started process makes restarts take milliseconds
         test_file = test_node.split("::", 1)[0]
         if not (self.workspace / test_file).is_file():
             raise DebuggerError(
@@ -83,6 +85,7 @@ class PdbSession:
             )
         self.last_start_output = ""
         self._process: PtyProcess | None = None
+        self._spare: PtyProcess | None = None
         self._scanner: RecordScanner | None = None
         self._inner_pid: int | None = None
         self._started_at = 0.0
@@ -148,14 +151,19 @@ class PdbSession:
         """
         kept = self.breakpoints
         dropped_or_moved = self._changes()
-        self._terminate()
+        retiring = self._process
+        if retiring is not None:
+            retiring.kill()
         self._edits.clear()
-        self.last_start_output = self._spawn(kept)
+        self.last_start_output = self._spawn(kept, retiring)
         return _restart_note(kept, dropped_or_moved)
 
     def close(self) -> None:
-        """Kill the debugger's whole process tree and reap it. Safe to call twice."""
+        """Kill the debugger's whole process tree (and the spare's) and reap them. Safe to call twice."""
         self._terminate()
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
 
     def __enter__(self) -> PdbSession:
         return self
@@ -167,19 +175,27 @@ class PdbSession:
 
     # ----- process lifecycle ------------------------------------------------------------------
 
-    def _spawn(self, breakpoints: list[Breakpoint]) -> str:
-        nonce = secrets.token_hex(12)
-        argv = [self.python, "-P", str(LAUNCHER), *PYTEST_FLAGS, self.test_node]
+    def _launch(self, spare: bool) -> PtyProcess:
+        """Start a launcher process; it waits for the handshake (a spare imports pytest first)."""
+        argv = [self.python, "-P", str(LAUNCHER), *(["--spare"] if spare else []), *PYTEST_FLAGS, self.test_node]
         # breakpoint() in the project stops in this session's debugger, not a nested one.
         env = sandbox_env(self.workspace, {"PYTHONBREAKPOINT": "__main__.breakpoint_hook"})
-        self._process = self.sandbox.spawn_pty(argv, self.workspace, self.limits, env)
-        self._scanner = RecordScanner(nonce, self.limits.output_limit_bytes)
-        self._inner_pid = None
-        self._live = {}
-        self._started_at = time.monotonic()
-        handshake = {"nonce": nonce, "breakpoints": [self._launcher_spec(bp) for bp in breakpoints]}
-        self._process.write((json.dumps(handshake) + "\n").encode())
-        outcome = self._await(max(STARTUP_TIMEOUT_S, self.command_timeout_s))
+        return self.sandbox.spawn_pty(argv, self.workspace, self.limits, env)
+
+    def _spawn(self, breakpoints: list[Breakpoint], retiring: PtyProcess | None = None) -> str:
+        """Hand the breakpoints to the spare (or a cold process) and return its first prompt's output.
+
+        ``retiring`` (the previous process, already killed) is reaped while the new one starts up.
+        """
+        process, self._spare = self._spare, None
+        if process is None or not process.alive:
+            if process is not None:
+                process.close()
+            process = self._launch(spare=False)
+        outcome = self._handshake(process, breakpoints, retiring)
+        if outcome.record is not None and outcome.record.get("kind") == "stale":
+            self._terminate()  # the spare imported project modules; a cold start imports them afresh
+            outcome = self._handshake(self._launch(spare=False), breakpoints)
         if outcome.record is None or outcome.record.get("kind") != "prompt":
             self._terminate()
             raise DebuggerError(
@@ -188,6 +204,24 @@ class PdbSession:
             )
         self._update_breakpoints(outcome.record)
         return outcome.output
+
+    def _handshake(
+        self, process: PtyProcess, breakpoints: list[Breakpoint], retiring: PtyProcess | None = None
+    ) -> _Outcome:
+        """Send the handshake, then do the slow chores while the launcher gets to its first prompt."""
+        nonce = secrets.token_hex(12)
+        self._process = process
+        self._scanner = RecordScanner(nonce, self.limits.output_limit_bytes)
+        self._inner_pid = None
+        self._live = {}
+        self._started_at = time.monotonic()
+        handshake = {"nonce": nonce, "breakpoints": [self._launcher_spec(bp) for bp in breakpoints]}
+        process.write((json.dumps(handshake) + "\n").encode())
+        if retiring is not None:
+            retiring.close()
+        if self.keep_spare and self._spare is None:
+            self._spare = self._launch(spare=True)
+        return self._await(max(STARTUP_TIMEOUT_S, self.command_timeout_s))
 
     def _terminate(self) -> None:
         if self._process is not None:

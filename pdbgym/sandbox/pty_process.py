@@ -83,6 +83,14 @@ class PtyProcess:
             return False
         return True
 
+    def kill(self) -> None:
+        """SIGKILL the child's process group now; ``close`` reaps and cleans up later."""
+        if not self._closed:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def close(self) -> int | None:
         """Kill the whole tree, reap the child, close the terminal. Safe to call twice."""
         if self._closed:

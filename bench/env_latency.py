@@ -1,0 +1,214 @@
+"""Environment latency: reset, an instant pdb round trip, and restart, against the common way.
+
+pdbgym's session reads the pty with select and stops at a nonce-tagged prompt record. The baseline,
+measured in the same run and the same sandbox, is pdb driven the common way (as debug-gym does):
+``python -m pdb -m pytest -s NODE`` on a raw pty, a loop of 0.1 s sleeps and reads until "(Pdb)"
+appears. Figures are p50 and p95 in milliseconds.
+
+    python bench/env_latency.py                      # a tiny generated project
+    python bench/env_latency.py --task path/to/task  # a task folder (task.json + repo/)
+    python bench/env_latency.py --json
+
+The measurement functions are importable (``measure_reset``, ``measure_round_trip``,
+``measure_restart``, ``measure_baseline``) so other benchmarks can reuse them.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pdbgym.debugger import PdbSession
+from pdbgym.sandbox import Limits, Sandbox, Workspace, get_sandbox, sandbox_env
+
+BASELINE_POLL_S = 0.1
+TINY_MODULE = "def mean(values):\n    total = sum(values)\n    return total / (len(values) + 1)\n"
+TINY_TEST = "from stats import mean\n\n\ndef test_mean():\n    assert mean([1, 2, 3]) == 2\n"
+
+
+@dataclass
+class Figure:
+    """Latency of one operation over ``samples`` repetitions, in milliseconds."""
+
+    name: str
+    samples: int
+    p50_ms: float
+    p95_ms: float
+
+
+def summarize(name: str, seconds: list[float]) -> Figure:
+    """p50/p95 (nearest-rank) of durations given in seconds, reported in milliseconds."""
+    ordered = sorted(seconds)
+    p95_index = max(0, min(len(ordered) - 1, round(0.95 * len(ordered)) - 1))
+    return Figure(name, len(ordered), statistics.median(ordered) * 1000, ordered[p95_index] * 1000)
+
+
+def make_tiny_project(parent: Path) -> tuple[Path, str]:
+    """A one-module project with one failing test; returns (repo folder, test node)."""
+    repo = parent / "tiny_repo"
+    (repo / "tests").mkdir(parents=True, exist_ok=True)
+    (repo / "stats.py").write_text(TINY_MODULE)
+    (repo / "tests" / "test_stats.py").write_text(TINY_TEST)
+    return repo, "tests/test_stats.py::test_mean"
+
+
+def resolve_target(task: Path | None, scratch: Path) -> tuple[Path, str]:
+    """(repo, failing test node) from a task folder, or a generated tiny project."""
+    if task is None:
+        return make_tiny_project(scratch)
+    from pdbgym.tasks.model import load_task
+
+    loaded = load_task(task)
+    return loaded.repo, loaded.FAIL_TO_PASS[0]
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def measure_reset(sandbox: Sandbox, repo: Path, node: str, reps: int) -> list[float]:
+    """Seconds from nothing to the first prompt: Workspace.create + PdbSession.start."""
+    durations = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        workspace = Workspace.create(repo)
+        session = PdbSession(sandbox, workspace.path, node)
+        session.start()
+        durations.append(time.perf_counter() - started)
+        session.close()
+        workspace.cleanup()
+    return durations
+
+
+def measure_round_trip(session: PdbSession, reps: int) -> list[float]:
+    """Seconds per instant command (``p i+1``). Every answer is checked against its own command, so
+    a session whose replies lag one behind, or a broken one, cannot look fast."""
+    durations = []
+    for index in range(reps):
+        started = time.perf_counter()
+        reply = session.send(f"p {index}+1")
+        durations.append(time.perf_counter() - started)
+        if reply.output.strip() != str(index + 1):
+            raise RuntimeError(f"unexpected answer to 'p {index}+1': {reply.output!r}")
+    return durations
+
+
+def measure_restart(session: PdbSession, reps: int, idle_before_s: float = 0.0) -> list[float]:
+    """Seconds per restart (kill, fresh process, breakpoints re-applied, first prompt).
+
+    ``idle_before_s`` is the pause before each restart, standing in for the agent's thinking time,
+    during which the session's spare process finishes its imports. 0 measures back-to-back restarts.
+    """
+    session.send("b 2")  # something to re-apply
+    durations = []
+    for _ in range(reps):
+        if idle_before_s:
+            time.sleep(idle_before_s)
+        durations.append(timed(session.restart))
+    return durations
+
+
+def _baseline_read_until_prompt(process, deadline_s: float = 60.0) -> str:
+    buffer = b""
+    deadline = time.monotonic() + deadline_s
+    while b"(Pdb)" not in buffer:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"baseline pdb gave no prompt; output so far: {buffer[-500:]!r}")
+        time.sleep(BASELINE_POLL_S)
+        while chunk := process.read(0):
+            buffer += chunk
+    return buffer.decode(errors="replace")
+
+
+def measure_baseline(sandbox: Sandbox, workspace: Path, node: str, reps: int) -> tuple[list[float], list[float]]:
+    """(first-prompt seconds, round-trip seconds) of pdb driven with sleep-and-read polling."""
+    argv = [sys.executable, "-m", "pdb", "-m", "pytest", "-s", "-p", "no:cacheprovider", node]
+    env = sandbox_env(workspace)
+    starts, trips = [], []
+    for _ in range(max(3, reps // 20)):
+        started = time.perf_counter()
+        process = sandbox.spawn_pty(argv, workspace, Limits(wall_time_s=3600), env)
+        _baseline_read_until_prompt(process)
+        starts.append(time.perf_counter() - started)
+        process.close()
+    process = sandbox.spawn_pty(argv, workspace, Limits(wall_time_s=3600), env)
+    try:
+        _baseline_read_until_prompt(process)
+        for index in range(reps):
+            started = time.perf_counter()
+            process.write(f"p {index}+1\n".encode())
+            answer = _baseline_read_until_prompt(process)
+            trips.append(time.perf_counter() - started)
+            if str(index + 1) not in answer:
+                raise RuntimeError(f"unexpected baseline answer: {answer!r}")
+    finally:
+        process.close()
+    return starts, trips
+
+
+def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto") -> dict[str, object]:
+    """All figures and ratios as a dict (what ``--json`` prints)."""
+    sandbox = get_sandbox(kind)
+    with tempfile.TemporaryDirectory(prefix="pdbgym-bench-") as scratch:
+        repo, node = resolve_target(task, Path(scratch))
+        resets = measure_reset(sandbox, repo, node, max(5, reps // 10))
+        with Workspace.create(repo) as workspace, PdbSession(sandbox, workspace.path, node) as session:
+            session.start()
+            trips = measure_round_trip(session, reps)
+            restarts_idle = measure_restart(session, max(5, reps // 20), idle_before_s=1.5)
+            restarts = measure_restart(session, max(5, reps // 20))
+            baseline_starts, baseline_trips = measure_baseline(sandbox, workspace.path, node, max(20, reps // 4))
+    figures = {
+        "reset": summarize("reset (Workspace.create + start to first prompt)", resets),
+        "round_trip": summarize("instant round trip (p i+1)", trips),
+        "restart_after_idle": summarize("restart after 1.5 s idle (spare ready)", restarts_idle),
+        "restart_back_to_back": summarize("restart back to back (spare still loading)", restarts),
+        "baseline_first_prompt": summarize("baseline: first prompt, 0.1 s sleep polling", baseline_starts),
+        "baseline_round_trip": summarize("baseline: p i+1, 0.1 s sleep polling", baseline_trips),
+    }
+    ratios = {
+        "round_trip_speedup_p50": figures["baseline_round_trip"].p50_ms / figures["round_trip"].p50_ms,
+        "first_prompt_speedup_p50": figures["baseline_first_prompt"].p50_ms / figures["reset"].p50_ms,
+    }
+    return {"sandbox": sandbox.name, "task": str(task) if task else "tiny generated project",
+            "figures": {key: asdict(value) for key, value in figures.items()}, "ratios": ratios}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", type=Path, default=None, help="a task folder (task.json + repo/)")
+    parser.add_argument("--reps", type=int, default=200, help="round trips to time (others scale)")
+    parser.add_argument("--sandbox", default="auto", help="auto, bwrap or plain")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    args = parser.parse_args(argv)
+    result = run_benchmark(args.task, args.reps, args.sandbox)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Environment latency ({result['sandbox']} sandbox, {result['task']})")
+    for column in ("operation", "n", "p50 ms", "p95 ms"):
+        table.add_column(column, justify="left" if column == "operation" else "right")
+    for figure in result["figures"].values():  # type: ignore[union-attr]
+        table.add_row(figure["name"], str(figure["samples"]), f"{figure['p50_ms']:.2f}", f"{figure['p95_ms']:.2f}")
+    console = Console()
+    console.print(table)
+    ratios = result["ratios"]
+    console.print(f"round trip: {ratios['round_trip_speedup_p50']:.0f}x faster than the sleep-polling baseline (p50)")  # type: ignore[index]
+    console.print(f"first prompt: {ratios['first_prompt_speedup_p50']:.2f}x the baseline's speed (p50; ours includes Workspace.create)")  # type: ignore[index]
+
+
+if __name__ == "__main__":
+    main()
