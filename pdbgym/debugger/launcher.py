@@ -134,6 +134,15 @@ def breakpoint_hook(*args, **kwargs):
     DEBUGGER.set_trace(sys._getframe(1))
 
 
+class SharedDebugger:
+    """``--pdbcls=__main__:SharedDebugger``: pytest's patched ``pdb.set_trace`` builds an instance of
+    a subclass of this and calls ``set_trace`` on it; handing back the session's debugger makes
+    ``import pdb; pdb.set_trace()`` in the project stop here too."""
+
+    def __new__(cls, *args, **kwargs):
+        return DEBUGGER
+
+
 def apply_breakpoints(debugger, breakpoints):
     for spec in breakpoints:
         error = debugger.set_break(spec["file"], spec["line"], spec.get("temporary", False),

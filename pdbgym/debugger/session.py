@@ -26,8 +26,10 @@ from pdbgym.sandbox import Limits, PtyProcess, Sandbox, sandbox_env
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # -s: pdb needs the real terminal; -x: stop at the failure; the -p guards keep plugins that would
-# fight the session (pdb++, pytest-timeout's alarms, the cache writing into the workspace) out.
-PYTEST_FLAGS = ("-s", "-x", "--color=no", "-p", "no:cacheprovider", "-p", "no:pdbpp", "-p", "no:timeout")
+# fight the session (pdb++, pytest-timeout's alarms, the cache writing into the workspace) out;
+# --pdbcls routes pytest's pdb.set_trace to the session's own debugger (see launcher.SharedDebugger).
+PYTEST_FLAGS = ("-s", "-x", "--color=no", "-p", "no:cacheprovider", "-p", "no:pdbpp", "-p", "no:timeout",
+                "--pdbcls=__main__:SharedDebugger")
 RESTART_COMMANDS = frozenset({"q", "quit", "exit", "EOF", "run", "restart"})
 INTERRUPT_GRACE_S = 2.0
 STARTUP_TIMEOUT_S = 60.0

@@ -54,6 +54,9 @@ def test_forge():
 def test_hook():
     value = 41
     breakpoint()
+    import pdb
+    pdb.set_trace()
+    value += 1
     assert value == 42
 """
 
@@ -189,6 +192,10 @@ def test_breakpoint_call_in_code_stops_in_this_session(sandbox, workspace):
         reply = session.send("c")
         assert "test_hook()" in reply.output and not reply.program_ended
         assert session.send("p value").output == "41\n"
+        reply = session.send("c")  # now pdb.set_trace(), which pytest patches, stops here as well
+        assert "value += 1" in reply.output and not reply.program_ended
+        assert session.send("n").output.count("assert value == 42") == 1
+        assert session.send("p value").output == "42\n"
 
 
 def test_refused_commands_and_bad_input(sandbox, workspace):
