@@ -4,21 +4,23 @@ The trajectory is the prompt: every assistant turn and every observation is appe
 rewritten. Each turn is parsed into one tool call and executed; a malformed call is answered with an
 error observation, and ``max_malformed`` malformed calls in a row end the episode as ``other``.
 Other ends: the env's turn budget (``budget``), ``submit`` (``solved`` / ``finish_unresolved`` by
-grading), the context budget in tokens (``ctx_overflow``), and any backend failure (``other``).
+grading), the context budget in tokens (``ctx_overflow``), and any turn-source failure (``other``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pdbgym.agent.backends.base import GenerationRequest, SamplingParams, tokenizer_info
+from pdbgym.agent.backends.base import Generation, GenerationRequest, SamplingParams, tokenizer_info
 from pdbgym.agent.prompts import system_prompt
 from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
 from pdbgym.agent.trajectory import ChatTemplate, TokenTrajectory, check_decodes_to
 from pdbgym.agent.turns import TurnSource
+from pdbgym.env.tools import tool_specs
 from pdbgym.rollouts.record import RolloutRecord
 
 
@@ -32,7 +34,7 @@ class AgentConfig:
     max_malformed: int = 3
     dataset: str = "pdbgym"
     sample_idx: int = 0
-    check_trajectory: bool = True
+    check_trajectory: bool = True  # decode the ids and compare with the transcript at the end
 
 
 @dataclass
@@ -46,80 +48,107 @@ class EpisodeOutcome:
     wall_seconds: float
 
 
-async def run_episode(task: Any, turns: TurnSource, env: Any, config: AgentConfig) -> EpisodeOutcome:
-    """Play one episode of ``task`` in ``env`` (a fresh ``DebugEnv``; closed here) with ``turns``."""
-    started = time.perf_counter()
-    model_seconds = env_seconds = 0.0
-    native = config.tool_format != "text"
-    from pdbgym.env.tools import tool_specs
+class Conversation:
+    """The chat messages and the token trajectory of one episode, grown together."""
 
-    template = ChatTemplate(turns.tokenizer, "tool" if native else "user", tool_specs() if native else None)
+    def __init__(self, turns: TurnSource, tool_format: str, first_observation: str):
+        native = tool_format != "text"
+        self.tokenizer = turns.tokenizer
+        self.template = ChatTemplate(turns.tokenizer, "tool" if native else "user", tool_specs() if native else None)
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system_prompt(tool_format, tool_specs())},
+            {"role": "user", "content": first_observation},
+        ]
+        prompt = self.template.render(self.messages, add_generation_prompt=True)
+        self.trajectory = TokenTrajectory(prompt, self.template.encode(prompt))
+        self._stop_text: str | None = None
+
+    def request(self, params: SamplingParams) -> GenerationRequest:
+        return GenerationRequest(self.trajectory.all_ids(), self.messages, self.template.tools, params)
+
+    def add_turn(self, turn: Generation) -> str:
+        """Append a sampled turn; return its text without the end-of-turn token (what gets parsed)."""
+        self.trajectory.add_generated(turn.token_ids, turn.logprobs, turn.text)
+        closed = turn.finish_reason == "stop" and turn.token_ids
+        self._stop_text = self.tokenizer.decode(turn.token_ids[-1:], skip_special_tokens=False) if closed else None
+        content = turn.text[: len(turn.text) - len(self._stop_text)] if self._stop_text else turn.text
+        self.messages.append({"role": "assistant", "content": content})
+        return content
+
+    def add_observation(self, observation: str) -> None:
+        delta = self.template.observation_delta(observation, self._stop_text)
+        self.trajectory.add_template(self.template.encode(delta), delta)
+        self.messages.append({"role": self.template.observation_role, "content": observation})
+
+
+class _Clock:
+    """Seconds spent in the environment (blocking calls run in a thread so model I/O can overlap)."""
+
+    def __init__(self) -> None:
+        self.env_seconds = 0.0
+        self.model_seconds = 0.0
+
+    async def env(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        finally:
+            self.env_seconds += time.perf_counter() - started
+
+
+async def run_episode(task: Any, turns: TurnSource, env: Any, config: AgentConfig) -> EpisodeOutcome:
+    """Play one episode of ``task`` in ``env`` (a fresh ``DebugEnv``, closed here) with ``turns``."""
+    started, clock = time.perf_counter(), _Clock()
     try:
-        observation = await asyncio.to_thread(env.reset)
-        env_seconds += time.perf_counter() - started
+        observation = await clock.env(env.reset)
         turns.reset(task, observation)
-        messages = [{"role": "system", "content": system_prompt(config.tool_format, tool_specs())},
-                    {"role": "user", "content": observation}]
-        prompt_text = template.render(messages, add_generation_prompt=True)
-        trajectory = TokenTrajectory(prompt_text, template.encode(prompt_text))
-        malformed_in_a_row, end_detail = 0, None
-        while True:
-            room = config.max_context_tokens - len(trajectory)
-            if room <= 0:
-                end_detail = ("ctx_overflow", f"trajectory reached {len(trajectory)} tokens")
-                break
-            params = SamplingParams(config.sampling.temperature, config.sampling.top_p,
-                                    min(config.sampling.max_new_tokens, room), config.sampling.seed)
-            request = GenerationRequest(trajectory.all_ids(), messages, template.tools, params)
-            try:
-                turn = await turns.next_turn(request, observation)
-            except Exception as exc:  # a failing backend ends only this episode
-                end_detail = ("other", f"turn source failed: {type(exc).__name__}: {exc}")
-                break
-            model_seconds += turn.model_seconds
-            trajectory.add_generated(turn.token_ids, turn.logprobs, turn.text)
-            stop_text = _stop_text(turns, turn.token_ids) if turn.finish_reason == "stop" else None
-            content = turn.text[: len(turn.text) - len(stop_text)] if stop_text else turn.text
-            messages.append({"role": "assistant", "content": content})
-            try:
-                action = parse_tool_call(content, config.tool_format)
-                malformed_in_a_row = 0
-            except ToolCallError as exc:
-                malformed_in_a_row += 1
-                if malformed_in_a_row >= config.max_malformed:
-                    end_detail = ("other", f"{malformed_in_a_row} malformed tool calls in a row")
-                    break
-                observation = f"Error: {exc}"
-            else:
-                step_started = time.perf_counter()
-                step = await asyncio.to_thread(env.step, action)
-                env_seconds += time.perf_counter() - step_started
-                if step.done:
-                    break
-                observation = step.observation
-            delta = template.observation_delta(observation, stop_text)
-            trajectory.add_template(template.encode(delta), delta)
-            messages.append({"role": template.observation_role, "content": observation})
-        if end_detail is not None:
-            end_started = time.perf_counter()
-            await asyncio.to_thread(env.terminate, end_detail[0], detail=end_detail[1])
-            env_seconds += time.perf_counter() - end_started
-        result = env.result
-        env_transcript = env.transcript
+        conversation = Conversation(turns, config.tool_format, observation)
+        ending = await _play(conversation, turns, env, config, clock, observation)
+        if ending is not None:
+            await clock.env(env.terminate, ending[0], detail=ending[1])
+        result, env_transcript = env.result, env.transcript
     finally:
         await asyncio.to_thread(env.close)
+    trajectory = conversation.trajectory
     if config.check_trajectory:
         check_decodes_to(turns.tokenizer, trajectory.all_ids(), trajectory.expected_text(), task.instance_id)
-    record = _record(task, turns, config, trajectory, result)
     transcript = {"instance_id": task.instance_id, "sample_idx": config.sample_idx, "policy": turns.name,
                   "tool_format": config.tool_format, "termination_reason": result.termination_reason,
                   "final_test_passed": result.final_test_passed, "actions_used": result.actions_used,
-                  "messages": messages, "env": env_transcript}
-    return EpisodeOutcome(record, transcript, model_seconds, env_seconds, time.perf_counter() - started)
+                  "messages": conversation.messages, "env": env_transcript}
+    return EpisodeOutcome(_record(task, turns, config, trajectory, result), transcript, clock.model_seconds,
+                          clock.env_seconds, time.perf_counter() - started)
 
 
-def _stop_text(turns: TurnSource, token_ids: list[int]) -> str:
-    return turns.tokenizer.decode(token_ids[-1:], skip_special_tokens=False) if token_ids else ""
+async def _play(conversation: Conversation, turns: TurnSource, env: Any, config: AgentConfig, clock: _Clock,
+                observation: str) -> tuple[str, str] | None:
+    """Turns until the env says done (returns None) or the agent ends it (returns (reason, detail))."""
+    malformed_in_a_row = 0
+    while True:
+        room = config.max_context_tokens - len(conversation.trajectory)
+        if room <= 0:
+            return "ctx_overflow", f"trajectory reached {len(conversation.trajectory)} tokens"
+        params = replace(config.sampling, max_new_tokens=min(config.sampling.max_new_tokens, room))
+        try:
+            turn = await turns.next_turn(conversation.request(params), observation)
+        except Exception as exc:  # a failing backend or a model emitting garbage ends only this episode
+            return "other", f"turn source failed: {type(exc).__name__}: {exc}"
+        clock.model_seconds += turn.model_seconds
+        content = conversation.add_turn(turn)
+        try:
+            action = parse_tool_call(content, config.tool_format)
+        except ToolCallError as exc:
+            malformed_in_a_row += 1
+            if malformed_in_a_row >= config.max_malformed:
+                return "other", f"{malformed_in_a_row} malformed tool calls in a row"
+            observation = f"Error: {exc}"
+        else:
+            malformed_in_a_row = 0
+            step = await clock.env(env.step, action)
+            if step.done:
+                return None
+            observation = step.observation
+        conversation.add_observation(observation)
 
 
 def _record(task: Any, turns: TurnSource, config: AgentConfig, trajectory: TokenTrajectory,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from pdbgym.agent.backends.base import LOGPROB_MODES
+
 
 def tempered_logprobs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``log_softmax(z / T)`` in fp32, shape ``[V]``. ``temperature == 0`` means greedy: T=1 values."""
@@ -42,9 +44,6 @@ def sampling_logprobs(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
     return kept - torch.logsumexp(kept, dim=-1)
 
 
-LOGPROB_MODES = ("raw", "tempered", "processed")
-
-
 def draw_token(
     logits: torch.Tensor,
     temperature: float,
@@ -71,11 +70,3 @@ def draw_token(
     if logprob_mode == "raw":
         return token, float(tempered_logprobs(logits, 1.0)[token])
     return token, float(nucleus[token] if logprob_mode == "processed" else tempered[token])
-
-
-def semantics_fields(logprob_mode: str, temperature: float, top_p: float) -> dict[str, float | bool]:
-    """``LogprobSemantics`` fields (temperature, top_p, top_p_renormalized) for a mode and sampling."""
-    if logprob_mode == "raw" or temperature <= 0:
-        return {"temperature": 1.0, "top_p": 1.0, "top_p_renormalized": False}
-    return {"temperature": temperature, "top_p": top_p,
-            "top_p_renormalized": logprob_mode == "processed" and top_p < 1.0}

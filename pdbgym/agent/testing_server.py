@@ -24,8 +24,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pdbgym.agent.backends.base import SamplingParams
-from pdbgym.agent.backends.hf import sample_turn, stop_token_ids
+from pdbgym.agent.backends.base import SamplingParams, stop_token_ids
+from pdbgym.agent.backends.hf import sample_turn
 
 
 class ModelServer:

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from pdbgym.agent.sampling import draw_token, nucleus_mask, semantics_fields, tempered_logprobs
+from pdbgym.agent.backends.base import semantics_fields
+from pdbgym.agent.sampling import draw_token, nucleus_mask, tempered_logprobs
 
 
 def test_nucleus_keeps_smallest_set_reaching_top_p():

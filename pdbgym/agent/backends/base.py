@@ -15,6 +15,8 @@ from typing import Any, Protocol
 from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import LogprobSemantics
 
+LOGPROB_MODES = ("raw", "tempered", "processed")  # see pdbgym.agent.sampling.draw_token
+
 
 class BackendError(PdbgymError):
     """A backend cannot be built or reached, or does not offer what the run needs."""
@@ -80,3 +82,23 @@ def tokenizer_info(tokenizer: Any) -> dict[str, Any]:
     source = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
     return {"name": Path(source).name,
             "vocab_size": int(len(tokenizer))}
+
+
+def semantics_fields(logprob_mode: str, temperature: float, top_p: float) -> dict[str, float | bool]:
+    """``LogprobSemantics`` fields (temperature, top_p, top_p_renormalized) for a mode and sampling."""
+    if logprob_mode == "raw" or temperature <= 0:
+        return {"temperature": 1.0, "top_p": 1.0, "top_p_renormalized": False}
+    return {"temperature": temperature, "top_p": top_p,
+            "top_p_renormalized": logprob_mode == "processed" and top_p < 1.0}
+
+
+def stop_token_ids(tokenizer: Any, model: Any | None = None) -> set[int]:
+    """Ids that end an assistant turn: the tokenizer's eos, the generation config's eos list, and
+    ChatML's ``<|im_end|>`` when the vocabulary has it (some configs name only ``<|endoftext|>``)."""
+    stops = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    stops.update([config_eos] if isinstance(config_eos, int) else (config_eos or []))
+    im_end = tokenizer.get_vocab().get("<|im_end|>")
+    if im_end is not None:
+        stops.add(im_end)
+    return stops

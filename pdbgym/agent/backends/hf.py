@@ -14,8 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pdbgym.agent.backends.base import BackendError, Generation, GenerationRequest, SamplingParams
-from pdbgym.agent.sampling import draw_token, semantics_fields
+from pdbgym.agent.backends.base import (
+    BackendError,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+    semantics_fields,
+    stop_token_ids,
+)
 from pdbgym.rollouts.record import LogprobSemantics
 
 _LOADED: dict[tuple[str, str], tuple[Any, Any]] = {}
@@ -43,18 +49,6 @@ def load_model_and_tokenizer(path: str | Path, device: str = "cpu") -> tuple[Any
     return _LOADED[key]
 
 
-def stop_token_ids(tokenizer: Any, model: Any | None = None) -> set[int]:
-    """Ids that end an assistant turn: the tokenizer's eos, the generation config's eos list, and
-    ChatML's ``<|im_end|>`` when the vocabulary has it (some configs name only ``<|endoftext|>``)."""
-    stops = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    stops.update([config_eos] if isinstance(config_eos, int) else (config_eos or []))
-    im_end = tokenizer.get_vocab().get("<|im_end|>")
-    if im_end is not None:
-        stops.add(im_end)
-    return stops
-
-
 def sample_turn(model: Any, prompt_ids: list[int], params: SamplingParams, stops: set[int],
                 logprob_mode: str = "tempered") -> tuple[list[int], list[float], str]:
     """Sample up to ``params.max_new_tokens`` ids after ``prompt_ids``; stop after a stop id.
@@ -62,6 +56,8 @@ def sample_turn(model: Any, prompt_ids: list[int], params: SamplingParams, stops
     Returns ``(ids, logprobs, finish_reason)``; ``logprobs[i]`` is the reported log-prob of ``ids[i]``.
     """
     import torch
+
+    from pdbgym.agent.sampling import draw_token
 
     device = next(model.parameters()).device
     generator = torch.Generator(device="cpu")

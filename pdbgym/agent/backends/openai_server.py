@@ -14,10 +14,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pdbgym.agent.backends.base import BackendError, Generation, GenerationRequest, SamplingParams
-from pdbgym.agent.backends.hf import stop_token_ids
+from pdbgym.agent.backends.base import (
+    LOGPROB_MODES,
+    BackendError,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+    semantics_fields,
+    stop_token_ids,
+)
 from pdbgym.agent.backends.http import AsyncJsonClient, request_json
-from pdbgym.agent.sampling import LOGPROB_MODES, semantics_fields
 from pdbgym.rollouts.record import LogprobSemantics
 
 

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdbgym.agent.backends.base import BackendError, Generation, GenerationRequest, SamplingParams
-from pdbgym.agent.backends.hf import stop_token_ids
+from pdbgym.agent.backends.base import (
+    BackendError,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+    stop_token_ids,
+)
 from pdbgym.rollouts.record import LogprobSemantics
 
 
