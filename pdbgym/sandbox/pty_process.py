@@ -7,6 +7,7 @@ import os
 import select
 import signal
 import subprocess
+import weakref
 from types import TracebackType
 
 from pdbgym.sandbox.cgroup import PidsCgroup
@@ -29,6 +30,9 @@ class PtyProcess:
         self.cgroup = cgroup
         self.returncode: int | None = None
         self._closed = False
+        # A session dropped without close() must not leave its tree running (the plain backend has
+        # no --die-with-parent): kill it when collected or at interpreter exit.
+        self._finalizer = weakref.finalize(self, _kill_group, popen.pid)
 
     @property
     def pid(self) -> int:
@@ -86,16 +90,14 @@ class PtyProcess:
     def kill(self) -> None:
         """SIGKILL the child's process group now; ``close`` reaps and cleans up later."""
         if not self._closed:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _kill_group(self.pid)
 
     def close(self) -> int | None:
         """Kill the whole tree, reap the child, close the terminal. Safe to call twice."""
         if self._closed:
             return self.returncode
         self._closed = True
+        self._finalizer.detach()
         self.returncode = kill_tree(self.popen, self.cgroup)
         os.close(self.master_fd)
         return self.returncode
@@ -107,3 +109,10 @@ class PtyProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

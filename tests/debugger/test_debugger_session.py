@@ -220,3 +220,29 @@ def test_close_leaves_no_process(sandbox, workspace):
     assert not session.alive
     for pid in tree:
         assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_stepping_and_inspection_commands(sandbox, workspace):
+    with session_on(sandbox, workspace, "test_add") as session:
+        session.send("b tests/test_calc.py:5")
+        assert "test_calc.py(5)test_add()" in session.send("c").output
+        assert "--Call--" in (reply := session.send("s")).output and "calc.py(1)add()" in reply.output
+        assert "calc.py(2)add()" in session.send("n").output
+        assert "display total:" in session.send("display total").output
+        reply = session.send("until")
+        assert "calc.py(3)add()" in reply.output and "display total: -1" in reply.output
+        assert session.send("pp {'sum': total}").output == "{'sum': -1}\n"
+        assert "Breakpoint 2" in session.send("tbreak calc.py:9").output
+        assert "New condition set" in session.send("condition 2 count > 2").output
+        assert [bp.condition for bp in session.breakpoints] == [None, "count > 2"]
+        assert session.breakpoints[1].temporary
+        assert "--Return--" in session.send("r").output
+        assert "return total" in session.send("l").output
+        assert "test_add()" in session.send("w").output
+
+
+def test_huge_reply_is_bounded(sandbox, workspace):
+    with session_on(sandbox, workspace, "test_add") as session:
+        reply = session.send("p 'x' * 20_000_000")
+        assert "bytes cut" in reply.output and len(reply.output) < 17_000
+        assert session.send("p 7").output == "7\n"
