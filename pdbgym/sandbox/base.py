@@ -133,7 +133,7 @@ def _make_raw(fd: int) -> None:
 
 
 def _pump(popen: subprocess.Popen, stdin_data: bytes, output: BoundedOutput, deadline: float) -> bool:
-    """Feed stdin and collect stdout until EOF, exit (plus a short drain) or the deadline.
+    """Feed stdin and collect stdout until both EOF and exit, exit plus a short drain, or the deadline.
 
     Returns True when the deadline passed first. The child's exit is watched through a pidfd, so
     nothing sleeps: every wait is a select on the pipes and the pidfd.
@@ -148,9 +148,9 @@ def _pump(popen: subprocess.Popen, stdin_data: bytes, output: BoundedOutput, dea
         os.set_blocking(popen.stdin.fileno(), False)
         selector.register(popen.stdin, selectors.EVENT_WRITE, "in")
     pending = memoryview(stdin_data)
-    exited = False
+    exited, output_open = False, True
     try:
-        while True:
+        while output_open or not exited:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return not exited
@@ -161,11 +161,12 @@ def _pump(popen: subprocess.Popen, stdin_data: bytes, output: BoundedOutput, dea
                     deadline = min(deadline, time.monotonic() + _DRAIN_AFTER_EXIT_S)
                 elif key.data == "in":
                     pending = _write_some(popen, selector, pending)
-                else:
-                    chunk = os.read(popen.stdout.fileno(), READ_CHUNK_BYTES)
-                    if not chunk:
-                        return False
+                elif chunk := os.read(popen.stdout.fileno(), READ_CHUNK_BYTES):
                     output.feed(chunk)
+                else:  # EOF; a command may close its output and keep working, so wait for its exit
+                    output_open = False
+                    selector.unregister(popen.stdout)
+        return False
     finally:
         selector.close()
         os.close(pidfd)

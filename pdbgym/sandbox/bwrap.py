@@ -13,6 +13,7 @@ import functools
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from pdbgym.sandbox.base import Sandbox
@@ -31,10 +32,10 @@ def bwrap_unavailable_reason() -> str | None:
     binary = bwrap_path()
     if binary is None:
         return f"bwrap was not found on PATH (install bubblewrap, or set {BWRAP_ENV_VAR})"
-    probe = [binary, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-net",
-             "--unshare-pid", "--die-with-parent", "--", "true"]
     try:
-        result = subprocess.run(probe, capture_output=True, text=True, timeout=10)
+        with tempfile.TemporaryDirectory(prefix="pdbgym-bwrap-probe-") as scratch:
+            probe = BwrapSandbox().wrap(["true"], Path(scratch), Limits())  # exactly what runs later
+            result = subprocess.run(probe, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not run: {exc}"
     if result.returncode != 0:

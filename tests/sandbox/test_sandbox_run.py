@@ -211,3 +211,10 @@ def test_missing_program_and_bad_arguments(workspace):
         get_sandbox("docker-ish")
     with pytest.raises(SandboxError, match="must be positive"):
         Limits(wall_time_s=0)
+
+
+def test_command_that_closes_its_output_still_runs_to_the_end(workspace):
+    result = get_sandbox("plain").run(["sh", "-c", "echo bye; exec >&- 2>&-; sleep 0.3; touch done.txt"], workspace)
+    assert result.returncode == 0 and not result.timed_out
+    assert result.output == "bye\n"
+    assert (workspace / "done.txt").exists()
