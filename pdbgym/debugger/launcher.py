@@ -3,9 +3,10 @@
 Standalone on purpose (stdlib only, no pdbgym import): it runs under the sandbox's interpreter, which
 need not have pdbgym installed. Run with ``python -P launcher.py [--spare] PYTEST_ARGS...``; the first
 line of stdin is a JSON handshake ``{"nonce": str, "breakpoints": [...]}``. With ``--spare`` it imports
-pytest before reading the handshake, so a session can start it ahead of a restart; if that import
-pulled in modules from the project folder (which the agent may have edited since), it answers the
-handshake with a ``stale`` record instead of running.
+pytest (with the project off sys.path) before reading the handshake, so a session can start it ahead
+of a restart; if the project holds a module that a cold start would have imported in place of one
+the spare loaded (a project shadowing a pytest dependency), it answers the handshake with a
+``stale`` record instead of running.
 
 Protocol on stdout: program and pdb output as-is, plus records ``\\x1e<nonce> <json>\\x1f``. The pdb
 prompt *is* such a record (``{"kind": "prompt", "breakpoints": [...]}``), so no program output can
@@ -166,11 +167,25 @@ def pytest_main_code():
         return path, compile(source.read(), path, "exec")
 
 
-def loaded_from(folder):
-    """Names of imported modules whose file lies under ``folder``."""
-    prefix = os.path.join(os.path.realpath(folder), "")
-    return [name for name, module in list(sys.modules.items())
-            if os.path.realpath(getattr(module, "__file__", None) or "/").startswith(prefix)]
+def preimport_pytest(folder):
+    """Import pytest with ``folder`` off sys.path, so no project code runs before the handshake."""
+    saved = sys.path[:]
+    real = os.path.realpath(folder)
+    sys.path[:] = [entry for entry in saved if os.path.realpath(entry or ".") != real]
+    try:
+        import pytest  # noqa: F401
+    except BaseException:
+        pass  # the run itself will report it, as a cold start would
+    finally:
+        sys.path[:] = saved
+
+
+def shadowed_by(folder):
+    """Imported top-level modules that a file in ``folder`` would have provided in a cold start."""
+    names = {name.partition(".")[0] for name in list(sys.modules)}
+    return sorted(name for name in names
+                  if os.path.isfile(os.path.join(folder, name + ".py"))
+                  or os.path.isfile(os.path.join(folder, name, "__init__.py")))
 
 
 def main():
@@ -180,17 +195,14 @@ def main():
     sys.path.insert(0, os.getcwd())  # what `python -m pytest` puts first
     origin, code = pytest_main_code()
     if spare:
-        try:
-            import pytest  # noqa: F401
-        except BaseException:
-            pass  # the run itself will report it, as a cold start would
+        preimport_pytest(os.getcwd())
     global DEBUGGER
     debugger = DEBUGGER = SessionPdb()  # before the handshake: its set-up (readline) is not free
     handshake = json.loads(sys.stdin.readline())
     nonce = debugger.nonce = handshake["nonce"]
-    stale = loaded_from(os.getcwd()) if spare else []
+    stale = shadowed_by(os.getcwd()) if spare else []
     if stale:
-        # Project modules imported before the handshake may predate the agent's edits: refuse.
+        # The project provides modules the spare took from elsewhere: only a cold start is faithful.
         emit(nonce, {"kind": "stale", "modules": stale[:20]})
         os._exit(0)
     sys.argv = ["pytest", *pytest_args]

@@ -196,7 +196,9 @@ class PdbSession:
             process = self._launch(spare=False)
         outcome = self._handshake(process, breakpoints, retiring)
         if outcome.record is not None and outcome.record.get("kind") == "stale":
-            self._terminate()  # the spare imported project modules; a cold start imports them afresh
+            # The project shadows a module the spare imported; every spare would be stale likewise.
+            self.keep_spare = False
+            self.close()
             outcome = self._handshake(self._launch(spare=False), breakpoints)
         if outcome.record is None or outcome.record.get("kind") != "prompt":
             self._terminate()

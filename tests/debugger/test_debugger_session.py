@@ -185,6 +185,9 @@ def test_quit_and_eof_restart_instead_of_ending(sandbox, workspace):
             assert reply.restarted and not reply.interrupted
             assert "pytest/__main__.py(1)" in reply.output
             assert session.alive and session.send("p 3").output == "3\n"
+        reply = session.send("!import os; os._exit(3)")  # the debugger process dies without a record
+        assert reply.restarted and "exited unexpectedly (exit status 3)" in reply.note
+        assert session.send("p 4").output == "4\n"
 
 
 def test_breakpoint_call_in_code_stops_in_this_session(sandbox, workspace):
@@ -246,3 +249,22 @@ def test_huge_reply_is_bounded(sandbox, workspace):
         reply = session.send("p 'x' * 20_000_000")
         assert "bytes cut" in reply.output and len(reply.output) < 17_000
         assert session.send("p 7").output == "7\n"
+
+
+ARGPARSE_SHIM = """\
+import importlib.util, os, sys, sysconfig
+print("SHIM LOADED")
+_spec = importlib.util.spec_from_file_location("argparse", os.path.join(sysconfig.get_path("stdlib"), "argparse.py"))
+_real = importlib.util.module_from_spec(_spec)
+sys.modules["argparse"] = _real
+_spec.loader.exec_module(_real)
+"""
+
+
+def test_project_shadowing_a_pytest_dependency_gets_cold_restarts(sandbox, workspace):
+    with session_on(sandbox, workspace, "test_add") as session:
+        (workspace / "argparse.py").write_text(ARGPARSE_SHIM)  # written after the spare started
+        session.restart()
+        assert not session.keep_spare
+        reply = session.send("c")  # a cold start imports pytest, and with it the project's argparse
+        assert "SHIM LOADED" in reply.output and reply.program_ended
