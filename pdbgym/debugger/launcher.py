@@ -33,6 +33,10 @@ REFUSED = {
 def import_stdlib_debugger():
     """Import pdb, bdb and cmd from the standard library even if the project shadows them (cmd.py)."""
     stdlib_dirs = {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}
+    for name in ("pdb", "bdb", "cmd"):
+        module = sys.modules.get(name)
+        if module is not None and os.path.dirname(getattr(module, "__file__", "") or "") not in stdlib_dirs:
+            del sys.modules[name]  # a .pth hack (pdb++) imported a replacement at start-up
     saved_path = sys.path[:]
     sys.path[:] = [entry for entry in saved_path if entry in stdlib_dirs or "lib-dynload" in entry]
     try:

@@ -268,3 +268,10 @@ def test_project_shadowing_a_pytest_dependency_gets_cold_restarts(sandbox, works
         assert not session.keep_spare
         reply = session.send("c")  # a cold start imports pytest, and with it the project's argparse
         assert "SHIM LOADED" in reply.output and reply.program_ended
+
+
+def test_project_modules_named_like_the_debugger_do_not_replace_it(sandbox, workspace):
+    for name in ("pdb", "bdb", "cmd"):
+        (workspace / f"{name}.py").write_text(f"raise RuntimeError('the project {name}.py was imported')\n")
+    with session_on(sandbox, workspace, "test_add") as session:
+        assert session.send("p 6*7").output == "42\n"
