@@ -106,7 +106,7 @@ def test_bwrap_writes_only_inside_workspace(workspace, tmp_path):
         workspace,
     )
     assert f"refused {outside / 'f'}" in result.output  # host /tmp is hidden behind the private one
-    assert f"refused {host_dir} Read-only file system" in result.output
+    assert f"refused {host_dir}" in result.output  # Read-only file system (or no permission, non-root)
     assert not host_dir.exists()
     assert "refused /etc/pdbgym-f" in result.output
     assert f"wrote {workspace / 'inside.txt'}" in result.output
