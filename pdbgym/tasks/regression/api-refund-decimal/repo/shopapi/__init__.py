@@ -1,0 +1,1 @@
+"""JSON payloads for the shop's order API."""

@@ -1,0 +1,1 @@
+"""CI pipelines: read a pipeline file, resolve job dependencies, plan parallel stages."""

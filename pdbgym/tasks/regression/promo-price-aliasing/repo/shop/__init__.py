@@ -1,0 +1,1 @@
+"""A shop checkout: catalogue, promotions, orders and a margin audit."""

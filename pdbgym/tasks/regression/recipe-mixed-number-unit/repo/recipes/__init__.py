@@ -1,0 +1,1 @@
+"""Recipes: parse ingredient lines, scale servings, combine shopping lists."""

@@ -1,0 +1,1 @@
+"""Warehouse stock levels rebuilt by replaying the day's movement log."""
