@@ -218,3 +218,18 @@ def test_command_that_closes_its_output_still_runs_to_the_end(workspace):
     assert result.returncode == 0 and not result.timed_out
     assert result.output == "bye\n"
     assert (workspace / "done.txt").exists()
+
+
+def test_auto_falls_back_to_plain_with_a_warning_when_bwrap_cannot_run(monkeypatch, caplog):
+    monkeypatch.setenv("PDBGYM_BWRAP", "/nonexistent/bwrap")
+    bwrap_unavailable_reason.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pdbgym.sandbox"):
+            sandbox = get_sandbox("auto")
+        assert sandbox.name == "plain"
+        assert "falling back from bwrap" in caplog.text and "isolation is reduced" in caplog.text
+        with pytest.raises(SandboxError, match="bwrap sandbox is not available"):
+            get_sandbox("bwrap")
+    finally:
+        monkeypatch.undo()
+        bwrap_unavailable_reason.cache_clear()
