@@ -10,7 +10,7 @@ every ``.pt`` file a manifest lists, no checks. Measured in the same run, on the
 * ``read_cache-parquet``: a folder of per-instance Parquet files;
 * writes: ``write_cache`` (.pt folder) and ``write_parquet``.
 
-Prints seconds (best of ``--repeats``), tokens/s, the ratio of each read against the baseline (> 1:
+Prints seconds (best of ``--repeats`` interleaved rounds), tokens/s, the ratio of each read against the baseline (> 1:
 faster), and sizes on disk; ``--json`` prints the same as JSON.
 
   python bench/cache_io.py --instances 100 --min-len 2000 --max-len 32000
@@ -36,12 +36,19 @@ from pdbgym.rollouts.validate import load_validated_cache
 
 def best_seconds(action: Callable[[], Any], repeats: int) -> float:
     """Fastest of ``repeats`` runs (the least disturbed by other load on the machine)."""
-    timings = []
+    return interleaved_best({"action": action}, repeats)["action"]
+
+
+def interleaved_best(actions: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Fastest of ``repeats`` rounds per action, the actions taking turns within each round, so that
+    load from other processes that comes and goes hits baseline and contenders alike."""
+    best = {name: float("inf") for name in actions}
     for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        timings.append(time.perf_counter() - start)
-    return min(timings)
+        for name, action in actions.items():
+            start = time.perf_counter()
+            action()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
 
 
 def bare_torch_load(folder: Path) -> list[Any]:
@@ -69,7 +76,7 @@ def run(instances: int, samples: int, lengths: tuple[int, int], repeats: int, se
             "read_parquet": lambda: read_parquet(root / "all.parquet"),
             "read_cache-parquet": lambda: read_cache(pq_dir),
         }
-        seconds = {name: best_seconds(action, repeats) for name, action in reads.items()}
+        seconds = interleaved_best(reads, repeats)
         sizes = {"pt-folder": folder_bytes(pt_dir), "parquet-file": folder_bytes(root / "all.parquet"),
                  "parquet-folder": folder_bytes(pq_dir)}
     baseline = seconds["bare-torch-load"]
