@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
 CACHE_DIR_ENV = "KL_EVAL_TEACHER_CACHE_DIR"
 MANIFEST_NAME = "manifest.json"
 CACHE_FORMATS = ("pt", "parquet")
+FileProgress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -174,14 +175,19 @@ def load_file_records(path: Path) -> list[RolloutRecord]:
     return records
 
 
-def iter_cache(cache_dir: Path | str | None = None) -> Iterator[RolloutRecord]:
+def iter_cache(cache_dir: Path | str | None = None, *, on_file: FileProgress | None = None
+               ) -> Iterator[RolloutRecord]:
     """Records of a cache in manifest order, one file in memory at a time.
 
     ``cache_dir`` may be the folder, its ``manifest.json``, or None for ``$KL_EVAL_TEACHER_CACHE_DIR``.
     A file whose records name another dataset or instance than its manifest entry is an error.
+    ``on_file(files_started, files_total)`` is called as each file is opened (for progress bars).
     """
     folder = resolve_cache_dir(cache_dir)
-    for entry in read_manifest(folder):
+    entries = read_manifest(folder)
+    for index, entry in enumerate(entries):
+        if on_file is not None:
+            on_file(index, len(entries))
         path = entry_file(folder, entry)
         for record in load_file_records(path):
             if (record.dataset, record.instance_id) != (entry.dataset, entry.instance_id):

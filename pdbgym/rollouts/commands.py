@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True)
@@ -19,6 +22,19 @@ CacheDirArg = Annotated[
     typer.Argument(help="Cache folder (or its manifest.json); default: $KL_EVAL_TEACHER_CACHE_DIR"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")]
+
+
+@contextmanager
+def file_progress(verb: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr fed by ``on_file(files_started, files_total)`` callbacks."""
+    with Progress(TextColumn(verb), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=not enabled, transient=True) as progress:
+        bar = progress.add_task(verb, total=None)
+
+        def on_file(started: int, total: int) -> None:
+            progress.update(bar, completed=started, total=total)
+
+        yield on_file
 
 
 def _json_safe(value: Any) -> Any:
@@ -46,7 +62,8 @@ def validate_command(
     from pdbgym.rollouts.validate import validate_cache_report
 
     folder = resolve_cache_dir(cache_dir)
-    report = validate_cache_report(folder, vocab_size=vocab_size)
+    with file_progress("validating", enabled=not as_json) as on_file:
+        report = validate_cache_report(folder, vocab_size=vocab_size, on_file=on_file)
     if as_json:
         print(json.dumps({"cache_dir": str(folder), "ok": report.ok, "errors": report.errors,
                           "warnings": report.warnings}, indent=2))
@@ -69,7 +86,8 @@ def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> 
     from pdbgym.rollouts.summary import summarize
 
     folder = resolve_cache_dir(cache_dir)
-    summary = summarize(iter_cache(folder))
+    with file_progress("reading", enabled=not as_json) as on_file:
+        summary = summarize(iter_cache(folder, on_file=on_file))
     if as_json:
         print(json.dumps(_json_safe({"cache_dir": str(folder), **summary.to_dict()}), indent=2))
         return

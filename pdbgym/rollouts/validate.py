@@ -21,6 +21,7 @@ import numpy as np
 
 from pdbgym.rollouts.cache import (
     MANIFEST_NAME,
+    FileProgress,
     entry_file,
     load_file_dicts,
     read_manifest,
@@ -194,11 +195,12 @@ def _check_file(path: Path, dataset: str, instance_id: str, vocab_size: int | No
     return built
 
 
-def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int | None = None
-                         ) -> tuple[list[RolloutRecord], ValidationReport]:
+def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int | None = None,
+                         on_file: FileProgress | None = None) -> tuple[list[RolloutRecord], ValidationReport]:
     """Read and validate a cache in one pass (each file is loaded once); records in manifest order.
 
     Use the records only when ``report.ok``: with errors, the list holds what could be built.
+    ``on_file(files_started, files_total)`` is called as each manifest entry is checked.
     """
     report = ValidationReport()
     records: list[RolloutRecord] = []
@@ -211,6 +213,8 @@ def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int
     listed: dict[Path, int] = {}
     seen: dict[tuple[str, str, int], str] = {}
     for index, entry in enumerate(entries):
+        if on_file is not None:
+            on_file(index, len(entries))
         path = entry_file(folder, entry)
         resolved = path.resolve()
         if resolved in listed:
@@ -228,10 +232,10 @@ def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int
     return records, report
 
 
-def validate_cache_report(cache_dir: Path | str | None = None, *, vocab_size: int | None = None
-                          ) -> ValidationReport:
+def validate_cache_report(cache_dir: Path | str | None = None, *, vocab_size: int | None = None,
+                          on_file: FileProgress | None = None) -> ValidationReport:
     """Errors and warnings for a whole cache: every record, and manifest against files both ways."""
-    return load_validated_cache(cache_dir, vocab_size=vocab_size)[1]
+    return load_validated_cache(cache_dir, vocab_size=vocab_size, on_file=on_file)[1]
 
 
 def validate_cache(cache_dir: Path | str | None = None, *, vocab_size: int | None = None) -> list[str]:

@@ -40,9 +40,7 @@ def test_pt_round_trip_keeps_every_sample_bit_exact(tmp_path: Path) -> None:
     assert folder == tmp_path / "cache"
     assert_same_records(read_cache(folder), records)
     entries = read_manifest(folder)
-    assert [(e.dataset, e.instance_id) for e in entries] == sorted(
-        {(r.dataset, r.instance_id) for r in records}, key=[(r.dataset, r.instance_id) for r in records].index
-    )
+    assert [e.instance_id for e in entries] == [r.instance_id for r in records[::2]]  # 2 samples each
     stored = torch.load(folder / entries[0].path, map_location="cpu", weights_only=True)
     assert isinstance(stored, list) and [d["metadata"]["_sample_idx"] for d in stored] == [0, 1]
     assert entries[0].path == f"{records[0].dataset}/{records[0].instance_id}.pt"
@@ -166,3 +164,13 @@ def test_missing_manifest_and_odd_instance_ids(tmp_path: Path) -> None:
     assert read_cache(folder)[0].instance_id == "django/django#1 a"
     with pytest.raises(CacheFormatError, match="instance_id '..'"):
         write_cache(tmp_path / "d", [RolloutRecord.from_dict(record.to_dict() | {"instance_id": ".."})])
+
+
+def test_append_to_a_parquet_cache_keeps_its_format_and_reports_progress(tmp_path: Path) -> None:
+    records = small_records(2, 2)
+    folder = write_cache(tmp_path / "c", records[:2], fmt="parquet")
+    append_records(folder, records[2:])
+    assert [Path(e.path).suffix for e in read_manifest(folder)] == [".parquet", ".parquet"]
+    calls: list[tuple[int, int]] = []
+    assert_same_records(list(iter_cache(folder, on_file=lambda done, total: calls.append((done, total)))), records)
+    assert calls == [(0, 2), (1, 2)]
