@@ -98,6 +98,7 @@ def _stream_shard(
         for entry in shard.tensors.values():
             tensor = read_tensor(handle, entry)
             in_digests[entry.name] = digest_torch_tensor(entry.name, tensor)
+            touched = False
             for position, (layer, adapter_handle) in enumerate(zip(stack, adapter_handles, strict=True)):
                 delta = layer.adapter.modules.get(entry.name)
                 if delta is None:
@@ -108,7 +109,9 @@ def _stream_shard(
                     magnitude, delta.scaling, layer.adapter.fan_in_fan_out,
                 )
                 counts[position] += 1
-            out_digests[entry.name] = digest_torch_tensor(entry.name, tensor)
+                touched = True
+            # An untouched tensor is written byte for byte, so its input digest is its output digest.
+            out_digests[entry.name] = digest_torch_tensor(entry.name, tensor) if touched else in_digests[entry.name]
             if writer is not None:
                 writer.write(entry.name, tensor)
             del tensor

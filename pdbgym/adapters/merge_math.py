@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def lora_delta(lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float, fan_in_fan_out: bool) -> torch.Tensor:
     """scale * B @ A in float32, laid out like the stored weight ((in, out) when fan_in_fan_out)."""
-    delta = (lora_b.float() @ lora_a.float()) * scaling
+    delta = (lora_b.float() @ lora_a.float()).mul_(scaling)  # in place: the product is a fresh tensor
     return delta.T if fan_in_fan_out else delta
 
 
@@ -36,8 +36,8 @@ def merge_dora(weight: torch.Tensor, delta: torch.Tensor, magnitude: torch.Tenso
     """W' = m * (W + scale * B @ A) / ||W + scale * B @ A||, the norm taken per output row; in W's dtype."""
     combined = weight.float() + delta
     factor = magnitude.float() / output_row_norms(combined, fan_in_fan_out)
-    scaled = combined * (factor.view(1, -1) if fan_in_fan_out else factor.view(-1, 1))
-    return scaled.to(weight.dtype)
+    combined.mul_(factor.view(1, -1) if fan_in_fan_out else factor.view(-1, 1))  # one full-size buffer, not two
+    return combined.to(weight.dtype)
 
 
 def merge_module(

@@ -74,21 +74,44 @@ def lookup(store: Store, ref: str) -> str:
                     + register_command_hint(path)
                 )
             return node_id
-        node_id = weights_hash(path)
-        if not store.has(node_id):
+        node_id = identify_model_folder(store, path, weights_hash(path))
+        if node_id is None:
             raise AdapterError(f"model folder {path} is not registered; run `pdbgym adapters register {path}`.")
         return node_id
     return store.resolve(ref)
+
+
+def identify_model_folder(store: Store, path: Path, content_hash: str) -> str | None:
+    """The artifact whose weights a model folder holds: a registered base, or a stack it is the merge of.
+
+    A merged folder counts by content: the store recorded its hash when it was written (or computed it),
+    or the folder's own manifest names the stack and its hash still matches.
+    """
+    if store.has(content_hash):
+        return content_hash
+    merged_from = store.find_by_weights(content_hash)
+    if merged_from:
+        return merged_from[0]
+    if (path / MANIFEST_FILE).is_file():
+        manifest = read_manifest(path)
+        if manifest.get("weights_hash") == content_hash:
+            return manifest["target"]
+    return None
 
 
 def resolve_parent(store: Store, ref: str, notes: list[str], on_bytes: ByteProgress = None) -> str:
     """The parent id for a registration; a full hash not in the store is allowed (flagged unservable)."""
     path = Path(ref)
     if path.is_dir() and not is_adapter_folder(path):
-        node_id = weights_hash(path, on_bytes)
-        if not store.has(node_id):
-            register_model(store, path, [], notes, node_id)
-            notes.append(f"registered the parent model folder {path} as base {node_id[:12]}")
+        content_hash = weights_hash(path, on_bytes)
+        node_id = identify_model_folder(store, path, content_hash)
+        if node_id is None:
+            register_model(store, path, [], notes, content_hash)
+            notes.append(f"registered the parent model folder {path} as base {content_hash[:12]}")
+            return content_hash
+        if node_id != content_hash:
+            notes.append(f"{path} holds the merged weights of {store.label(node_id) if store.has(node_id) else node_id[:12]}; "
+                         "that stack is recorded as the parent")
         return node_id
     try:
         return lookup(store, ref)
@@ -128,7 +151,12 @@ def register_path(store: Store, path: Path, parent_ref: str | None, names: list[
     if not is_adapter_folder(path):
         if parent_ref is not None:
             raise AdapterError(f"{path} is a model folder, a base: it takes no --parent. Register adapters on top of it.")
-        return Registration(register_model(store, path, names, notes, on_bytes=on_bytes), notes)
+        content_hash = weights_hash(path, on_bytes)
+        merged_from = identify_model_folder(store, path, content_hash)
+        if merged_from not in (None, content_hash):
+            notes.append(f"{path} holds the merged weights of {merged_from[:12]}; to record an adapter trained on "
+                         f"it, pass --parent {merged_from[:12]} (or this folder) and its chain is kept")
+        return Registration(register_model(store, path, names, notes, content_hash), notes)
     adapter = load_adapter(path)
     node_id = adapter_content_hash(adapter)
     if parent_ref is None:
@@ -204,6 +232,8 @@ def merge_ref(store: Store, ref: str, out_dir: Path, onto: Path | None = None,
         assert base is not None
         base_path, expected, layers, merged = Path(base["model"]["path"]), base["id"], stack_layers(store, chain), chain
     else:
+        if chain.layers[-1].problem:
+            raise LineageError(chain.layers[-1].problem)
         expected = check_onto(store, node_id, Path(onto), on_bytes)
         base_path, layers = Path(onto), stack_layers(store, Lineage(chain.layers[-2:]))
         merged = Lineage(chain.layers[-2:])

@@ -117,3 +117,32 @@ def test_verify_fails_when_the_stack_differs_and_when_weights_were_edited(world,
     shard.write_bytes(bytes(data))
     with pytest.raises(LineageError, match="modified after merging"):
         verify_folder(tmp_path / "merged")
+
+
+def test_parent_given_as_a_merged_folder_links_to_its_stack(world, tmp_path):
+    store = Store(tmp_path / "store")
+    register_path(store, world.base, None, ["base"], None)
+    register_path(store, world.sft, "base", ["sft"], None)
+    merge_ref(store, "sft", tmp_path / "sft_merged")
+    result = register_path(store, world.rl, str(tmp_path / "sft_merged"), ["rl"], None)
+    assert result.record["parent"] == store.resolve("sft")
+    assert any("merged weights of sft" in note for note in result.notes)
+    layers = [layer.node_id for layer in store.lineage(store.resolve("rl")).layers]
+    assert layers == [store.resolve("base"), store.resolve("sft"), store.resolve("rl")]
+
+
+def test_bf16_stack_verifies_within_the_stated_tolerance(tmp_path):
+    import torch
+    from adapters_testkit import add_adapter, tiny_llama
+
+    tiny_llama(0).to(torch.bfloat16).save_pretrained(tmp_path / "base")
+    sft = add_adapter(tiny_llama(0).to(torch.bfloat16), 1, use_dora=True, magnitude_drift=0.3)
+    sft.save_pretrained(tmp_path / "sft")
+    add_adapter(sft.merge_and_unload(), 2, use_dora=True, magnitude_drift=1e-3).save_pretrained(tmp_path / "rl")
+    store = Store(tmp_path / "store")
+    register_path(store, tmp_path / "base", None, ["base"], None)
+    register_path(store, tmp_path / "sft", "base", ["sft"], None)
+    register_path(store, tmp_path / "rl", "sft", ["rl"], None)
+    merge_ref(store, "rl", tmp_path / "out")
+    result = verify_folder(tmp_path / "out")
+    assert result.dtype == "bfloat16" and result.passed and result.relative_logit_error > 0
