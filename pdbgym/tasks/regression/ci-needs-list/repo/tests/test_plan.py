@@ -57,3 +57,8 @@ def test_needs_without_spaces():
 def test_needs_with_aligned_commas():
     text = PIPELINE + "[report]\nrun = coverage html\nneeds = test ,  lint\n"
     assert plan_file(text) == [["build", "lint"], ["test"], ["publish", "report"]]
+
+
+def test_parse_needs_list_variants():
+    jobs = parse_pipeline("[a]\nrun = x\n[b]\nrun = y\nneeds = a\n[c]\nrun = z\nneeds = a,b ,\n")
+    assert [job.needs for job in jobs] == [(), ("a",), ("a", "b")]

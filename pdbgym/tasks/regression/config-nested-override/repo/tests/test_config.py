@@ -71,3 +71,8 @@ def test_environment_rotates_key_only():
     env = from_environment({"APP__SERVER__TLS__KEY": "/run/secrets/tls.key"})
     settings = server_settings(layered(DEFAULTS, env))
     assert settings.tls == settings.tls.__class__("/etc/app/tls.crt", "/run/secrets/tls.key", False)
+
+
+def test_merge_keeps_untouched_leaves_at_depth():
+    merged = deep_merge({"a": {"b": {"c": 1, "d": 2}}, "e": 3}, {"a": {"b": {"c": 30}}})
+    assert merged == {"a": {"b": {"c": 30, "d": 2}}, "e": 3}

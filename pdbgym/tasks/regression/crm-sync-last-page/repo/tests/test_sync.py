@@ -58,3 +58,8 @@ def test_small_crm_fits_one_page():
     mirror = Mirror()
     mirror.pull(snapshot(7), page_size=50)
     assert bill(mirror, {"c006": 3}) == {"c006": 3}
+
+
+def test_offsets_cover_a_partial_last_page():
+    assert page_offsets(47, 20) == [0, 20, 40]
+    assert page_offsets(3, 50) == [0]

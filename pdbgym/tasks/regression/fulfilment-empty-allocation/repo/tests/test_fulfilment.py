@@ -68,3 +68,8 @@ def test_later_orders_see_earlier_allocations():
     allocate(order([("kettle", 4)], order_id="o1"), inventory)
     lists = pick_lists(allocate(order([("kettle", 3)], order_id="o2"), inventory))
     assert lists == {"bristol": [PickLine("o2", "kettle", 3)]}
+
+
+def test_allocations_only_name_warehouses_that_ship():
+    allocations = allocate(order([("toaster", 4)]), stock())
+    assert [(a.warehouse, a.quantity) for a in allocations] == [("bristol", 3), ("dover", 1)]

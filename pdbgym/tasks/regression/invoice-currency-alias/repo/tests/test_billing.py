@@ -81,3 +81,7 @@ def test_meter_b_lines_group_by_currency():
 
     groups = group_by_currency(rate(parse_usage(METER_B), TARIFF))
     assert list(groups) == ["EUR", "GBP"]
+
+
+def test_meter_b_currency_column_is_read():
+    assert [r["currency"] for r in parse_usage(METER_B)] == ["EUR", "GBP"]

@@ -61,3 +61,7 @@ def test_pancakes_and_crepes_shopping_list():
 def test_crepes_then_cake():
     totals = combine(parse_recipe(CAKE), parse_recipe(PANCAKES))
     assert totals["sugar"] == (Fraction(1, 4) + 1 + Fraction(3, 16), "cup")
+
+
+def test_mixed_number_unit_is_normalised():
+    assert parse_ingredient("2 1/4 Tablespoons honey").unit == "tbsp"

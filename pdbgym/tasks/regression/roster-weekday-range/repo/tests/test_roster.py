@@ -56,3 +56,10 @@ def test_friday_opening_is_staffed():
 def test_thursday_evening_is_staffed():
     shifts = load_shifts("thu-close: Thu 17:00-22:00 needs cook")
     assert assign(shifts, load_availability(AVAILABILITY), SKILLS) == {"thu-close": "ben"}
+
+
+def test_weekday_ranges_include_both_ends():
+    from roster.availability import expand_days
+
+    assert expand_days("Mon-Fri") == [0, 1, 2, 3, 4]
+    assert expand_days("sat-sun") == [5, 6]

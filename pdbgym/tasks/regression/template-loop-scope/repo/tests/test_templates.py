@@ -53,3 +53,10 @@ def test_loop_body_sees_outer_values():
 def test_nested_loops():
     template = "{% for s in sections %}{% for i in s.items %}{{ s.title }}/{{ i }} {% endfor %}{% endfor %}"
     assert render(template, ORDER) == "tools/saw tools/drill paint/red "
+
+
+def test_child_scope_sees_parent_names():
+    from tmpl.context import Context
+
+    inner = Context({"a": 1}).child({"b": 2}).child({"c": 3})
+    assert [inner.lookup([name]) for name in "abc"] == [1, 2, 3]

@@ -52,3 +52,9 @@ def test_knots_to_km_per_hour():
 
 def test_average_speed_default_km_per_hour():
     assert average_speed("42.195 km", "2 h") == pytest.approx(21.0975)
+
+
+def test_plain_denominator_is_negated():
+    unit = parse_unit("km/h")
+    assert unit.dims_dict() == {"L": 1, "T": -1}
+    assert unit.factor == pytest.approx(1000 / 3600)
