@@ -116,6 +116,13 @@ def measure_restart(session: PdbSession, reps: int, idle_before_s: float = 0.0) 
     return durations
 
 
+def measure_interpreter_floor(sandbox: Sandbox, workspace: Path, reps: int) -> list[float]:
+    """Seconds for the sandbox to run ``python -c 'import pdb; pdb.Pdb()'``: the part of a reset no
+    driver can avoid (on a loaded machine it dominates the reset)."""
+    argv = [sys.executable, "-P", "-c", "import pdb; pdb.Pdb()"]
+    return [timed(lambda: sandbox.run(argv, workspace)) for _ in range(reps)]
+
+
 def _baseline_read_until_prompt(process, deadline_s: float = 60.0) -> str:
     buffer = b""
     deadline = time.monotonic() + deadline_s
@@ -166,9 +173,11 @@ def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto")
             restarts_idle = measure_restart(session, max(5, reps // 20), idle_before_s=1.5)
             restarts = measure_restart(session, max(5, reps // 20))
             baseline_starts, baseline_trips = measure_baseline(sandbox, workspace.path, node, max(20, reps // 4))
+            floor = measure_interpreter_floor(sandbox, workspace.path, max(5, reps // 10))
     figures = {
         "reset": summarize("reset (Workspace.create + start to first prompt)", resets),
         "round_trip": summarize("instant round trip (p i+1)", trips),
+        "interpreter_floor": summarize("floor: python -c 'import pdb; pdb.Pdb()' in the sandbox", floor),
         "restart_after_idle": summarize("restart after 1.5 s idle (spare ready)", restarts_idle),
         "restart_back_to_back": summarize("restart back to back (spare still loading)", restarts),
         "baseline_first_prompt": summarize("baseline: first prompt, 0.1 s sleep polling", baseline_starts),

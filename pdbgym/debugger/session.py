@@ -212,7 +212,7 @@ class PdbSession:
     def _handshake(
         self, process: PtyProcess, breakpoints: list[Breakpoint], retiring: PtyProcess | None = None
     ) -> _Outcome:
-        """Send the handshake, then do the slow chores while the launcher gets to its first prompt."""
+        """Send the handshake, reap the retiring process meanwhile, then start the next spare."""
         nonce = secrets.token_hex(12)
         self._process = process
         self._scanner = RecordScanner(nonce, self.limits.output_limit_bytes)
@@ -223,9 +223,11 @@ class PdbSession:
         process.write((json.dumps(handshake) + "\n").encode())
         if retiring is not None:
             retiring.close()
-        if self.keep_spare and self._spare is None:
+        outcome = self._await(max(STARTUP_TIMEOUT_S, self.command_timeout_s))
+        # Only now: a spare importing pytest would compete for the CPU with this process's start-up.
+        if self.keep_spare and self._spare is None and outcome.record and outcome.record.get("kind") == "prompt":
             self._spare = self._launch(spare=True)
-        return self._await(max(STARTUP_TIMEOUT_S, self.command_timeout_s))
+        return outcome
 
     def _terminate(self) -> None:
         if self._process is not None:
