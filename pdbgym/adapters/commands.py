@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True)
@@ -72,15 +73,17 @@ def register_command(
         _emit_json({"record": result.record, "notes": result.notes, "servable": lineage.servable,
                     "problems": lineage.problems})
         return
-    console.print(f"registered {target.label(result.record['id'])} [{result.record['kind']}] in {target.root}")
+    label, kind = escape(target.label(result.record["id"])), result.record["kind"]
+    console.print(f"registered {label} ({kind}) in {escape(str(target.root))}")
     for note in result.notes:
-        console.print(f"  note: {note}")
+        console.print(f"  note: {escape(note)}")
     if result.evidence is not None:
-        style = {"contradicted": "bold yellow", "consistent": "green"}.get(result.evidence.verdict, "")
+        style = {"contradicted": "bold yellow", "consistent": "green"}.get(result.evidence.verdict, "cyan")
         prefix = "WARNING: " if result.evidence.verdict == "contradicted" else ""
-        console.print(f"  [{style}]{prefix}parent evidence {result.evidence.verdict}[/]: {result.evidence.message}")
+        console.print(f"  [{style}]{prefix}parent evidence {result.evidence.verdict}[/]: "
+                      f"{escape(result.evidence.message)}")
     if not lineage.servable:
-        console.print("  [bold red]UNSERVABLE[/]: " + " ".join(lineage.problems))
+        console.print("  [bold red]UNSERVABLE[/]: " + escape(" ".join(lineage.problems)))
 
 
 @app.command("lineage")
@@ -99,7 +102,7 @@ def lineage_command(
             {"id": layer.node_id, "present": layer.record is not None, "problem": layer.problem,
              "record": layer.record} for layer in lineage.layers]})
         return
-    table = Table(title=f"lineage of {ref}")
+    table = Table(title=f"lineage of {escape(ref)}")
     for column in ("#", "layer", "kind", "hash", "status", "recipe"):
         table.add_column(column)
     for depth, layer in enumerate(lineage.layers):
@@ -108,13 +111,13 @@ def lineage_command(
         if kind == "adapter":
             kind = f"{record['adapter']['method']} r={record['adapter']['r']}"
         status = "[green]present[/]" if layer.problem is None else "[red]MISSING[/]" if not record else "[red]broken[/]"
-        table.add_row(str(depth), target.label(layer.node_id) if record else "?", kind, layer.node_id[:16],
-                      status, describe_recipe(record.get("recipe")))
+        table.add_row(str(depth), escape(target.label(layer.node_id)) if record else "?", kind, layer.node_id[:16],
+                      status, escape(describe_recipe(record.get("recipe"))))
     console.print(table)
     if lineage.servable:
         console.print("[green]servable[/]: every layer is present.")
     else:
-        console.print("[bold red]unservable[/]: " + " ".join(lineage.problems))
+        console.print("[bold red]unservable[/]: " + escape(" ".join(lineage.problems)))
 
 
 @app.command("list")
@@ -125,13 +128,13 @@ def list_command(store: Path | None = STORE_OPTION, as_json: bool = JSON_OPTION)
     if as_json:
         _emit_json([{**node, "servable": target.lineage(node["id"]).servable} for node in nodes])
         return
-    table = Table(title=f"adapter store {target.root}")
+    table = Table(title=f"adapter store {escape(str(target.root))}")
     for column in ("name", "kind", "hash", "parent", "servable"):
         table.add_column(column)
     for node in nodes:
         parent = node.get("parent")
-        table.add_row(target.label(node["id"]), node["kind"], node["id"][:16],
-                      target.label(parent) if parent and target.has(parent) else (parent or "-")[:16],
+        table.add_row(escape(target.label(node["id"])), node["kind"], node["id"][:16],
+                      escape(target.label(parent)) if parent and target.has(parent) else (parent or "-")[:16],
                       "yes" if target.lineage(node["id"]).servable else "[red]no[/]")
     console.print(table)
 
@@ -158,9 +161,9 @@ def merge_command(
                     "verification": verification.__dict__ if verification else None})
     else:
         chain = " -> ".join(entry["label"] for entry in manifest["chain"])
-        console.print(f"merged {chain} into {out}")
+        console.print(f"merged {escape(chain)} into {escape(str(out))}")
         console.print(f"  weights hash {outcome.output_weights_hash[:16]}; modules merged per layer "
-                      f"{outcome.modules_merged}")
+                      f"{escape(str(outcome.modules_merged))}")
         if verification:
             _print_verification(verification)
     if verification and not verification.passed:
@@ -171,7 +174,7 @@ def _print_verification(result: Any) -> None:
     verdict = "[green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
     console.print(f"  verify {verdict}: relative logit error {result.relative_logit_error:.2e} "
                   f"(tolerance {result.tolerance:.0e}, {result.dtype}), max |diff| {result.max_abs_logit_diff:.2e}, "
-                  f"argmax agreement {result.argmax_agreement:.3f} on probe {result.probe_shape}")
+                  f"argmax agreement {result.argmax_agreement:.3f} on probe {escape(str(result.probe_shape))}")
 
 
 @app.command("verify")
@@ -209,15 +212,15 @@ def accept_command(
     if as_json:
         _emit_json(report.as_dict())
     else:
-        table = Table(title=f"acceptance of {candidate}")
+        table = Table(title=f"acceptance of {escape(str(candidate))}")
         for column in ("check", "target", "observed", "rule", "result"):
             table.add_column(column)
         for check in report.checks:
             table.add_row(check.name, str(check.target), str(check.observed), check.rule,
                           "[green]pass[/]" if check.passed else "[red]fail[/]")
         console.print(table)
-        console.print(report.statement)
+        console.print(escape(report.statement))
         for note in report.notes:
-            console.print(f"  note: {note}")
+            console.print(f"  note: {escape(note)}")
     if not report.accepted:
         raise typer.Exit(1)

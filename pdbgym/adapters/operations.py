@@ -69,7 +69,7 @@ def lookup(store: Store, ref: str) -> str:
             if not store.has(node_id):
                 raise LineageError(
                     f"{path} has no recorded lineage. Its {CONFIG_FILE} names base "
-                    f"{adapter.named_base!r}, which is not evidence of what it was trained against "
+                    f"{adapter.named_base or '(none)'!r}, which is not evidence of what it was trained against "
                     f"(an RL delta over an SFT layer names the raw base too). Register it first:\n  "
                     + register_command_hint(path)
                 )

@@ -51,9 +51,13 @@ def test_register_lineage_merge_verify_via_cli(world, tmp_path):
 
 def test_cli_refusals_exit_non_zero(world, tmp_path):
     store = tmp_path / "store"
-    _run("register", world.base, "--name", "base", "--store", store)
-    _run("register", world.sft, "--parent", "base", "--name", "sft", "--store", store)
-    _run("register", world.rl, "--parent", "sft", "--name", "rl", "--store", store)
+    for args in ((world.base, "--name", "base"), (world.sft, "--parent", "base", "--name", "sft"),
+                 (world.rl, "--parent", "sft", "--name", "rl")):
+        registered = _run("register", *args, "--store", store)
+        assert registered.exit_code == 0, registered.output
+    sft = _run("register", world.sft, "--parent", "base", "--store", store)
+    assert "parent evidence inconclusive" in sft.output  # the SFT's magnitudes were trained far from the base
+    assert "(adapter)" in _run("register", world.rl, "--parent", "sft", "--store", store).output
     refused = _run("merge", "rl", "--onto", world.base, "--out", tmp_path / "out", "--store", store)
     assert refused.exit_code != 0 and "never existed" in str(refused.exception)
     warned = _run("register", world.rl_on_raw_base, "--parent", "sft", "--store", store)
