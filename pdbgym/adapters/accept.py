@@ -9,6 +9,7 @@ Targets (JSON)::
 vectors) and must match exactly. ``best_val_loss`` is the minimum validation loss (nats/token, as the
 trainer logs it); the candidate passes when |observed - target| <= val_loss_tolerance (absolute, default
 0.005). ``best_step`` is the step of that minimum, within ``step_tolerance`` steps (default 0).
+Optional, exact: ``total_steps`` (trainer_state's global_step, or the last logged step), ``rank``, ``use_dora``.
 Passing means the candidate can stand in for the lost layer as an init; it never restores a delta that
 was trained over the lost layer, whose recorded parent hash stays unmatched.
 """
@@ -76,9 +77,10 @@ def _curve_from_log_history(history: Any, where: Path) -> list[tuple[int, float]
     return [(int(e["step"]), float(e["eval_loss"])) for e in history if isinstance(e, dict) and "eval_loss" in e]
 
 
-def validation_curve(candidate: Path, metrics: Path | None) -> tuple[list[tuple[int, float]], Path]:
-    """(step, validation loss) pairs from a metrics file or the candidate's trainer_state.json."""
+def validation_curve(candidate: Path, metrics: Path | None) -> tuple[list[tuple[int, float]], Path, int]:
+    """(step, validation loss) pairs, their source, and the last training step logged."""
     path = metrics or _find_trainer_state(candidate)
+    last_step = 0
     if path.suffix == ".jsonl":
         curve = []
         for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -87,6 +89,7 @@ def validation_curve(candidate: Path, metrics: Path | None) -> tuple[list[tuple[
             try:
                 row = json.loads(line)
                 loss = row.get("val_loss", row.get("eval_loss"))
+                last_step = max(last_step, int(row["step"]))
                 if loss is not None:
                     curve.append((int(row["step"]), float(loss)))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -96,9 +99,11 @@ def validation_curve(candidate: Path, metrics: Path | None) -> tuple[list[tuple[
         if not isinstance(state, dict) or "log_history" not in state:
             raise AdapterError(f"{path}: no 'log_history' (expected HF Trainer's trainer_state.json).")
         curve = _curve_from_log_history(state["log_history"], path)
+        steps = [int(e["step"]) for e in state["log_history"] if isinstance(e, dict) and "step" in e]
+        last_step = int(state.get("global_step") or max(steps, default=0))
     if not curve:
         raise AdapterError(f"{path}: holds no validation loss (eval_loss / val_loss); was evaluation enabled?")
-    return curve, path
+    return curve, path, last_step
 
 
 def _find_trainer_state(candidate: Path) -> Path:
@@ -114,7 +119,7 @@ def _find_trainer_state(candidate: Path) -> Path:
 def evaluate(candidate: Path, targets: dict[str, Any], metrics: Path | None = None) -> AcceptanceReport:
     """Compare a candidate adapter folder and its training record with the targets."""
     adapter = load_adapter(candidate)
-    curve, source = validation_curve(candidate, metrics)
+    curve, source, last_step = validation_curve(candidate, metrics)
     best_step, best_loss = min(curve, key=lambda pair: (pair[1], pair[0]))
     loss_tol, step_tol = float(targets["val_loss_tolerance"]), int(targets["step_tolerance"])
     checks = [
@@ -125,6 +130,9 @@ def evaluate(candidate: Path, targets: dict[str, Any], metrics: Path | None = No
         Check("best_step", targets["best_step"], best_step,
               abs(best_step - targets["best_step"]) <= step_tol, f"|observed - target| <= {step_tol}"),
     ]
+    if "total_steps" in targets:
+        checks.append(Check("total_steps", targets["total_steps"], last_step,
+                            last_step == targets["total_steps"], "exact"))
     if "rank" in targets:
         checks.append(Check("rank", targets["rank"], adapter.config["r"], adapter.config["r"] == targets["rank"], "exact"))
     if "use_dora" in targets:

@@ -54,10 +54,11 @@ def test_reproduction_outside_tolerance_or_wrong_step_is_rejected(world, tmp_pat
     assert report.statement.startswith("REJECTED")
 
 
-def test_tensor_count_and_rank_must_match(world, tmp_path):
-    candidate = _candidate(world, tmp_path, [(156, 0.11644)])
-    report = evaluate(candidate, _targets(tmp_path, lora_tensor_count=432, rank=24))
-    assert {c.name for c in report.checks if not c.passed} == {"lora_tensor_count", "rank"}
+def test_tensor_count_rank_and_total_steps_must_match(world, tmp_path):
+    candidate = _candidate(world, tmp_path, [(156, 0.11644), (208, 0.12)])
+    report = evaluate(candidate, _targets(tmp_path, lora_tensor_count=432, rank=24, total_steps=312))
+    assert {c.name for c in report.checks if not c.passed} == {"lora_tensor_count", "rank", "total_steps"}
+    assert evaluate(candidate, _targets(tmp_path, total_steps=208)).accepted
 
 
 def test_jsonl_metrics_file(world, tmp_path):
@@ -65,7 +66,7 @@ def test_jsonl_metrics_file(world, tmp_path):
     shutil.copytree(world.sft, candidate)
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("\n".join(json.dumps({"step": s, "val_loss": v}) for s, v in [(100, 0.2), (156, 0.1166)]))
-    assert evaluate(candidate, _targets(tmp_path), metrics).accepted
+    assert evaluate(candidate, _targets(tmp_path, total_steps=156), metrics).accepted
 
 
 def test_bad_targets_and_missing_training_state(world, tmp_path):

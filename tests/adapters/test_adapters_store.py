@@ -99,3 +99,8 @@ def test_base_folder_changed_after_registration_is_reported(world, tmp_path):
     first_shard = sorted(base.glob("model-*.safetensors"))[0]
     first_shard.unlink()
     assert "missing or changed" in store.lineage(store.resolve("base")).problems[0]
+
+
+def test_store_defaults_to_pdbgym_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    assert Store().root == tmp_path / "home" / "adapters"
