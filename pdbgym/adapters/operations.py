@@ -29,7 +29,11 @@ from pdbgym.adapters.peft_format import (
 )
 from pdbgym.adapters.store import Lineage, Store, is_full_hash, now_utc
 
-RECIPE_FIELDS = ("corpus_hash", "seed", "rank", "epochs", "lr", "effective_batch", "context")
+# Known recipe fields and the JSON types they must have; other keys are kept as given.
+RECIPE_FIELDS: dict[str, tuple[type, ...]] = {
+    "corpus_hash": (str,), "seed": (int,), "rank": (int,), "epochs": (int, float), "lr": (int, float),
+    "effective_batch": (int,), "context": (int,),
+}
 ByteProgress = Callable[[int], None] | None
 
 
@@ -42,7 +46,7 @@ class Registration:
     evidence: ParentEvidence | None = None
 
 
-def register_command_hint(path: Path | str, named_base: str | None = None) -> str:
+def register_command_hint(path: Path | str) -> str:
     """The command a user should run to give an adapter its lineage."""
     return f"pdbgym adapters register {path} --parent <REF of the exact weights it was trained against> --name NAME"
 
@@ -56,6 +60,11 @@ def load_recipe(path: Path | None, overrides: dict[str, Any]) -> dict[str, Any] 
             raise AdapterError(f"{path}: a recipe must be a JSON object such as {{\"seed\": 42, \"rank\": 24}}.")
         recipe.update(loaded)
     recipe.update({k: v for k, v in overrides.items() if v is not None})
+    for name, types in RECIPE_FIELDS.items():
+        value = recipe.get(name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise AdapterError(f"recipe field {name!r} is {value!r}; it must be "
+                               f"{' or '.join(t.__name__ for t in types)}.")
     return recipe or None
 
 

@@ -213,7 +213,7 @@ class Store:
             record = self.get(node_id)
             entries = [m for m in record.get("materializations", [])
                        if (m["path"], m["weights_hash"]) != (where, weights_hash) and (where is None or m["path"] != where)]
-            entries.append({"weights_hash": weights_hash, "path": where, "created_at": _now()})
+            entries.append({"weights_hash": weights_hash, "path": where, "created_at": now_utc()})
             record["materializations"] = entries
             write_json_atomic(self.node_path(node_id), record)
 
@@ -227,10 +227,6 @@ def _check_name(name: str) -> None:
         raise AdapterError(f"name {name!r} is not usable: use letters, digits, '-', '_' or '.', not a path or hash.")
 
 
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
 def now_utc() -> str:
     """Current UTC time as ISO 8601 (seconds)."""
-    return _now()
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -9,6 +9,7 @@ on seeded random token ids, and it must not exceed the tolerance for the weights
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -103,8 +104,6 @@ def compare(reference: Any, candidate: Any, tolerance: float, dtype: str) -> Ver
 
 def verify_folder(folder: Path, batch: int = 2, tokens: int = 16, seed: int = 0, record: bool = True) -> Verification:
     """Rerun the comparison recorded in ``folder``'s manifest; optionally store the result in it."""
-    import json
-
     folder = Path(folder)
     manifest = read_manifest(folder)
     base_path = Path(manifest["base_path"])

@@ -104,3 +104,14 @@ def test_base_folder_changed_after_registration_is_reported(world, tmp_path):
 def test_store_defaults_to_pdbgym_home(monkeypatch, tmp_path):
     monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
     assert Store().root == tmp_path / "home" / "adapters"
+
+
+def test_recipe_fields_are_type_checked(tmp_path):
+    from pdbgym.adapters.operations import load_recipe
+
+    recipe_file = tmp_path / "recipe.json"
+    recipe_file.write_text('{"seed": "forty-two", "corpus_hash": "ab12"}')
+    with pytest.raises(AdapterError, match="recipe field 'seed'"):
+        load_recipe(recipe_file, {})
+    assert load_recipe(recipe_file, {"seed": 42, "lr": None}) == {"seed": 42, "corpus_hash": "ab12"}
+    assert load_recipe(None, {"seed": None}) is None
