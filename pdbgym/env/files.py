@@ -33,7 +33,7 @@ def view(workspace: Path, rel_path: str, start: int | None = None, end: int | No
     if path.is_dir():
         entries = []
         for child in sorted(path.iterdir()):
-            if child.name == "__pycache__" or child.name.startswith(".pdbgym-"):
+            if child.name in ("__pycache__", ".sandbox_home") or child.name.startswith(".pdbgym-"):
                 continue
             entries.append(child.name + ("/" if child.is_dir() else ""))
         return f"{_relative(workspace, path)}/\n" + "\n".join(entries[:500])

@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 
 from pdbgym.env.testrun import run_tests
 from pdbgym.sandbox import Sandbox
+from pdbgym.sandbox.environment import SANDBOX_HOME_DIR
 from pdbgym.tasks.model import Task
 
 _TEST_DIR_NAMES = {"tests", "test", "testing"}
@@ -38,6 +39,7 @@ def _files(root: Path) -> set[str]:
         str(p.relative_to(root))
         for p in root.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".pdbgym-")
+        and p.relative_to(root).parts[0] != SANDBOX_HOME_DIR
     }
 
 

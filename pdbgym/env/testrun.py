@@ -71,8 +71,7 @@ def run_tests(
     report = workspace / f".pdbgym-report-{uuid.uuid4().hex}.json"
     wall = min(600.0, 30.0 + task.test_timeout_s * max(1, len(nodes)))
     limits = limits or Limits(wall_time_s=wall)
-    # Plugin autoload imports every pytest plugin in the environment (about 1 s per run); load only ours.
-    env = sandbox_env(workspace, {"PDBGYM_REPORT": str(report), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    env = sandbox_env(workspace, {"PDBGYM_REPORT": str(report)})
     started = time.perf_counter()
     result = sandbox.run(pytest_argv(task, nodes), workspace, limits, env=env)
     outcomes: dict[str, str] = {}

@@ -16,7 +16,7 @@ def sandbox_env(workspace: Path, extra: dict[str, str] | None = None) -> dict[st
     Nothing is inherited from the caller, so no proxy settings, tokens, PYTHONBREAKPOINT or
     PYTHONSTARTUP leak in. PATH starts with the bin folder of ``sys.executable`` (the venv), HOME is
     ``workspace/.sandbox_home`` (created here), PYTHONPATH is the workspace, bytecode is not written
-    (the workspace stays clean for grading) and colour codes are off. ``extra`` overrides any of it.
+    (the workspace stays clean for grading), colour codes are off and pytest autoloads no plugins. ``extra`` overrides any of it.
     """
     workspace = Path(workspace).resolve()
     home = workspace / SANDBOX_HOME_DIR
@@ -34,6 +34,9 @@ def sandbox_env(workspace: Path, extra: dict[str, str] | None = None) -> dict[st
         "TERM": "dumb",
         "NO_COLOR": "1",
         "PY_COLORS": "0",
+        # Autoloading imports every pytest plugin installed beside pdbgym (about 1 s per start);
+        # pdbgym names the plugins it needs with -p.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     }
     if extra:
         env.update({str(key): str(value) for key, value in extra.items()})
