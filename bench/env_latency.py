@@ -10,7 +10,8 @@ appears. Figures are p50 and p95 in milliseconds.
     python bench/env_latency.py --json
 
 The measurement functions are importable (``measure_reset``, ``measure_round_trip``,
-``measure_restart``, ``measure_baseline``) so other benchmarks can reuse them.
+``measure_restart``, ``measure_baseline``) so other benchmarks can reuse them. Environment-level
+figures (an ``edit`` step with its session restart, a whole scripted episode) use a built-in task.
 """
 
 from __future__ import annotations
@@ -161,7 +162,50 @@ def measure_baseline(sandbox: Sandbox, workspace: Path, node: str, reps: int) ->
     return starts, trips
 
 
-def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto") -> dict[str, object]:
+def measure_env_edit_restart(sandbox: Sandbox, env_task: str, reps: int) -> list[float]:
+    """``DebugEnv.step(edit)``: write the file, move breakpoints, restart the session to its prompt."""
+    from pdbgym.agent.scripted import scripted_actions
+    from pdbgym.env import Action, DebugEnv, EnvConfig
+    from pdbgym.tasks.suites import resolve_task
+
+    task = resolve_task(env_task)
+    edit = next(a for a in scripted_actions(task) if a.tool == "edit")
+    undo = Action("edit", {**edit.args, "end": edit.args["start"] + edit.args["new_text"].count("\n") - 1,
+                           "new_text": "".join(line + "\n" for line in _lines(task, edit))})
+    durations = []
+    with DebugEnv(task, EnvConfig(turn_budget=10 * reps + 10), sandbox) as env:
+        env.reset()
+        env.step(Action("pdb", {"command": f"b {edit.args['path']}:{edit.args['start']}"}))
+        for index in range(reps):
+            time.sleep(0.5)  # an agent thinks between tool calls; the session uses that time
+            durations.append(timed(lambda i=index: env.step(edit if i % 2 == 0 else undo)))
+    return durations
+
+
+def _lines(task, edit) -> list[str]:  # noqa: ANN001
+    text = (task.repo / edit.args["path"]).read_text().splitlines()
+    return text[edit.args["start"] - 1 : edit.args["end"]]
+
+
+def measure_scripted_episode(sandbox: Sandbox, env_task: str, reps: int) -> list[float]:
+    """A whole scripted episode: reset, breakpoint, inspect, fix, run tests, submit and grade."""
+    from pdbgym.agent.scripted import ScriptedPolicy
+    from pdbgym.env.runner import run_episode
+    from pdbgym.tasks.suites import resolve_task
+
+    task = resolve_task(env_task)
+    durations = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        result = run_episode(task, ScriptedPolicy(task), sandbox=sandbox)
+        durations.append(time.perf_counter() - started)
+        if not result.final_test_passed:
+            raise SystemExit(f"the scripted policy failed on {task.instance_id}: the benchmark is void")
+    return durations
+
+
+def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto",
+                  env_task: str = "builtin__billing-invoice-totals") -> dict[str, object]:
     """All figures and ratios as a dict (what ``--json`` prints)."""
     sandbox = get_sandbox(kind)
     with tempfile.TemporaryDirectory(prefix="pdbgym-bench-") as scratch:
@@ -174,6 +218,8 @@ def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto")
             restarts = measure_restart(session, max(5, reps // 20))
             baseline_starts, baseline_trips = measure_baseline(sandbox, workspace.path, node, max(20, reps // 4))
             floor = measure_interpreter_floor(sandbox, workspace.path, max(5, reps // 10))
+    edits = measure_env_edit_restart(sandbox, env_task, max(6, reps // 20))
+    episodes = measure_scripted_episode(sandbox, env_task, max(3, reps // 50))
     figures = {
         "reset": summarize("reset (Workspace.create + start to first prompt)", resets),
         "round_trip": summarize("instant round trip (p i+1)", trips),
@@ -182,6 +228,8 @@ def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto")
         "restart_back_to_back": summarize("restart back to back (spare still loading)", restarts),
         "baseline_first_prompt": summarize("baseline: first prompt, 0.1 s sleep polling", baseline_starts),
         "baseline_round_trip": summarize("baseline: p i+1, 0.1 s sleep polling", baseline_trips),
+        "env_edit_restart": summarize(f"env: edit then restart ({env_task})", edits),
+        "scripted_episode": summarize(f"env: whole scripted episode ({env_task})", episodes),
     }
     ratios = {
         "round_trip_speedup_p50": figures["baseline_round_trip"].p50_ms / figures["round_trip"].p50_ms,
@@ -198,9 +246,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", type=Path, default=None, help="a task folder (task.json + repo/)")
     parser.add_argument("--reps", type=int, default=200, help="round trips to time (others scale)")
     parser.add_argument("--sandbox", default="auto", help="auto, bwrap or plain")
+    parser.add_argument("--env-task", default="builtin__billing-invoice-totals",
+                        help="task for the environment-level figures (edit+restart, scripted episode)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     args = parser.parse_args(argv)
-    result = run_benchmark(args.task, args.reps, args.sandbox)
+    result = run_benchmark(args.task, args.reps, args.sandbox, args.env_task)
     if args.json:
         print(json.dumps(result, indent=2))
         return
