@@ -1,0 +1,163 @@
+"""Train/val/test splits that keep related bugs together, and the overlap check run before evaluation.
+
+A split file is JSON: ``{"group_by": ..., "seed": ..., "splits": {"train": [item, ...], "val": [...],
+"test": [...]}}`` where each item records ``instance_id``, ``path``, ``group``, ``content_hash``
+(``Task.content_hash()``: the whole buggy repo), ``buggy_file_hash`` (sha256 of the mutated file's
+path and bytes, when known) and ``mutated_function`` (``"source:file:function"``, when known).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+from pdbgym.tasks.model import SPLITS, Task
+from pdbgym.tasks.suites import resolve_tasks
+
+GROUP_BY = ("source-module", "function", "source", "task")
+
+
+class SplitError(PdbgymError):
+    """A split request or split file is invalid."""
+
+
+def group_key(task: Task, group_by: str) -> str:
+    """The unit that must not straddle splits: a module, a function, a whole source, or the task itself.
+
+    Tasks without synthesis fields (``source_module``, ``mutated_function``) fall back to their own id.
+    """
+    source = task.source or "unknown"
+    if group_by == "source-module" and task.extra.get("source_module"):
+        return f"{source}:{task.extra['source_module']}"
+    if group_by == "function" and task.extra.get("mutated_function"):
+        return f"{source}:{task.extra.get('mutated_file', '')}:{task.extra['mutated_function']}"
+    if group_by == "source":
+        return source
+    if group_by not in GROUP_BY:
+        raise SplitError(f"unknown --group-by {group_by!r}; choose one of {', '.join(GROUP_BY)}")
+    return f"task:{task.instance_id}"
+
+
+def split_item(task: Task, group_by: str) -> dict[str, Any]:
+    """The record a split file holds for one task."""
+    mutated_file = task.extra.get("mutated_file")
+    buggy_file = task.repo / mutated_file if mutated_file else None
+    function = task.extra.get("mutated_function")
+    return {
+        "instance_id": task.instance_id,
+        "path": str(task.path),
+        "group": group_key(task, group_by),
+        "content_hash": task.content_hash(),
+        "buggy_file_hash": hashlib.sha256(f"{mutated_file}\0".encode() + buggy_file.read_bytes()).hexdigest()
+        if buggy_file is not None and buggy_file.is_file() else None,
+        "mutated_function": f"{task.source or 'unknown'}:{mutated_file}:{function}" if function else None,
+    }
+
+
+def assign_groups(group_sizes: Mapping[str, int], val_fraction: float, test_fraction: float,
+                  seed: int) -> dict[str, str]:
+    """Pure: map each group to a split so val and test hold about their fraction of tasks (by count).
+
+    Groups are shuffled with ``seed`` and dealt whole: val is filled first until it reaches
+    ``round(val_fraction * total)`` tasks, then test, the rest go to train.
+    """
+    if not 0 <= val_fraction < 1 or not 0 <= test_fraction < 1 or val_fraction + test_fraction >= 1:
+        raise SplitError(f"--val {val_fraction} and --test {test_fraction} must be in [0, 1) and sum below 1")
+    total = sum(group_sizes.values())
+    targets = {"val": round(val_fraction * total), "test": round(test_fraction * total)}
+    order = sorted(group_sizes)
+    random.Random(seed).shuffle(order)
+    filled = {"val": 0, "test": 0}
+    assignment: dict[str, str] = {}
+    for group in order:
+        split = next((s for s in ("val", "test") if filled[s] < targets[s]), "train")
+        if split != "train":
+            filled[split] += group_sizes[group]
+        assignment[group] = split
+    return assignment
+
+
+def make_splits(task_root: str | Path, val_fraction: float, test_fraction: float = 0.0,
+                group_by: str = "source-module", seed: int = 0) -> dict[str, Any]:
+    """Build a split file's content for every task under ``task_root``."""
+    tasks = resolve_tasks(task_root)
+    items = [split_item(t, group_by) for t in tasks]
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[item["group"]] = sizes.get(item["group"], 0) + 1
+    assignment = assign_groups(sizes, val_fraction, test_fraction, seed)
+    splits: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
+    for item in sorted(items, key=lambda i: i["instance_id"]):
+        splits[assignment[item["group"]]].append(item)
+    return {"group_by": group_by, "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction,
+            "splits": splits}
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Two items in different splits that share ``kind`` (instance_id, content_hash, ...) of ``value``."""
+
+    kind: str
+    value: str
+    first: tuple[str, str]   # (split, instance_id)
+    second: tuple[str, str]
+
+    def describe(self) -> str:
+        return (f"{self.kind} {self.value[:80]!r}: {self.first[1]} ({self.first[0]}) and "
+                f"{self.second[1]} ({self.second[0]})")
+
+
+_OVERLAP_KEYS = ("instance_id", "content_hash", "buggy_file_hash", "mutated_function")
+
+
+def check_splits(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Overlap]:
+    """Pure: every pair of items in *different* splits sharing an id, repo content, buggy file or function.
+
+    An empty list means the splits are disjoint. Call it before any evaluation campaign.
+    """
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    overlaps: list[Overlap] = []
+    for split in sorted(splits):
+        for item in splits[split]:
+            for kind in _OVERLAP_KEYS:
+                value = item.get(kind)
+                if not value:
+                    continue
+                owner = seen.setdefault((kind, value), (split, item["instance_id"]))
+                if owner[0] != split:
+                    overlaps.append(Overlap(kind, value, owner, (split, item["instance_id"])))
+    return overlaps
+
+
+def load_splits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """Read a split file and return its ``splits`` mapping, naming what is wrong if malformed."""
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError as exc:
+        raise SplitError(f"{file}: no such split file; make one with `pdbgym tasks split`") from exc
+    except json.JSONDecodeError as exc:
+        raise SplitError(f"{file}: not valid JSON ({exc})") from exc
+    splits = data.get("splits") if isinstance(data, dict) else None
+    if not isinstance(splits, dict):
+        raise SplitError(f"{file}: expected an object with a 'splits' mapping of split name -> items")
+    for name, items in splits.items():
+        if name not in SPLITS or not isinstance(items, list):
+            raise SplitError(f"{file}: split {name!r} must be one of {SPLITS} holding a list of items")
+        for item in items:
+            if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
+                raise SplitError(f"{file}: every item of split {name!r} needs an 'instance_id' string")
+    return splits
+
+
+def write_splits(data: dict[str, Any], path: str | Path) -> None:
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(target)

@@ -1,0 +1,140 @@
+"""SWE-bench-style JSONL interchange, so SWE-smith / SWE-Gym / SWE-bench tasks run in pdbgym (and back).
+
+A row holds ``instance_id``, ``patch`` (the reference fix), ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` (JSON
+lists, or JSON-encoded strings of lists as SWE-bench stores them), and ``repo_path``: a local checkout of
+the buggy repository. An optional ``test_patch`` (SWE-bench's tests that expose the bug) is applied to
+the copy. Other fields are kept in task.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+from pdbgym.tasks.model import REPO_DIR, Task, load_task, write_task
+
+_LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
+_DROPPED_ON_IMPORT = {"repo_path", "test_patch"}
+
+
+class SwebenchError(PdbgymError):
+    """A SWE-bench row cannot become a task (missing field, missing checkout, patch that does not apply)."""
+
+
+@dataclass
+class ImportOutcome:
+    """One row's result: the task folder written, or why the row was skipped."""
+
+    line: int
+    instance_id: str
+    task_dir: Path | None = None
+    error: str = ""
+
+
+def decode_test_list(value: Any, name: str, where: str) -> list[str]:
+    """Accept a list of node ids or a JSON-encoded string of one (SWE-bench's storage)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise SwebenchError(f"{where}: field '{name}' is a string but not a JSON list ({exc})") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SwebenchError(f"{where}: field '{name}' must be a list of test ids (or a JSON string of one)")
+    return value
+
+
+def _checkout_for(row: dict[str, Any], repos_root: Path | None, where: str) -> Path:
+    if row.get("repo_path"):
+        path = Path(str(row["repo_path"])).expanduser()
+    elif repos_root is not None:
+        path = repos_root / str(row["instance_id"])
+    else:
+        raise SwebenchError(f"{where}: no 'repo_path' in the row and no --repos folder to look in")
+    if not path.is_dir():
+        raise SwebenchError(f"{where}: repository checkout {path} not found; clone it locally or fix 'repo_path'")
+    return path
+
+
+def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = None, where: str = "row") -> Path:
+    """Write one row as a task folder under ``out_dir`` (replacing an earlier import of the same id)."""
+    for name in ("instance_id", "patch", *_LIST_FIELDS):
+        if name not in row:
+            raise SwebenchError(f"{where}: missing required field '{name}'")
+    instance_id = str(row["instance_id"])
+    checkout = _checkout_for(row, repos_root, where)
+    data = {k: v for k, v in row.items() if k not in _DROPPED_ON_IMPORT and v is not None}
+    for name in _LIST_FIELDS:
+        data[name] = decode_test_list(row[name], name, where)
+    final_dir = out_dir / instance_id
+    staging = out_dir / f".importing-{instance_id}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        shutil.copytree(checkout, staging / REPO_DIR, symlinks=True,
+                        ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache"))
+        if row.get("test_patch"):
+            _apply(staging / REPO_DIR, str(row["test_patch"]), where)
+        write_task(staging, data)
+        load_task(staging)
+        if final_dir.exists():
+            shutil.rmtree(final_dir)
+        staging.rename(final_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final_dir
+
+
+def _apply(repo: Path, patch: str, where: str) -> None:
+    done = subprocess.run(["git", "apply", "-p1", "-"], cwd=repo, input=patch, text=True, capture_output=True,
+                          timeout=120)
+    if done.returncode != 0:
+        raise SwebenchError(f"{where}: test_patch does not apply to the checkout: {done.stderr.strip()[:300]}")
+
+
+def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Path | None = None) -> list[ImportOutcome]:
+    """Import every row of ``jsonl``; a bad row is reported in its outcome and never stops the rest."""
+    source = Path(jsonl)
+    if not source.is_file():
+        raise SwebenchError(f"{source}: no such JSONL file")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    outcomes: list[ImportOutcome] = []
+    for number, line in enumerate(source.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise SwebenchError(f"{where}: a row must be a JSON object")
+            task_dir = row_to_task(row, out, Path(repos_root) if repos_root else None, where)
+            outcomes.append(ImportOutcome(number, str(row["instance_id"]), task_dir))
+        except json.JSONDecodeError as exc:
+            outcomes.append(ImportOutcome(number, "", error=f"{where}: not valid JSON ({exc})"))
+        except PdbgymError as exc:
+            outcomes.append(ImportOutcome(number, str(row.get("instance_id", "")), error=str(exc)))
+    return outcomes
+
+
+def task_to_row(task: Task, lists_as_strings: bool = True) -> dict[str, Any]:
+    """A SWE-bench-style row for ``task``; ``repo_path`` points at the task's own buggy repo."""
+    row = task.to_json()
+    for name in _LIST_FIELDS:
+        row[name] = json.dumps(row[name]) if lists_as_strings else list(row[name])
+    row["repo_path"] = str(task.repo)
+    return row
+
+
+def export_swebench(tasks: list[Task], out_file: str | Path, lists_as_strings: bool = True) -> int:
+    """Write ``tasks`` as JSONL (atomically); returns the number of rows."""
+    target = Path(out_file)
+    tmp = target.with_name(target.name + ".tmp")
+    with tmp.open("w") as handle:
+        for task in tasks:
+            handle.write(json.dumps(task_to_row(task, lists_as_strings)) + "\n")
+    tmp.replace(target)
+    return len(tasks)

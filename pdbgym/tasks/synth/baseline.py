@@ -1,0 +1,93 @@
+"""The clean suite's behaviour: which tests pass reliably, and which tests reach which functions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pdbgym.tasks.synth.project import Project, SynthSourceError, is_test_file
+from pdbgym.tasks.synth.runner import PASSED, run_pytest
+
+BASELINE_FILE = "baseline.json"
+
+
+@dataclass
+class Baseline:
+    """Clean-suite facts. ``covering`` maps a function key ``"path.py:first_line"`` to the stable-passing
+    tests that entered it; ``import_time`` lists functions entered before any test ran."""
+
+    fingerprint: str
+    passing: list[str]
+    flaky: list[str]
+    failing: list[str]
+    durations: dict[str, float]
+    covering: dict[str, list[str]]
+    import_time: list[str]
+
+    def tests_reaching(self, function_key: str) -> list[str]:
+        """Stable-passing tests that can observe a bug in this function (all of them if it runs at import)."""
+        if function_key in self.import_time:
+            return list(self.passing)
+        return list(self.covering.get(function_key, []))
+
+
+def project_fingerprint(project: Project) -> str:
+    """sha256 of every file in the project copy (path + bytes): a baseline is reused only if it matches."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in project.root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and not any(part.startswith(".") for part in p.relative_to(project.root).parts)):
+        digest.update(path.relative_to(project.root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeout_s: float = 5.0,
+                 wall_time_s: float = 600.0) -> Baseline:
+    """Run the clean suite ``runs`` times (the first with coverage) or reuse a matching saved baseline.
+
+    A test counts as passing only if it passed in every run; tests that changed outcome are flaky and
+    tests that never passed are excluded. Raises SynthSourceError when no test passes reliably.
+    """
+    fingerprint = project_fingerprint(project)
+    saved = workdir / BASELINE_FILE
+    if saved.is_file():
+        data = json.loads(saved.read_text())
+        if data.get("fingerprint") == fingerprint:
+            return Baseline(**data)
+    if runs < 1:
+        raise SynthSourceError(f"baseline runs must be at least 1, got {runs}")
+    first = run_pytest(project.root, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall_time_s,
+                       collect_coverage=True)
+    if first.timed_out:
+        raise SynthSourceError(f"{project.label}: the clean test suite ran past {wall_time_s:.0f} s")
+    if first.collect_errors:
+        raise SynthSourceError(f"{project.label}: the clean test suite does not collect: "
+                               f"{first.collect_errors[0][:600]}")
+    histories: dict[str, set[str]] = {node: {outcome} for node, outcome in first.outcomes.items()}
+    for _ in range(runs - 1):
+        again = run_pytest(project.root, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall_time_s)
+        for node in set(histories) | set(again.outcomes):
+            histories.setdefault(node, set()).add(again.outcome(node))
+    # Doctests live in the source files that get mutated, so they cannot be a task's held-out tests.
+    tests = {node: seen for node, seen in histories.items() if is_test_file(node.split("::", 1)[0])}
+    passing = sorted(node for node, seen in tests.items() if seen == {PASSED})
+    flaky = sorted(node for node, seen in tests.items() if PASSED in seen and len(seen) > 1)
+    failing = sorted(node for node, seen in tests.items() if PASSED not in seen and "skipped" not in seen)
+    if not passing:
+        raise SynthSourceError(
+            f"{project.label}: no test passes on the clean project ({len(tests)} collected, {len(failing)} "
+            f"failing); synthesis needs a passing suite. Output tail:\n{first.output_tail[-800:]}"
+        )
+    passing_set = set(passing)
+    covering: dict[str, list[str]] = {}
+    for node, functions in first.coverage.items():
+        if node in passing_set:
+            for key in functions:
+                covering.setdefault(key, []).append(node)
+    baseline = Baseline(fingerprint, passing, flaky, failing,
+                        {n: first.durations.get(n, 0.0) for n in passing}, covering, first.import_time)
+    tmp = saved.with_name(saved.name + ".tmp")
+    tmp.write_text(json.dumps(asdict(baseline)))
+    tmp.replace(saved)
+    return baseline

@@ -1,0 +1,187 @@
+"""Work done per candidate bug, in pool workers: run the mutant's tests, then build and validate a task.
+
+Both steps take and return plain data so they can run in a process pool and be saved in the state file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pdbgym.errors import PdbgymError
+from pdbgym.tasks.model import REPO_DIR, load_task, write_task
+from pdbgym.tasks.synth.operators import MutationError, MutationSite
+from pdbgym.tasks.synth.project import is_test_file
+from pdbgym.tasks.synth.runner import NOT_PASSED, PASSED, run_pytest
+from pdbgym.tasks.synth.splice import render_mutation
+
+# Operators whose bugs do not announce themselves (no crash, plausible values): harder to localize.
+SUBTLE_OPERATORS = {"wrong_variable", "off_by_one", "boundary_comparison", "removed_assignment", "wrong_return"}
+
+
+@dataclass
+class CandidateResult:
+    """What testing one mutant showed. ``status``: flipped, no_flip, timeout, unrendered, uncovered."""
+
+    key: str
+    operator: str
+    status: str
+    failing: list[str] = field(default_factory=list)
+    description: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class BuildResult:
+    """Outcome of writing and validating one task; ``status`` is "kept" or why it was rejected."""
+
+    key: str
+    status: str
+    instance_id: str = ""
+    reason: str = ""
+
+
+def estimate_difficulty(failing_count: int, operator: str) -> str:
+    """easy / medium / hard from how loudly the bug shows: fewer failing tests and a subtle operator
+    (no crash, a plausible wrong value) make it harder. Score = (2 if 1 failing test, 1 if 2-3) +
+    (1 if subtle operator); 0-1 easy, 2 medium, 3 hard."""
+    score = (2 if failing_count == 1 else 1 if failing_count <= 3 else 0) + (operator in SUBTLE_OPERATORS)
+    return "easy" if score <= 1 else "medium" if score == 2 else "hard"
+
+
+def instance_id_for(slug: str, site: MutationSite) -> str:
+    return f"{slug}__{site.operator}-{hashlib.sha1(site.key.encode()).hexdigest()[:10]}"
+
+
+def source_module_of(relpath: str) -> str:
+    """Dotted module name of a repo-relative file: ``toolz/itertoolz.py`` -> ``toolz.itertoolz``."""
+    parts = list(Path(relpath).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _copy_project(root: Path, dest: Path, keep_tests: set[str] | None = None) -> None:
+    """Copy ``root`` to ``dest``; with ``keep_tests`` only those test modules are kept."""
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n.startswith(".") or n == "__pycache__"}
+        if keep_tests is not None:
+            rel_folder = Path(folder).relative_to(root)
+            skipped |= {n for n in names if is_test_file(n) and (rel_folder / n).as_posix() not in keep_tests}
+        return skipped
+
+    shutil.copytree(root, dest, ignore=ignore)
+
+
+def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, tests: list[str] | None,
+                       baseline_passing: list[str], per_test_timeout_s: float) -> CandidateResult:
+    """Render the mutant, run ``tests`` (None: the whole suite) on it, report which passing tests broke."""
+    started = time.perf_counter()
+    root = Path(project_root)
+    try:
+        mutation = render_mutation((root / site.file).read_text(), site)
+    except MutationError as exc:
+        return CandidateResult(site.key, site.operator, "unrendered", description=str(exc))
+    with tempfile.TemporaryDirectory(dir=scratch, prefix="mutant-") as tmp:
+        workspace = Path(tmp) / "ws"
+        _copy_project(root, workspace)
+        (workspace / site.file).write_text(mutation.source)
+        run = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s,
+                         wall_time_s=_wall_budget(len(tests or baseline_passing), per_test_timeout_s))
+    watched = tests if tests is not None else baseline_passing
+    elapsed = time.perf_counter() - started
+    if run.timed_out or any(run.outcome(t) == "timeout" for t in watched):
+        return CandidateResult(site.key, site.operator, "timeout", description=mutation.description, seconds=elapsed)
+    failing = sorted(t for t in watched if run.outcome(t) in NOT_PASSED)
+    status = "flipped" if failing else "no_flip"
+    return CandidateResult(site.key, site.operator, status, failing, mutation.description, elapsed)
+
+
+def _wall_budget(test_count: int, per_test_timeout_s: float) -> float:
+    return min(600.0, 60.0 + test_count * 0.5 + 2 * per_test_timeout_s)
+
+
+def _reference_patch(repo: Path, mutant_source: str, relpath: str) -> str:
+    """The fix as a unified diff (a/ b/ prefixes) from the buggy repo back to the clean one, made by git."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-c", "core.autocrlf=false", *args], cwd=repo, capture_output=True,
+                              text=True, timeout=60, check=True)
+        return done.stdout
+
+    git("init", "-q")
+    try:
+        git("add", "-A")
+        (repo / relpath).write_text(mutant_source)
+        return git("diff", "-R", "--no-color", "--no-ext-diff")
+    finally:
+        shutil.rmtree(repo / ".git", ignore_errors=True)
+
+
+def build_task(project_root: str, label: str, slug: str, staging: str, site: MutationSite, failing: list[str],
+               baseline_passing: list[str], per_test_timeout_s: float) -> BuildResult:
+    """Write the task folder under ``staging`` and validate it: FAIL_TO_PASS fail and PASS_TO_PASS pass on
+    the buggy repo, and after ``git apply`` of the patch every listed test passes, with no timeouts."""
+    root = Path(project_root)
+    instance_id = instance_id_for(slug, site)
+    task_dir = Path(staging) / instance_id
+    shutil.rmtree(task_dir, ignore_errors=True)
+    try:
+        mutation = render_mutation((root / site.file).read_text(), site)
+    except MutationError as exc:
+        return BuildResult(site.key, "unrendered", instance_id, str(exc))
+    test_files = sorted({node.split("::", 1)[0] for node in failing})
+    failing_set = set(failing)
+    still_passing = [t for t in baseline_passing if t.split("::", 1)[0] in test_files and t not in failing_set]
+    if not still_passing:
+        return BuildResult(site.key, "no_passing_left", instance_id, "every test in the failing files broke")
+    _copy_project(root, task_dir / REPO_DIR, keep_tests=set(test_files))
+    patch = _reference_patch(task_dir / REPO_DIR, mutation.source, site.file)
+    data = {
+        "instance_id": instance_id, "FAIL_TO_PASS": failing, "PASS_TO_PASS": still_passing, "patch": patch,
+        "source": label, "bug_class": site.operator, "difficulty": estimate_difficulty(len(failing), site.operator),
+        "test_timeout_s": per_test_timeout_s, "mutated_file": site.file, "mutated_function": site.function,
+        "mutated_line": site.line, "source_module": source_module_of(site.file), "mutation": mutation.description,
+        "mutation_key": site.key,
+    }
+    problem = _validate_folder(task_dir, failing, still_passing, patch, per_test_timeout_s)
+    if problem:
+        shutil.rmtree(task_dir, ignore_errors=True)
+        return BuildResult(site.key, "invalid", instance_id, problem)
+    try:
+        write_task(task_dir, data)
+        load_task(task_dir)
+    except PdbgymError as exc:
+        shutil.rmtree(task_dir, ignore_errors=True)
+        return BuildResult(site.key, "invalid", instance_id, str(exc))
+    return BuildResult(site.key, "kept", instance_id)
+
+
+def _validate_folder(task_dir: Path, failing: list[str], passing: list[str], patch: str,
+                     per_test_timeout_s: float) -> str:
+    """An empty string when the task behaves as claimed, else what is wrong."""
+    tests = [*failing, *passing]
+    wall = _wall_budget(len(tests), per_test_timeout_s)
+    with tempfile.TemporaryDirectory(dir=task_dir.parent, prefix=".check-") as tmp:
+        workspace = Path(tmp) / "ws"
+        shutil.copytree(task_dir / REPO_DIR, workspace)
+        buggy = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall)
+        if buggy.timed_out or buggy.timeouts():
+            return "a test timed out on the buggy repo"
+        wrong = [t for t in failing if buggy.outcome(t) == PASSED] + [t for t in passing if buggy.outcome(t) != PASSED]
+        if wrong:
+            return f"on the buggy repo these tests did not behave as listed: {wrong[:5]}"
+        applied = subprocess.run(["git", "apply", "-p1", "-"], cwd=workspace, input=patch, text=True,
+                                 capture_output=True, timeout=60)
+        if applied.returncode != 0:
+            return f"the reference patch does not apply: {applied.stderr.strip()[:300]}"
+        fixed = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall)
+        still_broken = [t for t in tests if fixed.outcome(t) != PASSED]
+        if fixed.timed_out or still_broken:
+            return f"after the reference patch these tests still fail: {still_broken[:5]}"
+    return ""

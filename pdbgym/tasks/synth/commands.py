@@ -1,0 +1,183 @@
+"""CLI for task synthesis, splits and SWE-bench interchange; ``register`` adds them to ``pdbgym tasks``."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``synth``, ``split``, ``check-splits``, ``import-swebench`` and ``export-swebench`` to ``app``."""
+    app.command("synth", help="Synthesize validated bug tasks from a project folder or pypi:NAME==VERSION.")(synth_command)
+    app.command("split", help="Split a folder of tasks into train/val/test without group leakage.")(split_command)
+    app.command("check-splits", help="Refuse a split file whose splits overlap (exit 1 naming the overlaps).")(
+        check_splits_command)
+    app.command("import-swebench", help="Turn SWE-bench-style JSONL rows into pdbgym task folders.")(
+        import_swebench_command)
+    app.command("export-swebench", help="Write tasks as SWE-bench-style JSONL.")(export_swebench_command)
+
+
+def synth_command(
+    sources: list[str] = typer.Argument(..., help="Project folders and/or pypi:NAME==VERSION specs."),
+    out: Path = typer.Option(..., "--out", help="Folder to write task folders into (state kept in OUT/.synth)."),
+    max_tasks: int = typer.Option(20, "--max", min=1, help="Tasks to keep per source."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the candidate order; same seed, same tasks."),
+    workers: int = typer.Option(max(1, os.cpu_count() or 1), "--workers", min=1, help="Parallel processes."),
+    baseline_runs: int = typer.Option(3, "--baseline-runs", min=1, help="Clean-suite runs to find flaky tests."),
+    timeout: float = typer.Option(5.0, "--timeout", min=0.1, help="Per-test timeout in seconds."),
+    operators: str = typer.Option("", "--operators", help="Comma-separated operator names (default: all)."),
+    max_candidates: int = typer.Option(0, "--max-candidates", min=0, help="Stop after this many candidates (0: no cap)."),
+    all_tests: bool = typer.Option(False, "--all-tests", help="Rerun the whole suite per candidate (slow baseline)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the per-source report as JSON."),
+) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pdbgym.tasks.synth.engine import SynthConfig, synthesize_source
+
+    config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, baseline_runs=baseline_runs,
+                         per_test_timeout_s=timeout, operators=[o for o in operators.split(",") if o] or None,
+                         select_tests="all" if all_tests else "covering", max_candidates=max_candidates or None)
+    out.mkdir(parents=True, exist_ok=True)
+    reports = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=as_json) as progress:
+        for source in sources:
+            bar = progress.add_task(f"{source}: preparing", total=None)
+
+            def update(name: str, done: int, total: int, kept: int, bar: int = bar) -> None:
+                progress.update(bar, completed=done, total=total, description=f"{name}: kept {kept}")
+
+            reports.append(synthesize_source(source, config, update))
+            progress.update(bar, description=f"{source}: done")
+    _write_report(out, reports)
+    if as_json:
+        print(json.dumps([asdict(r) for r in reports], indent=2))
+    else:
+        _print_reports(reports)
+    if all(r.error for r in reports):
+        raise typer.Exit(1)
+
+
+def _write_report(out: Path, reports: list) -> None:
+    path = out / "synth_report.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps([asdict(r) for r in reports], indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _print_reports(reports: list) -> None:
+    table = Table(title="Task synthesis")
+    for column in ("source", "tried", "kept", "yield", "tests", "statuses / error"):
+        table.add_column(column)
+    for r in reports:
+        if r.error:
+            table.add_row(r.source, "-", "-", "-", "-", f"[red]{r.error[:300]}[/]")
+            continue
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items()))
+        table.add_row(r.source, str(r.tried), str(r.kept), f"{r.kept / max(r.tried, 1):.1%}",
+                      f"{r.tests_passing} (+{r.tests_excluded} excluded)", statuses)
+    console.print(table)
+    for r in reports:
+        if r.per_operator:
+            ops = Table(title=f"{r.source}: per operator")
+            ops.add_column("operator")
+            ops.add_column("tried")
+            ops.add_column("kept")
+            for name, counts in sorted(r.per_operator.items()):
+                ops.add_row(name, str(counts.get("tried", 0)), str(counts.get("kept", 0)))
+            console.print(ops)
+
+
+def split_command(
+    task_dir: Path = typer.Argument(..., help="Folder of task folders (or a suite name)."),
+    val: float = typer.Option(0.3, "--val", help="Fraction of tasks for the val split."),
+    test: float = typer.Option(0.0, "--test", help="Fraction of tasks for the test split."),
+    group_by: str = typer.Option("source-module", "--group-by",
+                                 help="Unit kept within one split: source-module, function, source or task."),
+    seed: int = typer.Option(0, "--seed", help="Seed for dealing groups to splits."),
+    out: Path = typer.Option(..., "--out", help="Split file to write (JSON)."),
+    as_json: bool = typer.Option(False, "--json", help="Print split sizes as JSON."),
+) -> None:
+    from pdbgym.tasks.splits import check_splits, make_splits, write_splits
+
+    data = make_splits(task_dir, val, test, group_by, seed)
+    overlaps = check_splits(data["splits"])
+    if overlaps:  # grouping by module/function can still leave duplicate content; never write such a file
+        _print_overlaps(overlaps)
+        raise typer.Exit(1)
+    write_splits(data, out)
+    sizes = {name: len(items) for name, items in data["splits"].items()}
+    groups = {name: len({i["group"] for i in items}) for name, items in data["splits"].items()}
+    if as_json:
+        print(json.dumps({"out": str(out), "tasks": sizes, "groups": groups}))
+        return
+    table = Table(title=f"splits by {group_by} -> {out}")
+    for column in ("split", "tasks", "groups"):
+        table.add_column(column)
+    for name in sizes:
+        table.add_row(name, str(sizes[name]), str(groups[name]))
+    console.print(table)
+
+
+def _print_overlaps(overlaps: list) -> None:
+    console.print(f"[bold red]{len(overlaps)} overlap(s) between splits:[/]")
+    for overlap in overlaps:
+        console.print(f"  - {overlap.describe()}")
+
+
+def check_splits_command(
+    split_file: Path = typer.Argument(..., help="Split file written by `pdbgym tasks split`."),
+    as_json: bool = typer.Option(False, "--json", help="Print overlaps as JSON."),
+) -> None:
+    from pdbgym.tasks.splits import check_splits, load_splits
+
+    overlaps = check_splits(load_splits(split_file))
+    if as_json:
+        print(json.dumps({"ok": not overlaps, "overlaps": [asdict(o) for o in overlaps]}))
+    elif overlaps:
+        _print_overlaps(overlaps)
+    else:
+        console.print(f"[green]{split_file}: splits are disjoint[/] (ids, repo content, buggy files, functions)")
+    if overlaps:
+        raise typer.Exit(1)
+
+
+def import_swebench_command(
+    jsonl: Path = typer.Argument(..., help="SWE-bench-style JSONL (FAIL_TO_PASS/PASS_TO_PASS lists or JSON strings)."),
+    out: Path = typer.Option(..., "--out", help="Folder to write task folders into."),
+    repos: Path = typer.Option(None, "--repos", help="Folder holding <instance_id>/ checkouts for rows without repo_path."),
+    as_json: bool = typer.Option(False, "--json", help="Print per-row outcomes as JSON."),
+) -> None:
+    from pdbgym.tasks.swebench import import_swebench
+
+    outcomes = import_swebench(jsonl, out, repos)
+    failed = [o for o in outcomes if o.error]
+    if as_json:
+        print(json.dumps([{"line": o.line, "instance_id": o.instance_id, "task_dir": str(o.task_dir or ""),
+                           "error": o.error} for o in outcomes]))
+    else:
+        console.print(f"imported {len(outcomes) - len(failed)} of {len(outcomes)} rows into {out}")
+        for outcome in failed:
+            console.print(f"  [red]skipped[/] {outcome.error}")
+    if outcomes and len(failed) == len(outcomes):
+        raise typer.Exit(1)
+
+
+def export_swebench_command(
+    tasks: str = typer.Argument(..., help="Suite name, task folder or folder of tasks."),
+    out: Path = typer.Option(..., "--out", help="JSONL file to write."),
+    lists: bool = typer.Option(False, "--lists", help="Write FAIL_TO_PASS/PASS_TO_PASS as lists, not JSON strings."),
+) -> None:
+    from pdbgym.tasks.suites import resolve_tasks
+    from pdbgym.tasks.swebench import export_swebench
+
+    count = export_swebench(resolve_tasks(tasks), out, lists_as_strings=not lists)
+    console.print(f"wrote {count} rows to {out}")

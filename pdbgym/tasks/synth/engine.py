@@ -1,0 +1,259 @@
+"""Synthesis driver: prepare each source, run its baseline, test candidates in a process pool, keep tasks.
+
+Determinism: candidates form one fixed stream per (source, seed); the kept tasks are exactly those a
+sequential pass over that stream would keep (first valid candidate per distinct failing-test set,
+first ``max_tasks`` of them), whatever the worker count or batch size. Resumption: every candidate's
+result is saved in ``<out>/.synth/<slug>/state.json`` (written atomically after each batch), and a
+rerun with the same seed skips candidates already tried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from pdbgym.errors import PdbgymError
+from pdbgym.tasks.synth.baseline import Baseline, run_baseline
+from pdbgym.tasks.synth.candidate import CandidateResult, build_task, evaluate_candidate
+from pdbgym.tasks.synth.operators import OPERATORS, MutationError, MutationSite, enumerate_sites
+from pdbgym.tasks.synth.project import Project, prepare_project, slug_for
+
+STATE_DIR = ".synth"
+STATE_FILE = "state.json"
+
+
+@dataclass
+class SynthConfig:
+    """Options of ``pdbgym tasks synth``.
+
+    ``select_tests``: "covering" runs only the clean-suite tests that entered the mutated function
+    (the fast path); "all" reruns the whole suite for every candidate (the benchmark's baseline).
+    """
+
+    out: Path
+    max_tasks: int = 20
+    seed: int = 0
+    workers: int = max(1, os.cpu_count() or 1)
+    baseline_runs: int = 3
+    per_test_timeout_s: float = 5.0
+    operators: list[str] | None = None
+    select_tests: str = "covering"
+    max_candidates: int | None = None
+
+
+@dataclass
+class SourceReport:
+    """Per-source outcome. ``tried`` counts candidates processed (uncovered ones cost no test run)."""
+
+    source: str
+    error: str = ""
+    tried: int = 0
+    kept: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    per_operator: dict[str, dict[str, int]] = field(default_factory=dict)
+    task_ids: list[str] = field(default_factory=list)
+    tests_passing: int = 0
+    tests_excluded: int = 0
+
+
+def candidate_stream(project: Project, seed: int, operators: list[str] | None) -> list[MutationSite]:
+    """All sites, each operator's shuffled by ``seed``, interleaved round-robin so no operator dominates."""
+    by_operator: dict[str, list[MutationSite]] = {name: [] for name in (operators or OPERATORS)}
+    for relpath in project.source_files:
+        try:
+            sites = enumerate_sites((project.root / relpath).read_text(errors="replace"), relpath, operators)
+        except MutationError:
+            continue  # a file that does not parse has no sites; the project's own tests would show it
+        for site in sites:
+            by_operator[site.operator].append(site)
+    for name, sites in by_operator.items():
+        random.Random(f"{seed}:{name}").shuffle(sites)
+    stream: list[MutationSite] = []
+    longest = max((len(s) for s in by_operator.values()), default=0)
+    for position in range(longest):
+        stream.extend(sites[position] for sites in by_operator.values() if position < len(sites))
+    return stream
+
+
+class _State:
+    def __init__(self, path: Path, seed: int, select_tests: str) -> None:
+        self.path = path
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        same = data.get("seed") == seed and data.get("select_tests") == select_tests
+        self.tested: dict[str, dict] = data.get("tested", {}) if same else {}
+        self.built: dict[str, dict] = data.get("built", {}) if same else {}
+        self.seed, self.select_tests = seed, select_tests
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"seed": self.seed, "select_tests": self.select_tests,
+                                   "tested": self.tested, "built": self.built}))
+        tmp.replace(self.path)
+
+
+def _pool(workers: int) -> Executor:
+    return ThreadPoolExecutor(1) if workers <= 1 else ProcessPoolExecutor(workers)
+
+
+def _batches(items: list[MutationSite], size: int) -> Iterator[list[MutationSite]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def synthesize_source(source: str, config: SynthConfig, on_progress: Callable[[str, int, int, int], None]) -> SourceReport:
+    """Synthesize tasks from one source into ``config.out``; errors are reported, never raised."""
+    report = SourceReport(source)
+    try:
+        _run_source(source, config, report, on_progress)
+    except PdbgymError as exc:
+        report.error = str(exc)
+    return report
+
+
+def _run_source(source: str, config: SynthConfig, report: SourceReport,
+                on_progress: Callable[[str, int, int, int], None]) -> None:
+    if config.select_tests not in ("covering", "all"):
+        raise PdbgymError(f"select_tests must be 'covering' or 'all', got {config.select_tests!r}")
+    scratch_root = config.out / STATE_DIR
+    workdir = scratch_root / slug_for(source if source.startswith("pypi:") else Path(source).name)
+    workdir.mkdir(parents=True, exist_ok=True)
+    project = prepare_project(source, workdir)
+    baseline = run_baseline(project, workdir, config.baseline_runs, config.per_test_timeout_s)
+    report.tests_passing = len(baseline.passing)
+    report.tests_excluded = len(baseline.flaky) + len(baseline.failing)
+    stream = candidate_stream(project, config.seed, config.operators)
+    if config.max_candidates is not None:
+        stream = stream[:config.max_candidates]
+    state = _State(workdir / STATE_FILE, config.seed, config.select_tests)
+    (workdir / "scratch").mkdir(exist_ok=True)
+    (workdir / "staging").mkdir(exist_ok=True)
+    batch_size = max(4, 4 * config.workers)
+    with _pool(config.workers) as pool:
+        for batch in _batches(stream, batch_size):
+            if _kept_ids(stream, state, config.max_tasks) is not None:
+                break
+            _test_batch(pool, [s for s in batch if s.key not in state.tested], project, baseline, workdir, config, state)
+            _build_batch(pool, stream, project, baseline, workdir, config, state)
+            state.save()
+            done = sum(1 for s in stream if s.key in state.tested)
+            on_progress(source, done, len(stream), len(_kept_so_far(stream, state)))
+    kept = _kept_ids(stream, state, config.max_tasks) or _kept_so_far(stream, state)[:config.max_tasks]
+    _publish(kept, workdir / "staging", config.out, stream, state)
+    _fill_report(report, stream, state, kept)
+
+
+def _test_batch(pool: Executor, sites: list[MutationSite], project: Project, baseline: Baseline, workdir: Path,
+                config: SynthConfig, state: _State) -> None:
+    futures = {}
+    for site in sites:
+        if config.select_tests == "covering":
+            tests: list[str] | None = baseline.tests_reaching(f"{site.file}:{site.function_line}")
+            if not tests:
+                state.tested[site.key] = asdict(CandidateResult(site.key, site.operator, "uncovered"))
+                continue
+        else:
+            tests = None
+        futures[site.key] = pool.submit(evaluate_candidate, str(project.root), str(workdir / "scratch"), site, tests,
+                                        baseline.passing, config.per_test_timeout_s)
+    for key, future in futures.items():
+        state.tested[key] = asdict(future.result())
+
+
+def _unresolved_firsts(stream: list[MutationSite], state: _State) -> list[MutationSite]:
+    """For each failing-test set not yet claimed by a kept task, its earliest flipped candidate not yet built,
+    in stream order; stops at the first tested-but-unknown gap so the result matches a sequential pass."""
+    claimed: set[tuple[str, ...]] = set()
+    waiting: list[MutationSite] = []
+    pending_sets: set[tuple[str, ...]] = set()
+    for site in stream:
+        result = state.tested.get(site.key)
+        if result is None:
+            break
+        if result["status"] != "flipped":
+            continue
+        failing = tuple(result["failing"])
+        if failing in claimed or failing in pending_sets:
+            continue
+        built = state.built.get(site.key)
+        if built is None:
+            waiting.append(site)
+            pending_sets.add(failing)
+        elif built["status"] == "kept":
+            claimed.add(failing)
+    return waiting
+
+
+def _build_batch(pool: Executor, stream: list[MutationSite], project: Project, baseline: Baseline, workdir: Path,
+                 config: SynthConfig, state: _State) -> None:
+    while waiting := _unresolved_firsts(stream, state):
+        futures = {site.key: pool.submit(build_task, str(project.root), project.label, project.slug,
+                                         str(workdir / "staging"), site, state.tested[site.key]["failing"],
+                                         baseline.passing, config.per_test_timeout_s) for site in waiting}
+        for key, future in futures.items():
+            state.built[key] = asdict(future.result())
+
+
+def _kept_so_far(stream: list[MutationSite], state: _State) -> list[str]:
+    return [state.built[s.key]["instance_id"] for s in stream
+            if s.key in state.built and state.built[s.key]["status"] == "kept"]
+
+
+def _kept_ids(stream: list[MutationSite], state: _State, max_tasks: int) -> list[str] | None:
+    """The final kept ids once the first ``max_tasks`` are settled (no undecided candidate before them)."""
+    kept: list[str] = []
+    for site in stream:
+        result = state.tested.get(site.key)
+        if result is None:
+            return None
+        built = state.built.get(site.key)
+        if result["status"] == "flipped" and built is not None and built["status"] == "kept":
+            kept.append(built["instance_id"])
+            if len(kept) >= max_tasks:
+                return kept
+    return None
+
+
+def _publish(kept: list[str], staging: Path, out: Path, stream: list[MutationSite], state: _State) -> None:
+    """Move kept task folders from staging into ``out`` (already-published ones stay)."""
+    for instance_id in kept:
+        source, target = staging / instance_id, out / instance_id
+        if source.is_dir():
+            if target.exists():
+                shutil.rmtree(target)
+            source.rename(target)
+
+
+def _fill_report(report: SourceReport, stream: list[MutationSite], state: _State, kept: list[str]) -> None:
+    statuses: Counter[str] = Counter()
+    per_operator: dict[str, Counter[str]] = {}
+    kept_set = set(kept)
+    for site in stream:
+        result = state.tested.get(site.key)
+        if result is None:
+            continue
+        built = state.built.get(site.key)
+        status = result["status"]
+        if status == "flipped":
+            if built is None:
+                status = "duplicate"
+            elif built["status"] == "kept":
+                status = "kept" if built["instance_id"] in kept_set else "surplus"
+            else:
+                status = built["status"]
+        statuses[status] += 1
+        counter = per_operator.setdefault(site.operator, Counter())
+        counter["tried"] += 1
+        counter["kept"] += status == "kept"
+    report.tried = sum(statuses.values())
+    report.kept = len(kept)
+    report.statuses = dict(statuses)
+    report.per_operator = {name: dict(c) for name, c in per_operator.items()}
+    report.task_ids = kept

@@ -1,0 +1,121 @@
+"""A pytest plugin, loaded into the project's test process with ``-p pdbgym.tasks.synth.probe``.
+
+It writes one JSON file (path in ``PDBGYM_PROBE_OUT``) with every test's outcome and duration, and,
+when ``PDBGYM_PROBE_ROOT`` is set, which functions under that folder each test called. Coverage is
+function-level (a code object counts when it is entered), collected with ``sys.setprofile`` so it
+needs no third-party package; functions entered before the first test starts (at import or
+collection time) are listed apart under ``import_time``, since a bug there reaches every test.
+
+This module runs inside the project's interpreter, so it imports nothing from pdbgym.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
+
+import pytest
+
+OUT_ENV = "PDBGYM_PROBE_OUT"
+ROOT_ENV = "PDBGYM_PROBE_ROOT"
+
+_outcomes: dict[str, str] = {}
+_durations: dict[str, float] = {}
+_coverage: dict[str, list[str]] = {}
+_entered: set[CodeType] = set()
+_import_time: list[str] = []
+_collect_errors: list[str] = []
+_tracing_root: str | None = os.environ.get(ROOT_ENV) or None
+_first_test_seen = False
+
+
+def _profile(frame: FrameType, event: str, arg: Any) -> None:
+    if event == "call":
+        _entered.add(frame.f_code)
+
+
+def _start_profiling() -> None:
+    _entered.clear()
+    sys.setprofile(_profile)
+    threading.setprofile(_profile)
+
+
+def _stop_profiling() -> list[str]:
+    sys.setprofile(None)
+    threading.setprofile(None)  # type: ignore[arg-type]
+    keys: set[str] = set()
+    assert _tracing_root is not None
+    for code in _entered:
+        filename = code.co_filename
+        if filename.startswith(_tracing_root) and code.co_name != "<module>":
+            rel = os.path.relpath(filename, _tracing_root)
+            keys.add(f"{rel}:{code.co_firstlineno}")
+    _entered.clear()
+    return sorted(keys)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _tracing_root:
+        _start_profiling()
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        _collect_errors.append(f"{report.nodeid}: {report.longreprtext[-2000:]}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    global _first_test_seen
+    if _tracing_root:
+        if not _first_test_seen:
+            _import_time.extend(_stop_profiling())
+        _start_profiling()
+    _first_test_seen = True
+    started = time.perf_counter()
+    yield
+    _durations[item.nodeid] = round(time.perf_counter() - started, 4)
+    if _tracing_root:
+        _coverage[item.nodeid] = _stop_profiling()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    previous = _outcomes.get(report.nodeid)
+    if previous in ("failed", "error", "timeout"):
+        return
+    if report.failed:
+        text = report.longreprtext
+        if "from pytest-timeout" in text or "Failed: Timeout >" in text:
+            _outcomes[report.nodeid] = "timeout"
+        else:
+            _outcomes[report.nodeid] = "failed" if report.when == "call" else "error"
+    elif report.skipped and report.when in ("setup", "call"):
+        _outcomes[report.nodeid] = "skipped"
+    elif report.when == "call" and report.passed:
+        _outcomes[report.nodeid] = "passed"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _tracing_root:
+        sys.setprofile(None)
+    out = os.environ.get(OUT_ENV)
+    if not out:
+        return
+    payload = {
+        "outcomes": _outcomes,
+        "durations": _durations,
+        "coverage": _coverage,
+        "import_time": _import_time,
+        "collect_errors": _collect_errors,
+        "exitstatus": int(exitstatus),
+    }
+    target = Path(out)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    tmp.replace(target)
