@@ -65,7 +65,7 @@ class ModelServer:
     def sample(self, prompt_ids: list[int], params: SamplingParams, mode: str) -> tuple[list[int], list[float], str]:
         with self.lock:
             self.requests_served += 1
-            return sample_turn(self.model, prompt_ids, params, self.stops, mode)
+            return sample_turn(self.model, prompt_ids, params, self.stops, mode)[:3]
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         text = self.tokenizer.apply_chat_template(body["messages"], tools=body.get("tools"), tokenize=False,

@@ -104,3 +104,19 @@ def test_missing_model_path_and_unknown_policy_are_clear(tmp_path):
         HFBackend.from_path(tmp_path)
     with pytest.raises(BackendError, match="not 'scripted', 'embedded'"):
         parse_policy("gpt-17")
+
+
+def test_hf_second_turn_reuses_prefix_cache_with_identical_logprobs(tiny_model_dir, tiny_backend):
+    reusing = HFBackend(tiny_backend.model, tiny_backend.tokenizer, "tiny", reuse_prefix=True)
+    params = SamplingParams(temperature=0.9, max_new_tokens=6, seed=4)
+    first_req = request(reusing.tokenizer, params)
+    first = asyncio.run(reusing.generate(first_req))
+    observation = reusing.tokenizer("\n<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n",
+                                    add_special_tokens=False)["input_ids"]
+    second_prompt = first_req.prompt_ids + first.token_ids + observation
+    assert reusing._prefix.ids == first_req.prompt_ids + first.token_ids[:-1]
+    second = asyncio.run(reusing.generate(GenerationRequest(second_prompt, [], None, params)))
+    expected = force_decoded_logprobs(tiny_backend.model, second_prompt, second.token_ids, 0.9)
+    assert second.logprobs == pytest.approx(expected, abs=1e-4)
+    fresh = HFBackend(tiny_backend.model, tiny_backend.tokenizer, "tiny", reuse_prefix=False)
+    assert asyncio.run(fresh.generate(GenerationRequest(second_prompt, [], None, params))).token_ids == second.token_ids

@@ -11,6 +11,7 @@ import inspect
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,22 @@ def load_model_and_tokenizer(path: str | Path, device: str = "cpu") -> tuple[Any
     return _LOADED[key]
 
 
+@dataclass
+class PrefixCache:
+    """A KV cache and the ids it covers. Trajectories only grow, so the next turn of the same episode
+    starts with these ids and only the new suffix (this turn's last id, the observation) is prefilled."""
+
+    ids: list[int]
+    cache: Any
+
+
 def sample_turn(model: Any, prompt_ids: list[int], params: SamplingParams, stops: set[int],
-                logprob_mode: str = "tempered") -> tuple[list[int], list[float], str]:
+                logprob_mode: str = "tempered", prefix: PrefixCache | None = None,
+                ) -> tuple[list[int], list[float], str, PrefixCache]:
     """Sample up to ``params.max_new_tokens`` ids after ``prompt_ids``; stop after a stop id.
 
-    Returns ``(ids, logprobs, finish_reason)``; ``logprobs[i]`` is the reported log-prob of ``ids[i]``.
+    Returns ``(ids, logprobs, finish_reason, prefix)``; ``logprobs[i]`` is the reported log-prob of
+    ``ids[i]``; ``prefix`` covers ``prompt_ids + ids[:-1]`` and may be passed to the next call.
     """
     import torch
 
@@ -63,20 +75,25 @@ def sample_turn(model: Any, prompt_ids: list[int], params: SamplingParams, stops
     generator = torch.Generator(device="cpu")
     generator.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
     cache_arg = _cache_argument(model)
+    reusable = prefix is not None and len(prefix.ids) < len(prompt_ids) and prompt_ids[:len(prefix.ids)] == prefix.ids
+    past = prefix.cache if reusable else None
+    feed = prompt_ids[len(prefix.ids):] if reusable else prompt_ids
     ids: list[int] = []
     logprobs: list[float] = []
+    finish = "length"
     with torch.inference_mode():
-        out = model(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True)
         for _ in range(params.max_new_tokens):
-            logits = out.logits[0, -1].to("cpu")
-            token, logprob = draw_token(logits, params.temperature, params.top_p, generator, logprob_mode)
+            out = model(input_ids=torch.tensor([feed], device=device), use_cache=True, **{cache_arg: past})
+            past = out.get("cache", None) if cache_arg == "cache" else out.past_key_values
+            token, logprob = draw_token(out.logits[0, -1].to("cpu"), params.temperature, params.top_p, generator,
+                                        logprob_mode)
             ids.append(token)
             logprobs.append(logprob)
             if token in stops:
-                return ids, logprobs, "stop"
-            past = out.get("cache", None) if cache_arg == "cache" else out.past_key_values
-            out = model(input_ids=torch.tensor([[token]], device=device), use_cache=True, **{cache_arg: past})
-    return ids, logprobs, "length"
+                finish = "stop"
+                break
+            feed = [token]
+    return ids, logprobs, finish, PrefixCache(list(prompt_ids) + ids[:-1], past)
 
 
 def _cache_argument(model: Any) -> str:
@@ -87,8 +104,11 @@ def _cache_argument(model: Any) -> str:
 class HFBackend:
     """A transformers model in this process. ``generate`` runs in a worker thread, one call at a time."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str, logprob_mode: str = "tempered"):
+    def __init__(self, model: Any, tokenizer: Any, name: str, logprob_mode: str = "tempered",
+                 reuse_prefix: bool = True):
         self.model = model
+        self.reuse_prefix = reuse_prefix
+        self._prefix: PrefixCache | None = None
         self.tokenizer = tokenizer
         self.name = name
         self.logprob_mode = logprob_mode
@@ -111,8 +131,9 @@ class HFBackend:
     def _generate_sync(self, request: GenerationRequest) -> Generation:
         with self._lock:
             started = time.perf_counter()
-            ids, logprobs, finish = sample_turn(self.model, request.prompt_ids, request.params, self.stops,
-                                                self.logprob_mode)
+            ids, logprobs, finish, prefix = sample_turn(self.model, request.prompt_ids, request.params,
+                                                        self.stops, self.logprob_mode, self._prefix)
+            self._prefix = prefix if self.reuse_prefix else None
             elapsed = time.perf_counter() - started
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         return Generation(ids, logprobs, text, finish, model_seconds=elapsed)
