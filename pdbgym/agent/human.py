@@ -27,7 +27,7 @@ class HumanPolicy:
 
     def reset(self, task: Task, observation: str) -> None:
         self._console.rule(f"[bold]{task.instance_id}")
-        self._console.print(HELP.strip(), style="dim")
+        self._console.print(HELP.strip(), style="dim", markup=False)
 
     def _block(self) -> str:
         lines = []

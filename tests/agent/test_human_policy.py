@@ -1,5 +1,6 @@
 """A person drives the same tools from the terminal: scripted input, and a real terminal under tmux."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -53,14 +54,14 @@ def test_human_policy_in_a_real_terminal(tmp_path):
             time.sleep(0.1)
 
     try:
-        wait_for("pdbgym> ")
+        wait_for("pdbgym>")  # capture-pane trims trailing spaces
         for line in SESSION_INPUT:
             subprocess.run(["tmux", "send-keys", "-t", name, "-l", line], check=True)
             subprocess.run(["tmux", "send-keys", "-t", name, "Enter"], check=True)
             time.sleep(0.3)
         wait_for("solved", timeout=90)
-        assert "(5, 3)" not in screen() or True
-        assert "2" in screen()
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
-    assert (tmp_path / "t.json").is_file()
+    steps = json.loads((tmp_path / "t.json").read_text())["steps"]
+    answer = next(s for s in steps if s["args"] == {"command": "p a - b"})
+    assert answer["observation"].strip() == "2"  # pdb answered what the person typed, in the buggy frame

@@ -8,7 +8,7 @@ from pdbgym.tasks.model import load_task
 from pdbgym.tasks.patches import apply_patch, parse_patch
 from pdbgym.tasks.suites import resolve_tasks
 
-from conftest import PATCH, make_task
+from taskfixtures import PATCH, make_task
 
 
 def test_load_valid_task(tmp_path):

@@ -8,7 +8,7 @@ from pdbgym.cli import app
 from pdbgym.tasks.model import load_task
 from pdbgym.tasks.validate import validate_task, validate_tasks
 
-from conftest import PATCH, make_task
+from taskfixtures import PATCH, make_task
 
 
 def test_valid_task_passes_every_check(tiny_task):
