@@ -40,10 +40,45 @@ class TaskTotals:
             values = self.numerator / self.denominator
         return {task: float(v) for task, v in zip(self.task_ids, values, strict=True)}
 
+    def restricted(self, task_ids: Sequence[str]) -> TaskTotals:
+        return restrict(self, task_ids)
+
     def resampled_values(self, task_indices: np.ndarray) -> np.ndarray:
         """The statistic for each row of ``task_indices`` ([n_resamples, n_tasks] ints)."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return self.numerator[task_indices].sum(axis=1) / self.denominator[task_indices].sum(axis=1)
+
+
+@dataclass(frozen=True)
+class WeightedSum:
+    """sum_i weight_i * statistic_i over the tasks all parts share (e.g. JSD = 1/2 half_T + 1/2 half_S)."""
+
+    parts: tuple[tuple[float, TaskTotals], ...]
+
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        shared = set(self.parts[0][1].task_ids)
+        for _, totals in self.parts[1:]:
+            shared &= set(totals.task_ids)
+        return tuple(sorted(shared))
+
+    def restricted(self, task_ids: Sequence[str]) -> WeightedSum:
+        return WeightedSum(tuple((w, restrict(t, task_ids)) for w, t in self.parts))
+
+    def value(self) -> float:
+        return sum(w * t.value() for w, t in self.restricted(self.task_ids).parts)
+
+    def per_task(self) -> dict[str, float]:
+        tasks = self.task_ids
+        per_part = [(w, t.per_task()) for w, t in self.parts]
+        return {task: sum(w * values[task] for w, values in per_part) for task in tasks}
+
+    def resampled_values(self, task_indices: np.ndarray) -> np.ndarray:
+        """Rows of ``task_indices`` index into ``self.task_ids`` (the shared tasks)."""
+        return sum(w * t.resampled_values(task_indices) for w, t in self.restricted(self.task_ids).parts)
+
+
+Statistic = TaskTotals | WeightedSum
 
 
 def task_totals(
@@ -95,7 +130,7 @@ def percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, 
 
 
 def bootstrap_ci(
-    totals: TaskTotals, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0
+    totals: Statistic, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile interval of the statistic under resampling tasks with replacement."""
     indices = bootstrap_indices(len(totals.task_ids), n_resamples, seed)
@@ -123,13 +158,13 @@ def restrict(totals: TaskTotals, task_ids: Sequence[str]) -> TaskTotals:
 
 
 def paired_difference(
-    a: TaskTotals, b: TaskTotals, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0
+    a: Statistic, b: Statistic, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0
 ) -> PairedDifference:
     """Difference a - b on shared tasks; both resampled with the SAME task indices (paired)."""
     shared = sorted(set(a.task_ids) & set(b.task_ids))
     if not shared:
         raise ValueError("the two sets of totals share no task; a paired difference needs common tasks")
-    a_shared, b_shared = restrict(a, shared), restrict(b, shared)
+    a_shared, b_shared = a.restricted(shared), b.restricted(shared)
     indices = bootstrap_indices(len(shared), n_resamples, seed)
     diffs = a_shared.resampled_values(indices) - b_shared.resampled_values(indices)
     low, high = percentile_interval(diffs, confidence)

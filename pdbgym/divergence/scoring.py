@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from pdbgym.divergence.loading import check_vocab, lm_head_and_decoder
 from pdbgym.divergence.transform import check_transform, token_logprobs
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
-
-if TYPE_CHECKING:
-    import torch
 
 DEFAULT_LOGIT_CHUNK_BYTES = 256 * 2**20
 
@@ -161,11 +158,12 @@ class _progress:
     def __enter__(self) -> Callable[[int], None]:
         if not self.enabled:
             return lambda _tokens: None
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-            TimeRemainingColumn(), transient=True,
+            TimeRemainingColumn(), transient=True, console=Console(stderr=True),
         )
         self.bar.__enter__()
         task = self.bar.add_task(self.label, total=self.total)

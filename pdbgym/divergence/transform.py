@@ -41,11 +41,14 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, semantics: Logpr
 
     scaled = logits.float()
     if semantics.temperature != 1.0:
-        scaled = scaled / semantics.temperature
-    log_probs = scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)
-    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        # In place only on our own fp32 copy; an fp32 input is the caller's tensor and stays untouched.
+        scaled = scaled / semantics.temperature if scaled is logits else scaled.div_(semantics.temperature)
+    log_normalizer = torch.logsumexp(scaled, dim=-1, keepdim=True)  # [N, 1]
     if not (semantics.top_p_renormalized and semantics.top_p < 1.0):
-        return picked
+        # Only the picked entries are normalized: no second [N, V] fp32 tensor.
+        return (scaled.gather(-1, targets.unsqueeze(-1)) - log_normalizer).squeeze(-1)
+    log_probs = scaled - log_normalizer
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     sorted_log_probs = torch.sort(log_probs, dim=-1, descending=True).values
     sorted_probs = sorted_log_probs.exp()
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
