@@ -80,8 +80,12 @@ def _copy_project(root: Path, dest: Path, keep_tests: set[str] | None = None) ->
 
 
 def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, tests: list[str] | None,
-                       baseline_passing: list[str], per_test_timeout_s: float) -> CandidateResult:
-    """Render the mutant, run ``tests`` (None: the whole suite) on it, report which passing tests broke."""
+                       baseline_passing: list[str], per_test_timeout_s: float,
+                       use_fork_server: bool = True) -> CandidateResult:
+    """Render the mutant, run ``tests`` (None: the whole suite) on it, report which passing tests broke.
+
+    With ``use_fork_server`` the run forks this worker's warm pytest server (sandboxed, rooted at
+    ``scratch``) instead of starting an interpreter."""
     started = time.perf_counter()
     root = Path(project_root)
     try:
@@ -93,7 +97,8 @@ def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, test
         _copy_project(root, workspace)
         (workspace / site.file).write_text(mutation.source)
         run = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s,
-                         wall_time_s=_wall_budget(len(tests or baseline_passing), per_test_timeout_s))
+                         wall_time_s=_wall_budget(len(tests or baseline_passing), per_test_timeout_s),
+                         server_root=Path(scratch) if use_fork_server else None)
     watched = tests if tests is not None else baseline_passing
     elapsed = time.perf_counter() - started
     if run.timed_out or any(run.outcome(t) == "timeout" for t in watched):

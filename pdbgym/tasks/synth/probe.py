@@ -31,7 +31,7 @@ _coverage: dict[str, list[str]] = {}
 _entered: set[CodeType] = set()
 _import_time: list[str] = []
 _collect_errors: list[str] = []
-_tracing_root: str | None = os.environ.get(ROOT_ENV) or None
+_tracing_root: str | None = None
 _first_test_seen = False
 
 
@@ -61,6 +61,9 @@ def _stop_profiling() -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Read here, not at import: a forked test server imports this module once, before any job's env.
+    global _tracing_root
+    _tracing_root = os.environ.get(ROOT_ENV) or None
     if _tracing_root:
         _start_profiling()
 

@@ -6,14 +6,16 @@ command to the pdbgym sandbox (bubblewrap where it works, rlimits otherwise).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdbgym.sandbox import Limits, RunResult, Sandbox, get_sandbox, sandbox_env
-from pdbgym.tasks.synth import probe
+from pdbgym.sandbox import Limits, PtyProcess, RunResult, Sandbox, get_sandbox, sandbox_env
+from pdbgym.tasks.synth import probe, zygote
 
 PROBE_FILE = ".pdbgym_probe.json"
 PASSED = "passed"
@@ -51,6 +53,63 @@ def execute(argv: list[str], workspace: Path, wall_time_s: float, env_extra: dic
     return _sandbox().run(argv, workspace, limits, env=sandbox_env(workspace, env_extra))
 
 
+class ForkServer:
+    """Client of a sandboxed :mod:`zygote` whose workspace is ``root``; jobs must run in folders below it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        limits = Limits(wall_time_s=86_400, cpu_time_s=86_400)
+        env = sandbox_env(root, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"})
+        self.process: PtyProcess = _sandbox().spawn_pty([sys.executable, "-m", zygote.__name__], root, limits, env)
+        self._buffer = b""
+        if self._read_line(timeout_s=120.0) != "READY":
+            self.process.kill()
+            raise RuntimeError("the pytest fork server did not start")
+
+    def _read_line(self, timeout_s: float) -> str | None:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            chunk = self.process.read(remaining) if remaining > 0 else None
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode(errors="replace").strip()
+
+    def run(self, cwd: Path, args: list[str], env: dict[str, str], wall_time_s: float) -> tuple[bool, str]:
+        """Run one pytest job; returns (timed_out, log tail). Raises RuntimeError if the server is gone."""
+        log = cwd / ".pytest_log"
+        job = {"cwd": str(cwd), "args": args, "env": env, "log": str(log), "wall_time_s": wall_time_s}
+        self.process.write((json.dumps(job) + "\n").encode())
+        line = self._read_line(wall_time_s + 30.0)
+        if line is None or not line.startswith(zygote.RESULT_PREFIX):
+            self.process.kill()
+            raise RuntimeError(f"the pytest fork server stopped answering (last line {line!r})")
+        result = json.loads(line.removeprefix(zygote.RESULT_PREFIX))
+        tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+        log.unlink(missing_ok=True)
+        return bool(result["timed_out"]), tail
+
+
+_servers: dict[Path, ForkServer] = {}
+
+
+def fork_server(root: Path) -> ForkServer:
+    """This process's fork server for ``root`` (started on first use, stopped at exit)."""
+    root = Path(root).resolve()
+    server = _servers.get(root)
+    if server is None or not server.process.alive:
+        server = _servers[root] = ForkServer(root)
+    return server
+
+
+@atexit.register
+def _stop_servers() -> None:
+    for server in _servers.values():
+        server.process.close()
+
+
 def run_pytest(
     workspace: Path,
     node_ids: list[str] | None = None,
@@ -58,22 +117,32 @@ def run_pytest(
     per_test_timeout_s: float = 5.0,
     wall_time_s: float = 300.0,
     collect_coverage: bool = False,
+    server_root: Path | None = None,
 ) -> SuiteRun:
     """Run ``python -m pytest`` in ``workspace`` on ``node_ids`` (None = the whole suite).
 
     Each test is cut after ``per_test_timeout_s`` seconds (pytest-timeout); the whole run after
     ``wall_time_s``. With ``collect_coverage`` the probe records which workspace functions each test
-    entered. Nothing is left behind in the workspace except the sandbox's HOME folder.
+    entered. With ``server_root`` (a folder holding ``workspace``) the run is a fork of that folder's
+    warm pytest server instead of a fresh interpreter. Nothing is left behind in the workspace except
+    the sandbox's HOME folder.
     """
     workspace = Path(workspace).resolve()
     probe_path = workspace / PROBE_FILE
     probe_path.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", probe.__name__,
-            "-p", "timeout", "--timeout", f"{per_test_timeout_s:g}", *(node_ids or [])]
+    pytest_args = ["-q", "-p", "no:cacheprovider", "-p", probe.__name__,
+                   "-p", "timeout", "--timeout", f"{per_test_timeout_s:g}", *(node_ids or [])]
     env = {probe.OUT_ENV: str(probe_path), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"}
     if collect_coverage:
         env[probe.ROOT_ENV] = str(workspace) + "/"
-    result = execute(argv, workspace, wall_time_s, env)
+    if server_root is not None:
+        try:
+            timed_out, tail = fork_server(server_root).run(workspace, pytest_args, env, wall_time_s)
+        except RuntimeError as exc:
+            timed_out, tail = True, str(exc)
+        result = RunResult([], None, tail, timed_out, 0.0, len(tail), False)
+    else:
+        result = execute([sys.executable, "-m", "pytest", *pytest_args], workspace, wall_time_s, env)
     try:
         payload = json.loads(probe_path.read_text())
     except (OSError, json.JSONDecodeError):

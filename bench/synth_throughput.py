@@ -1,0 +1,89 @@
+"""Task synthesis throughput: validated tasks per minute and yield, covering-tests path vs whole-suite baseline.
+
+For each library the sdist is downloaded once (``pip download --no-binary :all:``), then synthesized twice
+from the same unpacked folder with the same seed and ``--max``:
+
+* ``covering`` (pdbgym's path): each candidate runs only the clean-suite tests that entered the mutated
+  function (per-test function coverage from one profiled clean run); unreached candidates cost nothing.
+* ``whole-suite`` (the named baseline): each candidate reruns the whole suite.
+
+Both include the clean-suite baseline runs, task writing and task validation, and both run on
+``--workers`` processes. Prints tasks/minute per path, the ratio covering / whole-suite, yield
+(kept / tried) and whether both paths kept the same tasks.
+
+    .venv/bin/python bench/synth_throughput.py --max 5 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from pdbgym.tasks.synth.engine import SynthConfig, synthesize_source
+from pdbgym.tasks.synth.project import download_sdist
+
+LIBRARIES = ("toolz==1.2.0", "inflection==0.5.1", "boltons==26.2.0")
+
+
+def measure(spec: str, work: Path, max_tasks: int, workers: int, seed: int) -> dict:
+    folder = download_sdist(spec, work / "sdist")
+    row: dict = {"library": spec}
+    kept_ids = {}
+    for mode in ("covering", "all"):
+        out = work / f"out-{mode}"
+        shutil.rmtree(out, ignore_errors=True)
+        config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, select_tests=mode)
+        started = time.perf_counter()
+        report = synthesize_source(str(folder), config, lambda *args: None)
+        elapsed = time.perf_counter() - started
+        if report.error:
+            raise SystemExit(f"{spec} ({mode}): {report.error}")
+        kept_ids[mode] = report.task_ids
+        row[mode] = {"seconds": round(elapsed, 1), "kept": report.kept, "tried": report.tried,
+                     "tasks_per_minute": round(60 * report.kept / elapsed, 2),
+                     "yield": round(report.kept / max(report.tried, 1), 3), "statuses": report.statuses}
+    row["speedup"] = round(row["covering"]["tasks_per_minute"] / max(row["all"]["tasks_per_minute"], 1e-9), 2)
+    row["same_tasks"] = kept_ids["covering"] == kept_ids["all"]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--libs", nargs="+", default=list(LIBRARIES), help="NAME==VERSION specs")
+    parser.add_argument("--max", type=int, default=5, help="tasks to keep per library and path")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pdbgym-synth-bench-") as tmp:
+        for spec in args.libs:
+            rows.append(measure(spec, Path(tmp) / spec.replace("==", "-"), args.max, args.workers, args.seed))
+    total = {mode: (sum(r[mode]["kept"] for r in rows), sum(r[mode]["seconds"] for r in rows))
+             for mode in ("covering", "all")}
+    overall = (total["covering"][0] / total["covering"][1]) / max(total["all"][0] / total["all"][1], 1e-9)
+    if args.json:
+        print(json.dumps({"rows": rows, "overall_speedup": round(overall, 2)}, indent=2))
+        return
+    table = Table(title=f"synthesis throughput ({args.workers} workers, --max {args.max}, seed {args.seed})")
+    for column in ("library", "covering tasks/min", "whole-suite tasks/min", "speedup", "yield (kept/tried)",
+                   "same tasks"):
+        table.add_column(column)
+    for r in rows:
+        c, a = r["covering"], r["all"]
+        table.add_row(r["library"], f"{c['tasks_per_minute']} ({c['kept']} in {c['seconds']} s)",
+                      f"{a['tasks_per_minute']} ({a['kept']} in {a['seconds']} s)", f"{r['speedup']}x",
+                      f"{c['kept']}/{c['tried']} = {c['yield']:.0%}", str(r["same_tasks"]))
+    Console().print(table)
+    print(f"overall: covering path {overall:.2f}x the whole-suite baseline in tasks per minute")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""A pytest fork server: started once per pool worker inside the sandbox, it forks a child per job.
+
+Importing pytest and its plugins costs most of a small test run (about 0.3 s of 0.5 s idle, more under
+load). The server pays it once; each job's child starts from that warm state, runs ``pytest.main`` in
+the job's folder with the job's environment, and exits. The server never imports project code, so
+each child imports the (mutated) project fresh. Protocol: one JSON object per line on stdin
+(``cwd``, ``args``, ``env``, ``log``, ``wall_time_s``); one ``RESULT {json}`` line back per job with
+``returncode`` and ``timed_out``.
+
+Run as ``python -m pdbgym.tasks.synth.zygote``; it imports only the stdlib and pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+import pytest
+
+# Plugins (the probe, pytest-timeout) are deliberately not preloaded: pytest warns when a plugin module
+# was imported before it could rewrite its asserts, and projects that turn warnings into errors fail.
+
+RESULT_PREFIX = "RESULT "
+_POLL_S = 0.005
+
+
+def _run_child(job: dict) -> None:
+    """In the forked child: become the job's pytest process. Never returns."""
+    try:
+        os.setpgid(0, 0)
+        os.chdir(job["cwd"])
+        log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.environ.update(job["env"])
+        sys.path.insert(0, job["cwd"])  # what ``python -m pytest`` does for the working directory
+        code = pytest.main(job["args"])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+    except BaseException:  # noqa: BLE001  (a child must never fall back into the server loop)
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(99)
+
+
+def _wait(pid: int, wall_time_s: float) -> tuple[int, bool]:
+    deadline = time.monotonic() + wall_time_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), False
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status), True
+        time.sleep(_POLL_S)
+
+
+def serve() -> None:
+    out = sys.stdout
+    out.write("READY\n")
+    out.flush()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _run_child(job)
+        returncode, timed_out = _wait(pid, float(job["wall_time_s"]))
+        out.write(RESULT_PREFIX + json.dumps({"returncode": returncode, "timed_out": timed_out}) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    serve()
