@@ -54,6 +54,7 @@ def test_kept_tasks_load_and_really_fail_then_pass_with_the_patch(synthesized, t
         assert applied.returncode == 0, applied.stderr
         assert _pytest(work, task.all_tests).returncode == 0, f"{instance_id}: the patch must fix every test"
         assert "tests/" not in task.patch, "the reference patch never touches tests"
+        assert "--- a/shop/__init__.py\n+++ b/shop/__init__.py" in task.patch, "a/ b/ prefixes, buggy -> fixed"
     assert len(failing_sets) == len(task_ids), "tasks are deduplicated by failing-test set"
 
 

@@ -134,3 +134,10 @@ def test_unparsable_source_and_unknown_operator_raise_clear_errors() -> None:
         enumerate_sites("def broken(:\n    pass\n", "broken.py")
     with pytest.raises(MutationError, match="unknown mutation operator"):
         enumerate_sites(SAMPLE, "sample.py", ["no_such_operator"])
+
+
+def test_untouched_subexpressions_keep_their_original_text() -> None:
+    code = "def f(sep, text):\n    return re_sub(r'%s{2,}' % sep, text)\n"
+    swapped = [render_mutation(code, s).source for s in enumerate_sites(code, "r.py", ["swapped_operands"])]
+    # ast.unparse alone would turn r'%s{2,}' into '%s{2,}', leaking a second change into the diff.
+    assert swapped == ["def f(sep, text):\n    return re_sub(sep % r'%s{2,}', text)\n"]

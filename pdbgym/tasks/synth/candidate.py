@@ -119,13 +119,16 @@ def _reference_patch(repo: Path, mutant_source: str, relpath: str) -> str:
                               text=True, timeout=60, check=True)
         return done.stdout
 
+    clean_source = (repo / relpath).read_text()
+    (repo / relpath).write_text(mutant_source)
     git("init", "-q")
     try:
-        git("add", "-A")
-        (repo / relpath).write_text(mutant_source)
-        return git("diff", "-R", "--no-color", "--no-ext-diff")
+        git("add", "-A")  # the index holds the buggy tree; the worktree gets the clean file back
+        (repo / relpath).write_text(clean_source)
+        return git("diff", "--no-color", "--no-ext-diff")
     finally:
         shutil.rmtree(repo / ".git", ignore_errors=True)
+        (repo / relpath).write_text(mutant_source)
 
 
 def build_task(project_root: str, label: str, slug: str, staging: str, site: MutationSite, failing: list[str],

@@ -53,7 +53,9 @@ def synth_command(
             bar = progress.add_task(f"{source}: preparing", total=None)
 
             def update(name: str, done: int, total: int, kept: int, bar: int = bar) -> None:
-                progress.update(bar, completed=done, total=total, description=f"{name}: kept {kept}")
+                # The bar tracks kept tasks against --max: the candidate stream is far longer than needed.
+                progress.update(bar, completed=min(kept, max_tasks), total=max_tasks,
+                                description=f"{name}: {done} of {total} candidates tried, kept")
 
             reports.append(synthesize_source(source, config, update))
             progress.update(bar, description=f"{source}: done")

@@ -115,15 +115,43 @@ def render_mutation(source: str, site: MutationSite) -> Mutation:
             attempts.append((_splice_statement_removal(data, starts, target, fill_pass),
                              _intended_function(func, target_index, None, fill_pass)))
     else:
-        text = ast.unparse(new)
         intended = _intended_function(func, target_index, new)
-        attempts = [(_splice_expression(data, starts, target, text), intended),
-                    (_splice_expression(data, starts, target, f"({text})"), intended)]
+        texts = [_segment_preserving_text(source, new), ast.unparse(new)]
+        attempts = [(_splice_expression(data, starts, target, form.format(text)), intended)
+                    for text in dict.fromkeys(t for t in texts if t) for form in ("{}", "({})")]
     for candidate, intended in attempts:
         mutated = _faithful(candidate, site, intended)
         if mutated is not None:
             return Mutation(site, mutated, f"{site.function}: {description}")
     raise MutationError(f"{site.key}: splice does not reproduce the intended change")
+
+
+def _segment_preserving_text(source: str, new: ast.AST) -> str | None:
+    """Source for ``new`` that reuses the original text of every subexpression copied from the file.
+
+    ``ast.unparse`` would normalize those (quotes, raw-string prefixes, spacing), making the diff
+    larger than the bug and hinting at its site. Only the changed parts are unparsed; the caller's
+    faithfulness check rejects a result whose precedence differs.
+    """
+    segments: dict[str, str] = {}
+    root = copy.deepcopy(new)
+
+    class _Placeholders(ast.NodeTransformer):
+        def visit(self, node: ast.AST) -> ast.AST:
+            if node is not root and isinstance(node, ast.expr) and getattr(node, "end_col_offset", None) is not None:
+                text = ast.get_source_segment(source, node)
+                if text is not None:
+                    name = f"__pdbgym_segment_{len(segments)}__"
+                    segments[name] = text
+                    return ast.Name(id=name, ctx=ast.Load())
+            return self.generic_visit(node)
+
+    rendered = ast.unparse(_Placeholders().visit(root))
+    if not segments:
+        return None
+    for name, text in segments.items():
+        rendered = rendered.replace(name, text)
+    return rendered
 
 
 def _statement_list_holding(func: FunctionNode, statement: ast.stmt) -> list[ast.stmt]:
