@@ -10,6 +10,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from pdbgym.errors import PdbgymError
 
@@ -24,6 +25,7 @@ err_console = Console(stderr=True)
 
 def _mount() -> None:
     from pdbgym.adapters.commands import app as adapters_app
+    from pdbgym.agent.commands import cache_build_command
     from pdbgym.divergence.commands import divergence_command
     from pdbgym.env.commands import demo_command, run_command
     from pdbgym.evaluate.commands import app as eval_app
@@ -31,6 +33,9 @@ def _mount() -> None:
     from pdbgym.tasks.commands import app as tasks_app
 
     app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")
+    cache_app.command("build", help="Play tasks x runs with a policy and write a teacher cache (resumable).")(
+        cache_build_command
+    )
     app.add_typer(cache_app, name="cache", help="Teacher caches: validate, summarize, convert, build.")
     app.add_typer(adapters_app, name="adapters", help="Adapter stacks with lineage: register, merge, verify.")
     app.add_typer(eval_app, name="eval", help="Evaluation campaigns, planning and checkpoint selection.")
@@ -46,7 +51,7 @@ def main() -> None:
     try:
         app()
     except PdbgymError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
         sys.exit(2)
 
 

@@ -7,6 +7,8 @@ All arms see the same tasks and the same number of runs (matched power). Solve i
 from __future__ import annotations
 
 import os
+import threading
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -15,7 +17,7 @@ from typing import Any
 
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
-from pdbgym.evaluate.results import EpisodeRow, ResultsStore
+from pdbgym.evaluate.results import EpisodeRow, ResultsStore, write_json_atomic
 from pdbgym.tasks.model import Task
 
 ARM_KINDS = ("scripted", "embedded", "path", "url")
@@ -84,15 +86,70 @@ def scripted_episode(config: CampaignConfig) -> EpisodeFn:
     return run
 
 
-def model_episode(arm: Arm, config: CampaignConfig) -> EpisodeFn:
-    """An episode driven by a model (embedded, local folder or server); built by the agent package."""
-    from pdbgym.agent.arms import make_model_episode
-
-    return make_model_episode(arm.model, config)
+def _episode_seed(config: CampaignConfig, task: Task, run_index: int) -> int:
+    """A seed per (task, run), the same for every arm: arms differ by policy, not by luck of the draw."""
+    return (config.seed * 1_000_003 + zlib.crc32(task.instance_id.encode()) * 101 + run_index) % 2**31
 
 
-def episode_fn(arm: Arm, config: CampaignConfig) -> EpisodeFn:
-    return scripted_episode(config) if arm.kind == "scripted" else model_episode(arm, config)
+def model_episode(arm: Arm, config: CampaignConfig, out_dir: Path, ray_address: str | None = None) -> EpisodeFn:
+    """An episode played by the agent loop: a model arm, or any arm when episodes go to Ray.
+
+    The backend is built (model loaded, server reached) here, before any episode starts, so a bad
+    arm fails at once. The token-exact record of every episode is appended to ``OUT/cache/ARM/``.
+    """
+    from pdbgym.agent.backends.base import SamplingParams
+    from pdbgym.agent.loop import AgentConfig
+    from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
+    from pdbgym.agent.runner import EpisodeJob, run_job
+    from pdbgym.rollouts.cache import append_records
+    from pdbgym.rollouts.record import RolloutRecord
+
+    spec = parse_policy(arm.model)
+    if spec.generates_tokens and ray_address is None:
+        build_backend(spec)
+    elif not spec.generates_tokens:
+        load_tokenizer(spec.tokenizer)
+    submit = _ray_submitter(ray_address) if ray_address is not None else run_job
+    # A local model keeps one KV cache per process: its episodes take turns. Servers and Ray fan out.
+    gate = threading.Semaphore(1 if spec.kind in ("embedded", "path") and ray_address is None else 10_000)
+    cache_lock = threading.Lock()
+
+    def run(task: Task, run_index: int, transcript: Path) -> EpisodeResult:
+        sampling = SamplingParams(config.temperature, config.top_p, config.max_new_tokens,
+                                  _episode_seed(config, task, run_index))
+        agent = AgentConfig(max_context_tokens=config.context_tokens, sampling=sampling,
+                            dataset=f"campaign_{arm.name}", sample_idx=run_index)
+        job = EpisodeJob(str(task.path), task.instance_id, run_index, spec, agent,
+                         EnvConfig(turn_budget=config.turn_budget))
+        with gate:
+            result = submit(job)
+        write_json_atomic(transcript, result.transcript)
+        with cache_lock:
+            append_records(out_dir / "cache" / arm.name, [RolloutRecord.from_dict(result.record)])
+        return EpisodeResult(task.instance_id, result.transcript["termination_reason"],
+                             bool(result.transcript["final_test_passed"]), result.transcript["actions_used"],
+                             round(result.wall_seconds, 3))
+
+    return run
+
+
+def _ray_submitter(address: str) -> Callable:
+    try:
+        import ray
+    except ImportError as exc:
+        raise PdbgymError("--ray needs Ray: pip install 'pdbgym[ray]'") from exc
+    from pdbgym.agent.runner import run_job
+
+    if not ray.is_initialized():
+        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(run_job)
+    return lambda job: ray.get(remote.remote(job))
+
+
+def episode_fn(arm: Arm, config: CampaignConfig, out_dir: Path, ray_address: str | None = None) -> EpisodeFn:
+    if arm.kind == "scripted" and ray_address is None:
+        return scripted_episode(config)
+    return model_episode(arm, config, out_dir, ray_address)
 
 
 def run_campaign(
@@ -103,13 +160,14 @@ def run_campaign(
     workers: int | None = None,
     on_episode: Callable[[EpisodeRow], None] | None = None,
     episode_fns: dict[str, EpisodeFn] | None = None,
+    ray_address: str | None = None,
 ) -> list[EpisodeRow]:
     """Run every missing (arm, task, run) episode; return all rows, old and new."""
     store = ResultsStore(out_dir)
     config.task_ids = [t.instance_id for t in tasks]
     store.open(config.to_dict())
     done = store.done_keys()
-    fns = episode_fns or {arm.name: episode_fn(arm, config) for arm in config.arms}
+    fns = episode_fns or {arm.name: episode_fn(arm, config, store.out_dir, ray_address) for arm in config.arms}
     todo = [(arm, task, run) for run in range(config.runs) for task in tasks for arm in config.arms
             if (arm.name, task.instance_id, run) not in done]
     workers = workers or max(1, os.cpu_count() or 1)

@@ -16,7 +16,8 @@ console = Console()
 
 def _campaign(tasks_spec: str, split: str | None, splits: Path | None, arm_texts: list[str], runs: int,
               out: Path, budget: int, temperature: float, workers: int, force: bool, json_out: Path | None,
-              title: str) -> Path:
+              title: str, *, max_new_tokens: int = 512, context_tokens: int = 8192,
+              ray_address: str | None = None) -> Path:
     from pdbgym.evaluate.analysis import summarize
     from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
     from pdbgym.evaluate.report import write_report
@@ -29,7 +30,10 @@ def _campaign(tasks_spec: str, split: str | None, splits: Path | None, arm_texts
     tasks = tasks_for_split(tasks_spec, split, splits)
     warnings = check_reportable([a.model for a in arms], [t.instance_id for t in tasks], force=force)
     config = CampaignConfig(tasks=tasks_spec, arms=arms, runs=runs, split=split,
-                            splits_file=str(splits) if splits else None, turn_budget=budget, temperature=temperature)
+                            splits_file=str(splits) if splits else None, turn_budget=budget, temperature=temperature,
+                            max_new_tokens=max_new_tokens, context_tokens=context_tokens)
+    if ray_address is not None and workers == 0:
+        workers = 64  # episodes in flight on the cluster; threads here only wait on them
     total = len(tasks) * runs * len(arms)
     solved: dict[str, int] = {a.name: 0 for a in arms}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -40,7 +44,7 @@ def _campaign(tasks_spec: str, split: str | None, splits: Path | None, arm_texts
             solved[row.arm] += int(row.final_test_passed)
             progress.update(bar, advance=1, description="solved " + ", ".join(f"{k}={v}" for k, v in solved.items()))
 
-        rows = run_campaign(config, tasks, out, workers=workers or None, on_episode=tick)
+        rows = run_campaign(config, tasks, out, workers=workers or None, on_episode=tick, ray_address=ray_address)
         progress.update(bar, completed=len(rows))
     summary = summarize(rows, [a.name for a in arms], [t.instance_id for t in tasks], runs)
     summary["selection_warnings"] = [w.text() for w in warnings]
@@ -65,6 +69,9 @@ def eval_command(
     workers: Annotated[int, typer.Option(help="Episodes at once (0: one per core)")] = 0,
     force: Annotated[bool, typer.Option(help="Report even on a split that selected a checkpoint")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write a machine summary here")] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = 512,
+    context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens (then ctx_overflow)")] = 8192,
+    ray: Annotated[str | None, typer.Option("--ray", help="Ray cluster address ('local' starts one here)")] = None,
 ) -> None:
     """Run an evaluation campaign: every task x run x arm is an episode; resumable; ends in a report."""
     if ctx.invoked_subcommand is not None:
@@ -72,7 +79,8 @@ def eval_command(
     if not arm:
         raise typer.BadParameter("give at least one --arm NAME=MODEL")
     page = _campaign(tasks, split, splits, arm, runs, out, budget, temperature, workers, force, json_out,
-                     f"pdbgym evaluation: {tasks}" + (f" ({split})" if split else ""))
+                     f"pdbgym evaluation: {tasks}" + (f" ({split})" if split else ""),
+                     max_new_tokens=max_new_tokens, context_tokens=context_tokens, ray_address=ray)
     console.print(f"report: {page}")
 
 
