@@ -43,7 +43,7 @@ def project_fingerprint(project: Project) -> str:
 
 
 def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeout_s: float = 5.0,
-                 wall_time_s: float = 600.0) -> Baseline:
+                 wall_time_s: float = 600.0, use_fork_server: bool = True) -> Baseline:
     """Run the clean suite ``runs`` times (the first with coverage) or reuse a matching saved baseline.
 
     A test counts as passing only if it passed in every run; tests that changed outcome are flaky and
@@ -57,8 +57,9 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
             return Baseline(**data)
     if runs < 1:
         raise SynthSourceError(f"baseline runs must be at least 1, got {runs}")
+    server_root = workdir if use_fork_server else None
     first = run_pytest(project.root, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall_time_s,
-                       collect_coverage=True)
+                       collect_coverage=True, server_root=server_root)
     if first.timed_out:
         raise SynthSourceError(f"{project.label}: the clean test suite ran past {wall_time_s:.0f} s")
     if first.collect_errors:
@@ -66,7 +67,8 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
                                f"{first.collect_errors[0][:600]}")
     histories: dict[str, set[str]] = {node: {outcome} for node, outcome in first.outcomes.items()}
     for _ in range(runs - 1):
-        again = run_pytest(project.root, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall_time_s)
+        again = run_pytest(project.root, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall_time_s,
+                           server_root=server_root)
         for node in set(histories) | set(again.outcomes):
             histories.setdefault(node, set()).add(again.outcome(node))
     # Doctests live in the source files that get mutated, so they cannot be a task's held-out tests.

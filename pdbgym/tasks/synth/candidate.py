@@ -81,11 +81,11 @@ def _copy_project(root: Path, dest: Path, keep_tests: set[str] | None = None) ->
 
 def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, tests: list[str] | None,
                        baseline_passing: list[str], per_test_timeout_s: float,
-                       use_fork_server: bool = True) -> CandidateResult:
+                       server_root: str | None = None) -> CandidateResult:
     """Render the mutant, run ``tests`` (None: the whole suite) on it, report which passing tests broke.
 
-    With ``use_fork_server`` the run forks this worker's warm pytest server (sandboxed, rooted at
-    ``scratch``) instead of starting an interpreter."""
+    With ``server_root`` (a folder holding ``scratch``) the run forks this worker's warm, sandboxed
+    pytest server rooted there instead of starting an interpreter."""
     started = time.perf_counter()
     root = Path(project_root)
     try:
@@ -98,7 +98,7 @@ def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, test
         (workspace / site.file).write_text(mutation.source)
         run = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s,
                          wall_time_s=_wall_budget(len(tests or baseline_passing), per_test_timeout_s),
-                         server_root=Path(scratch) if use_fork_server else None)
+                         server_root=Path(server_root) if server_root else None)
     watched = tests if tests is not None else baseline_passing
     elapsed = time.perf_counter() - started
     if run.timed_out or any(run.outcome(t) == "timeout" for t in watched):
@@ -132,7 +132,7 @@ def _reference_patch(repo: Path, mutant_source: str, relpath: str) -> str:
 
 
 def build_task(project_root: str, label: str, slug: str, staging: str, site: MutationSite, failing: list[str],
-               baseline_passing: list[str], per_test_timeout_s: float) -> BuildResult:
+               baseline_passing: list[str], per_test_timeout_s: float, server_root: str | None = None) -> BuildResult:
     """Write the task folder under ``staging`` and validate it: FAIL_TO_PASS fail and PASS_TO_PASS pass on
     the buggy repo, and after ``git apply`` of the patch every listed test passes, with no timeouts."""
     root = Path(project_root)
@@ -157,7 +157,8 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
         "mutated_line": site.line, "source_module": source_module_of(site.file), "mutation": mutation.description,
         "mutation_key": site.key,
     }
-    problem = _validate_folder(task_dir, failing, still_passing, patch, per_test_timeout_s)
+    problem = _validate_folder(task_dir, failing, still_passing, patch, per_test_timeout_s,
+                               Path(server_root) if server_root else None)
     if problem:
         shutil.rmtree(task_dir, ignore_errors=True)
         return BuildResult(site.key, "invalid", instance_id, problem)
@@ -171,14 +172,15 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
 
 
 def _validate_folder(task_dir: Path, failing: list[str], passing: list[str], patch: str,
-                     per_test_timeout_s: float) -> str:
+                     per_test_timeout_s: float, server_root: Path | None) -> str:
     """An empty string when the task behaves as claimed, else what is wrong."""
     tests = [*failing, *passing]
     wall = _wall_budget(len(tests), per_test_timeout_s)
     with tempfile.TemporaryDirectory(dir=task_dir.parent, prefix=".check-") as tmp:
         workspace = Path(tmp) / "ws"
         shutil.copytree(task_dir / REPO_DIR, workspace)
-        buggy = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall)
+        buggy = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall,
+                           server_root=server_root)
         if buggy.timed_out or buggy.timeouts():
             return "a test timed out on the buggy repo"
         wrong = [t for t in failing if buggy.outcome(t) == PASSED] + [t for t in passing if buggy.outcome(t) != PASSED]
@@ -188,7 +190,8 @@ def _validate_folder(task_dir: Path, failing: list[str], passing: list[str], pat
                                  capture_output=True, timeout=60)
         if applied.returncode != 0:
             return f"the reference patch does not apply: {applied.stderr.strip()[:300]}"
-        fixed = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall)
+        fixed = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall,
+                           server_root=server_root)
         still_broken = [t for t in tests if fixed.outcome(t) != PASSED]
         if fixed.timed_out or still_broken:
             return f"after the reference patch these tests still fail: {still_broken[:5]}"

@@ -46,6 +46,7 @@ class SynthConfig:
     operators: list[str] | None = None
     select_tests: str = "covering"
     max_candidates: int | None = None
+    use_fork_server: bool = True
 
 
 @dataclass
@@ -126,7 +127,8 @@ def _run_source(source: str, config: SynthConfig, report: SourceReport,
     workdir = scratch_root / slug_for(source if source.startswith("pypi:") else Path(source).name)
     workdir.mkdir(parents=True, exist_ok=True)
     project = prepare_project(source, workdir)
-    baseline = run_baseline(project, workdir, config.baseline_runs, config.per_test_timeout_s)
+    baseline = run_baseline(project, workdir, config.baseline_runs, config.per_test_timeout_s,
+                            use_fork_server=config.use_fork_server)
     report.tests_passing = len(baseline.passing)
     report.tests_excluded = len(baseline.flaky) + len(baseline.failing)
     stream = candidate_stream(project, config.seed, config.operators)
@@ -162,9 +164,14 @@ def _test_batch(pool: Executor, sites: list[MutationSite], project: Project, bas
         else:
             tests = None
         futures[site.key] = pool.submit(evaluate_candidate, str(project.root), str(workdir / "scratch"), site, tests,
-                                        baseline.passing, config.per_test_timeout_s)
+                                        baseline.passing, config.per_test_timeout_s, _server_root(workdir, config))
     for key, future in futures.items():
         state.tested[key] = asdict(future.result())
+
+
+def _server_root(workdir: Path, config: SynthConfig) -> str | None:
+    """Every run of one source happens below its workdir, so one fork server per worker serves them all."""
+    return str(workdir.resolve()) if config.use_fork_server else None
 
 
 def _unresolved_firsts(stream: list[MutationSite], state: _State) -> list[MutationSite]:
@@ -196,7 +203,8 @@ def _build_batch(pool: Executor, stream: list[MutationSite], project: Project, b
     while waiting := _unresolved_firsts(stream, state):
         futures = {site.key: pool.submit(build_task, str(project.root), project.label, project.slug,
                                          str(workdir / "staging"), site, state.tested[site.key]["failing"],
-                                         baseline.passing, config.per_test_timeout_s) for site in waiting}
+                                         baseline.passing, config.per_test_timeout_s, _server_root(workdir, config))
+                   for site in waiting}
         for key, future in futures.items():
             state.built[key] = asdict(future.result())
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class ForkServer:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.owner_pid = os.getpid()  # a forked pool worker must start its own, never share this pty
         limits = Limits(wall_time_s=86_400, cpu_time_s=86_400)
         env = sandbox_env(root, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"})
         self.process: PtyProcess = _sandbox().spawn_pty([sys.executable, "-m", zygote.__name__], root, limits, env)
@@ -99,7 +101,7 @@ def fork_server(root: Path) -> ForkServer:
     """This process's fork server for ``root`` (started on first use, stopped at exit)."""
     root = Path(root).resolve()
     server = _servers.get(root)
-    if server is None or not server.process.alive:
+    if server is None or server.owner_pid != os.getpid() or not server.process.alive:
         server = _servers[root] = ForkServer(root)
     return server
 
@@ -107,7 +109,8 @@ def fork_server(root: Path) -> ForkServer:
 @atexit.register
 def _stop_servers() -> None:
     for server in _servers.values():
-        server.process.close()
+        if server.owner_pid == os.getpid():
+            server.process.close()
 
 
 def run_pytest(
