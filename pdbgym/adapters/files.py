@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from pdbgym import fileio
 from pdbgym.adapters.errors import CorruptArtifactError
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write ``payload`` as indented JSON via a temporary file and rename, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    """Write ``payload`` as sorted, indented JSON atomically (adapter manifests are diffed by people)."""
+    fileio.write_json_atomic(path, payload, indent=2, sort_keys=True)
 
 
 def read_json(path: Path, what: str) -> Any:

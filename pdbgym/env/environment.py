@@ -5,8 +5,6 @@ Gym-like: ``reset() -> observation``; ``step(action) -> StepResult(observation, 
 
 from __future__ import annotations
 
-import json
-import os
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -18,6 +16,7 @@ from pdbgym.env.grading import GradeResult, grade
 from pdbgym.env.testrun import run_tests
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.tasks.model import Task
 
@@ -265,8 +264,5 @@ class DebugEnv:
 
     def write_transcript(self, path: str | Path) -> Path:
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(json.dumps(self.transcript, indent=2))
-        os.replace(tmp, target)
+        write_json_atomic(target, self.transcript)
         return target

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from pdbgym.env.tools import ActionError
+from pdbgym.fileio import write_text_atomic
 
 VIEW_MAX_LINES = 300
 VIEW_MAX_CHARS = 20_000
@@ -66,12 +66,6 @@ class EditSpan:
     new_count: int
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.pdbgym-tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _editable(workspace: Path, rel_path: str) -> tuple[Path, str]:
     path = resolve_in_workspace(workspace, rel_path)
     if not path.is_file():
@@ -94,7 +88,7 @@ def edit_lines(workspace: Path, rel_path: str, start: int, end: int, new_text: s
         lines[-1] += "\n"
     replacement = [] if new_text == "" else (new_text if new_text.endswith("\n") else new_text + "\n").splitlines(True)
     lines[start - 1 : end] = replacement
-    _write_atomic(path, "".join(lines))
+    write_text_atomic(path, "".join(lines))
     return EditSpan(_relative(workspace, path), start, end, len(replacement))
 
 
@@ -115,7 +109,7 @@ def edit_string(workspace: Path, rel_path: str, old: str, new: str) -> EditSpan:
     new_last = first + new.count("\n") - (1 if new.endswith("\n") else 0)
     if new == "" and old.endswith("\n"):
         new_last = first - 1
-    _write_atomic(path, updated)
+    write_text_atomic(path, updated)
     return EditSpan(_relative(workspace, path), first, last, max(0, new_last - first + 1))
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
-from pdbgym.evaluate.results import EpisodeRow, ResultsStore, write_json_atomic
+from pdbgym.evaluate.results import EpisodeRow, ResultsStore
+from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.model import Task
 
 ARM_KINDS = ("scripted", "embedded", "path", "url")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.evaluate.analysis import REASONS
-from pdbgym.evaluate.results import EpisodeRow, write_json_atomic
+from pdbgym.evaluate.results import EpisodeRow
+from pdbgym.fileio import write_json_atomic
 
 
 def _fmt(estimate: dict[str, Any]) -> str:

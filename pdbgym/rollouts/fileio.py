@@ -1,46 +1,12 @@
-"""Atomic file writes: a reader sees the old file or the new one, never a half-written one."""
+"""Optional imports for the rollouts package; atomic writes live in ``pdbgym.fileio`` (re-exported)."""
 
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType
-from typing import Any
 
+from pdbgym.fileio import atomic_target, write_json_atomic
 from pdbgym.rollouts.record import CacheFormatError
-
-
-@contextmanager
-def atomic_target(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it is flushed to disk and renamed onto ``path``.
-
-    The temporary file lives in the same folder so the final ``os.replace`` is a same-filesystem
-    rename, which POSIX makes atomic. On an exception the temporary file is removed and ``path`` is
-    left untouched.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    tmp_path = Path(tmp_name)
-    try:
-        yield tmp_path
-        with open(tmp_path, "rb+") as written:
-            os.fsync(written.fileno())
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON to ``path`` atomically."""
-    with atomic_target(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
@@ -49,3 +15,6 @@ def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise CacheFormatError(f"{purpose} needs {module}: pip install 'pdbgym[{extra}]'") from exc
+
+
+__all__ = ["atomic_target", "import_optional", "write_json_atomic"]

@@ -1,0 +1,43 @@
+"""Atomic file writes: a reader sees the old file or the new one, never a half-written one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def atomic_target(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is flushed to disk and renamed onto ``path``.
+
+    The temporary file lives in the same folder so the final ``os.replace`` is a same-filesystem
+    rename, which POSIX makes atomic. On an exception the temporary file is removed and ``path`` is
+    left untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    tmp_path = Path(tmp_name)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as written:
+            os.fsync(written.fileno())
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_target(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: Path, data: Any, *, indent: int = 1, sort_keys: bool = False) -> None:
+    """Write ``data`` as JSON to ``path`` atomically."""
+    write_text_atomic(path, json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n")
