@@ -27,6 +27,7 @@ from typing import Any
 
 from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.files import read_json, write_json_atomic
+from pdbgym.paths import pdbgym_home
 
 _FULL_HASH = re.compile(r"^[0-9a-f]{64}$")
 _MIN_PREFIX = 6
@@ -34,8 +35,7 @@ _MIN_PREFIX = 6
 
 def default_store_root() -> Path:
     """``$PDBGYM_HOME/adapters``; PDBGYM_HOME defaults to ~/.pdbgym."""
-    home = os.environ.get("PDBGYM_HOME") or os.path.expanduser("~/.pdbgym")
-    return Path(home) / "adapters"
+    return pdbgym_home() / "adapters"
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,7 @@ from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.stats import winners_curse_inflation
-
-
-def pdbgym_home() -> Path:
-    return Path(os.environ.get("PDBGYM_HOME", Path.home() / ".pdbgym"))
+from pdbgym.paths import pdbgym_home
 
 
 def task_set_id(task_ids: list[str]) -> str:

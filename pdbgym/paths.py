@@ -1,0 +1,14 @@
+"""Where pdbgym keeps its own state: ``$PDBGYM_HOME``, default ``~/.pdbgym``.
+
+Under it: ``adapters/`` (the lineage store), ``models/`` (de-quantized embedded model),
+``selection-ledger.jsonl`` (which task sets selected which checkpoints).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def pdbgym_home() -> Path:
+    return Path(os.environ.get("PDBGYM_HOME") or Path.home() / ".pdbgym")
