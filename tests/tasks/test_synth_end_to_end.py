@@ -13,6 +13,7 @@ from test_synth_fixtures import write_shop
 
 from pdbgym.tasks.model import load_task
 from pdbgym.tasks.synth.engine import STATE_DIR, STATE_FILE, SynthConfig, synthesize_source
+from pdbgym.tasks.validate import validate_task
 
 pytestmark = pytest.mark.slow
 
@@ -43,6 +44,7 @@ def test_kept_tasks_load_and_really_fail_then_pass_with_the_patch(synthesized, t
         assert task.extra["mutated_file"] == "shop/__init__.py" and task.extra["source_module"] == "shop"
         assert task.PASS_TO_PASS, "at least one test still passes"
         assert not (task.repo / "README.md").exists(), "docs are not part of a task"
+        assert not list(task.repo.rglob(".*")), "no sandbox home, logs or caches left in the task repo"
         failing_sets.add(tuple(task.FAIL_TO_PASS))
         work = tmp_path / instance_id
         shutil.copytree(task.repo, work)
@@ -55,6 +57,9 @@ def test_kept_tasks_load_and_really_fail_then_pass_with_the_patch(synthesized, t
         assert _pytest(work, task.all_tests).returncode == 0, f"{instance_id}: the patch must fix every test"
         assert "tests/" not in task.patch, "the reference patch never touches tests"
         assert "--- a/shop/__init__.py\n+++ b/shop/__init__.py" in task.patch, "a/ b/ prefixes, buggy -> fixed"
+    # The project's own validator (pdbgym.tasks.validate) agrees, on one task to keep the suite fast.
+    report = validate_task(load_task(config.out / task_ids[0]), check_debugger=False)
+    assert report.ok, report.problems
     assert len(failing_sets) == len(task_ids), "tasks are deduplicated by failing-test set"
 
 
