@@ -77,3 +77,13 @@ def test_model_server_policy_builds_a_cache_with_logprobs(tiny_task, tiny_server
                                                   "top_p_renormalized": False}
     assert summary["termination_reasons"] == {"other": 1}
     assert any(lp < 0 for lp in record.rollout_log_probs)
+
+
+def test_local_model_folder_policy_runs_in_process(tiny_task, tiny_model_dir, tmp_path):
+    result, summary = build("--policy", str(tiny_model_dir), "--tasks", str(tiny_task.path), "--out", str(tmp_path / "c"),
+                            "--max-new-tokens", "4", "--seed", "3")
+    assert result.exit_code == 0, result.output
+    record = read_cache(tmp_path / "c")[0]
+    assert record.logprob_semantics.engine == "hf:tempered"
+    assert record.metadata["tokenizer"]["vocab_size"] == 49152
+    assert summary["termination_reasons"] == {"other": 1}  # random weights never write a tool call
