@@ -95,7 +95,7 @@ def build_backend(spec: PolicySpec) -> Backend:
 
 
 def _connect(spec: PolicySpec) -> Backend:
-    from pdbgym.agent.backends.http import request_json
+    from pdbgym.agent.backends.http import ServerUnreachableError, request_json
     from pdbgym.agent.backends.openai_server import OpenAIChatBackend
     from pdbgym.agent.backends.sglang import SGLangBackend
 
@@ -107,9 +107,9 @@ def _connect(spec: PolicySpec) -> Backend:
         try:
             request_json(spec.target.rstrip("/").removesuffix("/v1") + "/get_model_info", timeout_s=10)
             api = "sglang"
-        except BackendError as exc:
-            if "cannot reach" in str(exc):
-                raise
+        except ServerUnreachableError:
+            raise
+        except BackendError:  # it answers, but not SGLang's /get_model_info
             api = "chat"
     if api == "sglang":
         return SGLangBackend.connect(spec.target, tokenizer)

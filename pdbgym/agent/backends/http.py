@@ -11,6 +11,10 @@ from typing import Any
 from pdbgym.agent.backends.base import BackendError
 
 
+class ServerUnreachableError(BackendError):
+    """Nothing answers at the server URL (refused, timed out, unknown host)."""
+
+
 def _httpx() -> Any:
     try:
         import httpx
@@ -35,7 +39,7 @@ def request_json(url: str, body: dict[str, Any] | None = None, timeout_s: float 
         raise BackendError(f"{url} answered HTTP {exc.code}: {detail}") from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise BackendError(f"cannot reach model server at {url} ({reason}); is it running, and is the "
+        raise ServerUnreachableError(f"cannot reach model server at {url} ({reason}); is it running, and is the "
                            "URL right (e.g. http://127.0.0.1:8000)?") from exc
     except json.JSONDecodeError as exc:
         raise BackendError(f"{url} did not answer JSON ({exc}); is it an OpenAI-compatible server?") from exc
