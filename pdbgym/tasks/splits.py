@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.model import SPLITS, Task
 from pdbgym.tasks.suites import resolve_tasks
 
@@ -157,7 +158,4 @@ def load_splits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def write_splits(data: dict[str, Any], path: str | Path) -> None:
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(target)
+    write_json_atomic(Path(path), data, indent=2)

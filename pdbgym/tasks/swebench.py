@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_text_atomic
 from pdbgym.tasks.model import REPO_DIR, Task, load_task, write_task
 
 _LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
@@ -131,10 +132,6 @@ def task_to_row(task: Task, lists_as_strings: bool = True) -> dict[str, Any]:
 
 def export_swebench(tasks: list[Task], out_file: str | Path, lists_as_strings: bool = True) -> int:
     """Write ``tasks`` as JSONL (atomically); returns the number of rows."""
-    target = Path(out_file)
-    tmp = target.with_name(target.name + ".tmp")
-    with tmp.open("w") as handle:
-        for task in tasks:
-            handle.write(json.dumps(task_to_row(task, lists_as_strings)) + "\n")
-    tmp.replace(target)
-    return len(tasks)
+    rows = [json.dumps(task_to_row(task, lists_as_strings)) + "\n" for task in tasks]
+    write_text_atomic(Path(out_file), "".join(rows))
+    return len(rows)

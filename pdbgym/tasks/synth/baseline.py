@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.synth.project import Project, SynthSourceError, is_test_file
 from pdbgym.tasks.synth.runner import PASSED, run_pytest
 
@@ -89,7 +90,5 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
                 covering.setdefault(key, []).append(node)
     baseline = Baseline(fingerprint, passing, flaky, failing,
                         {n: first.durations.get(n, 0.0) for n in passing}, covering, first.import_time)
-    tmp = saved.with_name(saved.name + ".tmp")
-    tmp.write_text(json.dumps(asdict(baseline)))
-    tmp.replace(saved)
+    write_json_atomic(saved, asdict(baseline), indent=0)
     return baseline

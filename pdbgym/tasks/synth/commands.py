@@ -69,10 +69,9 @@ def synth_command(
 
 
 def _write_report(out: Path, reports: list) -> None:
-    path = out / "synth_report.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps([asdict(r) for r in reports], indent=2) + "\n")
-    tmp.replace(path)
+    from pdbgym.fileio import write_json_atomic
+
+    write_json_atomic(out / "synth_report.json", [asdict(r) for r in reports], indent=2)
 
 
 def _print_reports(reports: list) -> None:

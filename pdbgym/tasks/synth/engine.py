@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.synth.baseline import Baseline, run_baseline
 from pdbgym.tasks.synth.candidate import CandidateResult, build_task, evaluate_candidate
 from pdbgym.tasks.synth.operators import OPERATORS, MutationError, MutationSite, enumerate_sites
@@ -93,11 +94,8 @@ class _State:
         self.seed, self.select_tests = seed, select_tests
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"seed": self.seed, "select_tests": self.select_tests,
-                                   "tested": self.tested, "built": self.built}))
-        tmp.replace(self.path)
+        write_json_atomic(self.path, {"seed": self.seed, "select_tests": self.select_tests,
+                                      "tested": self.tested, "built": self.built}, indent=0)
 
 
 def _pool(workers: int) -> Executor:
