@@ -1,4 +1,4 @@
-"""`pdbgym run` (one episode) and `pdbgym demo` (the main job on the embedded default)."""
+"""`pdbgym run`: one episode of a policy on a task."""
 
 from __future__ import annotations
 
@@ -61,34 +61,3 @@ def run_command(
     console.print(f"transcript: {target}")
     if result.grading.get("output") and not result.final_test_passed:
         console.print(result.grading["output"][-2000:], markup=False)
-
-
-def demo_command(
-    out: Annotated[Path, typer.Option(help="Folder for transcripts")] = Path("runs/demo"),
-) -> None:
-    """Validate the built-in tasks, then run the scripted policy on each, printing a table of outcomes."""
-    from pdbgym.agent.scripted import ScriptedPolicy
-    from pdbgym.env.runner import run_episode
-    from pdbgym.sandbox import get_sandbox
-    from pdbgym.tasks.suites import resolve_tasks
-    from pdbgym.tasks.validate import validate_tasks
-
-    tasks = resolve_tasks("builtin")
-    box = get_sandbox()
-    with console.status(f"validating {len(tasks)} built-in tasks ({box.name} sandbox)"):
-        reports = validate_tasks(tasks, sandbox=box)
-    bad = [r for r in reports if not r.ok]
-    console.print(f"validated {len(reports) - len(bad)}/{len(reports)} built-in tasks")
-    for r in bad:
-        console.print(f"[red]{r.instance_id}[/]: {'; '.join(r.problems)}")
-    results = []
-    with console.status("running the scripted policy") as status:
-        for task in tasks:
-            status.update(f"scripted policy on {task.instance_id}")
-            results.append(run_episode(task, ScriptedPolicy(task), sandbox=box,
-                                       transcript_path=out / f"{task.instance_id}.json"))
-    console.print(outcome_table(results, "scripted policy on the built-in tasks"))
-    solved = sum(r.final_test_passed for r in results)
-    console.print(f"solved {solved}/{len(results)}; transcripts in {out}/")
-    if bad or solved < len(results):
-        raise typer.Exit(1)

@@ -137,3 +137,22 @@ def select_command(
     page = _campaign(tasks, report_on, splits, [f"{chosen.name}={chosen.model}"], runs, out / f"report-{report_on}",
                      budget, 0.7, 0, force, None, f"selected checkpoint {chosen.name} on {report_on}")
     console.print(f"report: {page}")
+
+
+def demo_command(
+    out: Annotated[Path, typer.Option(help="Campaign folder (a rerun resumes it)")] = Path("runs/demo"),
+    runs: Annotated[int, typer.Option(help="Runs per task per arm")] = 2,
+    tasks: Annotated[str, typer.Option(help="Suite or folder of tasks")] = "builtin",
+    budget: Annotated[int, typer.Option(help="Turn budget per episode")] = 12,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = 48,
+) -> None:
+    """The main job: the embedded SmolLM2-135M-Instruct and the scripted policy, evaluated on the built-in
+    tasks (2 runs each, CPU), ending in a report."""
+    import torch
+
+    # The model shares two cores with sandboxed pytest runs; one torch thread avoids oversubscription.
+    torch.set_num_threads(1)
+    page = _campaign(tasks, None, None, ["embedded=embedded", "scripted=scripted"], runs, out, budget, 0.7,
+                     3, False, out / "summary-machine.json", f"pdbgym demo: embedded vs scripted on {tasks}",
+                     max_new_tokens=max_new_tokens, context_tokens=8192)
+    console.print(f"report: {page}  (also {page.with_suffix('.md')})")

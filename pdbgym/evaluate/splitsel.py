@@ -22,17 +22,21 @@ def tasks_for_split(spec: str, split: str | None, splits_file: Path | None) -> l
         return tasks
     if splits_file is None:
         raise PdbgymError(f"--split {split} needs --splits FILE (make one with: pdbgym tasks split DIR --out FILE)")
-    from pdbgym.tasks.splits import check_splits, load_splits
+    from pdbgym.tasks.splits import check_splits, load_splits, split_item
 
     splits = load_splits(splits_file)
-    if split not in splits.members:
-        raise PdbgymError(f"{splits_file} has no split '{split}'; it has {sorted(splits.members)}")
+    if split not in splits:
+        raise PdbgymError(f"{splits_file} has no split '{split}'; it has {sorted(splits)}")
     by_id = {t.instance_id: t for t in tasks}
-    listed = {i for ids in splits.members.values() for i in ids}
+    listed = {item["instance_id"] for items in splits.values() for item in items}
     unknown = sorted(listed - set(by_id))
     if unknown:
         raise PdbgymError(f"{splits_file} names {len(unknown)} task(s) not found in {spec}: {unknown[:5]}")
-    problems = check_splits(splits, [by_id[i] for i in sorted(listed)])
-    if problems:
-        raise PdbgymError(f"{splits_file} has overlapping splits:\n  " + "\n  ".join(problems[:10]))
-    return [by_id[i] for i in splits.members[split]]
+    # The file's recorded hashes, and hashes recomputed from the tasks as they are now: both must be disjoint.
+    current = {name: [split_item(by_id[item["instance_id"]], "task") for item in items]
+               for name, items in splits.items()}
+    overlaps = check_splits(splits) + check_splits(current)
+    if overlaps:
+        listing = "\n  ".join(sorted({o.describe() for o in overlaps})[:10])
+        raise PdbgymError(f"{splits_file} has overlapping splits ({len(overlaps)} overlaps):\n  {listing}")
+    return [by_id[item["instance_id"]] for item in splits[split]]

@@ -71,3 +71,12 @@ def validate_command(
         console.print(f"{len(reports) - len(failed)}/{len(reports)} tasks valid")
     if failed:
         raise typer.Exit(1)
+
+
+def _mount_synthesis() -> None:
+    from pdbgym.tasks.synth.commands import register
+
+    register(app)
+
+
+_mount_synthesis()
