@@ -2,7 +2,7 @@
 
 De-quantizing the GGUF takes about 17 s on 2 cores; the de-quantized fp32 weights and the tokenizer
 are cached once as a plain Hugging Face folder (safetensors) under ``$PDBGYM_HOME/models`` (default
-``~/.cache/pdbgym/models``), which then loads in well under a second. See bench/agent_throughput.py.
+``~/.pdbgym/models``), which then loads in well under a second. See bench/agent_throughput.py.
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ import tempfile
 from pathlib import Path
 
 from pdbgym.agent.backends.base import BackendError
+from pdbgym.paths import pdbgym_home
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def pdbgym_home() -> Path:
-    """Where pdbgym caches derived artifacts: ``$PDBGYM_HOME`` or ``~/.cache/pdbgym``."""
-    return Path(os.environ.get("PDBGYM_HOME") or Path.home() / ".cache" / "pdbgym")
 
 
 def gguf_package_dir() -> Path:
