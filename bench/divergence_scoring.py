@@ -128,24 +128,8 @@ def child_measure(args) -> None:
     print(json.dumps(measure(model, args.child, args.child_length, "cpu", args.repeats)))
 
 
-def cache_end_to_end(model, n_records: int, lengths: tuple[int, int], device: str) -> dict:
-    from pdbgym.divergence.report import ReportConfig, SampleSet, StudentScores, build_report
-    from pdbgym.divergence.scoring import masked_rollout_logprobs
-    from pdbgym.rollouts.cache import read_cache
-    from pdbgym.rollouts.synthetic import make_synthetic_cache
-
-    with tempfile.TemporaryDirectory() as folder:
-        make_synthetic_cache(folder, n_instances=n_records, vocab=model.config.vocab_size, lengths=lengths)
-        sync(device)
-        start = time.perf_counter()
-        records = read_cache(folder)
-        scored = score_records(model, records, SEMANTICS, ScoringConfig(show_progress=False))
-        teacher = [masked_rollout_logprobs(r) for r in records]
-        report = build_report([StudentScores("bench", SampleSet([r.instance_id for r in records], teacher, scored))],
-                              ReportConfig())
-        sync(device)
-        elapsed = time.perf_counter() - start
-    tokens = sum(len(r.tokens) for r in records)
+def bare_pass(model, records, device: str) -> float:
+    """Seconds for the base model over every record alone: no padding, no lm_head."""
     decoder = model.get_decoder()
     sync(device)
     start = time.perf_counter()
@@ -153,10 +137,41 @@ def cache_end_to_end(model, n_records: int, lengths: tuple[int, int], device: st
         for record in records:
             decoder(input_ids=torch.tensor([record.tokens], device=model.device), use_cache=False)
     sync(device)
-    bare = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def cache_end_to_end(model, n_records: int, lengths: tuple[int, int], device: str) -> dict:
+    """Write a synthetic cache, then: bare forward over it (baseline), pdbgym end to end (read_cache ->
+    score_records -> build_report), and pdbgym's scorer with batching off."""
+    from pdbgym.divergence.report import ReportConfig, SampleSet, StudentScores, build_report
+    from pdbgym.divergence.scoring import masked_rollout_logprobs
+    from pdbgym.rollouts.cache import read_cache
+    from pdbgym.rollouts.synthetic import make_synthetic_cache
+
+    with tempfile.TemporaryDirectory() as folder:
+        make_synthetic_cache(folder, n_instances=n_records, vocab=model.config.vocab_size, lengths=lengths)
+        bare = bare_pass(model, read_cache(folder), device)
+        start = time.perf_counter()
+        records = read_cache(folder)
+        read_s = time.perf_counter() - start
+        scored = score_records(model, records, SEMANTICS, ScoringConfig(show_progress=False))
+        sync(device)
+        score_s = time.perf_counter() - start - read_s
+        teacher = [masked_rollout_logprobs(r) for r in records]
+        report = build_report([StudentScores("bench", SampleSet([r.instance_id for r in records], teacher, scored))],
+                              ReportConfig())
+        elapsed = time.perf_counter() - start
+    start = time.perf_counter()
+    score_records(model, records, SEMANTICS, ScoringConfig(show_progress=False, token_budget=1))
+    sync(device)
+    unbatched_s = time.perf_counter() - start
+    tokens = sum(len(r.tokens) for r in records)
     return {"records": len(records), "tokens": tokens, "scored_tokens": int(sum(len(s) for s in scored)),
-            "end_to_end_s": elapsed, "bare_forward_s": bare, "tokens_per_s": tokens / elapsed,
-            "ratio_vs_bare": bare / elapsed, "kl_fwd_mean": report["students"][0]["compat"]["kl_fwd_mean"]}
+            "bare_forward_s": bare, "end_to_end_s": elapsed, "read_cache_s": read_s, "score_s": score_s,
+            "report_s": elapsed - read_s - score_s, "score_unbatched_s": unbatched_s,
+            "tokens_per_s": tokens / elapsed, "end_to_end_vs_bare": bare / elapsed,
+            "score_vs_bare": bare / score_s, "score_unbatched_vs_bare": bare / unbatched_s,
+            "kl_fwd_mean": report["students"][0]["compat"]["kl_fwd_mean"]}
 
 
 def main() -> None:

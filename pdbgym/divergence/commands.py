@@ -74,7 +74,7 @@ def divergence_command(
     max_new_tokens: Annotated[int, typer.Option(help="Length limit of student samples (tokens)")] = 512,
     noise_floor: Annotated[bool, typer.Option(help="Also score the teacher model against the cache")] = False,
     rescore_teacher: Annotated[bool, typer.Option(help="Use the teacher model's log-probs, not the cached")] = False,
-    token_budget: Annotated[int, typer.Option(help="Padded tokens per forward batch")] = 16384,
+    token_budget: Annotated[int, typer.Option(help="Padded tokens per forward batch")] = 4096,
     work_dir: Annotated[Path | None, typer.Option(help="Resume folder for partial results; default <json>.work")] = None,
     bootstrap: Annotated[int, typer.Option(help="Task-level bootstrap resamples")] = 2000,
     extreme_threshold: Annotated[float, typer.Option(help="|log-ratio| (nats) counted as extreme")] = 20.0,

@@ -44,7 +44,7 @@ def teacher_cache(models):
 
 def test_cache_only_run_scores_each_student_against_the_cache(models, teacher_cache):
     run = DivergenceRun(teacher_cache, SEMANTICS, [str(models / "student_a"), str(models / "student_b")],
-                        scoring=QUIET)
+                        scoring=QUIET, device="cpu")
     scores = run_divergence(run)
     assert [s.name for s in scores] == ["student_a", "student_b"]
     assert all(s.student_samples is None for s in scores)
@@ -56,7 +56,7 @@ def test_cache_only_run_scores_each_student_against_the_cache(models, teacher_ca
 
 def test_teacher_run_adds_student_samples_and_a_zero_noise_floor(models, teacher_cache, tmp_path):
     run = DivergenceRun(teacher_cache, SEMANTICS, [str(models / "student_a")], teacher=str(models / "teacher"),
-                        max_new_tokens=6, noise_floor=True, scoring=QUIET, work_dir=tmp_path / "work")
+                        max_new_tokens=6, noise_floor=True, scoring=QUIET, device="cpu", work_dir=tmp_path / "work")
     student, floor = run_divergence(run)
     assert floor.name == "teacher:teacher"
     np.testing.assert_allclose(np.concatenate(floor.teacher_samples.student_logprobs),
@@ -74,7 +74,7 @@ def test_teacher_run_adds_student_samples_and_a_zero_noise_floor(models, teacher
 def test_resumed_run_reuses_stored_work_without_loading_models(models, teacher_cache, tmp_path):
     copies = tmp_path / "models"
     shutil.copytree(models, copies)
-    kwargs = dict(teacher=str(copies / "teacher"), max_new_tokens=4, scoring=QUIET, work_dir=tmp_path / "work")
+    kwargs = dict(teacher=str(copies / "teacher"), max_new_tokens=4, scoring=QUIET, device="cpu", work_dir=tmp_path / "work")
     first = run_divergence(DivergenceRun(teacher_cache, SEMANTICS, [str(copies / "student_b")], **kwargs))
     stored = sorted(p.name for p in (tmp_path / "work").iterdir())
     assert len([n for n in stored if n.startswith("scores-")]) == 2 and any(n.startswith("samples-") for n in stored)
@@ -91,7 +91,7 @@ def test_server_teacher_in_a_raw_transform_run(models, teacher_cache):
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         scores = run_divergence(DivergenceRun(teacher_cache[:3], raw, [str(models / "student_a")], teacher=url,
-                                              max_new_tokens=4, scoring=QUIET))
+                                              max_new_tokens=4, scoring=QUIET, device="cpu"))
     finally:
         server.shutdown()
     samples = scores[0].student_samples

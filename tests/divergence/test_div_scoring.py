@@ -8,7 +8,13 @@ import torch
 from div_models import VOCAB, make_record, tiny_model
 
 from pdbgym.divergence.loading import ModelLoadError, VocabMismatchError, load_causal_lm
-from pdbgym.divergence.scoring import ScoringConfig, plan_batches, score_records, scored_positions
+from pdbgym.divergence.scoring import (
+    ScoringConfig,
+    ScoringInputError,
+    plan_batches,
+    score_records,
+    scored_positions,
+)
 from pdbgym.divergence.semantics import SemanticsError
 from pdbgym.rollouts.record import LogprobSemantics
 
@@ -65,16 +71,19 @@ def qwen_or(kind: str):
 
 def test_chunked_equals_unchunked_and_batching_does_not_matter(qwen, records):
     one_chunk = score_records(qwen, records, RAW, ScoringConfig(show_progress=False, logit_chunk_positions=10**6))
-    tiny_chunks = score_records(qwen, records, RAW, ScoringConfig(show_progress=False, logit_chunk_positions=3))
+    tiny_chunks = score_records(qwen, records, RAW, ScoringConfig(show_progress=False, logit_chunk_positions=3,
+                                                                  token_budget=10**6, max_padding_share=1.0))
     one_at_a_time = score_records(qwen, records, RAW, ScoringConfig(show_progress=False, token_budget=1))
+    assert len(plan_batches([int(p[-1]) for p in map(scored_positions, records)], 10**6, 1.0)) == 1
     for a, b, c in zip(one_chunk, tiny_chunks, one_at_a_time, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
         np.testing.assert_allclose(a, c, atol=1e-5, rtol=0)
 
 
-def test_padded_batches_are_really_formed():
-    batches = plan_batches([10, 50, 0, 30, 45], token_budget=100)
-    assert batches == [[1, 4], [3, 0]]
+def test_batches_respect_the_token_budget_and_the_padding_limit():
+    assert plan_batches([10, 50, 0, 30, 45], token_budget=100, max_padding_share=0.5) == [[1, 4], [3, 0]]
+    # 50 and 30 would pad 20 of 100 tokens: over a 10% limit, so 30 starts a new batch.
+    assert plan_batches([10, 50, 0, 30, 45], token_budget=100, max_padding_share=0.1) == [[1, 4], [3], [0]]
     assert plan_batches([500, 20], token_budget=100) == [[0], [1]]
 
 
@@ -173,3 +182,12 @@ def test_saved_model_round_trip(qwen, records, tmp_path):
     b = score_records(loaded, records[:2], RAW, QUIET)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_allclose(x, y, atol=1e-6)
+
+
+def test_a_first_token_without_context_is_refused(qwen, records):
+    bare = make_copy(records[0])
+    bare.tokens = bare.tokens[bare.prompt_len :]
+    bare.prompt_len = 0
+    bare.loss_mask[0] = 1
+    with pytest.raises(ScoringInputError, match="no context"):
+        score_records(qwen, [bare], RAW, QUIET)
