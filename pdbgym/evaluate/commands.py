@@ -17,13 +17,17 @@ console = Console()
 def _campaign(tasks_spec: str, split: str | None, splits: Path | None, arm_texts: list[str], runs: int,
               out: Path, budget: int, temperature: float, workers: int, force: bool, json_out: Path | None,
               title: str, *, max_new_tokens: int = 512, context_tokens: int = 8192,
-              ray_address: str | None = None) -> Path:
+              ray_address: str | None = None, ks: list[int] | None = None) -> Path:
     from pdbgym.evaluate.analysis import summarize
     from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
     from pdbgym.evaluate.report import write_report
     from pdbgym.evaluate.selection import check_reportable
     from pdbgym.evaluate.splitsel import tasks_for_split
 
+    too_big = [k for k in ks or [] if k > runs or k < 1]
+    if too_big:
+        raise typer.BadParameter(f"pass@{too_big[0]} needs at least {too_big[0]} runs per task; "
+                                 f"raise --runs to {max(too_big)} or drop --k {too_big[0]}")
     arms = [Arm.parse(text) for text in arm_texts]
     if len({a.name for a in arms}) != len(arms):
         raise typer.BadParameter("arm names must be unique")
@@ -72,6 +76,7 @@ def eval_command(
     max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = 512,
     context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens (then ctx_overflow)")] = 8192,
     ray: Annotated[str | None, typer.Option("--ray", help="Ray cluster address ('local' starts one here)")] = None,
+    k: Annotated[list[int] | None, typer.Option("--k", help="pass@k values that must be reportable (k <= runs)")] = None,
 ) -> None:
     """Run an evaluation campaign: every task x run x arm is an episode; resumable; ends in a report."""
     if ctx.invoked_subcommand is not None:
@@ -80,7 +85,7 @@ def eval_command(
         raise typer.BadParameter("give at least one --arm NAME=MODEL")
     page = _campaign(tasks, split, splits, arm, runs, out, budget, temperature, workers, force, json_out,
                      f"pdbgym evaluation: {tasks}" + (f" ({split})" if split else ""),
-                     max_new_tokens=max_new_tokens, context_tokens=context_tokens, ray_address=ray)
+                     max_new_tokens=max_new_tokens, context_tokens=context_tokens, ray_address=ray, ks=k)
     console.print(f"report: {page}")
 
 
@@ -156,3 +161,21 @@ def demo_command(
                      3, False, out / "summary-machine.json", f"pdbgym demo: embedded vs scripted on {tasks}",
                      max_new_tokens=max_new_tokens, context_tokens=8192)
     console.print(f"report: {page}  (also {page.with_suffix('.md')})")
+
+
+@app.command("report")
+def report_command(
+    out: Annotated[Path, typer.Argument(help="A campaign folder")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write a machine summary here")] = None,
+) -> None:
+    """Rebuild the report of a campaign folder from its episodes (e.g. of one still running)."""
+    from pdbgym.evaluate.analysis import summarize
+    from pdbgym.evaluate.report import write_report
+    from pdbgym.evaluate.results import ResultsStore
+
+    store = ResultsStore(out)
+    config = store.config()
+    rows = store.rows()
+    summary = summarize(rows, list(config["arms"]), config["task_ids"], config["runs"])
+    page = write_report(summary, rows, out, f"pdbgym evaluation: {config['tasks']}", json_out)
+    console.print(f"report: {page}")

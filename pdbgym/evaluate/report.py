@@ -102,6 +102,8 @@ def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: 
              f"Values in percent with {conf}% CIs clustered by task.", ""]
     if summary["episodes_missing"] > 0:
         lines += [f"**Incomplete:** {summary['episodes_missing']} episodes not run yet.", ""]
+    for warning in summary.get("selection_warnings", []):
+        lines += [f"**Warning (selection bias):** {warning}", ""]
     lines += ["| arm | " + " | ".join(keys) + " | solved / episodes | CI method |",
               "|---|" + "---|" * len(keys) + "---|---|"]
     for arm in arms:
@@ -164,11 +166,13 @@ def html_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str,
     anchors = "".join(f'<span id="arm-{esc(a)}"></span>' for a in arms)
     missing = (f"<p><b>Incomplete:</b> {summary['episodes_missing']} episodes not run yet.</p>"
                if summary["episodes_missing"] > 0 else "")
+    missing += "".join(f'<p class="warn"><b>Warning (selection bias):</b> {esc(w)}</p>'
+                       for w in summary.get("selection_warnings", []))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}a.ok{{color:#080}}a.bad{{color:#b00}}
-img{{max-width:100%;margin:1em 0}}</style></head><body>
+img{{max-width:100%;margin:1em 0}}.warn{{background:#fff3cd;padding:.5em}}</style></head><body>
 <h1>{esc(title)}</h1>
 <p>{summary['tasks']} tasks &times; {summary['runs_per_task']} runs per arm; percent with
 {int(100 * summary['confidence'])}% confidence intervals clustered by task.</p>{missing}
@@ -187,6 +191,7 @@ img{{max-width:100%;margin:1em 0}}</style></head><body>
 def machine_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The ``--json`` summary: per arm ``pass@1``, ``pass@3``... each with mean and CI."""
     return {
+        "selection_warnings": summary.get("selection_warnings", []),
         "tasks": summary["tasks"],
         "runs_per_task": summary["runs_per_task"],
         "arms": {arm: {k: v for k, v in block.items()} for arm, block in summary["arm_results"].items()},
