@@ -119,3 +119,21 @@ def test_tool_specs_are_openai_functions():
     for spec in specs:
         assert spec["type"] == "function"
         assert spec["function"]["parameters"]["type"] == "object"
+
+
+class _PolicyWhoseInputEnds:
+    name = "human"
+
+    def reset(self, task, observation):
+        pass
+
+    def next_action(self, observation):
+        raise EOFError  # what input() raises when the terminal's input ends (Ctrl-D)
+
+
+def test_policy_failure_ends_as_other_and_keeps_the_transcript(tiny_task, tmp_path):
+    result = run_episode(tiny_task, _PolicyWhoseInputEnds(), transcript_path=tmp_path / "t.json")
+    assert result.termination_reason == "other" and not result.final_test_passed
+    assert "EOFError" in result.detail
+    transcript = json.loads((tmp_path / "t.json").read_text())
+    assert transcript["result"]["termination_reason"] == "other"
