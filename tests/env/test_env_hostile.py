@@ -6,10 +6,12 @@ import os
 import shutil
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
 from pdbgym.env import Action, DebugEnv
+from pdbgym.sandbox.process import descendants
 from pdbgym.tasks.model import load_task
 
 HOSTILE_TESTS = '''
@@ -88,8 +90,17 @@ def hostile_task(tmp_path):
     assert not accepted, "a sandboxed test reached a server on the host's loopback"
 
 
-def _my_process_count() -> int:
-    return sum(1 for p in os.listdir("/proc") if p.isdigit())
+def _processes_left_by(workspace: str) -> list[int]:
+    """Our descendants, and any process anywhere whose environment names ``workspace`` (an escapee that
+    left our tree still carries the sandbox's HOME). Other users of the machine do not count."""
+    left = set(descendants(os.getpid()))
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if workspace.encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                left.add(int(pid))
+        except OSError:
+            continue
+    return sorted(left)
 
 
 needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="full isolation needs bubblewrap")
@@ -101,17 +112,18 @@ def test_hostile_tests_are_contained(hostile_task):
     marker = "/var/tmp/pdbgym-escape-marker"
     if os.path.exists(marker):
         os.unlink(marker)
-    before = _my_process_count()
     with DebugEnv(hostile_task) as env:
         env.reset()
+        workspace = str(env.ws)
         obs, done, _ = env.step(Action("run_tests", {"which": "all"}))
         assert not done
         assert "1/6 passed" in obs, obs[:2000]
         assert len(obs) <= env.config.observation_max_chars + 200
         # The session survives it all and still answers.
         assert "7" in env.step(Action("pdb", {"command": "p 3 + 4"})).observation
+        assert _processes_left_by(workspace), "the probe must see the live session's processes"
     assert not os.path.exists(marker), "a sandboxed test wrote outside its workspace"
-    assert _my_process_count() <= before + 2, "sandboxed processes outlived their run"
+    assert not _processes_left_by(workspace), "sandboxed processes outlived their run"
 
 
 @pytest.mark.slow
