@@ -19,7 +19,10 @@ def test_kill_then_rerun_loses_nothing(tiny_task, tmp_path, smol_tokenizer):
     out = tmp_path / "cache"
     args = [sys.executable, "-c", BUILD, "--policy", "scripted", "--tasks", str(tiny_task.path), "--runs", "2",
             "--out", str(out), "--workers", "1", "--json"]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    # SIGKILL leaves the killed episode's workspace behind; keep it under tmp_path, not the system /tmp.
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
     deadline = time.monotonic() + 120
     while not ((out / "manifest.json").exists() and read_cache(out)):
         assert process.poll() is None and time.monotonic() < deadline, process.stderr.read().decode()[-2000:]
@@ -28,7 +31,7 @@ def test_kill_then_rerun_loses_nothing(tiny_task, tmp_path, smol_tokenizer):
     process.wait()
     survived = {r.sample_idx for r in read_cache(out)}
     assert survived == {0}
-    rerun = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert sorted(r.sample_idx for r in read_cache(out)) == [0, 1]
     assert all(r.termination_reason == "solved" for r in read_cache(out))
