@@ -22,6 +22,11 @@ def _fmt(estimate: dict[str, Any]) -> str:
     return f"{100 * estimate['mean']:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
 
 
+def _corr(value: float) -> str:
+    """Pearson correlation, or n/a where an arm's per-task values do not vary (it is undefined)."""
+    return "n/a" if value != value else f"{value:.2f}"
+
+
 def _pass_keys(summary: dict[str, Any]) -> list[str]:
     keys: list[str] = []
     for block in summary["arm_results"].values():
@@ -72,14 +77,14 @@ def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     fig.savefig(figures["heatmap"], dpi=110)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(5, 3))
+    fig, ax = plt.subplots(figsize=(6.5, 3))
     left = [0] * len(arms)
     for reason in REASONS:
         counts = [summary["arm_results"][a]["termination_reasons"].get(reason, 0) for a in arms]
         ax.barh(arms, counts, left=left, label=reason)
         left = [x + y for x, y in zip(left, counts, strict=True)]
     ax.set_xlabel("episodes")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title("how episodes ended")
     figures["outcomes"] = out_dir / "outcomes.png"
     fig.tight_layout()
@@ -118,7 +123,7 @@ def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: 
         for c in summary["comparisons"]:
             lo, hi = c["ci"]
             lines.append(f"| {c['arm_a']} | {c['arm_b']} | {100 * c['mean_diff']:+.1f} | [{100 * lo:+.1f}, "
-                         f"{100 * hi:+.1f}] | {100 * c['se']:.1f} | {c['correlation']:.2f} | "
+                         f"{100 * hi:+.1f}] | {100 * c['se']:.1f} | {_corr(c['correlation'])} | "
                          f"{100 * c['min_detectable_diff']:.1f} |")
     lines += ["", "## How episodes ended", "", "| arm | " + " | ".join(REASONS) + " |",
               "|---|" + "---|" * len(REASONS)]
@@ -152,7 +157,7 @@ def html_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str,
                     f"<td>{block['solved']} / {block['episodes']}</td><td>{block['pass@1']['ci_method']}</td></tr>")
     comparisons = "".join(
         f"<tr><td>{esc(c['arm_a'])}</td><td>{esc(c['arm_b'])}</td><td>{100 * c['mean_diff']:+.1f}</td>"
-        f"<td>[{100 * c['ci'][0]:+.1f}, {100 * c['ci'][1]:+.1f}]</td><td>{c['correlation']:.2f}</td>"
+        f"<td>[{100 * c['ci'][0]:+.1f}, {100 * c['ci'][1]:+.1f}]</td><td>{_corr(c['correlation'])}</td>"
         f"<td>{100 * c['min_detectable_diff']:.1f}</td></tr>" for c in summary["comparisons"])
     cells = _runs_by_cell(rows)
     task_rows = []
