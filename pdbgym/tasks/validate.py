@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pdbgym.env.grading import is_protected_path
-from pdbgym.env.testrun import run_tests
+from pdbgym.env.testrun import SuiteRun, run_tests
 from pdbgym.errors import PdbgymError
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.tasks.model import Task
@@ -37,7 +37,30 @@ class ValidationReport:
                 "checks": self.checks, "duration_s": round(self.duration_s, 3)}
 
 
+def _unreported(run: SuiteRun, nodes: list[str], when: str) -> str | None:
+    """A hint when pytest gave no outcome for some tests: usually a wrong node id, which makes pytest
+    run nothing at all, so every other test of the run reads as failed too."""
+    missing = [n for n in nodes if n not in run.outcomes]
+    if not missing:
+        return None
+    lines = [line for line in run.output.splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith("ERROR")][:3] or lines[-4:]
+    return (f"pytest reported no outcome {when} for {len(missing)} of {len(nodes)} test(s): check the node ids "
+            f"in task.json (one that does not exist stops the whole run) or whether the run crashed. "
+            f"pytest said:\n" + "\n".join(said))
+
+
 def _check_runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:
+    before, after = _runs(task, sandbox, report)
+    if report.problems:
+        hint = _unreported(before, task.all_tests, "on the buggy repo")
+        if hint is None and after is not None:
+            hint = _unreported(after, task.all_tests, "with the patch applied")
+        if hint is not None:
+            report.problems.append(hint)
+
+
+def _runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> tuple[SuiteRun, SuiteRun | None]:
     with Workspace.create(task.repo) as ws:
         before = run_tests(sandbox, ws.path, task, task.all_tests)
         still_passing = [n for n in task.FAIL_TO_PASS if before.passed(n)]
@@ -53,7 +76,7 @@ def _check_runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:
         except PdbgymError as exc:
             report.checks["patch_applies"] = False
             report.problems.append(str(exc))
-            return
+            return before, None
         report.checks["patch_applies"] = True
         after = run_tests(sandbox, ws.path, task, task.all_tests)
         unfixed = after.failing(task.all_tests)
@@ -61,6 +84,7 @@ def _check_runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:
         if unfixed:
             outcomes = {n: after.outcomes.get(n, "missing") for n in unfixed}
             report.problems.append(f"test(s) fail with the reference patch applied: {outcomes}")
+        return before, after
 
 
 def _check_debugger(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:

@@ -33,6 +33,9 @@ def test_each_broken_task_is_named(tmp_path):
     assert "patch does not apply" in " ".join(b.problems)
     assert "edits test files" in " ".join(c.problems)
     assert "tests/test_ops.py::test_nope" in " ".join(d.problems)
+    # The real cause is named: pytest ran nothing because a node id does not exist.
+    assert "check the node ids" in d.problems[-1] and "not found" in d.problems[-1], d.problems
+    assert not any("no outcome" in problem for problem in a.problems + b.problems + c.problems)
 
 
 def test_validate_cli_exit_codes(tmp_path):
