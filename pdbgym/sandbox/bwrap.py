@@ -13,6 +13,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -43,6 +44,18 @@ def bwrap_unavailable_reason() -> str | None:
     return None
 
 
+def host_paths_under_tmp() -> list[str]:
+    """Folders under /tmp that sandboxed Python needs: its prefixes, pdbgym's source, sys.path entries."""
+    import pdbgym
+
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(pdbgym.__file__).resolve().parent.parent)}
+    candidates.update(p for p in sys.path if p)
+    under_tmp = sorted({str(Path(c).resolve()) for c in candidates
+                        if Path(c).exists() and Path(c).resolve().is_relative_to("/tmp")})
+    # A folder inside one already bound needs no bind of its own.
+    return [p for p in under_tmp if not any(p != q and Path(p).is_relative_to(q) for q in under_tmp)]
+
+
 class BwrapSandbox(Sandbox):
     name = "bwrap"
     isolated = True
@@ -57,6 +70,9 @@ class BwrapSandbox(Sandbox):
             "--proc", "/proc",
             "--tmpfs", "/tmp",
             "--tmpfs", "/dev/shm",
+            # The private /tmp hides the host's: bring back, read-only, what the interpreter needs from
+            # there (a virtualenv or a checkout under /tmp, as on some CI runners).
+            *[arg for path in host_paths_under_tmp() for arg in ("--ro-bind", path, path)],
             # After the /tmp tmpfs, so a workspace under /tmp is still the real, writable one.
             "--bind", workspace_dir, workspace_dir,
             "--chdir", workspace_dir,

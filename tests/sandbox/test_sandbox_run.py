@@ -233,3 +233,16 @@ def test_auto_falls_back_to_plain_with_a_warning_when_bwrap_cannot_run(monkeypat
     finally:
         monkeypatch.undo()
         bwrap_unavailable_reason.cache_clear()
+
+
+@needs_bwrap
+def test_python_installed_under_tmp_still_runs_in_bwrap(workspace, tmp_path, monkeypatch):
+    # CI may clone (and build its virtualenv) under /tmp, which the sandbox replaces with a private tmpfs.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "probe_mod.py").write_text("VALUE = 41 + 1\n")
+    monkeypatch.syspath_prepend(str(site))
+    env = sandbox_env(workspace, {"PYTHONPATH": str(site)})
+    result = get_sandbox("bwrap").run([sys.executable, "-c", "import probe_mod; print(probe_mod.VALUE)"],
+                                      workspace, Limits(wall_time_s=30), env=env)
+    assert result.ok and result.output.strip() == "42", result.output
