@@ -137,3 +137,30 @@ def test_policy_failure_ends_as_other_and_keeps_the_transcript(tiny_task, tmp_pa
     assert "EOFError" in result.detail
     transcript = json.loads((tmp_path / "t.json").read_text())
     assert transcript["result"]["termination_reason"] == "other"
+
+
+FORGER = """\
+import atexit, glob, json, os
+
+def _forge():
+    paths = glob.glob(".pdbgym-report-*.json") + [os.environ.get("PDBGYM_REPORT", "/nonexistent/report")]
+    for path in paths:
+        try:
+            with open(path, "w") as fh:
+                json.dump({"outcomes": {node: "passed" for node in %r}}, fh)
+        except OSError:
+            pass
+
+atexit.register(_forge)
+"""
+
+
+def test_project_code_cannot_forge_the_grading_report_at_exit(tiny_task):
+    # Through pdb the agent can write any file; a sitecustomize.py runs in every test process.
+    forger = FORGER % (tiny_task.all_tests,)
+    with DebugEnv(tiny_task) as env:
+        env.reset()
+        env.step(Action("pdb", {"command": f"!open('sitecustomize.py', 'w').write({forger!r})"}))
+        assert (env.ws / "sitecustomize.py").is_file()
+        _, done, info = env.step(Action("submit"))
+    assert done and info["termination_reason"] == "finish_unresolved" and not info["final_test_passed"]
