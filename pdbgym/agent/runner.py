@@ -9,7 +9,6 @@ one episode at a time; model calls inside are async, so episodes of many workers
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -22,6 +21,7 @@ from pdbgym.agent.backends.base import tokenizer_info
 from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.policies import PolicySpec, build_turns
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_json_atomic
 
 TRANSCRIPTS_DIR = "transcripts"
 
@@ -136,11 +136,7 @@ def save_result(out_dir: Path, result: JobResult) -> None:
     from pdbgym.rollouts.cache import append_records
     from pdbgym.rollouts.record import RolloutRecord
 
-    transcript_path = out_dir / TRANSCRIPTS_DIR / f"{result.instance_id}__{result.sample_idx}.json"
-    transcript_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = transcript_path.with_name(transcript_path.name + ".tmp")
-    tmp.write_text(json.dumps(result.transcript, indent=1))
-    os.replace(tmp, transcript_path)
+    write_json_atomic(out_dir / TRANSCRIPTS_DIR / f"{result.instance_id}__{result.sample_idx}.json", result.transcript)
     append_records(out_dir, [RolloutRecord.from_dict(result.record)])
 
 
