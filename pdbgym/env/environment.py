@@ -172,7 +172,9 @@ class DebugEnv:
         raise ActionError(f"unknown tool '{action.tool}'")
 
     def _pdb(self, command: str) -> str:
-        if self.session is None or not self.session.alive:
+        # A session whose process died is restarted by ``send`` itself, breakpoints kept; a new one is
+        # made only when none could be started yet.
+        if self.session is None:
             note = self._start_session()
             if self.session is None:
                 return note

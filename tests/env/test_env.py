@@ -164,3 +164,18 @@ def test_project_code_cannot_forge_the_grading_report_at_exit(tiny_task):
         assert (env.ws / "sitecustomize.py").is_file()
         _, done, info = env.step(Action("submit"))
     assert done and info["termination_reason"] == "finish_unresolved" and not info["final_test_passed"]
+
+
+def test_a_debugger_that_died_restarts_with_its_breakpoints_and_nothing_left_running(tiny_task):
+    with DebugEnv(tiny_task) as env:
+        env.reset()
+        env.step(Action("pdb", {"command": "b calc/ops.py:6"}))
+        session = env.session
+        dead = session._process
+        dead.kill()
+        dead.popen.wait()  # the debugger died between two commands (killed, out of memory, ...)
+        obs, done, _ = env.step(Action("pdb", {"command": "c"}))
+        assert not done and "restarted" in obs and "calc/ops.py:6" in obs
+        assert env.session is session  # the same session: no second one whose spare process would leak
+        env.step(Action("pdb", {"command": "c"}))  # the restart did not run the command; the breakpoint holds
+        assert "(5, 3)" in env.step(Action("pdb", {"command": "p (a, b)"})).observation
