@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdbgym.rollouts.cache import CACHE_FORMATS, load_file_records, read_cache, write_cache
+from pdbgym.rollouts.cache import CACHE_FORMATS, load_file_records, number_samples, read_cache, write_cache
 from pdbgym.rollouts.compare import record_differences
 from pdbgym.rollouts.parquet import read_parquet, write_parquet
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
@@ -31,36 +31,48 @@ def load_any(source: Path | str) -> list[RolloutRecord]:
     return read_cache(source)
 
 
-def _sort_key(record: RolloutRecord) -> tuple[str, str, int]:
-    return (record.dataset, record.instance_id, record.sample_idx)
+def _by_instance(records: list[RolloutRecord]) -> dict[tuple[str, str], list[RolloutRecord]]:
+    groups: dict[tuple[str, str], list[RolloutRecord]] = {}
+    for record in records:
+        groups.setdefault((record.dataset, record.instance_id), []).append(record)
+    return groups
 
 
-def verify_same_records(expected: list[RolloutRecord], written: list[RolloutRecord], where: Path) -> None:
+def _raise_unfaithful(where: Path, source_record: RolloutRecord, differing: list[str] | str) -> None:
+    raise CacheFormatError(
+        f"{where}: the copy of {source_record.label} differs from the source in {differing}; "
+        "the destination is not a faithful copy (non-JSON metadata such as tuples or tensors cannot "
+        "survive Parquet; convert those to lists first)"
+    )
+
+
+def verify_same_records(
+    expected: list[RolloutRecord], written: list[RolloutRecord], where: Path, *, renumbered: bool = True
+) -> None:
     """Raise ``CacheFormatError`` naming the first record and fields in which ``written`` differs.
 
-    Records are matched by (dataset, instance_id, _sample_idx), since a folder groups samples by
-    instance while a Parquet file keeps row order. A ``_sample_idx`` the writer had to add (several
-    samples of one instance without one) is not counted as a difference.
+    ``renumbered`` (a cache folder): the writer grouped samples by instance and gave each sample of a
+    several-sample instance a ``_sample_idx`` (``number_samples``), so ``written`` is compared with
+    exactly that numbering of ``expected``, instance by instance. Otherwise (one Parquet file, which
+    keeps rows as given) records are compared in order.
     """
     if len(expected) != len(written):
         raise CacheFormatError(f"{where}: wrote {len(written)} records but the source has {len(expected)}")
-    positions: dict[tuple[str, str], int] = {}
-    keyed = []
-    for record in expected:
-        key = (record.dataset, record.instance_id)
-        index = record.metadata.get("_sample_idx", positions.get(key, 0))
-        positions[key] = positions.get(key, 0) + 1
-        keyed.append(((record.dataset, record.instance_id, index), record))
-    keyed.sort(key=lambda pair: pair[0])
-    for (key, source_record), copy in zip(keyed, sorted(written, key=_sort_key), strict=True):
-        had_index = "_sample_idx" in source_record.metadata
-        differing = record_differences(source_record, copy, ignore_sample_idx=not had_index)
-        if differing or _sort_key(copy)[:2] != key[:2]:
-            raise CacheFormatError(
-                f"{where}: the copy of {source_record.label} differs from the source in {differing or 'identity'}; "
-                "the destination is not a faithful copy (non-JSON metadata such as tuples or tensors cannot "
-                "survive Parquet; convert those to lists first)"
-            )
+    if not renumbered:
+        pairs = list(zip(expected, written, strict=True))
+    else:
+        copies = _by_instance(written)
+        pairs = []
+        for key, samples in _by_instance(expected).items():
+            wanted = number_samples(samples)
+            got = sorted(copies.get(key, []), key=lambda record: record.sample_idx)
+            if len(got) != len(wanted):
+                _raise_unfaithful(where, samples[0], f"sample count ({len(got)} != {len(wanted)})")
+            pairs.extend(zip(wanted, got, strict=True))
+    for source_record, copy in pairs:
+        differing = record_differences(source_record, copy)
+        if differing or (copy.dataset, copy.instance_id) != (source_record.dataset, source_record.instance_id):
+            _raise_unfaithful(where, source_record, differing or "identity")
 
 
 def convert_cache(
@@ -77,11 +89,12 @@ def convert_cache(
     if destination.resolve() == source.resolve():
         raise CacheFormatError(f"source and destination are both {source}; pick another destination")
     records = load_any(source)
-    if destination.suffix == ".parquet":
+    one_file = destination.suffix == ".parquet"
+    if one_file:
         if destination.exists() and not overwrite:
             raise CacheFormatError(f"{destination} exists; pass --overwrite to replace it")
         write_parquet(destination, records)
     else:
         write_cache(destination, records, fmt=fmt, overwrite=overwrite)
-    verify_same_records(records, load_any(destination), destination)
+    verify_same_records(records, load_any(destination), destination, renumbered=not one_file)
     return ConversionResult(source, destination, len(records), verified=True)

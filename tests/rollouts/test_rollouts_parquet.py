@@ -130,3 +130,18 @@ def test_tensor_cache_from_another_tool_round_trips_through_parquet(tmp_path: Pa
     for got, want in zip(read_parquet(tmp_path / "t.parquet"), records, strict=True):
         assert got.tokens == want.tokens and got.loss_mask == want.loss_mask
         assert got.rollout_log_probs == np.float32(want.rollout_log_probs).astype(np.float64).tolist()
+
+
+def test_convert_numbers_unindexed_samples_like_the_writer(tmp_path: Path) -> None:
+    # An unindexed sample listed before an explicit _sample_idx 0 is stored as sample 1; the check after
+    # converting must compare it with sample 1, not report a faithful copy as different.
+    base = awkward_record()
+    unindexed = RolloutRecord.from_dict(base.to_dict() | {"metadata": {"_termination_reason": "other"}})
+    indexed = RolloutRecord.from_dict(base.to_dict() | {"rollout_log_probs": [-2.0] * base.response_length})
+    mixed = write_parquet(tmp_path / "mixed.parquet", [unindexed, indexed])
+    result = convert_cache(mixed, tmp_path / "folder")
+    assert result.records == 2
+    stored = {record.sample_idx: record for record in read_cache(tmp_path / "folder")}
+    assert stored[1].rollout_log_probs == unindexed.rollout_log_probs
+    assert stored[0].rollout_log_probs == [-2.0] * base.response_length
+    convert_cache(tmp_path / "folder", tmp_path / "back.parquet")
