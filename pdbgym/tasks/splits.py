@@ -65,8 +65,10 @@ def assign_groups(group_sizes: Mapping[str, int], val_fraction: float, test_frac
                   seed: int) -> dict[str, str]:
     """Pure: map each group to a split so val and test hold about their fraction of tasks (by count).
 
-    Groups are shuffled with ``seed`` and dealt whole: val is filled first until it reaches
-    ``round(val_fraction * total)`` tasks, then test, the rest go to train.
+    Groups are shuffled with ``seed`` and dealt whole, in that order: a group goes to val when val is
+    short of ``round(val_fraction * total)`` tasks and taking the group brings val closer to that
+    target (its overshoot is smaller than the shortfall it closes), else to test by the same rule,
+    else to train. So one large group cannot swallow a split far beyond its fraction.
     """
     if not 0 <= val_fraction < 1 or not 0 <= test_fraction < 1 or val_fraction + test_fraction >= 1:
         raise SplitError(f"--val {val_fraction} and --test {test_fraction} must be in [0, 1) and sum below 1")
@@ -77,11 +79,33 @@ def assign_groups(group_sizes: Mapping[str, int], val_fraction: float, test_frac
     filled = {"val": 0, "test": 0}
     assignment: dict[str, str] = {}
     for group in order:
-        split = next((s for s in ("val", "test") if filled[s] < targets[s]), "train")
+        size = group_sizes[group]
+        # |filled + size - target| < target - filled  <=>  size < 2 * shortfall
+        split = next((s for s in ("val", "test") if size < 2 * (targets[s] - filled[s])), "train")
         if split != "train":
-            filled[split] += group_sizes[group]
+            filled[split] += size
         assignment[group] = split
     return assignment
+
+
+def split_warnings(data: Mapping[str, Any]) -> list[str]:
+    """Pure: what a split file from ``make_splits`` fails to give that was asked for (empty when fine).
+
+    Whole groups cannot always hit a fraction; a split that was asked for but got no task, or a train
+    split left empty, is worth telling the user (a finer ``--group-by`` usually helps).
+    """
+    splits = data["splits"]
+    total = sum(len(items) for items in splits.values())
+    groups = len({item["group"] for items in splits.values() for item in items})
+    hint = f"({groups} group(s) by {data.get('group_by')}; a finer --group-by such as function or task helps)"
+    warnings = []
+    for name in ("val", "test"):
+        wanted = round(float(data.get(f"{name}_fraction", 0.0)) * total)
+        if wanted and not splits.get(name):
+            warnings.append(f"{name} is empty though {wanted} of {total} task(s) were asked for {hint}")
+    if total and not splits.get("train"):
+        warnings.append(f"train is empty: every task went to val/test {hint}")
+    return warnings
 
 
 def make_splits(task_root: str | Path, val_fraction: float, test_fraction: float = 0.0,
@@ -158,4 +182,10 @@ def load_splits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def write_splits(data: dict[str, Any], path: str | Path) -> None:
+    """Write a split file atomically; one whose splits overlap (``check_splits``) is refused, not written."""
+    overlaps = check_splits(data["splits"])
+    if overlaps:
+        listed = "; ".join(overlap.describe() for overlap in overlaps[:5])
+        raise SplitError(f"refusing to write {path}: {len(overlaps)} overlap(s) between splits ({listed}); "
+                         "group by a coarser unit (--group-by source-module) so related tasks share a split")
     write_json_atomic(Path(path), data, indent=2)

@@ -11,7 +11,15 @@ import typer
 from typer.testing import CliRunner
 
 from pdbgym.tasks.model import write_task
-from pdbgym.tasks.splits import SplitError, assign_groups, check_splits, load_splits, make_splits
+from pdbgym.tasks.splits import (
+    SplitError,
+    assign_groups,
+    check_splits,
+    load_splits,
+    make_splits,
+    split_warnings,
+    write_splits,
+)
 from pdbgym.tasks.synth.commands import register
 
 PATCH = "--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1 +1 @@\n-x = 2\n+x = 1\n"
@@ -121,3 +129,28 @@ def test_load_splits_names_what_is_wrong(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"splits": {"holdout": []}}))
     with pytest.raises(SplitError, match="'holdout' must be one of"):
         load_splits(bad)
+
+
+def test_one_large_group_does_not_swallow_val_and_empty_splits_are_warned() -> None:
+    # val asks for 3 of 10 tasks; a first-dealt group of 8 would overshoot by 5 to close a gap of 3
+    sizes = {"big": 8, "a": 1, "b": 1}
+    for seed in range(10):
+        assignment = assign_groups(sizes, 0.3, 0.0, seed=seed)
+        assert assignment["big"] == "train"
+        assert [assignment["a"], assignment["b"]] == ["val", "val"]
+    only = {"splits": {"train": [], "val": [{"group": "m", "instance_id": f"t{i}"} for i in range(4)], "test": []},
+            "group_by": "source-module", "val_fraction": 0.3, "test_fraction": 0.0}
+    assert any("train is empty" in w for w in split_warnings(only))
+    assert assign_groups({"m": 14}, 0.3, 0.0, seed=0) == {"m": "train"}
+    alone = {"splits": {"train": only["splits"]["val"], "val": [], "test": []}, "group_by": "source-module",
+             "val_fraction": 0.3, "test_fraction": 0.0}
+    (warning,) = split_warnings(alone)
+    assert "val is empty though 1 of 4 task(s) were asked for (1 group(s) by source-module" in warning
+
+
+def test_write_splits_refuses_overlapping_splits_for_library_callers(corpus: Path, tmp_path: Path) -> None:
+    data = make_splits(corpus, val_fraction=0.3, group_by="source-module", seed=1)
+    data["splits"]["val"].append(dict(data["splits"]["train"][0]))
+    with pytest.raises(SplitError, match="refusing to write .*overlap"):
+        write_splits(data, tmp_path / "leaky.json")
+    assert not (tmp_path / "leaky.json").exists()

@@ -107,7 +107,7 @@ def split_command(
     out: Path = typer.Option(..., "--out", help="Split file to write (JSON)."),
     as_json: bool = typer.Option(False, "--json", help="Print split sizes as JSON."),
 ) -> None:
-    from pdbgym.tasks.splits import check_splits, make_splits, write_splits
+    from pdbgym.tasks.splits import check_splits, make_splits, split_warnings, write_splits
 
     data = make_splits(task_dir, val, test, group_by, seed)
     overlaps = check_splits(data["splits"])
@@ -117,9 +117,12 @@ def split_command(
     write_splits(data, out)
     sizes = {name: len(items) for name, items in data["splits"].items()}
     groups = {name: len({i["group"] for i in items}) for name, items in data["splits"].items()}
+    warnings = split_warnings(data)
     if as_json:
-        print(json.dumps({"out": str(out), "tasks": sizes, "groups": groups}))
+        print(json.dumps({"out": str(out), "tasks": sizes, "groups": groups, "warnings": warnings}))
         return
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
     table = Table(title=f"splits by {group_by} -> {out}")
     for column in ("split", "tasks", "groups"):
         table.add_column(column)
