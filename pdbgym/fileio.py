@@ -11,6 +11,16 @@ from pathlib import Path
 from typing import Any
 
 
+def _read_umask() -> int:
+    # Read once at import: os.umask can only be read by setting it, which races with other threads.
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+_UMASK = _read_umask()
+
+
 @contextmanager
 def atomic_target(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is flushed to disk and renamed onto ``path``.
@@ -24,6 +34,8 @@ def atomic_target(path: Path) -> Iterator[Path]:
     handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(handle)
     tmp_path = Path(tmp_name)
+    # mkstemp makes the file 0600: keep the mode of the file being replaced, or the usual default.
+    os.chmod(tmp_path, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_UMASK)
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as written:

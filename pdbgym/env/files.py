@@ -103,14 +103,12 @@ def edit_string(workspace: Path, rel_path: str, old: str, new: str) -> EditSpan:
         raise ActionError(f"the string given as 'old' {where} in '{rel_path}'")
     offset = text.index(old)
     first = text.count("\n", 0, offset) + 1
-    last = first + old.count("\n") - (1 if old.endswith("\n") else 0)
+    # The lines ``old`` touches; the file's line count changes by exactly the change in newlines.
+    old_count = old.count("\n") + (0 if old.endswith("\n") else 1)
+    new_count = max(0, old_count + new.count("\n") - old.count("\n"))
     updated = text.replace(old, new, 1)
-    # Lines first..last now hold what the replaced lines became.
-    new_last = first + new.count("\n") - (1 if new.endswith("\n") else 0)
-    if new == "" and old.endswith("\n"):
-        new_last = first - 1
     write_text_atomic(path, updated)
-    return EditSpan(_relative(workspace, path), first, last, max(0, new_last - first + 1))
+    return EditSpan(_relative(workspace, path), first, first + old_count - 1, new_count)
 
 
 def numbered_excerpt(workspace: Path, span: EditSpan, context: int = 3) -> str:
