@@ -214,7 +214,10 @@ class DebugEnv:
         if reason not in TERMINATION_REASONS:
             raise PdbgymError(f"unknown termination reason '{reason}'; use one of {TERMINATION_REASONS}")
         if graded is None and self.workspace is not None:
-            graded = grade(self.task, self.ws, self.sandbox)
+            try:
+                graded = grade(self.task, self.ws, self.sandbox)
+            except Exception as exc:  # grading itself failed: the episode still ends, unsolved, with the reason
+                reason, detail = "other", f"{detail}; grading failed: {exc!r}"
         self.result = EpisodeResult(
             instance_id=self.task.instance_id,
             termination_reason=reason,

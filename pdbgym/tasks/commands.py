@@ -47,16 +47,14 @@ def validate_command(
 ) -> None:
     """Check every task: FAIL_TO_PASS fail then pass with the patch, PASS_TO_PASS pass, pdb starts."""
     from pdbgym.sandbox import get_sandbox
-    from pdbgym.tasks.suites import resolve_tasks
-    from pdbgym.tasks.validate import validate_tasks
+    from pdbgym.tasks.validate import count_tasks, validate_spec
 
-    tasks = resolve_tasks(spec)
     box = get_sandbox(sandbox)
     with Progress(TextColumn("validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), disable=as_json) as progress:
-        bar = progress.add_task("validate", total=len(tasks))
-        reports = validate_tasks(tasks, sandbox=box, workers=workers or None, check_debugger=not no_debugger,
-                                 on_done=lambda _r: progress.advance(bar))
+        bar = progress.add_task("validate", total=count_tasks(spec))
+        reports = validate_spec(spec, sandbox=box, workers=workers or None, check_debugger=not no_debugger,
+                                on_done=lambda _r: progress.advance(bar))
     failed = [r for r in reports if not r.ok]
     if as_json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))

@@ -36,7 +36,15 @@ def _builtin_by_id(task_id: str) -> Task | None:
 
 
 def resolve_tasks(spec: str | Path) -> list[Task]:
-    """Tasks named by a suite name, a task id of a built-in suite, or a path."""
+    """Tasks named by a suite name, a task id of a built-in suite, or a path (every one must load)."""
+    tasks, errors = resolve_tasks_lenient(spec)
+    if errors:
+        raise errors[0][1]
+    return tasks
+
+
+def resolve_tasks_lenient(spec: str | Path) -> tuple[list[Task], list[tuple[Path, TaskFormatError]]]:
+    """Like ``resolve_tasks``, but a task folder that does not load is returned as an error, not raised."""
     text = str(spec)
     if text in SUITES:
         root = SUITES[text]
@@ -45,14 +53,20 @@ def resolve_tasks(spec: str | Path) -> list[Task]:
         if not root.exists():
             found = _builtin_by_id(text)
             if found is not None:
-                return [found]
+                return [found], []
             raise TaskFormatError(
                 f"'{text}' is neither a suite ({', '.join(SUITES)}), a built-in task id, nor an existing path"
             )
     dirs = find_task_dirs(root) if root.is_dir() else []
     if not dirs:
         raise TaskFormatError(f"{root}: no task folders (folders holding {TASK_FILE}) found")
-    tasks = [load_task(d) for d in dirs]
+    tasks: list[Task] = []
+    errors: list[tuple[Path, TaskFormatError]] = []
+    for folder in dirs:
+        try:
+            tasks.append(load_task(folder))
+        except TaskFormatError as exc:
+            errors.append((folder, exc))
     seen: dict[str, Path] = {}
     for task in tasks:
         if task.instance_id in seen:
@@ -60,7 +74,7 @@ def resolve_tasks(spec: str | Path) -> list[Task]:
                 f"duplicate instance_id '{task.instance_id}' in {seen[task.instance_id]} and {task.path}"
             )
         seen[task.instance_id] = task.path
-    return tasks
+    return tasks, errors
 
 
 def resolve_task(spec: str | Path) -> Task:

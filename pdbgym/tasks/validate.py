@@ -140,3 +140,30 @@ def validate_tasks(
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(one, task_list))
+
+
+def validate_spec(
+    spec: str,
+    *,
+    sandbox: Sandbox | None = None,
+    workers: int | None = None,
+    check_debugger: bool = True,
+    on_done: Callable[[ValidationReport], None] | None = None,
+) -> list[ValidationReport]:
+    """Validate every task folder of a suite or path; a folder that does not load is one failed report."""
+    from pdbgym.tasks.suites import resolve_tasks_lenient
+
+    tasks, errors = resolve_tasks_lenient(spec)
+    broken = [ValidationReport(folder.name, problems=[str(exc)], checks={"loads": False}) for folder, exc in errors]
+    for report in broken:
+        if on_done is not None:
+            on_done(report)
+    return broken + validate_tasks(tasks, sandbox=sandbox, workers=workers, check_debugger=check_debugger,
+                                   on_done=on_done)
+
+
+def count_tasks(spec: str) -> int:
+    from pdbgym.tasks.suites import resolve_tasks_lenient
+
+    tasks, errors = resolve_tasks_lenient(spec)
+    return len(tasks) + len(errors)

@@ -54,3 +54,14 @@ def test_list_cli(tmp_path):
     result = CliRunner().invoke(app, ["tasks", "list", str(tmp_path), "--json"])
     assert result.exit_code == 0
     assert json.loads(result.output)[0]["instance_id"] == "demo__sub"
+
+
+def test_one_broken_folder_is_one_failed_row(tmp_path):
+    make_task(tmp_path / "good")
+    (tmp_path / "broken" / "repo").mkdir(parents=True)
+    (tmp_path / "broken" / "task.json").write_text('{"instance_id": "x"}')
+    result = CliRunner().invoke(app, ["tasks", "validate", str(tmp_path), "--no-debugger", "--json"])
+    assert result.exit_code == 1
+    rows = {r["instance_id"]: r for r in json.loads(result.output)}
+    assert rows["demo__sub"]["ok"] is True
+    assert rows["broken"]["ok"] is False and "missing required field" in rows["broken"]["problems"][0]
