@@ -79,3 +79,14 @@ def test_cli_reports_each_bad_source_and_exits_1_when_all_fail(tmp_path: Path) -
     assert [r["source"] for r in reports] == [str(tmp_path / "missing"), "pypi:not a spec"]
     assert all(r["error"] for r in reports)
     assert json.loads((tmp_path / "out" / "synth_report.json").read_text()) == reports
+
+
+def test_state_of_another_project_with_the_same_folder_name_is_refused(tmp_path: Path) -> None:
+    # /a/shop and /b/shop share OUT/.synth/shop and task ids; resuming one from the other's results is wrong
+    project = write_shop(tmp_path)
+    state = tmp_path / "out" / ".synth" / project.name / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"seed": 0, "select_tests": "covering", "origin": "/elsewhere/" + project.name,
+                                 "tested": {}, "built": {}}))
+    error = _synth(str(project), tmp_path / "out")
+    assert "/elsewhere/" in error and "another --out" in error

@@ -24,7 +24,7 @@ from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.synth.baseline import Baseline, run_baseline
 from pdbgym.tasks.synth.candidate import CandidateResult, build_task, evaluate_candidate
 from pdbgym.tasks.synth.operators import OPERATORS, MutationError, MutationSite, enumerate_sites
-from pdbgym.tasks.synth.project import Project, prepare_project, slug_for
+from pdbgym.tasks.synth.project import PYPI_PREFIX, Project, SynthSourceError, prepare_project, slug_for
 
 STATE_DIR = ".synth"
 STATE_FILE = "state.json"
@@ -84,17 +84,35 @@ def candidate_stream(project: Project, seed: int, operators: list[str] | None) -
     return stream
 
 
+def source_origin(source: str) -> str:
+    """What a state file belongs to: the ``pypi:`` spec, or the resolved project folder."""
+    return source if source.startswith(PYPI_PREFIX) else str(Path(source).expanduser().resolve())
+
+
+def check_state_origin(path: Path, origin: str) -> None:
+    """Refuse a state file left by another project that shares this one's folder name (and so its
+    state folder and instance ids): resuming from it would reuse that project's candidate results."""
+    if not path.is_file():
+        return
+    recorded = json.loads(path.read_text()).get("origin")
+    if recorded not in (None, origin):
+        raise SynthSourceError(
+            f"{path} holds the synthesis state of {recorded}, a different project with the same folder name as "
+            f"{origin}; their task ids would collide too. Synthesize {origin} into another --out folder"
+        )
+
+
 class _State:
-    def __init__(self, path: Path, seed: int, select_tests: str) -> None:
+    def __init__(self, path: Path, seed: int, select_tests: str, origin: str) -> None:
         self.path = path
         data = json.loads(path.read_text()) if path.is_file() else {}
         same = data.get("seed") == seed and data.get("select_tests") == select_tests
         self.tested: dict[str, dict] = data.get("tested", {}) if same else {}
         self.built: dict[str, dict] = data.get("built", {}) if same else {}
-        self.seed, self.select_tests = seed, select_tests
+        self.seed, self.select_tests, self.origin = seed, select_tests, origin
 
     def save(self) -> None:
-        write_json_atomic(self.path, {"seed": self.seed, "select_tests": self.select_tests,
+        write_json_atomic(self.path, {"seed": self.seed, "select_tests": self.select_tests, "origin": self.origin,
                                       "tested": self.tested, "built": self.built}, indent=0)
 
 
@@ -123,6 +141,8 @@ def _run_source(source: str, config: SynthConfig, report: SourceReport,
         raise PdbgymError(f"select_tests must be 'covering' or 'all', got {config.select_tests!r}")
     scratch_root = config.out / STATE_DIR
     workdir = scratch_root / slug_for(source if source.startswith("pypi:") else Path(source).name)
+    origin = source_origin(source)
+    check_state_origin(workdir / STATE_FILE, origin)
     workdir.mkdir(parents=True, exist_ok=True)
     project = prepare_project(source, workdir)
     baseline = run_baseline(project, workdir, config.baseline_runs, config.per_test_timeout_s,
@@ -132,7 +152,8 @@ def _run_source(source: str, config: SynthConfig, report: SourceReport,
     stream = candidate_stream(project, config.seed, config.operators)
     if config.max_candidates is not None:
         stream = stream[:config.max_candidates]
-    state = _State(workdir / STATE_FILE, config.seed, config.select_tests)
+    state = _State(workdir / STATE_FILE, config.seed, config.select_tests, origin)
+    state.save()  # records the origin now, even when no batch runs (all tasks already settled)
     (workdir / "scratch").mkdir(exist_ok=True)
     (workdir / "staging").mkdir(exist_ok=True)
     batch_size = max(4, 4 * config.workers)
