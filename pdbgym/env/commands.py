@@ -14,18 +14,6 @@ from rich.table import Table
 console = Console()
 
 
-def _policy(name: str, task):  # noqa: ANN001, ANN202 - small factory
-    from pdbgym.agent.human import HumanPolicy
-    from pdbgym.agent.scripted import ScriptedPolicy
-    from pdbgym.errors import PdbgymError
-
-    if name == "scripted":
-        return ScriptedPolicy(task)
-    if name == "human":
-        return HumanPolicy()
-    raise PdbgymError(f"unknown policy '{name}': use 'scripted' or 'human' (model policies: pdbgym eval / cache build)")
-
-
 def outcome_table(results: list, title: str) -> Table:
     table = Table(title=title)
     for column in ("task", "outcome", "final_test_passed", "actions", "seconds"):
@@ -39,21 +27,24 @@ def outcome_table(results: list, title: str) -> Table:
 
 def run_command(
     task: Annotated[str, typer.Option("--task", help="A built-in task id or a task folder")],
-    policy: Annotated[str, typer.Option(help="scripted (reference patch) or human (you, at the terminal)")] = "scripted",
+    policy: Annotated[str, typer.Option(help="scripted (reference patch), human (you, at the terminal), "
+                                        "embedded, a model folder, or a server URL")] = "scripted",
     budget: Annotated[int, typer.Option(help="Turn budget")] = 30,
     transcript: Annotated[Path | None, typer.Option(help="Where to write the JSON transcript")] = None,
     sandbox: Annotated[str, typer.Option(help="auto, bwrap or plain")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON")] = False,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of a model policy")] = 0.7,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = 512,
 ) -> None:
     """Run one episode and print its outcome."""
+    from pdbgym.agent.play import play_episode
     from pdbgym.env.environment import EnvConfig
-    from pdbgym.env.runner import run_episode
     from pdbgym.tasks.suites import resolve_task
 
     the_task = resolve_task(task)
     target = transcript or Path("runs") / "episodes" / f"{the_task.instance_id}-{int(time.time())}.json"
-    result = run_episode(the_task, _policy(policy, the_task), EnvConfig(turn_budget=budget, sandbox=sandbox),
-                         transcript_path=target)
+    result = play_episode(the_task, policy, EnvConfig(turn_budget=budget, sandbox=sandbox), target,
+                          temperature=temperature, max_new_tokens=max_new_tokens)
     if as_json:
         print(json.dumps({**result.to_dict(), "transcript": str(target)}, indent=2))
         return
