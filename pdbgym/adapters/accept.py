@@ -17,6 +17,7 @@ was trained over the lost layer, whose recorded parent hash stays unmatched.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,16 @@ def load_targets(path: Path) -> dict[str, Any]:
 def _curve_from_log_history(history: Any, where: Path) -> list[tuple[int, float]]:
     if not isinstance(history, list):
         raise AdapterError(f"{where}: 'log_history' is not a list.")
-    return [(int(e["step"]), float(e["eval_loss"])) for e in history if isinstance(e, dict) and "eval_loss" in e]
+    curve = []
+    for index, entry in enumerate(history):
+        if not isinstance(entry, dict) or "eval_loss" not in entry:
+            continue
+        try:
+            curve.append((int(entry["step"]), float(entry["eval_loss"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AdapterError(f"{where}: log_history[{index}] = {entry!r} needs an integer 'step' and a numeric "
+                               f"'eval_loss' ({type(exc).__name__}: {exc}).") from exc
+    return curve
 
 
 def validation_curve(candidate: Path, metrics: Path | None) -> tuple[list[tuple[int, float]], Path, int]:
@@ -120,7 +130,11 @@ def evaluate(candidate: Path, targets: dict[str, Any], metrics: Path | None = No
     """Compare a candidate adapter folder and its training record with the targets."""
     adapter = load_adapter(candidate)
     curve, source, last_step = validation_curve(candidate, metrics)
-    best_step, best_loss = min(curve, key=lambda pair: (pair[1], pair[0]))
+    finite = [(step, loss) for step, loss in curve if math.isfinite(loss)]
+    if not finite:
+        raise AdapterError(f"{source}: every validation loss is NaN or infinite; the run diverged.")
+    # NaN compares false with everything, so min() over a curve holding one would depend on its position
+    best_step, best_loss = min(finite, key=lambda pair: (pair[1], pair[0]))
     loss_tol, step_tol = float(targets["val_loss_tolerance"]), int(targets["step_tolerance"])
     checks = [
         Check("lora_tensor_count", targets["lora_tensor_count"], len(adapter.header.tensors),
@@ -138,6 +152,9 @@ def evaluate(candidate: Path, targets: dict[str, Any], metrics: Path | None = No
     if "use_dora" in targets:
         checks.append(Check("use_dora", targets["use_dora"], adapter.use_dora, adapter.use_dora == targets["use_dora"], "exact"))
     report = AcceptanceReport(str(candidate), checks, "", [f"validation curve read from {source}"])
+    if len(finite) < len(curve):
+        skipped = [step for step, loss in curve if not math.isfinite(loss)]
+        report.notes.append(f"{len(skipped)} non-finite validation loss(es) left out of the minimum (steps {skipped[:10]})")
     report.statement = (
         "ACCEPTED: the candidate restores the lineage's init; it can stand in for the lost layer as the parent "
         "of NEW deltas. It does not restore any delta trained over the lost layer: that delta's recorded "

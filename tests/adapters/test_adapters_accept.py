@@ -91,3 +91,17 @@ def test_candidate_never_restores_the_lost_delta(world, tmp_path):
     note = relate_to_lineage(store, "rl", retrained)
     assert "stays unservable" in note and sft_hash[:12] in note
     assert "bit-identical" in relate_to_lineage(store, "rl", world.sft)
+
+
+def test_nan_validation_loss_never_decides_the_best_and_bad_entries_are_named(world, tmp_path):
+    # A NaN first in the curve made min() return it (NaN compares false), rejecting a good candidate.
+    candidate = _candidate(world, tmp_path, [(100, float("nan")), (156, 0.1166), (200, 0.2)])
+    report = evaluate(candidate, _targets(tmp_path))
+    assert report.accepted, report.as_dict()
+    assert any("non-finite" in note and "100" in note for note in report.notes)
+    (candidate / "trainer_state.json").write_text(json.dumps({"log_history": [{"eval_loss": 0.2}]}))
+    with pytest.raises(AdapterError, match=r"log_history\[0\].*integer 'step'"):
+        evaluate(candidate, _targets(tmp_path))
+    (candidate / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "eval_loss": "nan"}]}))
+    with pytest.raises(AdapterError, match="NaN or infinite"):
+        evaluate(candidate, _targets(tmp_path))
