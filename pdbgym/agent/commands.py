@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,51 +36,31 @@ def cache_build_command(
     json_output: bool = typer.Option(False, "--json", help="Print a JSON summary"),
 ) -> None:
     """Build a teacher cache: manifest.json + one .pt per task, plus transcripts/."""
-    from pdbgym.agent.backends.base import SamplingParams
-    from pdbgym.agent.loop import AgentConfig
-    from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
-    from pdbgym.agent.runner import completed_samples, default_workers, plan_jobs, run_all
-    from pdbgym.env import EnvConfig
-    from pdbgym.tasks.suites import resolve_tasks
+    from pdbgym.agent.build import CacheBuildConfig, build_cache
 
-    task_list = resolve_tasks(tasks)
-    spec = parse_policy(policy, tokenizer=tokenizer, api=api, logprob_mode=logprob_mode, device=device,
-                        tool_format=tool_format)
-    # Build (and so check) the backend or tokenizer here, before any episode starts.
-    vocab_source = build_backend(spec).tokenizer if spec.generates_tokens else load_tokenizer(spec.tokenizer)
-    done = completed_samples(out, vocab_source)
-    agent = AgentConfig(max_context_tokens=max_context_tokens, dataset=dataset,
-                        sampling=SamplingParams(temperature, top_p, max_new_tokens, None))
-    env = EnvConfig(turn_budget=turn_budget, command_timeout_s=command_timeout_s)
-    jobs = plan_jobs(task_list, runs, spec, agent, env, done, seed)
-    if workers == 0:
-        workers = 1 if spec.kind in ("embedded", "path") else default_workers()
-    started = time.perf_counter()
-    reasons: Counter[str] = Counter()
+    config = CacheBuildConfig(policy=policy, tasks=tasks, runs=runs, temperature=temperature, top_p=top_p,
+                              out=out, dataset=dataset, workers=workers, max_new_tokens=max_new_tokens,
+                              max_context_tokens=max_context_tokens, turn_budget=turn_budget,
+                              command_timeout_s=command_timeout_s, seed=seed, tokenizer=tokenizer, api=api,
+                              logprob_mode=logprob_mode, tool_format=tool_format, device=device, ray=ray,
+                              ray_address=ray_address)
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}"), console=console, disable=json_output) as progress:
-        bar = progress.add_task("", total=len(jobs))
+        bar = progress.add_task("", total=None)
 
-        def advance(result: Any) -> None:
-            reasons[result.record["metadata"]["_termination_reason"]] += 1
-            progress.update(bar, advance=1, description=f"{result.instance_id}#{result.sample_idx}")
+        def advance(result: Any, total: int) -> None:
+            progress.update(bar, advance=1, total=total, description=f"{result.instance_id}#{result.sample_idx}")
 
-        results = run_all(jobs, out, workers, use_ray=ray, ray_address=ray_address, on_result=advance)
-    _report(out, len(done), results, reasons, time.perf_counter() - started, json_output)
+        summary = build_cache(config, on_result=advance)
+    _report(summary, json_output)
 
 
-def _report(out: Path, skipped: int, results: list[Any], reasons: Counter[str], seconds: float,
-            json_output: bool) -> None:
-    summary = {
-        "out": str(out), "episodes_run": len(results), "episodes_skipped_already_done": skipped,
-        "termination_reasons": dict(reasons), "solved": reasons.get("solved", 0), "wall_seconds": round(seconds, 2),
-        "episodes_per_minute": round(60 * len(results) / seconds, 2) if results and seconds > 0 else None,
-    }
+def _report(summary: dict[str, Any], json_output: bool) -> None:
     if json_output:
         print(json.dumps(summary))
         return
-    table = Table(title=f"cache build -> {out}")
+    table = Table(title=f"cache build -> {summary['out']}")
     table.add_column("field")
     table.add_column("value")
     for key, value in summary.items():
