@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.adapters.errors import AdapterError, LineageError
+from pdbgym.adapters.errors import AdapterError, CorruptArtifactError, LineageError
 from pdbgym.adapters.evidence import ParentEvidence, dora_parent_evidence
 from pdbgym.adapters.files import read_json
 from pdbgym.adapters.fingerprint import open_model_folder, weights_hash
@@ -210,9 +210,24 @@ def _dora_evidence(store: Store, parent: str, adapter: Any, notes: list[str]) ->
 
 
 def stack_layers(store: Store, chain: Lineage) -> list[StackLayer]:
-    """The adapters of a servable chain (everything above the base), loaded from the store's copies."""
-    return [StackLayer(layer.node_id, store.label(layer.node_id), load_adapter(store.object_dir(layer.node_id)))
-            for layer in chain.layers[1:]]
+    """The adapters of a servable chain (everything above the base), loaded from the store's copies.
+
+    Each copy is re-hashed: a stored file whose bytes changed but not its size (lineage checks sizes
+    only) must not be merged under the id of the adapter it no longer is.
+    """
+    layers = []
+    for layer in chain.layers[1:]:
+        folder = store.object_dir(layer.node_id)
+        adapter = load_adapter(folder)
+        actual = adapter_content_hash(adapter)
+        if actual != layer.node_id:
+            raise CorruptArtifactError(
+                f"the stored copy of {store.label(layer.node_id)} under {folder} has changed since registration "
+                f"(its content hashes to {actual[:12]}); restore it from the original adapter folder with "
+                f"`cp ORIGINAL/* {folder}/`, or register that folder again into a fresh store"
+            )
+        layers.append(StackLayer(layer.node_id, store.label(layer.node_id), adapter))
+    return layers
 
 
 def _manifest_chain(store: Store, chain: Lineage) -> list[dict[str, Any]]:

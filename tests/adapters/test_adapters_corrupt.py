@@ -81,3 +81,19 @@ def test_cli_prints_error_without_traceback(world, tmp_path):
     )
     assert proc.returncode == 2
     assert "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_stored_adapter_whose_bytes_changed_at_the_same_size_is_not_merged(world, tmp_path):
+    from adapters_testkit import registered_store
+
+    from pdbgym.adapters.operations import merge_ref
+
+    store = registered_store(world, tmp_path / "store")
+    weights = store.object_dir(store.resolve("sft")) / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0xFF  # inside the last tensor: same size, so only a content check can see it
+    weights.write_bytes(bytes(data))
+    assert store.lineage(store.resolve("rl")).servable, "lineage checks sizes only"
+    with pytest.raises(CorruptArtifactError, match=r"stored copy of sft .* has changed since registration"):
+        merge_ref(store, "rl", tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
