@@ -102,7 +102,7 @@ def validation_curve(candidate: Path, metrics: Path | None) -> tuple[list[tuple[
                 last_step = max(last_step, int(row["step"]))
                 if loss is not None:
                     curve.append((int(row["step"]), float(loss)))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
                 raise AdapterError(f"{path}:{number}: expected {{'step': int, 'val_loss': float}} ({exc}).") from exc
     else:
         state = read_json(path, "training state")

@@ -105,3 +105,11 @@ def test_nan_validation_loss_never_decides_the_best_and_bad_entries_are_named(wo
     (candidate / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "eval_loss": "nan"}]}))
     with pytest.raises(AdapterError, match="NaN or infinite"):
         evaluate(candidate, _targets(tmp_path))
+
+
+def test_jsonl_metrics_line_that_is_not_an_object_is_a_named_error(world, tmp_path):
+    candidate = _candidate(world, tmp_path, [(156, 0.1166)])
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "val_loss": 0.2}\n[2, 0.1]\n')
+    with pytest.raises(AdapterError, match=r"metrics.jsonl:2: expected"):
+        evaluate(candidate, _targets(tmp_path), metrics)
