@@ -61,12 +61,23 @@ def _checkout_for(row: dict[str, Any], repos_root: Path | None, where: str) -> P
     return path
 
 
+def _folder_name(instance_id: Any, where: str) -> str:
+    """The instance id as the name of one folder directly under ``--out`` (never a path that leaves it)."""
+    name = str(instance_id)
+    if not name.strip() or name.startswith(".") or any(sep in name for sep in ("/", "\\", "\0")):
+        raise SwebenchError(
+            f"{where}: instance_id {name!r} cannot name a task folder (it is empty, starts with '.', or holds a "
+            "path separator, so it could write outside --out); rename it in the JSONL"
+        )
+    return name
+
+
 def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = None, where: str = "row") -> Path:
     """Write one row as a task folder under ``out_dir`` (replacing an earlier import of the same id)."""
     for name in ("instance_id", "patch", *_LIST_FIELDS):
         if name not in row:
             raise SwebenchError(f"{where}: missing required field '{name}'")
-    instance_id = str(row["instance_id"])
+    instance_id = _folder_name(row["instance_id"], where)
     checkout = _checkout_for(row, repos_root, where)
     data = {k: v for k, v in row.items() if k not in _DROPPED_ON_IMPORT and v is not None}
     for name in _LIST_FIELDS:
@@ -118,6 +129,8 @@ def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Pa
             outcomes.append(ImportOutcome(number, "", error=f"{where}: not valid JSON ({exc})"))
         except PdbgymError as exc:
             outcomes.append(ImportOutcome(number, str(row.get("instance_id", "")), error=str(exc)))
+        except OSError as exc:  # an unreadable checkout or a full disk spoils this row, not the rest
+            outcomes.append(ImportOutcome(number, str(row.get("instance_id", "")), error=f"{where}: {exc}"))
     return outcomes
 
 

@@ -79,3 +79,21 @@ def test_cli_round_trip(tmp_path: Path) -> None:
     result = runner.invoke(app, ["import-swebench", str(jsonl), "--out", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)[0]["error"] == ""
+
+
+def test_instance_ids_that_are_paths_are_refused_and_never_write_outside_out(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (checkout / "test_calc.py").write_text("from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n")
+    ids = ["../escaped", "a/b", ".hidden", "fine-1"]
+    rows = [{"instance_id": iid, "patch": PATCH, "FAIL_TO_PASS": ["test_calc.py::test_add"], "PASS_TO_PASS": [],
+             "repo_path": str(checkout)} for iid in ids]
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "imports" / "out"
+    outcomes = import_swebench(jsonl, out)  # "a/b" used to crash the whole run
+    assert [bool(o.error) for o in outcomes] == [True, True, True, False]
+    assert all("cannot name a task folder" in o.error for o in outcomes[:3])
+    assert not (tmp_path / "imports" / "escaped").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["fine-1"]
