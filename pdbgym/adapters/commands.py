@@ -92,7 +92,7 @@ def lineage_command(
     store: Path | None = STORE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Print the chain base -> ... -> REF with hashes, and whether every layer is present."""
+    """Print the chain base -> ... -> REF with hashes, and whether every layer is present (exit 1 if not)."""
     from pdbgym.adapters.operations import describe_recipe, lookup
 
     target = _store(store)
@@ -101,6 +101,8 @@ def lineage_command(
         _emit_json({"servable": lineage.servable, "problems": lineage.problems, "layers": [
             {"id": layer.node_id, "present": layer.record is not None, "problem": layer.problem,
              "record": layer.record} for layer in lineage.layers]})
+        if not lineage.servable:
+            raise typer.Exit(1)
         return
     table = Table(title=f"lineage of {escape(ref)}")
     for column in ("#", "layer", "kind", "hash", "status", "recipe"):
@@ -118,6 +120,7 @@ def lineage_command(
         console.print("[green]servable[/]: every layer is present.")
     else:
         console.print("[bold red]unservable[/]: " + escape(" ".join(lineage.problems)))
+        raise typer.Exit(1)
 
 
 @app.command("list")

@@ -28,17 +28,20 @@ def test_register_lineage_merge_verify_via_cli(world, tmp_path):
     sft_hash = adapter_content_hash(load_adapter(world.sft))
     registered = _run("register", world.rl, "--parent", sft_hash, "--name", "rl", "--store", store)
     assert registered.exit_code == 0 and "UNSERVABLE" in registered.output
-    lineage = json.loads(_run("lineage", "rl", "--store", store, "--json").stdout)
+    unservable = _run("lineage", "rl", "--store", store, "--json")
+    lineage = json.loads(unservable.stdout)
     assert lineage["servable"] is False and lineage["layers"][0]["present"] is False
+    assert unservable.exit_code == 1  # scripts can gate a deployment on it
     human = _run("lineage", "rl", "--store", store)
-    assert "MISSING" in human.output and "unservable" in human.output
+    assert "MISSING" in human.output and "unservable" in human.output and human.exit_code == 1
     recipe = tmp_path / "recipe.json"
     recipe.write_text(json.dumps({"corpus_hash": "abc", "epochs": 4}))
     sft = _run("register", world.sft, "--parent", "base", "--name", "sft", "--recipe", recipe, "--seed", "42",
                "--lr", "1e-4", "--store", store, "--json")
     assert json.loads(sft.stdout)["record"]["recipe"] == {"corpus_hash": "abc", "epochs": 4, "seed": 42, "lr": 1e-4}
-    lineage = json.loads(_run("lineage", "rl", "--store", store, "--json").stdout)
-    assert lineage["servable"] is True and len(lineage["layers"]) == 3
+    servable = _run("lineage", "rl", "--store", store, "--json")
+    lineage = json.loads(servable.stdout)
+    assert lineage["servable"] is True and len(lineage["layers"]) == 3 and servable.exit_code == 0
     listing = json.loads(_run("list", "--store", store, "--json").stdout)
     assert {node["kind"] for node in listing} == {"model", "adapter"} and all(n["servable"] for n in listing)
     merged = _run("merge", "rl", "--out", tmp_path / "merged", "--store", store, "--json")
