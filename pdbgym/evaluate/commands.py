@@ -149,7 +149,7 @@ def demo_command(
     runs: Annotated[int, typer.Option(help="Runs per task per arm")] = 2,
     tasks: Annotated[str, typer.Option(help="Suite or folder of tasks")] = "builtin",
     budget: Annotated[int, typer.Option(help="Turn budget per episode")] = 12,
-    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = 48,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = 32,
 ) -> None:
     """The main job: the embedded SmolLM2-135M-Instruct and the scripted policy, evaluated on the built-in
     tasks (2 runs each, CPU), ending in a report."""
