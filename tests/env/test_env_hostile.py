@@ -91,10 +91,10 @@ def hostile_task(tmp_path):
     assert not accepted, "a sandboxed test reached a server on the host's loopback"
 
 
-def _processes_left_by(workspace: str) -> list[int]:
+def _processes_left_by(workspace: str, already_running: set[int]) -> list[int]:
     """Our descendants, and any process anywhere whose environment names ``workspace`` (an escapee that
     left our tree still carries the sandbox's HOME). Other users of the machine do not count."""
-    left = set(descendants(os.getpid()))
+    left = set(descendants(os.getpid())) - already_running  # e.g. a resource tracker of an earlier test
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if workspace.encode() in Path(f"/proc/{pid}/environ").read_bytes():
@@ -122,6 +122,7 @@ def test_hostile_tests_are_contained(hostile_task):
     marker = "/var/tmp/pdbgym-escape-marker"
     if os.path.exists(marker):
         os.unlink(marker)
+    already_running = set(descendants(os.getpid()))
     with DebugEnv(hostile_task) as env:
         env.reset()
         workspace = str(env.ws)
@@ -131,11 +132,11 @@ def test_hostile_tests_are_contained(hostile_task):
         assert len(obs) <= env.config.observation_max_chars + 200
         # The session survives it all and still answers.
         assert "7" in env.step(Action("pdb", {"command": "p 3 + 4"})).observation
-        assert _processes_left_by(workspace), "the probe must see the live session's processes"
+        assert _processes_left_by(workspace, already_running), "the probe must see the live session's processes"
     assert not os.path.exists(marker), "a sandboxed test wrote outside its workspace"
     # Killed processes take a moment to exit and be reaped; a real leak is still there after the grace.
     deadline = time.monotonic() + 5.0
-    while (left := _processes_left_by(workspace)) and time.monotonic() < deadline:
+    while (left := _processes_left_by(workspace, already_running)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"sandboxed processes outlived their run: {[_describe(pid) for pid in left]}"
 
