@@ -94,15 +94,19 @@ def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> 
     table = Table(title=f"teacher cache {folder}", show_header=False)
     table.add_column("what")
     table.add_column("value")
+
+    def share(value: float) -> str:  # an empty cache has no rates: say so rather than print nan%
+        return "n/a" if value != value else f"{value:.1%}"
+
     rows = [
         ("datasets", ", ".join(f"{name} ({count})" for name, count in summary.datasets.items()) or "-"),
         ("instances", f"{summary.instances}"),
         ("samples", f"{summary.samples}"),
         ("tokens (prompt + response)", f"{summary.total_tokens:,} ({summary.prompt_tokens:,} + "
                                        f"{summary.response_tokens:,})"),
-        ("masked tokens (loss_mask == 1)", f"{summary.masked_tokens:,} ({summary.masked_fraction:.1%} of response)"),
+        ("masked tokens (loss_mask == 1)", f"{summary.masked_tokens:,} ({share(summary.masked_fraction)} of response)"),
         ("longest sequence", f"{summary.max_sequence_tokens:,} tokens"),
-        ("solve rate (reward == 1)", f"{summary.solve_rate:.1%} ({summary.solved_samples}/{summary.samples}); "
+        ("solve rate (reward == 1)", f"{share(summary.solve_rate)} ({summary.solved_samples}/{summary.samples}); "
                                      f"{summary.instances_solved} instance(s) solved at least once"),
         ("mean log-prob, masked", f"{summary.mean_masked_log_prob:.4f} nats/token"),
         ("terminations", summary.termination_line()),
