@@ -21,8 +21,6 @@ from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.model import Task
 
-ARM_KINDS = ("scripted", "embedded", "path", "url")
-
 
 @dataclass(frozen=True)
 class Arm:
