@@ -41,7 +41,4 @@ def play_episode(task: Task, policy: str, env_config: EnvConfig, transcript_path
     agent = AgentConfig(sampling=SamplingParams(temperature, top_p, max_new_tokens, seed), dataset="run")
     result = run_job(EpisodeJob(str(task.path), task.instance_id, 0, spec, agent, env_config))
     write_json_atomic(transcript_path, result.transcript)
-    env_result = (result.transcript.get("env") or {}).get("result") or {}
-    return EpisodeResult(task.instance_id, result.transcript["termination_reason"],
-                         bool(result.transcript["final_test_passed"]), result.transcript["actions_used"],
-                         round(result.wall_seconds, 3), env_result.get("detail", ""), env_result.get("grading", {}))
+    return result.episode_result()

@@ -50,6 +50,16 @@ class JobResult:
     env_seconds: float
     wall_seconds: float
 
+    def episode_result(self) -> Any:
+        """The outcome as the environment's ``EpisodeResult`` (what campaigns and ``pdbgym run`` report)."""
+        from pdbgym.env.environment import EpisodeResult
+
+        env_result = (self.transcript.get("env") or {}).get("result") or {}
+        return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
+                             bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
+                             round(self.wall_seconds, 3), env_result.get("detail", ""),
+                             env_result.get("grading", {}))
+
 
 def plan_jobs(tasks: Iterable[Any], runs: int, policy: PolicySpec, agent: AgentConfig, env: Any,
               done: set[tuple[str, int]], seed: int | None = None) -> list[EpisodeJob]:

@@ -125,9 +125,7 @@ def model_episode(arm: Arm, config: CampaignConfig, out_dir: Path, ray_address: 
         write_json_atomic(transcript, result.transcript)
         with cache_lock:
             append_records(out_dir / "cache" / arm.name, [RolloutRecord.from_dict(result.record)])
-        return EpisodeResult(task.instance_id, result.transcript["termination_reason"],
-                             bool(result.transcript["final_test_passed"]), result.transcript["actions_used"],
-                             round(result.wall_seconds, 3))
+        return result.episode_result()
 
     return run
 

@@ -47,14 +47,15 @@ def validate_command(
 ) -> None:
     """Check every task: FAIL_TO_PASS fail then pass with the patch, PASS_TO_PASS pass, pdb starts."""
     from pdbgym.sandbox import get_sandbox
-    from pdbgym.tasks.validate import count_tasks, validate_spec
+    from pdbgym.tasks.validate import validate_spec
 
     box = get_sandbox(sandbox)
     with Progress(TextColumn("validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), disable=as_json) as progress:
-        bar = progress.add_task("validate", total=count_tasks(spec))
+        bar = progress.add_task("validate", total=None)
         reports = validate_spec(spec, sandbox=box, workers=workers or None, check_debugger=not no_debugger,
-                                on_done=lambda _r: progress.advance(bar))
+                                on_done=lambda _r: progress.advance(bar),
+                                on_total=lambda total: progress.update(bar, total=total))
     failed = [r for r in reports if not r.ok]
     if as_json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))

@@ -149,11 +149,17 @@ def validate_spec(
     workers: int | None = None,
     check_debugger: bool = True,
     on_done: Callable[[ValidationReport], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> list[ValidationReport]:
-    """Validate every task folder of a suite or path; a folder that does not load is one failed report."""
+    """Validate every task folder of a suite or path; a folder that does not load is one failed report.
+
+    ``on_total`` hears how many folders there are once they are found (for a progress bar).
+    """
     from pdbgym.tasks.suites import resolve_tasks_lenient
 
     tasks, errors = resolve_tasks_lenient(spec)
+    if on_total is not None:
+        on_total(len(tasks) + len(errors))
     broken = [ValidationReport(folder.name, problems=[str(exc)], checks={"loads": False}) for folder, exc in errors]
     for report in broken:
         if on_done is not None:
@@ -161,9 +167,3 @@ def validate_spec(
     return broken + validate_tasks(tasks, sandbox=sandbox, workers=workers, check_debugger=check_debugger,
                                    on_done=on_done)
 
-
-def count_tasks(spec: str) -> int:
-    from pdbgym.tasks.suites import resolve_tasks_lenient
-
-    tasks, errors = resolve_tasks_lenient(spec)
-    return len(tasks) + len(errors)
