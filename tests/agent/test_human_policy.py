@@ -40,7 +40,10 @@ def test_human_policy_in_a_real_terminal(tmp_path):
     task_dir = make_task(tmp_path / "task")
     name = f"pdbgym-{uuid.uuid4().hex[:8]}"
     command = f"{sys.executable} -m pdbgym.cli run --task {task_dir} --policy human --transcript {tmp_path / 't.json'}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "200", "-y", "50", command], check=True)
+    # The shell keeps the pane alive after pdbgym exits, so its last lines can still be read: without it a
+    # fast machine closes the pane between the final print and the next capture.
+    shell = f"{command}; echo pdbgym-exit=$?; sleep 600"
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "200", "-y", "50", shell], check=True)
 
     def screen() -> str:
         return subprocess.run(["tmux", "capture-pane", "-p", "-t", name, "-S", "-200"], capture_output=True,
@@ -59,7 +62,8 @@ def test_human_policy_in_a_real_terminal(tmp_path):
             subprocess.run(["tmux", "send-keys", "-t", name, "-l", line], check=True)
             subprocess.run(["tmux", "send-keys", "-t", name, "Enter"], check=True)
             time.sleep(0.3)
-        wait_for("solved", timeout=90)
+        wait_for("pdbgym-exit=", timeout=90)
+        assert "solved" in screen() and "pdbgym-exit=0" in screen(), screen()
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
     steps = json.loads((tmp_path / "t.json").read_text())["steps"]
