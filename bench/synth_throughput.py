@@ -23,6 +23,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -53,7 +54,8 @@ def measure(spec: str, work: Path, max_tasks: int, workers: int, seed: int) -> d
         row[mode] = {"seconds": round(elapsed, 1), "kept": report.kept, "tried": report.tried,
                      "candidate_seconds_mean": round(sum(ran) / max(len(ran), 1), 3), "candidates_run": len(ran),
                      "tasks_per_minute": round(60 * report.kept / elapsed, 2),
-                     "yield": round(report.kept / max(report.tried, 1), 3), "statuses": report.statuses}
+                     "yield": round(report.kept / max(report.tried, 1), 3), "statuses": report.statuses,
+                     "executors": dict(Counter(r.get("executor") or "none" for r in state["tested"].values()))}
     row["speedup"] = round(row["covering"]["tasks_per_minute"] / max(row["all"]["tasks_per_minute"], 1e-9), 2)
     row["candidate_speedup"] = round(row["all"]["candidate_seconds_mean"]
                                      / max(row["covering"]["candidate_seconds_mean"], 1e-9), 2)

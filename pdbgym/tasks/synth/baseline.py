@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -12,6 +13,9 @@ from pdbgym.tasks.synth.project import Project, SynthSourceError, is_test_file
 from pdbgym.tasks.synth.runner import PASSED, run_pytest
 
 BASELINE_FILE = "baseline.json"
+# A mutant hangs a test when the test runs past max(HANG_FLOOR_S, HANG_FACTOR x its clean duration).
+HANG_FACTOR = 20.0
+HANG_FLOOR_S = 1.0
 
 
 @dataclass
@@ -26,6 +30,12 @@ class Baseline:
     durations: dict[str, float]
     covering: dict[str, list[str]]
     import_time: list[str]
+
+    def hang_timeouts(self, tests: list[str], cap_s: float) -> dict[str, float]:
+        """Per-test limits for running a mutant: a test taking 20x its clean time (at least 1 s, at most
+        ``cap_s``) counts as hung, so a mutant that loops costs about a second, not the full cap."""
+        return {t: round(min(cap_s, max(HANG_FLOOR_S, HANG_FACTOR * self.durations.get(t, cap_s))), 3)
+                for t in tests}
 
     def tests_reaching(self, function_key: str) -> list[str]:
         """Stable-passing tests that can observe a bug in this function (all of them if it runs at import)."""
@@ -44,11 +54,12 @@ def project_fingerprint(project: Project) -> str:
 
 
 def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeout_s: float = 5.0,
-                 wall_time_s: float = 600.0, use_fork_server: bool = True) -> Baseline:
+                 wall_time_s: float = 600.0, use_fork_server: bool = True, pool: Executor | None = None) -> Baseline:
     """Run the clean suite ``runs`` times (the first with coverage) or reuse a matching saved baseline.
 
     A test counts as passing only if it passed in every run; tests that changed outcome are flaky and
-    tests that never passed are excluded. Raises SynthSourceError when no test passes reliably.
+    tests that never passed are excluded. Raises SynthSourceError when no test passes reliably. The
+    runs are independent and go to ``pool`` together when one is given.
     """
     fingerprint = project_fingerprint(project)
     saved = workdir / BASELINE_FILE
@@ -59,17 +70,19 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
     if runs < 1:
         raise SynthSourceError(f"baseline runs must be at least 1, got {runs}")
     server_root = workdir if use_fork_server else None
-    first = run_pytest(project.root, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall_time_s,
-                       collect_coverage=True, server_root=server_root)
+    common = {"per_test_timeout_s": per_test_timeout_s, "wall_time_s": wall_time_s, "server_root": server_root,
+              "write_bytecode": True}
+    # The runs are independent, so they go to the pool at once: the first with coverage, the rest plain.
+    pool = pool or ThreadPoolExecutor(1)
+    futures = [pool.submit(run_pytest, project.root, collect_coverage=index == 0, **common) for index in range(runs)]
+    first, *others = (future.result() for future in futures)
     if first.timed_out:
         raise SynthSourceError(f"{project.label}: the clean test suite ran past {wall_time_s:.0f} s")
     if first.collect_errors:
         raise SynthSourceError(f"{project.label}: the clean test suite does not collect: "
                                f"{first.collect_errors[0][:600]}")
     histories: dict[str, set[str]] = {node: {outcome} for node, outcome in first.outcomes.items()}
-    for _ in range(runs - 1):
-        again = run_pytest(project.root, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall_time_s,
-                           server_root=server_root)
+    for again in others:
         for node in set(histories) | set(again.outcomes):
             histories.setdefault(node, set()).add(again.outcome(node))
     # Doctests live in the source files that get mutated, so they cannot be a task's held-out tests.

@@ -17,7 +17,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import REPO_DIR, load_task, write_task
 from pdbgym.tasks.synth.operators import MutationError, MutationSite
 from pdbgym.tasks.synth.project import is_test_file
-from pdbgym.tasks.synth.runner import NOT_PASSED, PASSED, run_pytest
+from pdbgym.tasks.synth.runner import NOT_PASSED, PASSED, copy_bytecode, hot_runner, run_pytest, write_mutant
 from pdbgym.tasks.synth.splice import render_mutation
 
 # Operators whose bugs do not announce themselves (no crash, plausible values): harder to localize.
@@ -34,6 +34,7 @@ class CandidateResult:
     failing: list[str] = field(default_factory=list)
     description: str = ""
     seconds: float = 0.0
+    executor: str = ""  # "hot" (code swapped in a collected session) or "files" (mutant written, fresh import)
 
 
 @dataclass
@@ -81,31 +82,46 @@ def _copy_project(root: Path, dest: Path, keep_tests: set[str] | None = None) ->
 
 def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, tests: list[str] | None,
                        baseline_passing: list[str], per_test_timeout_s: float,
-                       server_root: str | None = None) -> CandidateResult:
+                       server_root: str | None = None, hot_import_time: list[str] | None = None,
+                       timeouts: dict[str, float] | None = None) -> CandidateResult:
     """Render the mutant, run ``tests`` (None: the whole suite) on it, report which passing tests broke.
 
-    With ``server_root`` (a folder holding ``scratch``) the run forks this worker's warm, sandboxed
-    pytest server rooted there instead of starting an interpreter."""
+    With ``server_root`` (a folder holding ``scratch``) a run from files forks this worker's warm,
+    sandboxed pytest server rooted there instead of starting an interpreter. With ``hot_import_time``
+    too (the functions the clean suite ran at import time), the mutant is first tried in this worker's
+    hot server (:mod:`hotserver`: one function's code swapped in an already collected session) and run
+    from files only when it cannot be applied that way. ``timeouts`` (per test, see
+    :meth:`Baseline.hang_timeouts`) replace ``per_test_timeout_s`` for the tests they list; either way
+    the run stops at the first test that times out, and the mutant is rejected."""
     started = time.perf_counter()
     root = Path(project_root)
     try:
         mutation = render_mutation((root / site.file).read_text(), site)
     except MutationError as exc:
         return CandidateResult(site.key, site.operator, "unrendered", description=str(exc))
-    with tempfile.TemporaryDirectory(dir=scratch, prefix="mutant-") as tmp:
-        workspace = Path(tmp) / "ws"
-        _copy_project(root, workspace)
-        (workspace / site.file).write_text(mutation.source)
-        run = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s,
-                         wall_time_s=_wall_budget(len(tests or baseline_passing), per_test_timeout_s),
-                         server_root=Path(server_root) if server_root else None)
+    wall = _wall_budget(len(tests or baseline_passing), per_test_timeout_s)
+    run, executor = None, "hot"
+    if tests is not None and server_root is not None and hot_import_time is not None:
+        runner = hot_runner(root, Path(server_root), per_test_timeout_s, hot_import_time)
+        run = runner.try_mutant(site.file, mutation.source, tests, timeouts or {}, wall) if runner else None
+    if run is None:
+        executor = "files"
+        with tempfile.TemporaryDirectory(dir=scratch, prefix="mutant-") as tmp:
+            workspace = Path(tmp) / "ws"
+            _copy_project(root, workspace)
+            copy_bytecode(root, workspace)
+            write_mutant(workspace / site.file, mutation.source)
+            run = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall,
+                             server_root=Path(server_root) if server_root else None, timeouts=timeouts,
+                             stop_on_timeout=True)
     watched = tests if tests is not None else baseline_passing
     elapsed = time.perf_counter() - started
     if run.timed_out or any(run.outcome(t) == "timeout" for t in watched):
-        return CandidateResult(site.key, site.operator, "timeout", description=mutation.description, seconds=elapsed)
+        return CandidateResult(site.key, site.operator, "timeout", description=mutation.description, seconds=elapsed,
+                               executor=executor)
     failing = sorted(t for t in watched if run.outcome(t) in NOT_PASSED)
     status = "flipped" if failing else "no_flip"
-    return CandidateResult(site.key, site.operator, status, failing, mutation.description, elapsed)
+    return CandidateResult(site.key, site.operator, status, failing, mutation.description, elapsed, executor)
 
 
 def _wall_budget(test_count: int, per_test_timeout_s: float) -> float:
@@ -157,7 +173,7 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
         "mutated_line": site.line, "source_module": source_module_of(site.file), "mutation": mutation.description,
         "mutation_key": site.key,
     }
-    problem = _validate_folder(task_dir, failing, still_passing, patch, per_test_timeout_s,
+    problem = _validate_folder(task_dir, root, failing, still_passing, patch, per_test_timeout_s,
                                Path(server_root) if server_root else None)
     if problem:
         shutil.rmtree(task_dir, ignore_errors=True)
@@ -171,7 +187,7 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
     return BuildResult(site.key, "kept", instance_id)
 
 
-def _validate_folder(task_dir: Path, failing: list[str], passing: list[str], patch: str,
+def _validate_folder(task_dir: Path, project_root: Path, failing: list[str], passing: list[str], patch: str,
                      per_test_timeout_s: float, server_root: Path | None) -> str:
     """An empty string when the task behaves as claimed, else what is wrong."""
     tests = [*failing, *passing]
@@ -179,6 +195,7 @@ def _validate_folder(task_dir: Path, failing: list[str], passing: list[str], pat
     with tempfile.TemporaryDirectory(dir=task_dir.parent, prefix=".check-") as tmp:
         workspace = Path(tmp) / "ws"
         shutil.copytree(task_dir / REPO_DIR, workspace)
+        copy_bytecode(project_root, workspace)
         buggy = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall,
                            server_root=server_root)
         if buggy.timed_out or buggy.timeouts():

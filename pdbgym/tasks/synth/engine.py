@@ -25,6 +25,7 @@ from pdbgym.tasks.synth.baseline import Baseline, run_baseline
 from pdbgym.tasks.synth.candidate import CandidateResult, build_task, evaluate_candidate
 from pdbgym.tasks.synth.operators import OPERATORS, MutationError, MutationSite, enumerate_sites
 from pdbgym.tasks.synth.project import PYPI_PREFIX, Project, SynthSourceError, prepare_project, slug_for
+from pdbgym.tasks.synth.runner import HOT_DIR, stop_servers
 
 STATE_DIR = ".synth"
 STATE_FILE = "state.json"
@@ -36,6 +37,9 @@ class SynthConfig:
 
     ``select_tests``: "covering" runs only the clean-suite tests that entered the mutated function
     (the fast path); "all" reruns the whole suite for every candidate (the benchmark's baseline).
+    ``hot_patch`` (covering only): try each mutant first by swapping its function's code in a
+    collected clean session (:mod:`hotserver`), falling back to a run from files. Either way a kept
+    task is validated from its written files.
     """
 
     out: Path
@@ -48,6 +52,7 @@ class SynthConfig:
     select_tests: str = "covering"
     max_candidates: int | None = None
     use_fork_server: bool = True
+    hot_patch: bool = True
 
 
 @dataclass
@@ -145,8 +150,18 @@ def _run_source(source: str, config: SynthConfig, report: SourceReport,
     check_state_origin(workdir / STATE_FILE, origin)
     workdir.mkdir(parents=True, exist_ok=True)
     project = prepare_project(source, workdir)
+    try:
+        with _pool(config.workers) as pool:
+            _run_project(source, project, workdir, origin, config, report, pool, on_progress)
+    finally:
+        stop_servers(below=workdir)  # pool processes took theirs with them; a thread pool's live here
+        shutil.rmtree(workdir / HOT_DIR, ignore_errors=True)
+
+
+def _run_project(source: str, project: Project, workdir: Path, origin: str, config: SynthConfig, report: SourceReport,
+                 pool: Executor, on_progress: Callable[[str, int, int, int], None]) -> None:
     baseline = run_baseline(project, workdir, config.baseline_runs, config.per_test_timeout_s,
-                            use_fork_server=config.use_fork_server)
+                            use_fork_server=config.use_fork_server, pool=pool)
     report.tests_passing = len(baseline.passing)
     report.tests_excluded = len(baseline.flaky) + len(baseline.failing)
     stream = candidate_stream(project, config.seed, config.operators)
@@ -157,15 +172,14 @@ def _run_source(source: str, config: SynthConfig, report: SourceReport,
     (workdir / "scratch").mkdir(exist_ok=True)
     (workdir / "staging").mkdir(exist_ok=True)
     batch_size = max(4, 4 * config.workers)
-    with _pool(config.workers) as pool:
-        for batch in _batches(stream, batch_size):
-            if _kept_ids(stream, state, config.max_tasks) is not None:
-                break
-            _test_batch(pool, [s for s in batch if s.key not in state.tested], project, baseline, workdir, config, state)
-            _build_batch(pool, stream, project, baseline, workdir, config, state)
-            state.save()
-            done = sum(1 for s in stream if s.key in state.tested)
-            on_progress(source, done, len(stream), len(_kept_so_far(stream, state)))
+    for batch in _batches(stream, batch_size):
+        if _kept_ids(stream, state, config.max_tasks) is not None:
+            break
+        _test_batch(pool, [s for s in batch if s.key not in state.tested], project, baseline, workdir, config, state)
+        _build_batch(pool, stream, project, baseline, workdir, config, state)
+        state.save()
+        done = sum(1 for s in stream if s.key in state.tested)
+        on_progress(source, done, len(stream), len(_kept_so_far(stream, state)))
     kept = _kept_ids(stream, state, config.max_tasks) or _kept_so_far(stream, state)[:config.max_tasks]
     _publish(kept, workdir / "staging", config.out, stream, state)
     _fill_report(report, stream, state, kept)
@@ -182,8 +196,11 @@ def _test_batch(pool: Executor, sites: list[MutationSite], project: Project, bas
                 continue
         else:
             tests = None
+        hot = baseline.import_time if tests is not None and config.hot_patch and config.use_fork_server else None
+        timeouts = baseline.hang_timeouts(tests if tests is not None else baseline.passing, config.per_test_timeout_s)
         futures[site.key] = pool.submit(evaluate_candidate, str(project.root), str(workdir / "scratch"), site, tests,
-                                        baseline.passing, config.per_test_timeout_s, _server_root(workdir, config))
+                                        baseline.passing, config.per_test_timeout_s, _server_root(workdir, config),
+                                        hot, timeouts)
     for key, future in futures.items():
         state.tested[key] = asdict(future.result())
 
@@ -219,7 +236,9 @@ def _unresolved_firsts(stream: list[MutationSite], state: _State) -> list[Mutati
 
 def _build_batch(pool: Executor, stream: list[MutationSite], project: Project, baseline: Baseline, workdir: Path,
                  config: SynthConfig, state: _State) -> None:
-    while waiting := _unresolved_firsts(stream, state):
+    while (waiting := _unresolved_firsts(stream, state)) and _kept_ids(stream, state, config.max_tasks) is None:
+        # Only as many as could still be kept: the rest would be surplus if these all validate.
+        waiting = waiting[:max(1, config.max_tasks - len(_kept_so_far(stream, state)))]
         futures = {site.key: pool.submit(build_task, str(project.root), project.label, project.slug,
                                          str(workdir / "staging"), site, state.tested[site.key]["failing"],
                                          baseline.passing, config.per_test_timeout_s, _server_root(workdir, config))
@@ -234,15 +253,25 @@ def _kept_so_far(stream: list[MutationSite], state: _State) -> list[str]:
 
 
 def _kept_ids(stream: list[MutationSite], state: _State, max_tasks: int) -> list[str] | None:
-    """The final kept ids once the first ``max_tasks`` are settled (no undecided candidate before them)."""
+    """The final kept ids once the first ``max_tasks`` are settled: no untested candidate, and no flipped
+    candidate still waiting to be built for a failing-test set not yet kept, comes before them."""
     kept: list[str] = []
+    claimed: set[tuple[str, ...]] = set()
     for site in stream:
         result = state.tested.get(site.key)
         if result is None:
             return None
+        if result["status"] != "flipped":
+            continue
+        failing = tuple(result["failing"])
         built = state.built.get(site.key)
-        if result["status"] == "flipped" and built is not None and built["status"] == "kept":
+        if built is None:
+            if failing not in claimed:
+                return None  # it may yet be kept, ahead of the ones after it
+            continue
+        if built["status"] == "kept":
             kept.append(built["instance_id"])
+            claimed.add(failing)
             if len(kept) >= max_tasks:
                 return kept
     return None

@@ -24,6 +24,8 @@ import pytest
 
 OUT_ENV = "PDBGYM_PROBE_OUT"
 ROOT_ENV = "PDBGYM_PROBE_ROOT"
+TIMEOUTS_ENV = "PDBGYM_PROBE_TIMEOUTS"  # JSON file {node id: seconds}: per-test timeouts for those tests
+STOP_ENV = "PDBGYM_PROBE_STOP_ON_TIMEOUT"  # "1": stop the session at the first test that times out
 
 _outcomes: dict[str, str] = {}
 _durations: dict[str, float] = {}
@@ -68,6 +70,19 @@ def pytest_configure(config: pytest.Config) -> None:
         _start_profiling()
 
 
+def set_timeouts(items: list[pytest.Item], timeouts: dict[str, float]) -> None:
+    """Give the listed items their own pytest-timeout limit (a marker overrides ``--timeout``)."""
+    for item in items:
+        if item.nodeid in timeouts:
+            item.add_marker(pytest.mark.timeout(timeouts[item.nodeid]))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    path = os.environ.get(TIMEOUTS_ENV)
+    if path:
+        set_timeouts(items, json.loads(Path(path).read_text()))
+
+
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed:
         _collect_errors.append(f"{report.nodeid}: {report.longreprtext[-2000:]}")
@@ -96,12 +111,27 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         text = report.longreprtext
         if "from pytest-timeout" in text or "Failed: Timeout >" in text:
             _outcomes[report.nodeid] = "timeout"
+            if os.environ.get(STOP_ENV) == "1":
+                _stop_session("a test timed out")
         else:
             _outcomes[report.nodeid] = "failed" if report.when == "call" else "error"
     elif report.skipped and report.when in ("setup", "call"):
         _outcomes[report.nodeid] = "skipped"
     elif report.when == "call" and report.passed:
         _outcomes[report.nodeid] = "passed"
+
+
+_session: pytest.Session | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _session
+    _session = session
+
+
+def _stop_session(reason: str) -> None:
+    if _session is not None:
+        _session.shouldstop = reason
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -10,15 +10,20 @@ import atexit
 import functools
 import json
 import os
+import shutil
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdbgym.sandbox import Limits, PtyProcess, RunResult, Sandbox, get_sandbox, sandbox_env
-from pdbgym.tasks.synth import probe, zygote
+from pdbgym.tasks.synth import hotserver, probe, zygote
 
-PROBE_FILE = ".pdbgym_probe.json"
+# Per-run files in the workspace; ``{run}`` makes them unique, since runs may share a workspace.
+PROBE_FILE = ".pdbgym_probe-{run}.json"
+TIMEOUTS_FILE = ".pdbgym_timeouts-{run}.json"
+HOT_DIR = "hot"  # below a server root: one clean project copy per hot server
 PASSED = "passed"
 # Outcomes that count as "the test did not pass"; tests absent from a run's report count as failed too.
 NOT_PASSED = ("failed", "error", "timeout", "missing")
@@ -54,19 +59,22 @@ def execute(argv: list[str], workspace: Path, wall_time_s: float, env_extra: dic
     return _sandbox().run(argv, workspace, limits, env=sandbox_env(workspace, env_extra))
 
 
-class ForkServer:
-    """Client of a sandboxed :mod:`zygote` whose workspace is ``root``; jobs must run in folders below it."""
+class _ServerProcess:
+    """A long-lived sandboxed Python process spoken to in JSON lines over its pty."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, argv: list[str], env_extra: dict[str, str], ready_prefix: str,
+                 start_timeout_s: float) -> None:
         self.root = root
         self.owner_pid = os.getpid()  # a forked pool worker must start its own, never share this pty
         limits = Limits(wall_time_s=86_400, cpu_time_s=86_400)
-        env = sandbox_env(root, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"})
-        self.process: PtyProcess = _sandbox().spawn_pty([sys.executable, "-m", zygote.__name__], root, limits, env)
+        env = sandbox_env(root, {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0", **env_extra})
+        self.process: PtyProcess = _sandbox().spawn_pty([sys.executable, "-m", *argv], root, limits, env)
         self._buffer = b""
-        if self._read_line(timeout_s=120.0) != "READY":
+        line = self._read_line(timeout_s=start_timeout_s)
+        if line is None or not line.startswith(ready_prefix):
             self.process.kill()
-            raise RuntimeError("the pytest fork server did not start")
+            raise RuntimeError(f"{argv[0]} did not start (last line {line!r})")
+        self.ready_line = line.removeprefix(ready_prefix)
 
     def _read_line(self, timeout_s: float) -> str | None:
         deadline = time.monotonic() + timeout_s
@@ -79,38 +87,155 @@ class ForkServer:
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line.decode(errors="replace").strip()
 
+    def _request(self, line: str, timeout_s: float) -> dict:
+        """Send one job line; return the decoded ``RESULT`` reply. Raises RuntimeError if the server is gone."""
+        self.process.write((line + "\n").encode())
+        reply = self._read_line(timeout_s)
+        if reply is None or not reply.startswith(zygote.RESULT_PREFIX):
+            self.process.kill()
+            raise RuntimeError(f"the server stopped answering (last line {reply!r})")
+        return json.loads(reply.removeprefix(zygote.RESULT_PREFIX))
+
+
+class ForkServer(_ServerProcess):
+    """Client of a sandboxed :mod:`zygote` whose workspace is ``root``; jobs must run in folders below it."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, [zygote.__name__], {}, "READY", start_timeout_s=120.0)
+
     def run(self, cwd: Path, args: list[str], env: dict[str, str], wall_time_s: float) -> tuple[bool, str]:
         """Run one pytest job; returns (timed_out, log tail). Raises RuntimeError if the server is gone."""
-        log = cwd / ".pytest_log"
+        log = cwd / f".pytest_log-{uuid.uuid4().hex}"
         job = {"cwd": str(cwd), "args": args, "env": env, "log": str(log), "wall_time_s": wall_time_s}
-        self.process.write((json.dumps(job) + "\n").encode())
-        line = self._read_line(wall_time_s + 30.0)
-        if line is None or not line.startswith(zygote.RESULT_PREFIX):
-            self.process.kill()
-            raise RuntimeError(f"the pytest fork server stopped answering (last line {line!r})")
-        result = json.loads(line.removeprefix(zygote.RESULT_PREFIX))
+        result = self._request(json.dumps(job), wall_time_s + 30.0)
         tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
         log.unlink(missing_ok=True)
         return bool(result["timed_out"]), tail
 
 
-_servers: dict[Path, ForkServer] = {}
+class HotRunner(_ServerProcess):
+    """Client of a sandboxed :mod:`hotserver` holding a collected clean copy of a project.
+
+    ``try_mutant`` runs a mutant's tests by swapping one function's code in a fork of that session;
+    it returns None when the mutant cannot be applied that way, and the caller runs it from files."""
+
+    JOBS = ".pdbgym_hot"
+
+    def __init__(self, workspace: Path, per_test_timeout_s: float, import_time: list[str]) -> None:
+        jobs = workspace / self.JOBS
+        jobs.mkdir(parents=True, exist_ok=True)
+        marks = jobs / "import_time.txt"
+        marks.write_text("\n".join(import_time))
+        args = [hotserver.__name__, *_pytest_args(per_test_timeout_s), "--tb=native"]
+        super().__init__(workspace, args, {hotserver.IMPORT_TIME_ENV: str(marks)}, hotserver.READY_PREFIX,
+                         start_timeout_s=300.0)
+        self.jobs = jobs
+        self.ready = json.loads(self.ready_line)
+
+    def try_mutant(self, relpath: str, source: str, tests: list[str], timeouts: dict[str, float],
+                   wall_time_s: float) -> SuiteRun | None:
+        paths = {name: self.jobs / f"{name}-{os.getpid()}" for name in ("source", "job", "out", "log")}
+        try:
+            paths["source"].write_text(source)
+            job = {"file": relpath, "source_path": str(paths["source"]), "tests": tests, "timeouts": timeouts,
+                   "out": str(paths["out"]), "log": str(paths["log"]), "wall_time_s": wall_time_s}
+            paths["job"].write_text(json.dumps(job))
+            result = self._request(str(paths["job"]), wall_time_s + 30.0)
+            if not result.get("patched"):
+                return None
+            tail = paths["log"].read_text(errors="replace")[-3000:] if paths["log"].is_file() else ""
+            return _suite_run(_read_probe(paths["out"]), bool(result["timed_out"]), tail)
+        finally:
+            for path in paths.values():
+                path.unlink(missing_ok=True)
+
+
+_servers: dict[Path, _ServerProcess] = {}
 
 
 def fork_server(root: Path) -> ForkServer:
     """This process's fork server for ``root`` (started on first use, stopped at exit)."""
     root = Path(root).resolve()
     server = _servers.get(root)
-    if server is None or server.owner_pid != os.getpid() or not server.process.alive:
+    if not isinstance(server, ForkServer) or server.owner_pid != os.getpid() or not server.process.alive:
         server = _servers[root] = ForkServer(root)
     return server
 
 
-@atexit.register
-def _stop_servers() -> None:
-    for server in _servers.values():
-        if server.owner_pid == os.getpid():
-            server.process.close()
+def hot_runner(project_root: Path, server_root: Path, per_test_timeout_s: float,
+               import_time: list[str]) -> HotRunner | None:
+    """This process's hot server for a project (a private clean copy below ``server_root``, collected
+    once); None when it cannot start or has died, and then the caller runs mutants from files."""
+    workspace = (Path(server_root) / HOT_DIR / str(os.getpid()) / "ws").resolve()
+    server = _servers.get(workspace)
+    if isinstance(server, HotRunner) and server.owner_pid == os.getpid():
+        return server if server.process.alive else None
+    if workspace in _servers:  # inherited from a parent process by fork: not ours to use
+        del _servers[workspace]
+    shutil.rmtree(workspace.parent, ignore_errors=True)
+    shutil.copytree(project_root, workspace, ignore=shutil.ignore_patterns(".*"))
+    try:
+        _servers[workspace] = HotRunner(workspace, per_test_timeout_s, import_time)
+    except (RuntimeError, OSError):
+        return None
+    return _servers[workspace]  # type: ignore[return-value]
+
+
+def stop_servers(below: Path | None = None) -> None:
+    """Stop this process's servers (those rooted under ``below`` only, when given)."""
+    for root, server in list(_servers.items()):
+        if below is None or root.is_relative_to(Path(below).resolve()):
+            if server.owner_pid == os.getpid():
+                server.process.close()
+            del _servers[root]
+
+
+atexit.register(stop_servers)
+
+
+def copy_bytecode(clean_root: Path, workspace: Path) -> None:
+    """Copy the ``__pycache__`` folders of a clean project (written by its baseline runs) into a copy of
+    it, for every folder the copy has. Rewriting a large test module's asserts costs pytest more than
+    running its tests; a copied cache entry is used only while the source file's mtime and size match
+    it (copies keep mtimes), so a mutated module is always compiled afresh (see :func:`write_mutant`)."""
+    for cache in clean_root.rglob("__pycache__"):
+        target = workspace / cache.relative_to(clean_root)
+        if target.parent.is_dir() and not target.exists():
+            shutil.copytree(cache, target)
+
+
+def write_mutant(path: Path, source: str) -> None:
+    """Write a mutated module over its clean copy, making sure its mtime differs from the clean file's
+    (a bytecode cache entry of the clean file must never be taken for the mutant's)."""
+    clean_mtime = int(path.stat().st_mtime)
+    path.write_text(source)
+    if int(path.stat().st_mtime) == clean_mtime:
+        os.utime(path, (clean_mtime + 2, clean_mtime + 2))
+
+
+def _pytest_args(per_test_timeout_s: float) -> list[str]:
+    return ["-q", "-p", "no:cacheprovider", "-p", probe.__name__, "-p", "timeout", "--timeout", f"{per_test_timeout_s:g}"]
+
+
+def _read_probe(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _suite_run(payload: dict, timed_out: bool, output_tail: str) -> SuiteRun:
+    return SuiteRun(
+        outcomes=payload.get("outcomes", {}),
+        durations=payload.get("durations", {}),
+        coverage=payload.get("coverage", {}),
+        import_time=payload.get("import_time", []),
+        collect_errors=payload.get("collect_errors", []),
+        timed_out=timed_out,
+        output_tail=output_tail[-3000:],
+    )
 
 
 def run_pytest(
@@ -121,6 +246,9 @@ def run_pytest(
     wall_time_s: float = 300.0,
     collect_coverage: bool = False,
     server_root: Path | None = None,
+    write_bytecode: bool = False,
+    timeouts: dict[str, float] | None = None,
+    stop_on_timeout: bool = False,
 ) -> SuiteRun:
     """Run ``python -m pytest`` in ``workspace`` on ``node_ids`` (None = the whole suite).
 
@@ -128,16 +256,25 @@ def run_pytest(
     ``wall_time_s``. With ``collect_coverage`` the probe records which workspace functions each test
     entered. With ``server_root`` (a folder holding ``workspace``) the run is a fork of that folder's
     warm pytest server instead of a fresh interpreter. Nothing is left behind in the workspace except
-    the sandbox's HOME folder.
+    the sandbox's HOME folder, and, with ``write_bytecode``, ``__pycache__`` folders (pytest's
+    assertion-rewritten test modules among them, which later copies reuse: see :func:`copy_bytecode`).
+    ``timeouts`` gives listed tests their own limit instead of ``per_test_timeout_s``;
+    ``stop_on_timeout`` ends the run at the first test past its limit.
     """
     workspace = Path(workspace).resolve()
-    probe_path = workspace / PROBE_FILE
-    probe_path.unlink(missing_ok=True)
-    pytest_args = ["-q", "-p", "no:cacheprovider", "-p", probe.__name__,
-                   "-p", "timeout", "--timeout", f"{per_test_timeout_s:g}", *(node_ids or [])]
-    env = {probe.OUT_ENV: str(probe_path), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0"}
+    run_id = uuid.uuid4().hex
+    probe_path = workspace / PROBE_FILE.format(run=run_id)
+    pytest_args = [*_pytest_args(per_test_timeout_s), *(node_ids or [])]
+    env = {probe.OUT_ENV: str(probe_path), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0",
+           "PYTHONDONTWRITEBYTECODE": "" if write_bytecode else "1"}
     if collect_coverage:
         env[probe.ROOT_ENV] = str(workspace) + "/"
+    timeouts_path = workspace / TIMEOUTS_FILE.format(run=run_id)
+    if timeouts:
+        timeouts_path.write_text(json.dumps(timeouts))
+        env[probe.TIMEOUTS_ENV] = str(timeouts_path)
+    if stop_on_timeout:
+        env[probe.STOP_ENV] = "1"
     if server_root is not None:
         try:
             timed_out, tail = fork_server(server_root).run(workspace, pytest_args, env, wall_time_s)
@@ -146,18 +283,5 @@ def run_pytest(
         result = RunResult([], None, tail, timed_out, 0.0, len(tail), False)
     else:
         result = execute([sys.executable, "-m", "pytest", *pytest_args], workspace, wall_time_s, env)
-    try:
-        payload = json.loads(probe_path.read_text())
-    except (OSError, json.JSONDecodeError):
-        payload = {}
-    finally:
-        probe_path.unlink(missing_ok=True)
-    return SuiteRun(
-        outcomes=payload.get("outcomes", {}),
-        durations=payload.get("durations", {}),
-        coverage=payload.get("coverage", {}),
-        import_time=payload.get("import_time", []),
-        collect_errors=payload.get("collect_errors", []),
-        timed_out=result.timed_out,
-        output_tail=result.output[-3000:],
-    )
+    timeouts_path.unlink(missing_ok=True)
+    return _suite_run(_read_probe(probe_path), result.timed_out, result.output)

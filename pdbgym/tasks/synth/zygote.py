@@ -37,6 +37,8 @@ def _run_child(job: dict) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.environ.update(job["env"])
+        # The server started without writing bytecode; a job may allow it (clean baseline runs do).
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         sys.path.insert(0, job["cwd"])  # what ``python -m pytest`` does for the working directory
         code = pytest.main(job["args"])
         sys.stdout.flush()
@@ -48,7 +50,8 @@ def _run_child(job: dict) -> None:
         os._exit(99)
 
 
-def _wait(pid: int, wall_time_s: float) -> tuple[int, bool]:
+def wait_child(pid: int, wall_time_s: float) -> tuple[int, bool]:
+    """Wait for a forked job; past ``wall_time_s`` kill its process group. Returns (exit code, timed out)."""
     deadline = time.monotonic() + wall_time_s
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -75,7 +78,7 @@ def serve() -> None:
         pid = os.fork()
         if pid == 0:
             _run_child(job)
-        returncode, timed_out = _wait(pid, float(job["wall_time_s"]))
+        returncode, timed_out = wait_child(pid, float(job["wall_time_s"]))
         out.write(RESULT_PREFIX + json.dumps({"returncode": returncode, "timed_out": timed_out}) + "\n")
         out.flush()
 

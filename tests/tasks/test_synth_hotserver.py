@@ -1,0 +1,220 @@
+"""Mutants tried in a collected clean session (hot) behave exactly as when run from files.
+
+A real project with the shapes that make swapping code tricky (a decorated function, methods, a
+property, a static method, a closure, an lru_cache, a function run at import time, a module the tests
+import lazily), every mutant run both ways in the real sandbox, and the outcomes compared.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from pdbgym.tasks.synth.baseline import run_baseline
+from pdbgym.tasks.synth.candidate import evaluate_candidate
+from pdbgym.tasks.synth.engine import candidate_stream
+from pdbgym.tasks.synth.operators import enumerate_sites
+from pdbgym.tasks.synth.project import prepare_project
+from pdbgym.tasks.synth.runner import hot_runner, stop_servers
+
+pytestmark = pytest.mark.slow
+
+LEDGER = textwrap.dedent('''\
+    import functools
+
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return wrapper
+
+
+    @logged
+    def balance(entries):
+        total = 0
+        for amount in entries:
+            total += amount
+        return total
+
+
+    class Account:
+        def __init__(self, owner, limit=100):
+            self.owner = owner
+            self.limit = limit
+            self.entries = []
+
+        def deposit(self, amount):
+            if amount <= 0:
+                raise ValueError("positive amounts only")
+            self.entries.append(amount)
+            return self.balance
+
+        @property
+        def balance(self):
+            return balance(self.entries)
+
+        @staticmethod
+        def fee(amount):
+            return amount // 100 if amount > 1000 else 0
+
+        def can_withdraw(self, amount):
+            return self.balance - amount >= -self.limit
+
+
+    def make_scaler(factor):
+        def scale(x):
+            return x * factor
+        return scale
+
+
+    @functools.lru_cache(maxsize=None)
+    def fib(n):
+        if n < 2:
+            return n
+        return fib(n - 1) + fib(n - 2)
+
+
+    def count_down(n):
+        steps = 0
+        while n > 0:
+            n -= 1
+            steps += 1
+        return steps
+
+
+    def _default_currency():
+        codes = ["EUR", "USD"]
+        return codes[0]
+
+
+    DEFAULT = _default_currency()
+''')
+
+REPORT = textwrap.dedent('''\
+    def summary(entries):
+        if not entries:
+            return "empty"
+        return f"{len(entries)} entries"
+''')
+
+TESTS = textwrap.dedent('''\
+    import pytest
+
+    from ledger import DEFAULT, Account, balance, count_down, fib, make_scaler
+
+
+    def test_balance():
+        assert balance([1, 2, 3]) == 6
+
+
+    def test_deposit_and_balance():
+        account = Account("ann")
+        assert account.deposit(5) == 5
+        assert account.deposit(7) == 12
+
+
+    def test_deposit_refuses_zero():
+        with pytest.raises(ValueError):
+            Account("bob").deposit(0)
+
+
+    def test_fee():
+        assert Account.fee(5000) == 50
+        assert Account.fee(1000) == 0
+
+
+    def test_withdraw_limit():
+        account = Account("cy", limit=10)
+        assert account.can_withdraw(10)
+        assert not account.can_withdraw(11)
+
+
+    def test_scaler():
+        assert make_scaler(3)(4) == 12
+
+
+    def test_fib():
+        assert [fib(n) for n in range(7)] == [0, 1, 1, 2, 3, 5, 8]
+
+
+    def test_count_down():
+        assert count_down(4) == 4
+
+
+    def test_default():
+        assert DEFAULT == "EUR"
+
+
+    def test_report_loaded_late():
+        from ledger.report import summary
+        assert summary([]) == "empty"
+        assert summary([1, 2]) == "2 entries"
+''')
+
+
+def write_ledger(root: Path) -> Path:
+    project = root / "ledger-project"
+    (project / "ledger").mkdir(parents=True)
+    (project / "ledger" / "__init__.py").write_text(LEDGER)
+    (project / "ledger" / "report.py").write_text(REPORT)
+    (project / "tests").mkdir()
+    (project / "tests" / "test_ledger.py").write_text(TESTS)
+    return project
+
+
+def test_hot_and_file_runs_agree_on_every_mutant(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    project = prepare_project(str(write_ledger(tmp_path)), workdir)
+    baseline = run_baseline(project, workdir, runs=1, per_test_timeout_s=3.0)
+    assert len(baseline.passing) == 10
+    (workdir / "scratch").mkdir()
+    seen: dict[str, set[str]] = {"hot": set(), "files": set()}
+    compared = 0
+    try:
+        for site in candidate_stream(project, seed=0, operators=None):
+            tests = baseline.tests_reaching(f"{site.file}:{site.function_line}")
+            if not tests:
+                continue
+            timeouts = baseline.hang_timeouts(tests, 3.0)
+            args = (str(project.root), str(workdir / "scratch"), site, tests, baseline.passing, 3.0, str(workdir))
+            hot = evaluate_candidate(*args, hot_import_time=baseline.import_time, timeouts=timeouts)
+            cold = evaluate_candidate(*args, timeouts=timeouts)
+            assert cold.executor == "files"
+            assert (hot.status, hot.failing) == (cold.status, cold.failing), (site, hot, cold)
+            seen[hot.executor].add(site.function)
+            compared += 1
+    finally:
+        stop_servers(below=workdir)
+    assert compared >= 30
+    # Every kind of function took the hot path (a decorator's wrapper too, though the decorator ran at
+    # import), except the functions run at import, the module the tests import late, and mutants that
+    # change the shape of a live closure (a wrapper that stops using ``fn``).
+    assert {"balance", "Account.deposit", "Account.can_withdraw", "Account.fee", "logged.wrapper",
+            "make_scaler.scale", "fib", "count_down"} <= seen["hot"], seen
+    assert {"_default_currency", "logged", "summary"} <= seen["files"] <= {"_default_currency", "logged", "summary",
+                                                                           "logged.wrapper"}, seen
+
+
+def test_a_mutant_that_hangs_costs_about_a_second_not_the_cap(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    project = prepare_project(str(write_ledger(tmp_path)), workdir)
+    baseline = run_baseline(project, workdir, runs=1, per_test_timeout_s=20.0)
+    source = (project.root / "ledger/__init__.py").read_text()
+    line = source.splitlines().index("        n -= 1") + 1
+    site = next(s for s in enumerate_sites(source, "ledger/__init__.py", ["removed_assignment"]) if s.line == line)
+    tests = baseline.tests_reaching(f"{site.file}:{site.function_line}")
+    (workdir / "scratch").mkdir()
+    try:
+        hot_runner(project.root, workdir, 20.0, baseline.import_time)  # started outside the timing
+        started = time.perf_counter()
+        result = evaluate_candidate(str(project.root), str(workdir / "scratch"), site, tests, baseline.passing, 20.0,
+                                    str(workdir), hot_import_time=baseline.import_time,
+                                    timeouts=baseline.hang_timeouts(tests, 20.0))
+        elapsed = time.perf_counter() - started
+    finally:
+        stop_servers(below=workdir)
+    assert result.status == "timeout" and result.executor == "hot" and elapsed < 10.0, (result, elapsed)
