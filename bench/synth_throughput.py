@@ -4,7 +4,9 @@ For each library the sdist is downloaded once (``pip download --no-binary :all:`
 from the same unpacked folder with the same seed and ``--max``:
 
 * ``covering`` (pdbgym's path): each candidate runs only the clean-suite tests that entered the mutated
-  function (per-test function coverage from one profiled clean run); unreached candidates cost nothing.
+  function (per-test function coverage from one profiled clean run), in a collected clean session
+  with the function's code swapped (a run from files where that cannot be done); unreached
+  candidates cost nothing.
 * ``whole-suite`` (the named baseline): each candidate reruns the whole suite.
 
 Both include the clean-suite baseline runs, task writing and task validation, and both run on
@@ -13,7 +15,8 @@ tasks/minute per path and their ratio (end to end), the mean seconds to test one
 path and their ratio (the candidate phase alone), yield (kept / tried) and whether both paths kept
 the same tasks.
 
-    .venv/bin/python bench/synth_throughput.py --max 5 --workers 2
+    .venv/bin/python bench/synth_throughput.py --max 12 --workers 2
+    .venv/bin/python bench/synth_throughput.py --max 1000 --max-candidates 300 --workers 2
 """
 
 from __future__ import annotations
@@ -35,14 +38,15 @@ from pdbgym.tasks.synth.project import download_sdist
 LIBRARIES = ("toolz==1.2.0", "inflection==0.5.1", "boltons==26.2.0")
 
 
-def measure(spec: str, work: Path, max_tasks: int, workers: int, seed: int) -> dict:
+def measure(spec: str, work: Path, max_tasks: int, workers: int, seed: int, max_candidates: int | None) -> dict:
     folder = download_sdist(spec, work / "sdist")
     row: dict = {"library": spec}
     kept_ids = {}
     for mode in ("covering", "all"):
         out = work / f"out-{mode}"
         shutil.rmtree(out, ignore_errors=True)
-        config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, select_tests=mode)
+        config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, select_tests=mode,
+                             max_candidates=max_candidates)
         started = time.perf_counter()
         report = synthesize_source(str(folder), config, lambda *args: None)
         elapsed = time.perf_counter() - started
@@ -67,6 +71,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--libs", nargs="+", default=list(LIBRARIES), help="NAME==VERSION specs")
     parser.add_argument("--max", type=int, default=5, help="tasks to keep per library and path")
+    parser.add_argument("--max-candidates", type=int, default=None,
+                        help="candidates to try per library and path (the corpus-scale regime: with a large --max,"
+                             " both paths try the same candidates and keep what they yield)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
@@ -74,14 +81,16 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="pdbgym-synth-bench-") as tmp:
         for spec in args.libs:
-            rows.append(measure(spec, Path(tmp) / spec.replace("==", "-"), args.max, args.workers, args.seed))
+            rows.append(measure(spec, Path(tmp) / spec.replace("==", "-"), args.max, args.workers, args.seed,
+                                args.max_candidates))
     total = {mode: (sum(r[mode]["kept"] for r in rows), sum(r[mode]["seconds"] for r in rows))
              for mode in ("covering", "all")}
     overall = (total["covering"][0] / total["covering"][1]) / max(total["all"][0] / total["all"][1], 1e-9)
     if args.json:
         print(json.dumps({"rows": rows, "overall_speedup": round(overall, 2)}, indent=2))
         return
-    table = Table(title=f"synthesis throughput ({args.workers} workers, --max {args.max}, seed {args.seed})")
+    cap = f", --max-candidates {args.max_candidates}" if args.max_candidates else ""
+    table = Table(title=f"synthesis throughput ({args.workers} workers, --max {args.max}{cap}, seed {args.seed})")
     for column in ("library", "covering tasks/min", "whole-suite tasks/min", "speedup", "s per candidate test",
                    "yield (kept/tried)", "same tasks"):
         table.add_column(column)

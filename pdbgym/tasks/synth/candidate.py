@@ -148,9 +148,12 @@ def _reference_patch(repo: Path, mutant_source: str, relpath: str) -> str:
 
 
 def build_task(project_root: str, label: str, slug: str, staging: str, site: MutationSite, failing: list[str],
-               baseline_passing: list[str], per_test_timeout_s: float, server_root: str | None = None) -> BuildResult:
-    """Write the task folder under ``staging`` and validate it: FAIL_TO_PASS fail and PASS_TO_PASS pass on
-    the buggy repo, and after ``git apply`` of the patch every listed test passes, with no timeouts."""
+               baseline_passing: list[str], per_test_timeout_s: float, server_root: str | None = None,
+               recheck_fixed: bool = False) -> BuildResult:
+    """Write the task folder under ``staging`` and validate it from its files: FAIL_TO_PASS fail and
+    PASS_TO_PASS pass on the buggy repo with no timeouts, and ``git apply`` of the patch gives back the
+    clean project's files byte for byte, whose suite passed every baseline run (with ``recheck_fixed``
+    the listed tests are also run again on the patched repo)."""
     root = Path(project_root)
     instance_id = instance_id_for(slug, site)
     task_dir = Path(staging) / instance_id
@@ -174,7 +177,7 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
         "mutation_key": site.key,
     }
     problem = _validate_folder(task_dir, root, failing, still_passing, patch, per_test_timeout_s,
-                               Path(server_root) if server_root else None)
+                               Path(server_root) if server_root else None, recheck_fixed)
     if problem:
         shutil.rmtree(task_dir, ignore_errors=True)
         return BuildResult(site.key, "invalid", instance_id, problem)
@@ -188,7 +191,7 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
 
 
 def _validate_folder(task_dir: Path, project_root: Path, failing: list[str], passing: list[str], patch: str,
-                     per_test_timeout_s: float, server_root: Path | None) -> str:
+                     per_test_timeout_s: float, server_root: Path | None, recheck_fixed: bool) -> str:
     """An empty string when the task behaves as claimed, else what is wrong."""
     tests = [*failing, *passing]
     wall = _wall_budget(len(tests), per_test_timeout_s)
@@ -207,9 +210,26 @@ def _validate_folder(task_dir: Path, project_root: Path, failing: list[str], pas
                                  capture_output=True, timeout=60)
         if applied.returncode != 0:
             return f"the reference patch does not apply: {applied.stderr.strip()[:300]}"
-        fixed = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall,
-                           server_root=server_root)
-        still_broken = [t for t in tests if fixed.outcome(t) != PASSED]
-        if fixed.timed_out or still_broken:
-            return f"after the reference patch these tests still fail: {still_broken[:5]}"
+        differing = _files_differing_from(workspace, project_root)
+        if differing:
+            return f"the patched repo is not the clean project: {differing[:5]} differ"
+        if recheck_fixed:
+            fixed = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s, wall_time_s=wall,
+                               server_root=server_root)
+            still_broken = [t for t in tests if fixed.outcome(t) != PASSED]
+            if fixed.timed_out or still_broken:
+                return f"after the reference patch these tests still fail: {still_broken[:5]}"
     return ""
+
+
+def _files_differing_from(workspace: Path, clean_root: Path) -> list[str]:
+    """Files of ``workspace`` (caches and hidden files aside) whose bytes are not the clean project's."""
+    differing = []
+    for path in sorted(workspace.rglob("*")):
+        rel = path.relative_to(workspace)
+        if not path.is_file() or "__pycache__" in rel.parts or any(p.startswith(".") for p in rel.parts):
+            continue
+        clean = clean_root / rel
+        if not clean.is_file() or clean.read_bytes() != path.read_bytes():
+            differing.append(rel.as_posix())
+    return differing

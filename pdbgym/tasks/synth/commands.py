@@ -36,6 +36,9 @@ def synth_command(
     operators: str = typer.Option("", "--operators", help="Comma-separated operator names (default: all)."),
     max_candidates: int = typer.Option(0, "--max-candidates", min=0, help="Stop after this many candidates (0: no cap)."),
     all_tests: bool = typer.Option(False, "--all-tests", help="Rerun the whole suite per candidate (slow baseline)."),
+    no_hot: bool = typer.Option(False, "--no-hot", help="Run every mutant from files, never in a collected session."),
+    recheck_fixed: bool = typer.Option(False, "--recheck-fixed",
+                                       help="Also rerun each kept task's tests on its patched repo."),
     as_json: bool = typer.Option(False, "--json", help="Print the per-source report as JSON."),
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -44,7 +47,8 @@ def synth_command(
 
     config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, baseline_runs=baseline_runs,
                          per_test_timeout_s=timeout, operators=[o for o in operators.split(",") if o] or None,
-                         select_tests="all" if all_tests else "covering", max_candidates=max_candidates or None)
+                         select_tests="all" if all_tests else "covering", max_candidates=max_candidates or None,
+                         hot_patch=not no_hot, recheck_fixed=recheck_fixed)
     out.mkdir(parents=True, exist_ok=True)
     reports = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

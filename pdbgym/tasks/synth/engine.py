@@ -3,8 +3,8 @@
 Determinism: candidates form one fixed stream per (source, seed); the kept tasks are exactly those a
 sequential pass over that stream would keep (first valid candidate per distinct failing-test set,
 first ``max_tasks`` of them), whatever the worker count or batch size. Resumption: every candidate's
-result is saved in ``<out>/.synth/<slug>/state.json`` (written atomically after each batch), and a
-rerun with the same seed skips candidates already tried.
+result is saved in ``<out>/.synth/<slug>/state.json`` (written atomically every few seconds and at
+the end), and a rerun with the same seed skips candidates already tried.
 """
 
 from __future__ import annotations
@@ -13,9 +13,17 @@ import json
 import os
 import random
 import shutil
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,7 +47,9 @@ class SynthConfig:
     (the fast path); "all" reruns the whole suite for every candidate (the benchmark's baseline).
     ``hot_patch`` (covering only): try each mutant first by swapping its function's code in a
     collected clean session (:mod:`hotserver`), falling back to a run from files. Either way a kept
-    task is validated from its written files.
+    task is validated from its written files. ``recheck_fixed``: also rerun a kept task's tests on
+    its patched repo (by default the patched repo is shown to be the clean project byte for byte,
+    whose tests passed in every baseline run).
     """
 
     out: Path
@@ -53,6 +63,7 @@ class SynthConfig:
     max_candidates: int | None = None
     use_fork_server: bool = True
     hot_patch: bool = True
+    recheck_fixed: bool = False
 
 
 @dataclass
@@ -125,11 +136,6 @@ def _pool(workers: int) -> Executor:
     return ThreadPoolExecutor(1) if workers <= 1 else ProcessPoolExecutor(workers)
 
 
-def _batches(items: list[MutationSite], size: int) -> Iterator[list[MutationSite]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
 def synthesize_source(source: str, config: SynthConfig, on_progress: Callable[[str, int, int, int], None]) -> SourceReport:
     """Synthesize tasks from one source into ``config.out``; errors are reported, never raised."""
     report = SourceReport(source)
@@ -171,38 +177,92 @@ def _run_project(source: str, project: Project, workdir: Path, origin: str, conf
     state.save()  # records the origin now, even when no batch runs (all tasks already settled)
     (workdir / "scratch").mkdir(exist_ok=True)
     (workdir / "staging").mkdir(exist_ok=True)
-    batch_size = max(4, 4 * config.workers)
-    for batch in _batches(stream, batch_size):
-        if _kept_ids(stream, state, config.max_tasks) is not None:
-            break
-        _test_batch(pool, [s for s in batch if s.key not in state.tested], project, baseline, workdir, config, state)
-        _build_batch(pool, stream, project, baseline, workdir, config, state)
-        state.save()
-        done = sum(1 for s in stream if s.key in state.tested)
-        on_progress(source, done, len(stream), len(_kept_so_far(stream, state)))
+    _Scheduler(pool, stream, project, baseline, workdir, config, state).run(
+        lambda done, kept: on_progress(source, done, len(stream), kept))
     kept = _kept_ids(stream, state, config.max_tasks) or _kept_so_far(stream, state)[:config.max_tasks]
     _publish(kept, workdir / "staging", config.out, stream, state)
     _fill_report(report, stream, state, kept)
 
 
-def _test_batch(pool: Executor, sites: list[MutationSite], project: Project, baseline: Baseline, workdir: Path,
-                config: SynthConfig, state: _State) -> None:
-    futures = {}
-    for site in sites:
-        if config.select_tests == "covering":
-            tests: list[str] | None = baseline.tests_reaching(f"{site.file}:{site.function_line}")
-            if not tests:
-                state.tested[site.key] = asdict(CandidateResult(site.key, site.operator, "uncovered"))
+class _Scheduler:
+    """Keeps every worker busy with candidate tests and task builds until the first ``max_tasks`` are settled.
+
+    Builds come first (they decide the result); free slots test the next candidates in stream order.
+    Results are recorded as they arrive, in any order; what is kept is decided on the stream order
+    alone (see :func:`_kept_ids`), so it does not depend on timing or worker count.
+    """
+
+    SAVE_EVERY_S = 2.0
+
+    def __init__(self, pool: Executor, stream: list[MutationSite], project: Project, baseline: Baseline,
+                 workdir: Path, config: SynthConfig, state: _State) -> None:
+        self.pool, self.stream, self.project, self.baseline = pool, stream, project, baseline
+        self.workdir, self.config, self.state = workdir, config, state
+        self.tests: dict[Future, MutationSite] = {}
+        self.builds: dict[Future, MutationSite] = {}
+        self.position = 0
+        self.submitted = 0
+
+    def run(self, on_progress: Callable[[int, int], None]) -> None:
+        saved = time.monotonic()
+        while True:
+            if _kept_ids(self.stream, self.state, self.config.max_tasks) is None:
+                self._submit_builds()
+                self._submit_tests()
+            if not self.tests and not self.builds:
+                break  # settled, or nothing left to try
+            done, _ = wait([*self.tests, *self.builds], return_when=FIRST_COMPLETED)
+            for future in done:
+                if future in self.tests:
+                    self.state.tested[self.tests.pop(future).key] = asdict(future.result())
+                else:
+                    self.state.built[self.builds.pop(future).key] = asdict(future.result())
+            if time.monotonic() - saved > self.SAVE_EVERY_S:
+                self.state.save()
+                saved = time.monotonic()
+                on_progress(len(self.state.tested), len(_kept_so_far(self.stream, self.state)))
+        self.state.save()
+        if self.submitted:
+            on_progress(len(self.state.tested), len(_kept_so_far(self.stream, self.state)))
+
+    def _submit_builds(self) -> None:
+        building = {site.key for site in self.builds.values()}
+        waiting = [s for s in _unresolved_firsts(self.stream, self.state) if s.key not in building]
+        # Only as many as could still be kept: more would be surplus if those in flight all validate.
+        room = self.config.max_tasks - len(_kept_so_far(self.stream, self.state)) - len(self.builds)
+        if waiting and room <= 0 and not self.builds:
+            room = 1  # enough are kept, but an earlier candidate must still be decided
+        config, baseline, workdir = self.config, self.baseline, self.workdir
+        for site in waiting[:max(room, 0)]:
+            future = self.pool.submit(build_task, str(self.project.root), self.project.label, self.project.slug,
+                                      str(workdir / "staging"), site, self.state.tested[site.key]["failing"],
+                                      baseline.passing, config.per_test_timeout_s, _server_root(workdir, config),
+                                      config.recheck_fixed)
+            self.builds[future] = site
+            self.submitted += 1
+
+    def _submit_tests(self) -> None:
+        config, baseline = self.config, self.baseline
+        while self.position < len(self.stream) and len(self.tests) + len(self.builds) < 2 * config.workers:
+            site = self.stream[self.position]
+            self.position += 1
+            if site.key in self.state.tested:
                 continue
-        else:
-            tests = None
-        hot = baseline.import_time if tests is not None and config.hot_patch and config.use_fork_server else None
-        timeouts = baseline.hang_timeouts(tests if tests is not None else baseline.passing, config.per_test_timeout_s)
-        futures[site.key] = pool.submit(evaluate_candidate, str(project.root), str(workdir / "scratch"), site, tests,
-                                        baseline.passing, config.per_test_timeout_s, _server_root(workdir, config),
-                                        hot, timeouts)
-    for key, future in futures.items():
-        state.tested[key] = asdict(future.result())
+            if config.select_tests == "covering":
+                tests: list[str] | None = baseline.tests_reaching(f"{site.file}:{site.function_line}")
+                if not tests:
+                    self.state.tested[site.key] = asdict(CandidateResult(site.key, site.operator, "uncovered"))
+                    continue
+            else:
+                tests = None
+            hot = baseline.import_time if tests is not None and config.hot_patch and config.use_fork_server else None
+            timeouts = baseline.hang_timeouts(tests if tests is not None else baseline.passing,
+                                              config.per_test_timeout_s)
+            future = self.pool.submit(evaluate_candidate, str(self.project.root), str(self.workdir / "scratch"),
+                                      site, tests, baseline.passing, config.per_test_timeout_s,
+                                      _server_root(self.workdir, config), hot, timeouts)
+            self.tests[future] = site
+            self.submitted += 1
 
 
 def _server_root(workdir: Path, config: SynthConfig) -> str | None:
@@ -232,19 +292,6 @@ def _unresolved_firsts(stream: list[MutationSite], state: _State) -> list[Mutati
         elif built["status"] == "kept":
             claimed.add(failing)
     return waiting
-
-
-def _build_batch(pool: Executor, stream: list[MutationSite], project: Project, baseline: Baseline, workdir: Path,
-                 config: SynthConfig, state: _State) -> None:
-    while (waiting := _unresolved_firsts(stream, state)) and _kept_ids(stream, state, config.max_tasks) is None:
-        # Only as many as could still be kept: the rest would be surplus if these all validate.
-        waiting = waiting[:max(1, config.max_tasks - len(_kept_so_far(stream, state)))]
-        futures = {site.key: pool.submit(build_task, str(project.root), project.label, project.slug,
-                                         str(workdir / "staging"), site, state.tested[site.key]["failing"],
-                                         baseline.passing, config.per_test_timeout_s, _server_root(workdir, config))
-                   for site in waiting}
-        for key, future in futures.items():
-            state.built[key] = asdict(future.result())
 
 
 def _kept_so_far(stream: list[MutationSite], state: _State) -> list[str]:

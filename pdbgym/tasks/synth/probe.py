@@ -26,6 +26,10 @@ OUT_ENV = "PDBGYM_PROBE_OUT"
 ROOT_ENV = "PDBGYM_PROBE_ROOT"
 TIMEOUTS_ENV = "PDBGYM_PROBE_TIMEOUTS"  # JSON file {node id: seconds}: per-test timeouts for those tests
 STOP_ENV = "PDBGYM_PROBE_STOP_ON_TIMEOUT"  # "1": stop the session at the first test that times out
+# "1": leave the process as soon as pytest starts unconfiguring (the report is written, the summary
+# printed). Set by the fork server, whose children need no tidy interpreter shutdown: it spares
+# pytest's end-of-run garbage collections, a good part of a small run's cost.
+FAST_EXIT_ENV = "PDBGYM_PROBE_FAST_EXIT"
 
 _outcomes: dict[str, str] = {}
 _durations: dict[str, float] = {}
@@ -152,3 +156,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_text(json.dumps(payload))
     tmp.replace(target)
+    _exit_status.append(int(exitstatus))
+
+
+_exit_status: list[int] = []  # the session's exit status, once the report is written
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if os.environ.get(FAST_EXIT_ENV) == "1" and _exit_status:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[-1])

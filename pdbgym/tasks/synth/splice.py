@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 
 from pdbgym.tasks.synth.operators import (
     OPERATORS,
@@ -89,12 +90,19 @@ def _intended_function(func: FunctionNode, target_index: int, new: ast.AST | Non
     return intended
 
 
+@functools.lru_cache(maxsize=16)
+def _parse_clean(source: str, filename: str) -> ast.Module:
+    """The clean file's tree, parsed once per worker for all its mutants (never modified: mutants are
+    built on copies of the function)."""
+    try:
+        return ast.parse(source)
+    except SyntaxError as exc:
+        raise MutationError(f"{filename}: does not parse ({exc.msg})") from exc
+
+
 def render_mutation(source: str, site: MutationSite) -> Mutation:
     """The mutant file text for ``site``; raises MutationError when it cannot be rendered faithfully."""
-    try:
-        module = ast.parse(source)
-    except SyntaxError as exc:
-        raise MutationError(f"{site.file}: does not parse ({exc.msg})") from exc
+    module = _parse_clean(source, site.file)
     func = _find_function(module, site.function, site.function_line)
     nodes = walk_body(func)
     if site.node_index >= len(nodes):

@@ -20,6 +20,15 @@ import time
 import traceback
 
 import pytest
+from _pytest.config import default_plugins
+
+# pytest's own plugins are imported by every run's configuration; importing them once here spares each
+# job that. They are part of pytest, never assertion-rewritten, so importing them early is harmless.
+for _name in default_plugins:
+    try:
+        __import__(f"_pytest.{_name}")
+    except ImportError:
+        pass
 
 # Plugins (the probe, pytest-timeout) are deliberately not preloaded: pytest warns when a plugin module
 # was imported before it could rewrite its asserts, and projects that turn warnings into errors fail.
@@ -37,6 +46,7 @@ def _run_child(job: dict) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.environ.update(job["env"])
+        os.environ["PDBGYM_PROBE_FAST_EXIT"] = "1"  # probe.FAST_EXIT_ENV (this module imports no pdbgym)
         # The server started without writing bytecode; a job may allow it (clean baseline runs do).
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         sys.path.insert(0, job["cwd"])  # what ``python -m pytest`` does for the working directory
