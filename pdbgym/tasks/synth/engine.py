@@ -68,7 +68,9 @@ class SynthConfig:
 
 @dataclass
 class SourceReport:
-    """Per-source outcome. ``tried`` counts candidates processed (uncovered ones cost no test run)."""
+    """Per-source outcome. ``tried`` counts the candidates a sequential pass would have processed to
+    reach the kept tasks (uncovered ones cost no test run); ``tested_ahead`` those tested past them by
+    otherwise idle workers."""
 
     source: str
     error: str = ""
@@ -79,6 +81,7 @@ class SourceReport:
     task_ids: list[str] = field(default_factory=list)
     tests_passing: int = 0
     tests_excluded: int = 0
+    tested_ahead: int = 0
 
 
 def candidate_stream(project: Project, seed: int, operators: list[str] | None) -> list[MutationSite]:
@@ -181,7 +184,7 @@ def _run_project(source: str, project: Project, workdir: Path, origin: str, conf
         lambda done, kept: on_progress(source, done, len(stream), kept))
     kept = _kept_ids(stream, state, config.max_tasks) or _kept_so_far(stream, state)[:config.max_tasks]
     _publish(kept, workdir / "staging", config.out, stream, state)
-    _fill_report(report, stream, state, kept)
+    _fill_report(report, stream, state, kept, config.max_tasks)
 
 
 class _Scheduler:
@@ -334,13 +337,24 @@ def _publish(kept: list[str], staging: Path, out: Path, stream: list[MutationSit
             source.rename(target)
 
 
-def _fill_report(report: SourceReport, stream: list[MutationSite], state: _State, kept: list[str]) -> None:
+def _fill_report(report: SourceReport, stream: list[MutationSite], state: _State, kept: list[str],
+                 max_tasks: int) -> None:
     statuses: Counter[str] = Counter()
     per_operator: dict[str, Counter[str]] = {}
     kept_set = set(kept)
-    for site in stream:
+    # What a sequential pass would have tried: the stream up to the last kept task once --max is
+    # reached. Candidates tested beyond it (ahead, by idle workers) are counted apart, so the yield
+    # does not depend on timing.
+    last = len(stream) - 1
+    if len(kept) >= max_tasks:
+        last = max(i for i, site in enumerate(stream) if state.built.get(site.key, {}).get("instance_id") in kept_set
+                   and state.built[site.key]["status"] == "kept")
+    for position, site in enumerate(stream):
         result = state.tested.get(site.key)
         if result is None:
+            continue
+        if position > last:
+            report.tested_ahead += 1
             continue
         built = state.built.get(site.key)
         status = result["status"]
