@@ -74,3 +74,9 @@ def test_rerun_resumes_without_retesting_and_keeps_the_same_tasks(synthesized) -
     assert seen == [], "no batch had to run again"
     report_more = synthesize_source(str(project), SynthConfig(**{**config.__dict__, "max_tasks": 4}), lambda *a: None)
     assert report_more.task_ids[:3] == task_ids, "a larger --max extends the same sequence"
+    published = sorted(p.name for p in config.out.iterdir() if p.is_dir() and p.name != STATE_DIR)
+    assert published == sorted(report_more.task_ids)
+    report_fewer = synthesize_source(str(project), SynthConfig(**{**config.__dict__, "max_tasks": 2}), lambda *a: None)
+    assert report_fewer.task_ids == task_ids[:2]
+    published = sorted(p.name for p in config.out.iterdir() if p.is_dir() and p.name != STATE_DIR)
+    assert published == sorted(task_ids[:2]), "a smaller --max leaves only its tasks in --out"

@@ -328,7 +328,15 @@ def _kept_ids(stream: list[MutationSite], state: _State, max_tasks: int) -> list
 
 
 def _publish(kept: list[str], staging: Path, out: Path, stream: list[MutationSite], state: _State) -> None:
-    """Move kept task folders from staging into ``out`` (already-published ones stay)."""
+    """Make ``out`` hold exactly this source's kept tasks: move kept folders from staging into ``out``
+    (already-published ones stay), and move back to staging any task of this source published by an
+    earlier run but not kept now (a rerun with a smaller ``--max``), ready for a later larger one."""
+    kept_set = set(kept)
+    for built in state.built.values():
+        instance_id = built.get("instance_id", "")
+        if built["status"] == "kept" and instance_id not in kept_set and (out / instance_id).is_dir():
+            shutil.rmtree(staging / instance_id, ignore_errors=True)
+            (out / instance_id).rename(staging / instance_id)
     for instance_id in kept:
         source, target = staging / instance_id, out / instance_id
         if source.is_dir():
