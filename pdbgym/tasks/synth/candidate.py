@@ -5,7 +5,9 @@ Both steps take and return plain data so they can run in a process pool and be s
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -17,7 +19,15 @@ from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import REPO_DIR, load_task, write_task
 from pdbgym.tasks.synth.operators import MutationError, MutationSite
 from pdbgym.tasks.synth.project import is_test_file
-from pdbgym.tasks.synth.runner import NOT_PASSED, PASSED, copy_bytecode, hot_runner, run_pytest, write_mutant
+from pdbgym.tasks.synth.runner import (
+    NOT_PASSED,
+    PASSED,
+    copy_bytecode,
+    hot_runner,
+    read_source,
+    run_pytest,
+    write_mutant,
+)
 from pdbgym.tasks.synth.splice import render_mutation
 
 # Operators whose bugs do not announce themselves (no crash, plausible values): harder to localize.
@@ -96,7 +106,7 @@ def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, test
     started = time.perf_counter()
     root = Path(project_root)
     try:
-        mutation = render_mutation((root / site.file).read_text(), site)
+        mutation = render_mutation(read_source(root / site.file), site)
     except MutationError as exc:
         return CandidateResult(site.key, site.operator, "unrendered", description=str(exc))
     wall = _wall_budget(len(tests or baseline_passing), per_test_timeout_s)
@@ -128,23 +138,17 @@ def _wall_budget(test_count: int, per_test_timeout_s: float) -> float:
     return min(600.0, 60.0 + test_count * 0.5 + 2 * per_test_timeout_s)
 
 
-def _reference_patch(repo: Path, mutant_source: str, relpath: str) -> str:
-    """The fix as a unified diff (a/ b/ prefixes) from the buggy repo back to the clean one, made by git."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-c", "core.autocrlf=false", *args], cwd=repo, capture_output=True,
-                              text=True, timeout=60, check=True)
-        return done.stdout
+def reference_patch(relpath: str, buggy: str, clean: str) -> str:
+    """The fix as a git-style unified diff (``a/`` ``b/`` prefixes) from the buggy text back to the clean
+    one. The validation applies it with ``git apply``, so a malformed patch can never be kept."""
+    def lines(text: str) -> list[str]:
+        out = re.findall(r"[^\n]*\n|[^\n]+$", text)  # git's lines end at \n only (not \x0c, \r, ...)
+        if out and not out[-1].endswith("\n"):
+            out[-1] += "\n\\ No newline at end of file\n"
+        return out
 
-    clean_source = (repo / relpath).read_text()
-    (repo / relpath).write_text(mutant_source)
-    git("init", "-q")
-    try:
-        git("add", "-A")  # the index holds the buggy tree; the worktree gets the clean file back
-        (repo / relpath).write_text(clean_source)
-        return git("diff", "--no-color", "--no-ext-diff")
-    finally:
-        shutil.rmtree(repo / ".git", ignore_errors=True)
-        (repo / relpath).write_text(mutant_source)
+    body = "".join(difflib.unified_diff(lines(buggy), lines(clean), f"a/{relpath}", f"b/{relpath}"))
+    return f"diff --git a/{relpath} b/{relpath}\n{body}"
 
 
 def build_task(project_root: str, label: str, slug: str, staging: str, site: MutationSite, failing: list[str],
@@ -159,7 +163,7 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
     task_dir = Path(staging) / instance_id
     shutil.rmtree(task_dir, ignore_errors=True)
     try:
-        mutation = render_mutation((root / site.file).read_text(), site)
+        mutation = render_mutation(read_source(root / site.file), site)
     except MutationError as exc:
         return BuildResult(site.key, "unrendered", instance_id, str(exc))
     test_files = sorted({node.split("::", 1)[0] for node in failing})
@@ -168,7 +172,8 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
     if not still_passing:
         return BuildResult(site.key, "no_passing_left", instance_id, "every test in the failing files broke")
     _copy_project(root, task_dir / REPO_DIR, keep_tests=set(test_files))
-    patch = _reference_patch(task_dir / REPO_DIR, mutation.source, site.file)
+    write_mutant(task_dir / REPO_DIR / site.file, mutation.source)
+    patch = reference_patch(site.file, mutation.source, read_source(root / site.file))
     data = {
         "instance_id": instance_id, "FAIL_TO_PASS": failing, "PASS_TO_PASS": still_passing, "patch": patch,
         "source": label, "bug_class": site.operator, "difficulty": estimate_difficulty(len(failing), site.operator),

@@ -136,7 +136,7 @@ class HotRunner(_ServerProcess):
                    wall_time_s: float) -> SuiteRun | None:
         paths = {name: self.jobs / f"{name}-{os.getpid()}" for name in ("source", "job", "out", "log")}
         try:
-            paths["source"].write_text(source)
+            paths["source"].write_bytes(source.encode())
             job = {"file": relpath, "source_path": str(paths["source"]), "tests": tests, "timeouts": timeouts,
                    "out": str(paths["out"]), "log": str(paths["log"]), "wall_time_s": wall_time_s}
             paths["job"].write_text(json.dumps(job))
@@ -204,11 +204,19 @@ def copy_bytecode(clean_root: Path, workspace: Path) -> None:
             shutil.copytree(cache, target)
 
 
+def read_source(path: Path) -> str:
+    """A source file's text with its line endings as they are (a CRLF file stays CRLF in its mutants,
+    so the reference patch restores the clean file byte for byte)."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
 def write_mutant(path: Path, source: str) -> None:
     """Write a mutated module over its clean copy, making sure its mtime differs from the clean file's
     (a bytecode cache entry of the clean file must never be taken for the mutant's)."""
     clean_mtime = int(path.stat().st_mtime)
-    path.write_text(source)
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write(source)
     if int(path.stat().st_mtime) == clean_mtime:
         os.utime(path, (clean_mtime + 2, clean_mtime + 2))
 
