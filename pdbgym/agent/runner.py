@@ -162,10 +162,12 @@ def completed_samples(out_dir: Path, tokenizer: Any | None) -> set[tuple[str, in
         ours = tokenizer_info(tokenizer)
         for record in records:
             theirs = record.metadata.get("tokenizer") or {}
-            if theirs.get("vocab_size") not in (None, ours["vocab_size"]):
+            if theirs.get("vocab_size") not in (None, ours["vocab_size"]) or \
+                    theirs.get("fingerprint") not in (None, ours["fingerprint"]):
                 raise PdbgymError(
-                    f"{out_dir} holds samples tokenized with {theirs.get('name')} (vocab {theirs.get('vocab_size')}) "
-                    f"but this run's tokenizer {ours['name']} has vocab {ours['vocab_size']}; write to a new --out")
+                    f"{out_dir} holds samples tokenized with {theirs.get('name')} (vocab {theirs.get('vocab_size')}, "
+                    f"fingerprint {theirs.get('fingerprint')}) but this run's tokenizer {ours['name']} has vocab "
+                    f"{ours['vocab_size']}, fingerprint {ours['fingerprint']}; write to a new --out")
     return {(r.instance_id, r.sample_idx) for r in records}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.rollouts.record import RolloutRecord
+from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
 
 # Config fields that change logits after the lm_head; scoring without them would be silently wrong.
 _UNSUPPORTED_LOGIT_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
@@ -91,8 +91,52 @@ def vocab_rows(model: Any) -> int:
     return int(lm_head_and_decoder(model)[0].weight.shape[0])
 
 
-def check_vocab(model: Any, records: Sequence[RolloutRecord], label: str = "model") -> None:
-    """Error before scoring when a cached id is out of range or the cache names another vocab size."""
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> Any | None:
+    """The tokenizer shipped beside a local model (its folder, or the .gguf file itself); None when it
+    has none or it cannot be read (then only the vocabulary size can be checked)."""
+    path = Path(spec)
+    folder, gguf = (path.parent, path.name) if path.is_file() else (path, None)
+    if gguf is None and not any((folder / name).exists() for name in _TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        kwargs: dict[str, Any] = {"local_files_only": True}
+        if gguf is not None:
+            kwargs["gguf_file"] = gguf
+        return AutoTokenizer.from_pretrained(str(folder), **kwargs)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_tokenizer(tokenizer: Any, records: Sequence[RolloutRecord], label: str = "model") -> None:
+    """Error when the cache records a tokenizer fingerprint other than ``tokenizer``'s, or several.
+
+    Equal vocabulary sizes do not make equal tokenizers: ids of another tokenizer force-decoded by
+    this model give numbers that look fine and mean nothing."""
+    declared = {(r.metadata.get("tokenizer") or {}).get("fingerprint") for r in records} - {None}
+    if len(declared) > 1:
+        raise VocabMismatchError(f"the cache mixes samples of {len(declared)} tokenizers (fingerprints "
+                                 f"{', '.join(sorted(declared))}); score each tokenizer's samples apart")
+    ours = tokenizer_fingerprint(tokenizer)
+    if declared and ours not in declared:
+        names = {(r.metadata.get("tokenizer") or {}).get("name") for r in records} - {None}
+        raise VocabMismatchError(
+            f"the cache was tokenized by {', '.join(sorted(names)) or 'a tokenizer'} (fingerprint "
+            f"{next(iter(declared))}) but {label}'s tokenizer has fingerprint {ours}: its ids would be read "
+            "as other tokens. Score with a model that shares the cache's tokenizer"
+        )
+
+
+def check_vocab(model: Any, records: Sequence[RolloutRecord], label: str = "model",
+                tokenizer: Any | None = None) -> None:
+    """Error before scoring when a cached id is out of range, the cache names another vocab size, or
+    (given the model's ``tokenizer``) the cache records another tokenizer's fingerprint."""
+    if tokenizer is not None:
+        check_tokenizer(tokenizer, records, label)
     rows = vocab_rows(model)
     declared = {r.vocab_size for r in records} - {None}
     for size in declared:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pdbgym.divergence.loading import check_vocab, load_causal_lm
+from pdbgym.divergence.loading import check_vocab, load_causal_lm, load_tokenizer_if_any
 from pdbgym.divergence.report import SampleSet, StudentScores
 from pdbgym.divergence.sampling import sample_continuations
 from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, score_records
@@ -130,7 +130,7 @@ class LazyModel:
     def get(self) -> Any:
         if self._model is None:
             self._model = load_causal_lm(self.spec, self.device)
-            check_vocab(self._model, self.records, self.label)
+            check_vocab(self._model, self.records, self.label, load_tokenizer_if_any(self.spec))
         return self._model
 
     def release(self) -> None:

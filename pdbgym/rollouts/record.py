@@ -8,6 +8,7 @@ log-probs were produced, which tokenizer) lives inside ``metadata`` under ``logp
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -226,3 +227,23 @@ class RolloutRecord:
             reward_extra=dict(reward_extra or {}),
             metadata=dict(meta),
         )
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """16 hex digits of sha256 over the tokenizer's id -> token map (added tokens included).
+
+    Two tokenizers with one fingerprint turn ids into the same strings; two with the same vocab size
+    but other merges or token order do not, and scoring one's ids with the other's model gives
+    divergences that mean nothing. Computed once per tokenizer object."""
+    cached = getattr(tokenizer, "_pdbgym_fingerprint", None)
+    if isinstance(cached, str):
+        return cached
+    digest = hashlib.sha256()
+    for token, index in sorted(tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0])):
+        digest.update(f"{index}\t{token}\n".encode("utf-8", "surrogatepass"))
+    fingerprint = digest.hexdigest()[:16]
+    try:
+        tokenizer._pdbgym_fingerprint = fingerprint
+    except AttributeError:
+        pass
+    return fingerprint

@@ -9,7 +9,7 @@ from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.scripted import ScriptedPolicy, scripted_actions
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns
 from pdbgym.env import DebugEnv, EnvConfig
-from pdbgym.rollouts.record import LogprobSemantics
+from pdbgym.rollouts.record import LogprobSemantics, tokenizer_fingerprint
 
 
 def play(task, turns, agent=None, env=None):
@@ -25,7 +25,8 @@ def test_scripted_policy_yields_sft_ready_record_and_transcript(tiny_task, smol_
     assert record.metadata["actions_used"] == n_actions
     assert {k: record.metadata[k] for k in ("instance_id", "_eval_dataset_name", "_sample_idx", "task_type")} == {
         "instance_id": "demo__sub", "_eval_dataset_name": "unit", "_sample_idx": 3, "task_type": "pdb_debug"}
-    assert record.metadata["tokenizer"] == {"name": "SmolLM2-135M-Instruct", "vocab_size": 49152}
+    assert record.metadata["tokenizer"] == {"name": "SmolLM2-135M-Instruct", "vocab_size": 49152,
+                                            "fingerprint": tokenizer_fingerprint(smol_tokenizer)}
     assert record.logprob_semantics == LogprobSemantics("none", 1.0)
     assert len(record.tokens) == record.prompt_len + record.response_length
     assert set(record.rollout_log_probs) == {0.0}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pdbgym.errors import PdbgymError
-from pdbgym.rollouts.record import LogprobSemantics
+from pdbgym.rollouts.record import LogprobSemantics, tokenizer_fingerprint
 
 LOGPROB_MODES = ("raw", "tempered", "processed")  # see pdbgym.agent.sampling.draw_token
 
@@ -78,10 +78,12 @@ class Backend(Protocol):
 
 
 def tokenizer_info(tokenizer: Any) -> dict[str, Any]:
-    """``{name, vocab_size}`` recorded in every rollout's metadata (vocab_size = len(tokenizer))."""
+    """``{name, vocab_size, fingerprint}`` recorded in every rollout's metadata (vocab_size =
+    len(tokenizer); fingerprint: :func:`tokenizer_fingerprint`)."""
     source = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
     return {"name": Path(source).name,
-            "vocab_size": int(len(tokenizer))}
+            "vocab_size": int(len(tokenizer)),
+            "fingerprint": tokenizer_fingerprint(tokenizer)}
 
 
 def semantics_fields(logprob_mode: str, temperature: float, top_p: float) -> dict[str, float | bool]:
