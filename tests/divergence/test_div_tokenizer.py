@@ -13,20 +13,9 @@ from pdbgym.rollouts.cache import write_cache
 from pdbgym.rollouts.record import LogprobSemantics, tokenizer_fingerprint
 from pdbgym.rollouts.validate import validate_cache
 
+from modelfixtures import word_tokenizer
+
 SEMANTICS = LogprobSemantics(engine="test", temperature=1.0, top_p=1.0, top_p_renormalized=False)
-
-
-def word_tokenizer(order: list[int]):
-    """A word-level tokenizer of VOCAB tokens; ``order[i]`` is the id given to token ``w{i}``."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {("[UNK]" if i == 0 else f"w{i}"): order[i] for i in range(VOCAB)}
-    core = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]")
 
 
 IDENTITY = list(range(VOCAB))
@@ -34,9 +23,9 @@ SWAPPED = [1, 0, *range(2, VOCAB)]  # the same tokens, two ids exchanged: same s
 
 
 def test_fingerprint_tells_apart_tokenizers_of_one_size_and_survives_a_round_trip(tmp_path) -> None:
-    same, other = word_tokenizer(IDENTITY), word_tokenizer(SWAPPED)
+    same, other = word_tokenizer(VOCAB, IDENTITY), word_tokenizer(VOCAB, SWAPPED)
     assert len(same) == len(other) == VOCAB
-    assert tokenizer_fingerprint(same) == tokenizer_fingerprint(word_tokenizer(IDENTITY))
+    assert tokenizer_fingerprint(same) == tokenizer_fingerprint(word_tokenizer(VOCAB, IDENTITY))
     assert tokenizer_fingerprint(same) != tokenizer_fingerprint(other)
     same.save_pretrained(tmp_path / "tok")
     assert tokenizer_fingerprint(load_tokenizer_if_any(tmp_path / "tok")) == tokenizer_fingerprint(same)
@@ -55,12 +44,12 @@ def _records(fingerprints: list[str]):
 
 @pytest.mark.slow
 def test_scoring_refuses_a_student_with_another_tokenizer_of_the_same_size(tmp_path) -> None:
-    cache_tokenizer = word_tokenizer(IDENTITY)
+    cache_tokenizer = word_tokenizer(VOCAB, IDENTITY)
     records = _records([tokenizer_fingerprint(cache_tokenizer)] * 2)
     for name, order in (("same", IDENTITY), ("other", SWAPPED), ("bare", None)):
         tiny_model("qwen3", seed=1).save_pretrained(tmp_path / name)
         if order is not None:
-            word_tokenizer(order).save_pretrained(tmp_path / name)
+            word_tokenizer(VOCAB, order).save_pretrained(tmp_path / name)
     quiet = ScoringConfig(show_progress=False)
     same, bare = run_divergence(DivergenceRun(records, SEMANTICS, [str(tmp_path / "same"), str(tmp_path / "bare")],
                                               scoring=quiet, device="cpu"))
