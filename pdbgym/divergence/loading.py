@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
+from pdbgym.rollouts.record import RolloutRecord, declared_fingerprints, tokenizer_fingerprint
 
 # Config fields that change logits after the lm_head; scoring without them would be silently wrong.
 _UNSUPPORTED_LOGIT_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
@@ -117,7 +117,7 @@ def check_tokenizer(tokenizer: Any, records: Sequence[RolloutRecord], label: str
 
     Equal vocabulary sizes do not make equal tokenizers: ids of another tokenizer force-decoded by
     this model give numbers that look fine and mean nothing."""
-    declared = {(r.metadata.get("tokenizer") or {}).get("fingerprint") for r in records} - {None}
+    declared = declared_fingerprints(records)
     if len(declared) > 1:
         raise VocabMismatchError(f"the cache mixes samples of {len(declared)} tokenizers (fingerprints "
                                  f"{', '.join(sorted(declared))}); score each tokenizer's samples apart")

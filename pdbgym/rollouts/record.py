@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -227,6 +228,12 @@ class RolloutRecord:
             reward_extra=dict(reward_extra or {}),
             metadata=dict(meta),
         )
+
+
+def declared_fingerprints(records: Iterable[RolloutRecord]) -> set[str]:
+    """The tokenizer fingerprints the records carry in ``metadata.tokenizer`` (records without one skipped)."""
+    return {str(tok["fingerprint"]) for r in records
+            if isinstance(tok := r.metadata.get("tokenizer"), dict) and tok.get("fingerprint")}
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:

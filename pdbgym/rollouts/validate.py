@@ -31,6 +31,7 @@ from pdbgym.rollouts.record import (
     TERMINATION_REASONS,
     CacheFormatError,
     RolloutRecord,
+    declared_fingerprints,
 )
 
 __all__ = ["CacheFormatError", "ValidationReport", "load_validated_cache", "validate_cache",
@@ -229,8 +230,7 @@ def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int
     for path in sorted(folder.rglob("*")):
         if path.suffix in (".pt", ".parquet") and path.is_file() and path.resolve() not in listed:
             report.errors.append(f"{path.relative_to(folder)}: file is not listed in {MANIFEST_NAME}")
-    fingerprints = {str(tok.get("fingerprint")) for r in records
-                    if isinstance(tok := r.metadata.get("tokenizer"), dict) and tok.get("fingerprint")}
+    fingerprints = declared_fingerprints(records)
     if len(fingerprints) > 1:
         report.errors.append(f"the records were tokenized by {len(fingerprints)} different tokenizers (fingerprints "
                              f"{', '.join(sorted(fingerprints))}); one cache holds one tokenizer's ids")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -73,9 +73,12 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
     common = {"per_test_timeout_s": per_test_timeout_s, "wall_time_s": wall_time_s, "server_root": server_root,
               "write_bytecode": True}
     # The runs are independent, so they go to the pool at once: the first with coverage, the rest plain.
-    pool = pool or ThreadPoolExecutor(1)
-    futures = [pool.submit(run_pytest, project.root, collect_coverage=index == 0, **common) for index in range(runs)]
-    first, *others = (future.result() for future in futures)
+    if pool is None:
+        first, *others = [run_pytest(project.root, collect_coverage=index == 0, **common) for index in range(runs)]
+    else:
+        futures = [pool.submit(run_pytest, project.root, collect_coverage=index == 0, **common)
+                   for index in range(runs)]
+        first, *others = [future.result() for future in futures]
     if first.timed_out:
         raise SynthSourceError(f"{project.label}: the clean test suite ran past {wall_time_s:.0f} s")
     if first.collect_errors:

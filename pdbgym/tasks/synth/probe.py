@@ -27,7 +27,7 @@ ROOT_ENV = "PDBGYM_PROBE_ROOT"
 TIMEOUTS_ENV = "PDBGYM_PROBE_TIMEOUTS"  # JSON file {node id: seconds}: per-test timeouts for those tests
 STOP_ENV = "PDBGYM_PROBE_STOP_ON_TIMEOUT"  # "1": stop the session at the first test that times out
 # "1": leave the process as soon as pytest starts unconfiguring (the report is written, the summary
-# printed). Set by the fork server, whose children need no tidy interpreter shutdown: it spares
+# printed). Set for runs in a fork-server child, which needs no tidy interpreter shutdown: it spares
 # pytest's end-of-run garbage collections, a good part of a small run's cost.
 FAST_EXIT_ENV = "PDBGYM_PROBE_FAST_EXIT"
 

@@ -74,7 +74,6 @@ class _ServerProcess:
         if line is None or not line.startswith(ready_prefix):
             self.process.kill()
             raise RuntimeError(f"{argv[0]} did not start (last line {line!r})")
-        self.ready_line = line.removeprefix(ready_prefix)
 
     def _read_line(self, timeout_s: float) -> str | None:
         deadline = time.monotonic() + timeout_s
@@ -130,7 +129,6 @@ class HotRunner(_ServerProcess):
         super().__init__(workspace, args, {hotserver.IMPORT_TIME_ENV: str(marks)}, hotserver.READY_PREFIX,
                          start_timeout_s=300.0)
         self.jobs = jobs
-        self.ready = json.loads(self.ready_line)
 
     def try_mutant(self, relpath: str, source: str, tests: list[str], timeouts: dict[str, float],
                    wall_time_s: float) -> SuiteRun | None:
@@ -284,6 +282,7 @@ def run_pytest(
     if stop_on_timeout:
         env[probe.STOP_ENV] = "1"
     if server_root is not None:
+        env[probe.FAST_EXIT_ENV] = "1"  # a forked child needs no tidy interpreter shutdown
         try:
             timed_out, tail = fork_server(server_root).run(workspace, pytest_args, env, wall_time_s)
         except RuntimeError as exc:

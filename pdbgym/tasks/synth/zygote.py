@@ -46,7 +46,6 @@ def _run_child(job: dict) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.environ.update(job["env"])
-        os.environ["PDBGYM_PROBE_FAST_EXIT"] = "1"  # probe.FAST_EXIT_ENV (this module imports no pdbgym)
         # The server started without writing bytecode; a job may allow it (clean baseline runs do).
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         sys.path.insert(0, job["cwd"])  # what ``python -m pytest`` does for the working directory
