@@ -125,7 +125,7 @@ class HotRunner(_ServerProcess):
         jobs.mkdir(parents=True, exist_ok=True)
         marks = jobs / "import_time.txt"
         marks.write_text("\n".join(import_time))
-        args = [hotserver.__name__, *_pytest_args(per_test_timeout_s), "--tb=native"]
+        args = [hotserver.__name__, *_pytest_args(per_test_timeout_s)]
         super().__init__(workspace, args, {hotserver.IMPORT_TIME_ENV: str(marks)}, hotserver.READY_PREFIX,
                          start_timeout_s=300.0)
         self.jobs = jobs
@@ -220,7 +220,10 @@ def write_mutant(path: Path, source: str) -> None:
 
 
 def _pytest_args(per_test_timeout_s: float) -> list[str]:
-    return ["-q", "-p", "no:cacheprovider", "-p", probe.__name__, "-p", "timeout", "--timeout", f"{per_test_timeout_s:g}"]
+    # Native tracebacks: synthesis reads outcomes only, and pytest's long failure reports cost 30-40 ms
+    # per failing test, more than most tests take to run.
+    return ["-q", "-p", "no:cacheprovider", "-p", probe.__name__, "-p", "timeout", "--timeout", f"{per_test_timeout_s:g}",
+            "--tb=native"]
 
 
 def _read_probe(path: Path) -> dict:

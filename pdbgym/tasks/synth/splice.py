@@ -22,13 +22,6 @@ from pdbgym.tasks.synth.operators import (
 )
 
 
-def _find_function(module: ast.Module, name: str, first_line: int) -> FunctionNode:
-    for qualname, func in iter_functions(module):
-        if qualname == name and function_first_line(func) == first_line:
-            return func
-    raise MutationError(f"function {name!r} at line {first_line} not found (source changed since enumeration?)")
-
-
 def _replace_child(root: ast.AST, old: ast.AST, new: ast.AST | None, fill_pass: bool = True) -> None:
     """Put ``new`` where ``old`` is under ``root``; None deletes a statement, leaving ``pass`` in a
     block it empties when ``fill_pass`` (an emptied ``elif`` branch instead disappears)."""
@@ -90,30 +83,72 @@ def _intended_function(func: FunctionNode, target_index: int, new: ast.AST | Non
     return intended
 
 
+class _CleanFile:
+    """A clean file parsed once per worker for all its mutants (its trees are never modified: mutants are
+    built on copies): the encoded text, where each line starts, and every function with the top-level
+    statement holding it (only that statement's text changes in a mutant)."""
+
+    def __init__(self, source: str, filename: str) -> None:
+        try:
+            self.module = ast.parse(source)
+        except SyntaxError as exc:
+            raise MutationError(f"{filename}: does not parse ({exc.msg})") from exc
+        self.data = source.encode()
+        self.starts = _line_starts(self.data)
+        self.functions: dict[tuple[str, int], tuple[FunctionNode, ast.stmt]] = {}
+        for statement in self.module.body:
+            holder = ast.Module(body=[statement], type_ignores=[])
+            for qualname, func in iter_functions(holder):
+                self.functions.setdefault((qualname, function_first_line(func)), (func, statement))
+        self._bodies: dict[int, tuple[list[ast.AST], object]] = {}
+
+    def function(self, name: str, first_line: int) -> tuple[FunctionNode, ast.stmt]:
+        found = self.functions.get((name, first_line))
+        if found is None:
+            raise MutationError(f"function {name!r} at line {first_line} not found (source changed since enumeration?)")
+        return found
+
+    def body_and_scope(self, func: FunctionNode) -> tuple[list[ast.AST], object]:
+        if id(func) not in self._bodies:
+            self._bodies[id(func)] = (walk_body(func), scope_of(func))
+        return self._bodies[id(func)]
+
+    def segment(self, node: ast.AST) -> str | None:
+        """The exact source text of an expression node of this file (``ast.get_source_segment``, without
+        splitting the whole file into lines for every call)."""
+        if getattr(node, "end_lineno", None) is None:
+            return None
+        begin = _byte_offset(self.starts, node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        end = _byte_offset(self.starts, node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        return self.data[begin:end].decode()
+
+    def statement_span(self, statement: ast.stmt) -> tuple[int, int, int]:
+        """(first line, byte offset of its start, byte offset of the end of its last line) of a
+        top-level statement, decorators included."""
+        first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
+        last = statement.end_lineno or statement.lineno
+        end = self.starts[last] if last < len(self.starts) else len(self.data)
+        return first, self.starts[first - 1], end
+
+
 @functools.lru_cache(maxsize=16)
-def _parse_clean(source: str, filename: str) -> ast.Module:
-    """The clean file's tree, parsed once per worker for all its mutants (never modified: mutants are
-    built on copies of the function)."""
-    try:
-        return ast.parse(source)
-    except SyntaxError as exc:
-        raise MutationError(f"{filename}: does not parse ({exc.msg})") from exc
+def _clean_file(source: str, filename: str) -> _CleanFile:
+    return _CleanFile(source, filename)
 
 
 def render_mutation(source: str, site: MutationSite) -> Mutation:
     """The mutant file text for ``site``; raises MutationError when it cannot be rendered faithfully."""
-    module = _parse_clean(source, site.file)
-    func = _find_function(module, site.function, site.function_line)
-    nodes = walk_body(func)
+    clean = _clean_file(source, site.file)
+    func, statement = clean.function(site.function, site.function_line)
+    nodes, scope = clean.body_and_scope(func)
     if site.node_index >= len(nodes):
         raise MutationError(f"{site.key}: node index out of range")
-    replacements = OPERATORS[site.operator](nodes[site.node_index], scope_of(func))
+    replacements = OPERATORS[site.operator](nodes[site.node_index], scope)
     if site.variant >= len(replacements):
         raise MutationError(f"{site.key}: operator has no variant {site.variant} here")
     target, new, description = replacements[site.variant]
     target_index = next(i for i, n in enumerate(nodes) if n is target)
-    data = source.encode()
-    starts = _line_starts(data)
+    data, starts = clean.data, clean.starts
     attempts: list[tuple[bytes, FunctionNode]] = []
     if new is None:
         assert isinstance(target, ast.stmt)
@@ -124,17 +159,22 @@ def render_mutation(source: str, site: MutationSite) -> Mutation:
                              _intended_function(func, target_index, None, fill_pass)))
     else:
         intended = _intended_function(func, target_index, new)
-        texts = [_segment_preserving_text(source, new), ast.unparse(new)]
+        texts = [_segment_preserving_text(clean, new), ast.unparse(new)]
         attempts = [(_splice_expression(data, starts, target, form.format(text)), intended)
                     for text in dict.fromkeys(t for t in texts if t) for form in ("{}", "({})")]
+    first_line, begin, end = clean.statement_span(statement)
     for candidate, intended in attempts:
-        mutated = _faithful(candidate, site, intended)
-        if mutated is not None:
-            return Mutation(site, mutated, f"{site.function}: {description}")
+        # Every splice falls inside the function's top-level statement: the rest of the file is the
+        # clean text, so only that statement's new text needs checking.
+        changed = candidate[begin:len(candidate) - (len(data) - end)]
+        if candidate[:begin] != data[:begin] or candidate[len(candidate) - (len(data) - end):] != data[end:]:
+            continue
+        if _faithful(changed, first_line, site, intended):
+            return Mutation(site, candidate.decode(), f"{site.function}: {description}")
     raise MutationError(f"{site.key}: splice does not reproduce the intended change")
 
 
-def _segment_preserving_text(source: str, new: ast.AST) -> str | None:
+def _segment_preserving_text(clean: _CleanFile, new: ast.AST) -> str | None:
     """Source for ``new`` that reuses the original text of every subexpression copied from the file.
 
     ``ast.unparse`` would normalize those (quotes, raw-string prefixes, spacing), making the diff
@@ -147,7 +187,7 @@ def _segment_preserving_text(source: str, new: ast.AST) -> str | None:
     class _Placeholders(ast.NodeTransformer):
         def visit(self, node: ast.AST) -> ast.AST:
             if node is not root and isinstance(node, ast.expr) and getattr(node, "end_col_offset", None) is not None:
-                text = ast.get_source_segment(source, node)
+                text = clean.segment(node)
                 if text is not None:
                     name = f"__pdbgym_segment_{len(segments)}__"
                     segments[name] = text
@@ -170,16 +210,16 @@ def _statement_list_holding(func: FunctionNode, statement: ast.stmt) -> list[ast
     raise MutationError("statement not found in its function")
 
 
-def _faithful(candidate: bytes, site: MutationSite, intended: FunctionNode) -> str | None:
-    """The decoded mutant if it parses, compiles and its function equals the intended AST, else None."""
+def _faithful(changed: bytes, first_line: int, site: MutationSite, intended: FunctionNode) -> bool:
+    """Whether a mutant's new top-level statement text (starting at line ``first_line``) parses,
+    compiles and holds the site's function with exactly the intended AST."""
     try:
-        text = candidate.decode()
+        text = "\n" * (first_line - 1) + changed.decode()  # keeps the function's line numbers
         module = ast.parse(text)
         compile(module, site.file, "exec")
     except (SyntaxError, UnicodeDecodeError, ValueError):
-        return None
-    try:
-        mutated_func = _find_function(module, site.function, site.function_line)
-    except MutationError:
-        return None
-    return text if ast.dump(mutated_func) == ast.dump(intended) else None
+        return False
+    for qualname, func in iter_functions(module):
+        if qualname == site.function and function_first_line(func) == site.function_line:
+            return ast.dump(func) == ast.dump(intended)
+    return False

@@ -30,8 +30,31 @@ for _name in default_plugins:
     except ImportError:
         pass
 
-# Plugins (the probe, pytest-timeout) are deliberately not preloaded: pytest warns when a plugin module
-# was imported before it could rewrite its asserts, and projects that turn warnings into errors fail.
+# Third-party plugins a job names with ``-p NAME`` are imported here too, and handed to pytest as plugin
+# objects instead of names: pytest marks a plugin named with ``-p`` for assertion rewriting and warns
+# (an error, in projects that turn warnings into errors) when its module was imported before; a plugin
+# passed as an object is never marked.
+PRELOADED: dict[str, object] = {}
+for _name, _module in (("timeout", "pytest_timeout"), ("pdbgym.tasks.synth.probe", "pdbgym.tasks.synth.probe")):
+    try:
+        PRELOADED[_name] = __import__(_module, fromlist=["_"])
+    except ImportError:
+        pass
+
+
+def plugin_args(args: list[str]) -> tuple[list[str], list[object]]:
+    """``args`` without the ``-p NAME`` pairs naming preloaded plugins, and those plugins' modules."""
+    kept: list[str] = []
+    plugins: list[object] = []
+    position = 0
+    while position < len(args):
+        if args[position] == "-p" and position + 1 < len(args) and args[position + 1] in PRELOADED:
+            plugins.append(PRELOADED[args[position + 1]])
+            position += 2
+            continue
+        kept.append(args[position])
+        position += 1
+    return kept, plugins
 
 RESULT_PREFIX = "RESULT "
 _POLL_S = 0.005
@@ -49,7 +72,8 @@ def _run_child(job: dict) -> None:
         # The server started without writing bytecode; a job may allow it (clean baseline runs do).
         sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
         sys.path.insert(0, job["cwd"])  # what ``python -m pytest`` does for the working directory
-        code = pytest.main(job["args"])
+        args, plugins = plugin_args(job["args"])
+        code = pytest.main(args, plugins=plugins)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(int(code))
