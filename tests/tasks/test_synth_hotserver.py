@@ -163,6 +163,9 @@ def write_ledger(root: Path) -> Path:
     (project / "ledger" / "report.py").write_text(REPORT)
     (project / "tests").mkdir()
     (project / "tests" / "test_ledger.py").write_text(TESTS)
+    # Warnings are errors, as in many real projects (toolz): a plugin loaded in a way pytest warns
+    # about would break every hot session and send each mutant to files.
+    (project / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n")
     return project
 
 

@@ -34,12 +34,17 @@ for _name in default_plugins:
 # objects instead of names: pytest marks a plugin named with ``-p`` for assertion rewriting and warns
 # (an error, in projects that turn warnings into errors) when its module was imported before; a plugin
 # passed as an object is never marked.
+# Done when serving only: the hot server imports this module for its protocol and must load its
+# plugins the ordinary way.
 PRELOADED: dict[str, object] = {}
-for _name, _module in (("timeout", "pytest_timeout"), ("pdbgym.tasks.synth.probe", "pdbgym.tasks.synth.probe")):
-    try:
-        PRELOADED[_name] = __import__(_module, fromlist=["_"])
-    except ImportError:
-        pass
+
+
+def preload_plugins() -> None:
+    for name, module in (("timeout", "pytest_timeout"), ("pdbgym.tasks.synth.probe", "pdbgym.tasks.synth.probe")):
+        try:
+            PRELOADED[name] = __import__(module, fromlist=["_"])
+        except ImportError:
+            pass
 
 
 def plugin_args(args: list[str]) -> tuple[list[str], list[object]]:
@@ -101,6 +106,7 @@ def wait_child(pid: int, wall_time_s: float) -> tuple[int, bool]:
 
 
 def serve() -> None:
+    preload_plugins()
     out = sys.stdout
     out.write("READY\n")
     out.flush()
