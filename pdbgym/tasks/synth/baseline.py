@@ -5,23 +5,25 @@ from __future__ import annotations
 import hashlib
 import json
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pdbgym.fileio import write_json_atomic
+from pdbgym.tasks.synth.imports import ImportGraph
 from pdbgym.tasks.synth.project import Project, SynthSourceError, is_test_file
 from pdbgym.tasks.synth.runner import PASSED, run_pytest
 
 BASELINE_FILE = "baseline.json"
 # A mutant hangs a test when the test runs past max(HANG_FLOOR_S, HANG_FACTOR x its clean duration).
-HANG_FACTOR = 20.0
+HANG_FACTOR = 10.0
 HANG_FLOOR_S = 1.0
 
 
 @dataclass
 class Baseline:
     """Clean-suite facts. ``covering`` maps a function key ``"path.py:first_line"`` to the stable-passing
-    tests that entered it; ``import_time`` lists functions entered before any test ran."""
+    tests that entered it; ``import_time`` lists functions entered before any test ran; ``observers``
+    maps the file of each of those to the test files that may import it (:mod:`imports`)."""
 
     fingerprint: str
     passing: list[str]
@@ -30,18 +32,26 @@ class Baseline:
     durations: dict[str, float]
     covering: dict[str, list[str]]
     import_time: list[str]
+    observers: dict[str, list[str]] = field(default_factory=dict)
 
     def hang_timeouts(self, tests: list[str], cap_s: float) -> dict[str, float]:
-        """Per-test limits for running a mutant: a test taking 20x its clean time (at least 1 s, at most
+        """Per-test limits for running a mutant: a test taking 10x its clean time (at least 1 s, at most
         ``cap_s``) counts as hung, so a mutant that loops costs about a second, not the full cap."""
         return {t: round(min(cap_s, max(HANG_FLOOR_S, HANG_FACTOR * self.durations.get(t, cap_s))), 3)
                 for t in tests}
 
     def tests_reaching(self, function_key: str) -> list[str]:
-        """Stable-passing tests that can observe a bug in this function (all of them if it runs at import)."""
-        if function_key in self.import_time:
+        """Stable-passing tests that can observe a bug in this function. For one that runs at import
+        time: the tests of every test file that may import its module, and those that entered it
+        (all passing tests when its file has no recorded observers)."""
+        covering = self.covering.get(function_key, [])
+        if function_key not in self.import_time:
+            return list(covering)
+        files = self.observers.get(function_key.rsplit(":", 1)[0])
+        if files is None:
             return list(self.passing)
-        return list(self.covering.get(function_key, []))
+        observing, entered = set(files), set(covering)
+        return [t for t in self.passing if t.split("::", 1)[0] in observing or t in entered]
 
 
 def project_fingerprint(project: Project) -> str:
@@ -51,6 +61,15 @@ def project_fingerprint(project: Project) -> str:
                        and not any(part.startswith(".") for part in p.relative_to(project.root).parts)):
         digest.update(path.relative_to(project.root).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def import_observers(project: Project, import_time: list[str], passing: list[str]) -> dict[str, list[str]]:
+    """For each file holding a function that ran at import time, the test files (with passing tests)
+    that may import it."""
+    graph = ImportGraph({rel.relative_to(project.root).as_posix(): rel.read_text(errors="replace")
+                         for rel in project.root.rglob("*.py") if "__pycache__" not in rel.parts})
+    test_files = sorted({t.split("::", 1)[0] for t in passing})
+    return {module: graph.observers(module, test_files) for module in sorted({k.rsplit(":", 1)[0] for k in import_time})}
 
 
 def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeout_s: float = 5.0,
@@ -105,6 +124,7 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
             for key in functions:
                 covering.setdefault(key, []).append(node)
     baseline = Baseline(fingerprint, passing, flaky, failing,
-                        {n: first.durations.get(n, 0.0) for n in passing}, covering, first.import_time)
+                        {n: first.durations.get(n, 0.0) for n in passing}, covering, first.import_time,
+                        import_observers(project, first.import_time, passing))
     write_json_atomic(saved, asdict(baseline), indent=0)
     return baseline
