@@ -1,8 +1,9 @@
 """Mutants tried in a collected clean session (hot) behave exactly as when run from files.
 
 A real project with the shapes that make swapping code tricky (a decorated function, methods, a
-property, a static method, a closure, an lru_cache, a function run at import time, a module the tests
-import lazily), every mutant run both ways in the real sandbox, and the outcomes compared.
+property, a static method, a closure, an lru_cache, functions run at import time, in a module that can
+be re-executed and in ones that cannot, a module the tests import lazily), every mutant run both ways
+in the real sandbox, and the outcomes compared.
 """
 
 from __future__ import annotations
@@ -101,6 +102,69 @@ REPORT = textwrap.dedent('''\
         return f"{len(entries)} entries"
 ''')
 
+# Rules built at import by calling a function of the module, read back through the module: a mutant
+# of ``_rule`` is tried hot by re-executing the module.
+RATES = textwrap.dedent('''\
+    import re
+
+    RULES = []
+
+
+    def _rule(code, rate):
+        if not re.fullmatch(r"[A-Z]{3}", code):
+            raise ValueError(code)
+        RULES.append((code, rate))
+
+
+    def convert(code, amount):
+        for known, rate in RULES:
+            if known == code:
+                return round(amount * rate, 2)
+        raise KeyError(code)
+
+
+    _rule("EUR", 1.0)
+    _rule("USD", 1.1)
+    _rule("GBP", 0.85)
+''')
+
+# Built at import too, but the tests hold the clean list (``from ... import SCALE``): re-executing the
+# module would not reach it, so ``_build`` goes from files.
+UNITS = textwrap.dedent('''\
+    def _build(n):
+        scale = []
+        for i in range(n):
+            scale.append(i * 10)
+        return scale
+
+
+    SCALE = _build(4)
+''')
+
+RATE_TESTS = textwrap.dedent('''\
+    import pytest
+
+    import ledger.rates as rates
+    from ledger.units import SCALE
+
+
+    def test_convert_eur():
+        assert rates.convert("EUR", 10) == 10.0
+
+
+    def test_convert_usd():
+        assert rates.convert("USD", 10) == 11.0
+
+
+    def test_convert_unknown():
+        with pytest.raises(KeyError):
+            rates.convert("JPY", 1)
+
+
+    def test_scale():
+        assert SCALE == [0, 10, 20, 30]
+''')
+
 TESTS = textwrap.dedent('''\
     import pytest
 
@@ -163,6 +227,9 @@ def write_ledger(root: Path) -> Path:
     (project / "ledger" / "report.py").write_text(REPORT)
     (project / "tests").mkdir()
     (project / "tests" / "test_ledger.py").write_text(TESTS)
+    (project / "ledger" / "rates.py").write_text(RATES)
+    (project / "ledger" / "units.py").write_text(UNITS)
+    (project / "tests" / "test_rates.py").write_text(RATE_TESTS)
     # Warnings are errors, as in many real projects (toolz): a plugin loaded in a way pytest warns
     # about would break every hot session and send each mutant to files.
     (project / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n")
@@ -173,7 +240,7 @@ def test_hot_and_file_runs_agree_on_every_mutant(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     project = prepare_project(str(write_ledger(tmp_path)), workdir)
     baseline = run_baseline(project, workdir, runs=1, per_test_timeout_s=3.0)
-    assert len(baseline.passing) == 10
+    assert len(baseline.passing) == 14
     (workdir / "scratch").mkdir()
     seen: dict[str, set[str]] = {"hot": set(), "files": set()}
     compared = 0
@@ -194,12 +261,14 @@ def test_hot_and_file_runs_agree_on_every_mutant(tmp_path: Path) -> None:
         stop_servers(below=workdir)
     assert compared >= 30
     # Every kind of function took the hot path (a decorator's wrapper too, though the decorator ran at
-    # import), except the functions run at import, the module the tests import late, and mutants that
-    # change the shape of a live closure (a wrapper that stops using ``fn``).
+    # import; a function run at import in a module that can be re-executed), except the functions run at
+    # import in modules that cannot be (classes, decorators; a value the tests hold), the module the
+    # tests import late, and mutants that change the shape of a live closure (a wrapper that stops
+    # using ``fn``), and a ``_rule`` mutant whose module raises when re-executed.
     assert {"balance", "Account.deposit", "Account.can_withdraw", "Account.fee", "logged.wrapper",
-            "make_scaler.scale", "fib", "count_down"} <= seen["hot"], seen
-    assert {"_default_currency", "logged", "summary"} <= seen["files"] <= {"_default_currency", "logged", "summary",
-                                                                           "logged.wrapper"}, seen
+            "make_scaler.scale", "fib", "count_down", "_rule", "convert"} <= seen["hot"], seen
+    assert {"_default_currency", "logged", "summary", "_build"} <= seen["files"] <= {
+        "_default_currency", "logged", "summary", "logged.wrapper", "_build", "_rule"}, seen
 
 
 def test_a_mutant_that_hangs_costs_about_a_second_not_the_cap(tmp_path: Path) -> None:

@@ -240,7 +240,7 @@ class _Scheduler:
             future = self.pool.submit(build_task, str(self.project.root), self.project.label, self.project.slug,
                                       str(workdir / "staging"), site, self.state.tested[site.key]["failing"],
                                       baseline.passing, config.per_test_timeout_s, _server_root(workdir, config),
-                                      config.recheck_fixed)
+                                      config.recheck_fixed, [*baseline.flaky, *baseline.failing])
             self.builds[future] = site
             self.submitted += 1
 

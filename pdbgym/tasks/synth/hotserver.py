@@ -8,9 +8,17 @@ and runs the job's already-collected test items through pytest's own run protoco
 pytest-timeout and the outcome probe all apply). No interpreter start, no pytest start-up, no import
 of the project, no collection: a mutant costs a fork and its tests.
 
-A mutant the server cannot apply that way (code outside a function changed, a function that runs at
-import time, a function the test modules never loaded, a test not collected here) is answered
-``patched: false`` with the reason, and the caller runs it the ordinary way, from files.
+A function that runs at import time left its effect in module-level state (rule tables built by
+calling it): swapping its code would not rebuild that state. Its mutant is tried by re-executing the
+mutated module in the child, in the module's own namespace, when that is known to give what a fresh
+import would: the module's top level only imports, defines plain functions, binds names and calls its
+own functions (:func:`reexecutable`), re-running it raises nothing, and every name it rebinds held a
+value nothing else refers to (or an equal immutable one), so no other module, test or closure keeps
+the clean object.
+
+A mutant the server cannot apply either way (code outside a function changed, a function the test
+modules never loaded, a test not collected here, a module that cannot be re-executed safely) is
+answered ``patched: false`` with the reason, and the caller runs it the ordinary way, from files.
 
 Protocol: after collection one ``READY {json}`` line; then one line per job on stdin, holding the path
 of a JSON job file (``file``, ``source_path``, ``tests``, ``timeouts``, ``out``, ``log``,
@@ -25,13 +33,16 @@ runs inside the project's interpreter and imports nothing from pdbgym beyond its
 
 from __future__ import annotations
 
+import ast
 import gc
 import json
 import os
+import re
 import sys
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import CodeType, FunctionType
+from types import CodeType, FunctionType, ModuleType
 from typing import IO
 
 import pytest
@@ -43,6 +54,73 @@ READY_PREFIX = "READY "
 IMPORT_TIME_ENV = "PDBGYM_HOT_IMPORT_TIME"
 PROBE_MODULE = "pdbgym.tasks.synth.probe"
 FunctionKey = tuple[str, str, int]  # (file, qualified name, first line)
+REEXEC_REFUSED = 98  # a child's exit code: the module could not be re-executed safely (reason in its log)
+_IMMUTABLE = (str, bytes, int, float, complex, bool, type(None), re.Pattern)
+
+
+def reexecutable(tree: ast.Module) -> str:
+    """Empty when a module's top level only imports, defines undecorated functions, binds plain names
+    and calls functions it defines (so running it again has no effect outside the module's namespace,
+    short of what those functions do); else why not."""
+    own_functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if node.decorator_list:
+                return f"line {node.lineno}: a decorated function"
+            continue
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if all(isinstance(t, ast.Name) for t in targets):
+                continue
+            return f"line {node.lineno}: an assignment to something other than a name"
+        if isinstance(node, ast.Expr):
+            value = node.value
+            if isinstance(value, ast.Constant):
+                continue
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in own_functions:
+                continue
+        return f"line {node.lineno}: a top-level {type(node).__name__}"
+    return ""
+
+
+def _same_immutable(a: object, b: object) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple | frozenset):
+        return len(a) == len(b) and all(_same_immutable(x, y) for x, y in zip(sorted(a, key=repr) if isinstance(
+            a, frozenset) else a, sorted(b, key=repr) if isinstance(b, frozenset) else b, strict=True))  # type: ignore[arg-type]
+    return isinstance(a, _IMMUTABLE) and a == b
+
+
+def reexecute(module: ModuleType, code: CodeType) -> str:
+    """Run ``code`` (the mutated module) in ``module``'s namespace; empty when the result is what a
+    fresh import would give, else why it may not be. Call with no other reference to the module's
+    values held (the function index cleared): a rebound value still referred to elsewhere is refused."""
+    namespace = module.__dict__
+    old = dict(namespace)
+    try:
+        exec(code, namespace)  # noqa: S102  (the project's own module, in the sandboxed child)
+    except BaseException as exc:  # noqa: BLE001
+        return f"re-running {module.__name__} raised {type(exc).__name__}: {exc}"
+    for name in list(old):
+        before = old[name]
+        if namespace.get(name, old) is before or _same_immutable(before, namespace.get(name)):
+            continue
+        # References: ``old``, ``before`` and getrefcount's argument. Any other holder (a ``from m import
+        # name`` elsewhere, a closure, a collected test's parameters) would keep the clean value.
+        if sys.getrefcount(before) > 3:
+            return f"{module.__name__}.{name} of the clean import is still referred to elsewhere"
+    return ""
+
+
+@dataclass
+class Plan:
+    """How a mutant is applied in the child: code swaps, or re-executing its module (``reexec``)."""
+
+    swaps: list[tuple[list[FunctionType], CodeType]] = field(default_factory=list)
+    reexec: tuple[ModuleType, CodeType] | None = None
 
 
 def index_functions(root: str) -> dict[FunctionKey, list[FunctionType]]:
@@ -63,6 +141,7 @@ class HotServer:
         self.channel_in, self.channel_out = channel_in, channel_out
         self.root, self.import_time = root, import_time
         self.clean_code: dict[str, CodeType] = {}
+        self.reexec_refusal: dict[str, str] = {}
         self.collect_errors: list[str] = []
 
     def _send(self, prefix: str, payload: dict) -> None:
@@ -91,8 +170,8 @@ class HotServer:
         return True
 
     def _plan(self, job: dict, items: dict[str, pytest.Item], functions: dict[FunctionKey, list[FunctionType]]
-              ) -> list[tuple[list[FunctionType], CodeType]]:
-        """(live functions, new code) pairs for the job's mutant; raises Unpatchable when it cannot be hot."""
+              ) -> Plan:
+        """How to apply the job's mutant in a child; raises Unpatchable when it cannot be hot."""
         relpath = job["file"]
         path = os.path.join(self.root, relpath)
         if path not in self.clean_code:
@@ -104,11 +183,14 @@ class HotServer:
         except SyntaxError as exc:
             raise hotpatch.Unpatchable(f"the mutant does not compile: {exc}") from exc
         plan = hotpatch.plan_patch(self.clean_code[path], mutated)
+        missing = [t for t in job["tests"] if t not in items]
+        if missing:
+            raise hotpatch.Unpatchable(f"{len(missing)} tests were not collected here, e.g. {missing[0]}")
         for swap in plan.swaps:
             # Code that ran at import time already acted; a changed nested function is fine as long as
             # only the closures it made are stale, since those are swapped too.
             if swap.own_change and f"{relpath}:{swap.clean.co_firstlineno}" in self.import_time:
-                raise hotpatch.Unpatchable(f"{swap.clean.co_qualname} runs at import time")
+                return Plan(reexec=(self._module_to_reexecute(path, swap.clean.co_qualname), mutated))
         targets = []
         for swap in plan.swaps:
             qualname, first_line = swap.key
@@ -119,36 +201,55 @@ class HotServer:
             targets.append((live, swap.mutated))
         if not targets[0][0]:
             raise hotpatch.Unpatchable(f"{plan.outer.clean.co_qualname} is not loaded once the tests are collected")
-        missing = [t for t in job["tests"] if t not in items]
-        if missing:
-            raise hotpatch.Unpatchable(f"{len(missing)} tests were not collected here, e.g. {missing[0]}")
-        return targets
+        return Plan(swaps=targets)
+
+    def _module_to_reexecute(self, path: str, qualname: str) -> ModuleType:
+        if path not in self.reexec_refusal:
+            with open(path, "rb") as handle:
+                self.reexec_refusal[path] = reexecutable(ast.parse(handle.read()))
+        if self.reexec_refusal[path]:
+            raise hotpatch.Unpatchable(f"{qualname} runs at import time and its module cannot be re-executed "
+                                       f"({self.reexec_refusal[path]})")
+        module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == path), None)
+        if module is None:
+            raise hotpatch.Unpatchable(f"{qualname} runs at import time and its module is not loaded")
+        return module
 
     def _serve(self, job: dict, items: dict[str, pytest.Item], functions: dict[FunctionKey, list[FunctionType]],
                session: pytest.Session) -> dict:
         try:
-            targets = self._plan(job, items, functions)
+            plan = self._plan(job, items, functions)
         except hotpatch.Unpatchable as exc:
             return {"patched": False, "reason": str(exc)}
         selected = [items[t] for t in job["tests"]]
         pid = os.fork()
         if pid == 0:
-            _run_child(job, targets, selected, session)
+            _run_child(job, plan, selected, session, functions)
         returncode, timed_out = wait_child(pid, float(job["wall_time_s"]))
+        if returncode == REEXEC_REFUSED and not timed_out:
+            with open(job["log"], errors="replace") as handle:
+                return {"patched": False, "reason": handle.read().strip()[-500:]}
         return {"patched": True, "returncode": returncode, "timed_out": timed_out}
 
 
-def _run_child(job: dict, targets: list[tuple[list[FunctionType], CodeType]], selected: list[pytest.Item],
-               session: pytest.Session) -> None:
-    """In the forked child: swap in the mutant's code, run the selected items, write outcomes. Never returns."""
+def _run_child(job: dict, plan: Plan, selected: list[pytest.Item], session: pytest.Session,
+               functions: dict[FunctionKey, list[FunctionType]]) -> None:
+    """In the forked child: apply the mutant, run the selected items, write outcomes. Never returns."""
     try:
         os.setpgid(0, 0)
         log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        for live, code in targets:
+        for live, code in plan.swaps:
             for function in live:
                 function.__code__ = code
+        if plan.reexec is not None:
+            functions.clear()  # the index refers to every clean function; the check below counts references
+            refusal = reexecute(*plan.reexec)
+            if refusal:
+                sys.stdout.write(refusal + "\n")
+                sys.stdout.flush()
+                os._exit(REEXEC_REFUSED)
         # The probe as pytest loaded it (-p): importing it here first would stop pytest rewriting its asserts.
         probe = sys.modules[PROBE_MODULE]
         os.environ[probe.OUT_ENV] = job["out"]
