@@ -141,11 +141,41 @@ UNITS = textwrap.dedent('''\
     SCALE = _build(4)
 ''')
 
+# Built at import, and the test module derives its own state from it at import (``KNOWN``):
+# re-executing ``codes`` would leave ``KNOWN`` clean, so a ``_name`` mutant that changes ``NAMES``
+# goes from files.
+CODES = textwrap.dedent('''\
+    NAMES = {}
+
+
+    def _name(code, label):
+        NAMES[code] = label
+
+
+    def label(code):
+        return NAMES.get(code, "?")
+
+
+    _name("EUR", "euro")
+    _name("USD", "dollar")
+''')
+
 RATE_TESTS = textwrap.dedent('''\
     import pytest
 
+    import ledger.codes as codes
     import ledger.rates as rates
     from ledger.units import SCALE
+
+    KNOWN = sorted(codes.NAMES)
+
+
+    def test_known_codes():
+        assert KNOWN == ["EUR", "USD"]
+
+
+    def test_label():
+        assert codes.label("USD") == "dollar"
 
 
     def test_convert_eur():
@@ -229,6 +259,7 @@ def write_ledger(root: Path) -> Path:
     (project / "tests" / "test_ledger.py").write_text(TESTS)
     (project / "ledger" / "rates.py").write_text(RATES)
     (project / "ledger" / "units.py").write_text(UNITS)
+    (project / "ledger" / "codes.py").write_text(CODES)
     (project / "tests" / "test_rates.py").write_text(RATE_TESTS)
     # Warnings are errors, as in many real projects (toolz): a plugin loaded in a way pytest warns
     # about would break every hot session and send each mutant to files.
@@ -240,7 +271,7 @@ def test_hot_and_file_runs_agree_on_every_mutant(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     project = prepare_project(str(write_ledger(tmp_path)), workdir)
     baseline = run_baseline(project, workdir, runs=1, per_test_timeout_s=3.0)
-    assert len(baseline.passing) == 14
+    assert len(baseline.passing) == 16
     (workdir / "scratch").mkdir()
     seen: dict[str, set[str]] = {"hot": set(), "files": set()}
     compared = 0
@@ -264,11 +295,12 @@ def test_hot_and_file_runs_agree_on_every_mutant(tmp_path: Path) -> None:
     # import; a function run at import in a module that can be re-executed), except the functions run at
     # import in modules that cannot be (classes, decorators; a value the tests hold), the module the
     # tests import late, and mutants that change the shape of a live closure (a wrapper that stops
-    # using ``fn``), and a ``_rule`` mutant whose module raises when re-executed.
+    # using ``fn``), a ``_rule`` mutant whose module raises when re-executed, and ``_name`` mutants that
+    # change what the test module derived from ``NAMES`` at import.
     assert {"balance", "Account.deposit", "Account.can_withdraw", "Account.fee", "logged.wrapper",
             "make_scaler.scale", "fib", "count_down", "_rule", "convert"} <= seen["hot"], seen
-    assert {"_default_currency", "logged", "summary", "_build"} <= seen["files"] <= {
-        "_default_currency", "logged", "summary", "logged.wrapper", "_build", "_rule"}, seen
+    assert {"_default_currency", "logged", "summary", "_build", "_name"} <= seen["files"] <= {
+        "_default_currency", "logged", "summary", "logged.wrapper", "_build", "_rule", "_name"}, seen
 
 
 def test_a_mutant_that_hangs_costs_about_a_second_not_the_cap(tmp_path: Path) -> None:

@@ -80,10 +80,11 @@ def _same_own_code(a: CodeType, b: CodeType) -> bool:
     return len(consts_a) == len(consts_b) and all(_same_constant(x, y) for x, y in zip(consts_a, consts_b, strict=True))
 
 
-def _same_tree(a: CodeType, b: CodeType) -> bool:
+def same_tree(a: CodeType, b: CodeType) -> bool:
+    """Equal code trees, line numbers aside."""
     kids_a, kids_b = _children(a), _children(b)
     return (_same_own_code(a, b) and len(kids_a) == len(kids_b)
-            and all(_same_tree(x, y) for x, y in zip(kids_a, kids_b, strict=True)))
+            and all(same_tree(x, y) for x, y in zip(kids_a, kids_b, strict=True)))
 
 
 def _changed_swaps(a: CodeType, b: CodeType) -> list[Swap]:
@@ -93,7 +94,7 @@ def _changed_swaps(a: CodeType, b: CodeType) -> list[Swap]:
     swaps = [Swap(a, b, own or len(kids_a) != len(kids_b))]
     if len(kids_a) == len(kids_b):
         for x, y in zip(kids_a, kids_b, strict=True):
-            if _is_function(x) and x.co_qualname == y.co_qualname and not _same_tree(x, y):
+            if _is_function(x) and x.co_qualname == y.co_qualname and not same_tree(x, y):
                 swaps.extend(_changed_swaps(x, y))
     return swaps
 
@@ -116,7 +117,7 @@ def plan_patch(clean: CodeType, mutated: CodeType) -> PatchPlan:
                 raise Unpatchable(f"the definitions in {a.co_qualname!r} changed")
             if not _is_function(x):
                 visit(x, y)  # a class body: look at its methods
-            elif not _same_tree(x, y):
+            elif not same_tree(x, y):
                 changed.append((x, y))
 
     visit(clean, mutated)

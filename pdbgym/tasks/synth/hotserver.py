@@ -94,10 +94,32 @@ def _same_immutable(a: object, b: object) -> bool:
     return isinstance(a, _IMMUTABLE) and a == b
 
 
-def reexecute(module: ModuleType, code: CodeType) -> str:
+def code_names(code: CodeType) -> set[str]:
+    """Every global and attribute name a code object and the code nested in it mention."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= code_names(const)
+    return names
+
+
+def _unchanged(before: object, after: object) -> bool:
+    if before is after:
+        return True
+    if isinstance(before, FunctionType) and isinstance(after, FunctionType):
+        return hotpatch.same_tree(before.__code__, after.__code__)
+    try:
+        return type(before) is type(after) and bool(before == after)
+    except Exception:  # noqa: BLE001  (a value that cannot be compared counts as changed)
+        return False
+
+
+def reexecute(module: ModuleType, code: CodeType, others: dict[str, set[str]]) -> str:
     """Run ``code`` (the mutated module) in ``module``'s namespace; empty when the result is what a
     fresh import would give, else why it may not be. Call with no other reference to the module's
-    values held (the function index cleared): a rebound value still referred to elsewhere is refused."""
+    values held (the function index cleared): a rebound value still referred to elsewhere is refused,
+    and so is a changed value whose name another project module mentions (``others``: file -> names),
+    since that module may have derived state from the clean value when it was imported."""
     namespace = module.__dict__
     old = dict(namespace)
     try:
@@ -112,6 +134,12 @@ def reexecute(module: ModuleType, code: CodeType) -> str:
         # name`` elsewhere, a closure, a collected test's parameters) would keep the clean value.
         if sys.getrefcount(before) > 3:
             return f"{module.__name__}.{name} of the clean import is still referred to elsewhere"
+    changed = {name for name, value in namespace.items() if name not in old or not _unchanged(old[name], value)}
+    for path, names in others.items():
+        if "*" in names:
+            return f"{path} does not compile, so what it mentions is unknown"
+        if names & changed:
+            return f"{path} mentions {sorted(names & changed)[0]}, whose value the mutant changes"
     return ""
 
 
@@ -120,7 +148,7 @@ class Plan:
     """How a mutant is applied in the child: code swaps, or re-executing its module (``reexec``)."""
 
     swaps: list[tuple[list[FunctionType], CodeType]] = field(default_factory=list)
-    reexec: tuple[ModuleType, CodeType] | None = None
+    reexec: tuple[ModuleType, CodeType, dict[str, set[str]]] | None = None
 
 
 def index_functions(root: str) -> dict[FunctionKey, list[FunctionType]]:
@@ -142,6 +170,7 @@ class HotServer:
         self.root, self.import_time = root, import_time
         self.clean_code: dict[str, CodeType] = {}
         self.reexec_refusal: dict[str, str] = {}
+        self.names_by_file: dict[str, set[str]] = {}
         self.collect_errors: list[str] = []
 
     def _send(self, prefix: str, payload: dict) -> None:
@@ -190,7 +219,8 @@ class HotServer:
             # Code that ran at import time already acted; a changed nested function is fine as long as
             # only the closures it made are stale, since those are swapped too.
             if swap.own_change and f"{relpath}:{swap.clean.co_firstlineno}" in self.import_time:
-                return Plan(reexec=(self._module_to_reexecute(path, swap.clean.co_qualname), mutated))
+                module = self._module_to_reexecute(path, swap.clean.co_qualname)
+                return Plan(reexec=(module, mutated, self._other_modules_names(path)))
         targets = []
         for swap in plan.swaps:
             qualname, first_line = swap.key
@@ -202,6 +232,22 @@ class HotServer:
         if not targets[0][0]:
             raise hotpatch.Unpatchable(f"{plan.outer.clean.co_qualname} is not loaded once the tests are collected")
         return Plan(swaps=targets)
+
+    def _other_modules_names(self, path: str) -> dict[str, set[str]]:
+        """file -> names mentioned, for every loaded module of the project but ``path``."""
+        others = {}
+        for module in list(sys.modules.values()):
+            file = getattr(module, "__file__", None)
+            if not file or file == path or not file.startswith(self.root) or not file.endswith(".py"):
+                continue
+            if file not in self.names_by_file:
+                try:
+                    with open(file, "rb") as handle:
+                        self.names_by_file[file] = code_names(compile(handle.read(), file, "exec", dont_inherit=True))
+                except (OSError, SyntaxError, ValueError):
+                    self.names_by_file[file] = {"*"}
+            others[file] = self.names_by_file[file]
+        return others
 
     def _module_to_reexecute(self, path: str, qualname: str) -> ModuleType:
         if path not in self.reexec_refusal:
