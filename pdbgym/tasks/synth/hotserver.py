@@ -86,11 +86,13 @@ def reexecutable(tree: ast.Module) -> str:
 
 
 def _same_immutable(a: object, b: object) -> bool:
+    """Equal values nobody can change: a holder of the clean one sees what a fresh import gives."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, tuple | frozenset):
-        return len(a) == len(b) and all(_same_immutable(x, y) for x, y in zip(sorted(a, key=repr) if isinstance(
-            a, frozenset) else a, sorted(b, key=repr) if isinstance(b, frozenset) else b, strict=True))  # type: ignore[arg-type]
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(map(_same_immutable, a, b))  # type: ignore[arg-type]
+    if isinstance(a, frozenset):
+        return a == b and all(isinstance(x, _IMMUTABLE) for x in a)
     return isinstance(a, _IMMUTABLE) and a == b
 
 
@@ -171,6 +173,7 @@ class HotServer:
         self.clean_code: dict[str, CodeType] = {}
         self.reexec_refusal: dict[str, str] = {}
         self.names_by_file: dict[str, set[str]] = {}
+        self.others: dict[str, dict[str, set[str]]] = {}
         self.collect_errors: list[str] = []
 
     def _send(self, prefix: str, payload: dict) -> None:
@@ -234,8 +237,11 @@ class HotServer:
         return Plan(swaps=targets)
 
     def _other_modules_names(self, path: str) -> dict[str, set[str]]:
-        """file -> names mentioned, for every loaded module of the project but ``path``."""
-        others = {}
+        """file -> names mentioned, for every loaded module of the project but ``path`` (the server
+        never imports anything after collection, so this is computed once per path)."""
+        if path in self.others:
+            return self.others[path]
+        others = self.others[path] = {}
         for module in list(sys.modules.values()):
             file = getattr(module, "__file__", None)
             if not file or file == path or not file.startswith(self.root) or not file.endswith(".py"):

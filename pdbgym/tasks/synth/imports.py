@@ -81,6 +81,7 @@ class ImportGraph:
             for start in range(len(parts)):
                 by_suffix.setdefault(".".join(parts[start:]), []).append(relpath)
         self.edges: dict[str, set[str]] = {}
+        self._closures: dict[str, set[str]] = {}
         for relpath, text in files.items():
             try:
                 tree = ast.parse(text)
@@ -96,6 +97,8 @@ class ImportGraph:
     def closure(self, test_file: str) -> set[str]:
         """Every file ``test_file`` may import, itself and its ``conftest.py`` files included; holds
         :data:`ALL` when one of them may import anything."""
+        if test_file in self._closures:
+            return self._closures[test_file]
         roots = [test_file] + [c for c in self.files if PurePosixPath(c).name == "conftest.py"
                                and PurePosixPath(test_file).is_relative_to(PurePosixPath(c).parent)]
         seen: set[str] = set()
@@ -108,6 +111,7 @@ class ImportGraph:
             if current == ALL:
                 continue
             queue.extend(self.edges.get(current, ()))
+        self._closures[test_file] = seen
         return seen
 
     def observers(self, module_file: str, test_files: list[str]) -> list[str]:

@@ -90,13 +90,13 @@ class _CleanFile:
 
     def __init__(self, source: str, filename: str) -> None:
         try:
-            self.module = ast.parse(source)
+            module = ast.parse(source)
         except SyntaxError as exc:
             raise MutationError(f"{filename}: does not parse ({exc.msg})") from exc
         self.data = source.encode()
         self.starts = _line_starts(self.data)
         self.functions: dict[tuple[str, int], tuple[FunctionNode, ast.stmt]] = {}
-        for statement in self.module.body:
+        for statement in module.body:
             holder = ast.Module(body=[statement], type_ignores=[])
             for qualname, func in iter_functions(holder):
                 self.functions.setdefault((qualname, function_first_line(func)), (func, statement))

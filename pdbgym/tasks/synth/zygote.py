@@ -7,7 +7,8 @@ each child imports the (mutated) project fresh. Protocol: one JSON object per li
 (``cwd``, ``args``, ``env``, ``log``, ``wall_time_s``); one ``RESULT {json}`` line back per job with
 ``returncode`` and ``timed_out``.
 
-Run as ``python -m pdbgym.tasks.synth.zygote``; it imports only the stdlib and pytest.
+Run as ``python -m pdbgym.tasks.synth.zygote``; it imports only the stdlib, pytest, pytest-timeout
+and the outcome probe (itself stdlib and pytest only).
 """
 
 from __future__ import annotations
@@ -31,16 +32,15 @@ for _name in default_plugins:
     except ImportError:
         pass
 
-# Third-party plugins a job names with ``-p NAME`` are imported here too, and handed to pytest as plugin
-# objects instead of names: pytest marks a plugin named with ``-p`` for assertion rewriting and warns
-# (an error, in projects that turn warnings into errors) when its module was imported before; a plugin
-# passed as an object is never marked.
-# Done when serving only: the hot server imports this module for its protocol and must load its
-# plugins the ordinary way.
-PRELOADED: dict[str, object] = {}
+PRELOADED: dict[str, object] = {}  # ``-p`` name -> plugin module, filled by :func:`preload_plugins`
 
 
 def preload_plugins() -> None:
+    """Import the plugins synthesis jobs name with ``-p`` (pytest-timeout, the outcome probe) once, to
+    hand them to pytest as plugin objects (:func:`plugin_args`): pytest marks a plugin named with ``-p``
+    for assertion rewriting and warns (an error, in projects that turn warnings into errors) when its
+    module was imported before; a plugin passed as an object is never marked. Called when serving only:
+    the hot server imports this module for its protocol and loads its plugins the ordinary way."""
     for name, module in (("timeout", "pytest_timeout"), ("pdbgym.tasks.synth.probe", "pdbgym.tasks.synth.probe")):
         try:
             PRELOADED[name] = __import__(module, fromlist=["_"])
