@@ -153,12 +153,18 @@ def reference_patch(relpath: str, buggy: str, clean: str) -> str:
 
 def build_task(project_root: str, label: str, slug: str, staging: str, site: MutationSite, failing: list[str],
                baseline_passing: list[str], per_test_timeout_s: float, server_root: str | None = None,
-               recheck_fixed: bool = False, excluded: list[str] | None = None) -> BuildResult:
+               recheck_fixed: bool = False, reaching: list[str] | None = None) -> BuildResult:
     """Write the task folder under ``staging`` and validate it from its files: FAIL_TO_PASS fail and
     PASS_TO_PASS pass on the buggy repo with no timeouts, and ``git apply`` of the patch gives back the
-    clean project's files byte for byte, whose suite passed every baseline run (with ``recheck_fixed``
-    the listed tests are also run again on the patched repo). ``excluded``: the clean suite's flaky and
-    failing tests, which the validation run leaves out."""
+    clean project's files byte for byte (with ``recheck_fixed`` the listed tests are also run again on
+    the patched repo). Only the listed tests run (pytest is given their files; the probe keeps exactly
+    them), so the clean suite's flaky and failing tests never do.
+
+    ``reaching`` (the covering path: the tests that can observe the mutated function, as the candidate
+    run selected them): the buggy repo runs FAIL_TO_PASS and the PASS_TO_PASS tests among them, and the
+    others are shown to pass on the task's clean files instead, by one run per distinct file layout
+    (:func:`layout_problem`), which is also the patched repo. Without it every listed test runs on the
+    buggy repo, and the patched repo is the clean project's files, whose suite passed every baseline run."""
     root = Path(project_root)
     instance_id = instance_id_for(slug, site)
     task_dir = Path(staging) / instance_id
@@ -182,8 +188,12 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
         "mutated_line": site.line, "source_module": source_module_of(site.file), "mutation": mutation.description,
         "mutation_key": site.key,
     }
-    problem = _validate_folder(task_dir, root, failing, still_passing, patch, per_test_timeout_s,
-                               Path(server_root) if server_root else None, recheck_fixed, excluded or [])
+    server = Path(server_root) if server_root else None
+    checked = still_passing if reaching is None else sorted(set(still_passing).intersection(reaching))
+    problem = "" if reaching is None else layout_problem(root, test_files, [*failing, *still_passing],
+                                                         per_test_timeout_s, server)
+    problem = problem or _validate_folder(task_dir, root, failing, checked, patch, per_test_timeout_s, server,
+                                          recheck_fixed)
     if problem:
         shutil.rmtree(task_dir, ignore_errors=True)
         return BuildResult(site.key, "invalid", instance_id, problem)
@@ -196,21 +206,32 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
     return BuildResult(site.key, "kept", instance_id)
 
 
-def selection_args(tests: list[str], excluded: list[str]) -> list[str]:
-    """pytest arguments that run ``tests`` when they are every test of their files but ``excluded``:
-    the files, with the excluded tests of those files deselected. Naming hundreds of node ids costs
-    pytest more than running the tests (a 455-test file: 0.36 s against 0.28 s)."""
-    files = sorted({t.split("::", 1)[0] for t in tests})
-    chosen = set(files)
-    return [*files, *(arg for node in excluded if node.split("::", 1)[0] in chosen for arg in ("--deselect", node))]
+_layouts: dict[tuple, str] = {}  # this process's layout checks: (root, test files, tests) -> problem
+
+
+def layout_problem(root: Path, test_files: list[str], tests: list[str], per_test_timeout_s: float,
+                   server_root: Path | None) -> str:
+    """An empty string when ``tests`` (every stable-passing test of ``test_files``) pass in a clean copy
+    of the project that holds only those test files, as a task folder does, else what is wrong. Tasks
+    share few layouts, so each is run once per process and remembered."""
+    key = (str(root), tuple(test_files), tuple(sorted(tests)))
+    if key not in _layouts:
+        with tempfile.TemporaryDirectory(dir=server_root, prefix="layout-") as tmp:
+            workspace = Path(tmp) / "ws"
+            _copy_project(root, workspace, keep_tests=set(test_files))
+            copy_bytecode(root, workspace)
+            run = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s,
+                             wall_time_s=_wall_budget(len(tests), per_test_timeout_s), server_root=server_root)
+        broken = [t for t in tests if run.outcome(t) != PASSED]
+        _layouts[key] = (f"in the task's clean files (its test files alone) these tests do not pass: {broken[:5]}"
+                         if run.timed_out or broken else "")
+    return _layouts[key]
 
 
 def _validate_folder(task_dir: Path, project_root: Path, failing: list[str], passing: list[str], patch: str,
-                     per_test_timeout_s: float, server_root: Path | None, recheck_fixed: bool,
-                     excluded: list[str]) -> str:
-    """An empty string when the task behaves as claimed, else what is wrong. The listed tests are all
-    the stable-passing tests of their files, so the run names the files (tests the clean suite
-    skipped run too, and only the listed tests' outcomes count)."""
+                     per_test_timeout_s: float, server_root: Path | None, recheck_fixed: bool) -> str:
+    """An empty string when the task behaves as claimed on the tests ``failing`` and ``passing``, else
+    what is wrong."""
     tests = [*failing, *passing]
     wall = _wall_budget(len(tests), per_test_timeout_s)
     listed = set(tests)
@@ -218,7 +239,7 @@ def _validate_folder(task_dir: Path, project_root: Path, failing: list[str], pas
         workspace = Path(tmp) / "ws"
         shutil.copytree(task_dir / REPO_DIR, workspace)
         copy_bytecode(project_root, workspace)
-        buggy = run_pytest(workspace, selection_args(tests, excluded), per_test_timeout_s=per_test_timeout_s,
+        buggy = run_pytest(workspace, tests, per_test_timeout_s=per_test_timeout_s,
                            wall_time_s=wall, server_root=server_root)
         if buggy.timed_out or listed.intersection(buggy.timeouts()):
             return "a test timed out on the buggy repo"

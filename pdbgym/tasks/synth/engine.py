@@ -240,9 +240,15 @@ class _Scheduler:
             future = self.pool.submit(build_task, str(self.project.root), self.project.label, self.project.slug,
                                       str(workdir / "staging"), site, self.state.tested[site.key]["failing"],
                                       baseline.passing, config.per_test_timeout_s, _server_root(workdir, config),
-                                      config.recheck_fixed, [*baseline.flaky, *baseline.failing])
+                                      config.recheck_fixed, self._selected(site))
             self.builds[future] = site
             self.submitted += 1
+
+    def _selected(self, site: MutationSite) -> list[str] | None:
+        """The tests a candidate runs: those that can observe its function, or None (the whole suite)."""
+        if self.config.select_tests != "covering":
+            return None
+        return self.baseline.tests_reaching(f"{site.file}:{site.function_line}")
 
     def _submit_tests(self) -> None:
         config, baseline = self.config, self.baseline
@@ -251,13 +257,10 @@ class _Scheduler:
             self.position += 1
             if site.key in self.state.tested:
                 continue
-            if config.select_tests == "covering":
-                tests: list[str] | None = baseline.tests_reaching(f"{site.file}:{site.function_line}")
-                if not tests:
-                    self.state.tested[site.key] = asdict(CandidateResult(site.key, site.operator, "uncovered"))
-                    continue
-            else:
-                tests = None
+            tests = self._selected(site)
+            if tests == []:
+                self.state.tested[site.key] = asdict(CandidateResult(site.key, site.operator, "uncovered"))
+                continue
             hot = baseline.import_time if tests is not None and config.hot_patch and config.use_fork_server else None
             timeouts = baseline.hang_timeouts(tests if tests is not None else baseline.passing,
                                               config.per_test_timeout_s)

@@ -26,6 +26,10 @@ OUT_ENV = "PDBGYM_PROBE_OUT"
 ROOT_ENV = "PDBGYM_PROBE_ROOT"
 TIMEOUTS_ENV = "PDBGYM_PROBE_TIMEOUTS"  # JSON file {node id: seconds}: per-test timeouts for those tests
 STOP_ENV = "PDBGYM_PROBE_STOP_ON_TIMEOUT"  # "1": stop the session at the first test that times out
+# JSON file [node id, ...]: run exactly these of the collected tests. pytest's own ``--deselect`` matches
+# node id prefixes (deselecting ``test_merge`` drops ``test_merge_with`` too), and naming hundreds of
+# node ids on the command line costs more than running the tests.
+SELECT_ENV = "PDBGYM_PROBE_SELECT"
 # "1": leave the process as soon as pytest starts unconfiguring (the report is written, the summary
 # printed). Set for runs in a fork-server child, which needs no tidy interpreter shutdown: it spares
 # pytest's end-of-run garbage collections, a good part of a small run's cost.
@@ -81,7 +85,14 @@ def set_timeouts(items: list[pytest.Item], timeouts: dict[str, float]) -> None:
             item.add_marker(pytest.mark.timeout(timeouts[item.nodeid]))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    selection = os.environ.get(SELECT_ENV)
+    if selection:
+        wanted = set(json.loads(Path(selection).read_text()))
+        dropped = [item for item in items if item.nodeid not in wanted]
+        if dropped:
+            items[:] = [item for item in items if item.nodeid in wanted]
+            config.hook.pytest_deselected(items=dropped)
     path = os.environ.get(TIMEOUTS_ENV)
     if path:
         set_timeouts(items, json.loads(Path(path).read_text()))

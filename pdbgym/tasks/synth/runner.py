@@ -23,6 +23,7 @@ from pdbgym.tasks.synth import hotserver, probe, zygote
 # Per-run files in the workspace; ``{run}`` makes them unique, since runs may share a workspace.
 PROBE_FILE = ".pdbgym_probe-{run}.json"
 TIMEOUTS_FILE = ".pdbgym_timeouts-{run}.json"
+SELECT_FILE = ".pdbgym_select-{run}.json"
 HOT_DIR = "hot"  # below a server root: one clean project copy per hot server
 PASSED = "passed"
 # Outcomes that count as "the test did not pass"; tests absent from a run's report count as failed too.
@@ -259,7 +260,8 @@ def run_pytest(
     timeouts: dict[str, float] | None = None,
     stop_on_timeout: bool = False,
 ) -> SuiteRun:
-    """Run ``python -m pytest`` in ``workspace`` on ``node_ids`` (None = the whole suite).
+    """Run ``python -m pytest`` in ``workspace`` on ``node_ids`` (None = the whole suite): pytest is given
+    their files, and the probe keeps exactly the listed tests of what it collects.
 
     Each test is cut after ``per_test_timeout_s`` seconds (pytest-timeout); the whole run after
     ``wall_time_s``. With ``collect_coverage`` the probe records which workspace functions each test
@@ -273,11 +275,16 @@ def run_pytest(
     workspace = Path(workspace).resolve()
     run_id = uuid.uuid4().hex
     probe_path = workspace / PROBE_FILE.format(run=run_id)
-    pytest_args = [*_pytest_args(per_test_timeout_s), *(node_ids or [])]
+    files = sorted({node.split("::", 1)[0] for node in node_ids or []})
+    pytest_args = [*_pytest_args(per_test_timeout_s), *files]
     env = {probe.OUT_ENV: str(probe_path), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONHASHSEED": "0",
            "PYTHONDONTWRITEBYTECODE": "" if write_bytecode else "1"}
     if collect_coverage:
         env[probe.ROOT_ENV] = str(workspace) + "/"
+    select_path = workspace / SELECT_FILE.format(run=run_id)
+    if node_ids is not None:
+        select_path.write_text(json.dumps(sorted(node_ids)))
+        env[probe.SELECT_ENV] = str(select_path)
     timeouts_path = workspace / TIMEOUTS_FILE.format(run=run_id)
     if timeouts:
         timeouts_path.write_text(json.dumps(timeouts))
@@ -294,4 +301,5 @@ def run_pytest(
     else:
         result = execute([sys.executable, "-m", "pytest", *pytest_args], workspace, wall_time_s, env)
     timeouts_path.unlink(missing_ok=True)
+    select_path.unlink(missing_ok=True)
     return _suite_run(_read_probe(probe_path), result.timed_out, result.output)
