@@ -17,6 +17,7 @@ import pytest
 from pdbgym.tasks.synth.baseline import run_baseline
 from pdbgym.tasks.synth.candidate import evaluate_candidate
 from pdbgym.tasks.synth.engine import candidate_stream
+from pdbgym.tasks.synth.hotserver import narrowed
 from pdbgym.tasks.synth.operators import enumerate_sites
 from pdbgym.tasks.synth.project import prepare_project
 from pdbgym.tasks.synth.runner import hot_runner, stop_servers
@@ -274,23 +275,31 @@ def test_hot_and_file_runs_agree_on_every_mutant(tmp_path: Path) -> None:
     assert len(baseline.passing) == 16
     (workdir / "scratch").mkdir()
     seen: dict[str, set[str]] = {"hot": set(), "files": set()}
-    compared = 0
+    compared, narrower = 0, set()
     try:
         for site in candidate_stream(project, seed=0, operators=None):
-            tests = baseline.tests_reaching(f"{site.file}:{site.function_line}")
+            key = f"{site.file}:{site.function_line}"
+            tests = baseline.tests_reaching(key)
             if not tests:
                 continue
             timeouts = baseline.hang_timeouts(tests, 3.0)
+            narrowing = baseline.narrowing(key, (project.root / site.file).read_text())
             args = (str(project.root), str(workdir / "scratch"), site, tests, baseline.passing, 3.0, str(workdir))
-            hot = evaluate_candidate(*args, hot_import_time=baseline.import_time, timeouts=timeouts)
+            hot = evaluate_candidate(*args, hot_import_time=baseline.import_time, timeouts=timeouts,
+                                     narrowing=narrowing)
             cold = evaluate_candidate(*args, timeouts=timeouts)
             assert cold.executor == "files"
+            # A re-executed module's run leaves out the tests that cannot see what changed: the same
+            # failing set proves those tests pass from files too.
             assert (hot.status, hot.failing) == (cold.status, cold.failing), (site, hot, cold)
+            if hot.changed is not None and len(narrowed(tests, narrowing, hot.changed)) < len(tests):
+                narrower.add(site.function)
             seen[hot.executor].add(site.function)
             compared += 1
     finally:
         stop_servers(below=workdir)
     assert compared >= 30
+    assert narrower == {"_rule"}, "re-executed rates.py: only the tests that entered convert (reads RULES) run"
     # Every kind of function took the hot path (a decorator's wrapper too, though the decorator ran at
     # import; a function run at import in a module that can be re-executed), except the functions run at
     # import in modules that cannot be (classes, decorators; a value the tests hold), the module the

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import CodeType
 
 from pdbgym.fileio import write_json_atomic
+from pdbgym.tasks.synth.hotserver import code_names
 from pdbgym.tasks.synth.imports import ImportGraph
 from pdbgym.tasks.synth.project import Project, SynthSourceError, is_test_file
 from pdbgym.tasks.synth.runner import PASSED, run_pytest
@@ -52,6 +55,60 @@ class Baseline:
             return list(self.passing)
         observing, entered = set(files), set(covering)
         return [t for t in self.passing if t.split("::", 1)[0] in observing or t in entered]
+
+    def narrowing(self, function_key: str, source: str) -> dict | None:
+        """For a function that ran at import time, what lets a hot run that re-executes its module leave
+        out tests (see :func:`hotserver.narrowed`), from the module's clean ``source``; None for other
+        functions, or when the module reads its namespace dynamically (``globals()``, ``vars()``,
+        ``eval``, ``sys.modules``...). Per top-level definition the names its code (nested code
+        included) mentions, and the tests that entered it or its nested code. ``readers``: for each name
+        the module binds at top level, and the mutated function's own, the tests that entered a
+        definition mentioning it. ``everyone``: names mentioned by a definition other than the mutated
+        one that also ran at import time (another module may have called it then and kept what it
+        gave). ``base``: the tests that entered the mutated definition."""
+        if function_key not in self.import_time:
+            return None
+        relpath = function_key.rsplit(":", 1)[0]
+        try:
+            tree = ast.parse(source)
+            module = compile(source, relpath, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            return None
+        groups = [(const.co_name, {f"{relpath}:{code.co_firstlineno}" for code in _code_objects(const)},
+                   code_names(const)) for const in module.co_consts if isinstance(const, CodeType)]
+        own = next((group for group in groups if function_key in group[1]), None)
+        if own is None or any(names & DYNAMIC_NAMES for _, _, names in groups):
+            return None
+        bound = {own[0]} | {target.id for node in tree.body if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign)
+                         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                         if isinstance(target, ast.Name)}
+        early = set(self.import_time)
+        readers: dict[str, set[str]] = {name: set() for name in bound}
+        everyone: set[str] = set()
+        for group in groups:
+            _, keys, names = group
+            entered = set().union(*(self.covering.get(key, ()) for key in keys))
+            for name in names & bound:
+                readers[name] |= entered
+                if group is not own and keys & early:
+                    everyone.add(name)
+        base = set().union(*(self.covering.get(key, ()) for key in own[1]))
+        return {"base": sorted(base), "readers": {n: sorted(t) for n, t in sorted(readers.items())},
+                "everyone": sorted(everyone)}
+
+
+# Names through which code can read a module's namespace without naming the global it reads.
+DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec", "__dict__", "modules", "import_module",
+                           "__import__"})
+
+
+def _code_objects(code: CodeType) -> list[CodeType]:
+    """``code`` and every code object nested in it."""
+    found = [code]
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            found.extend(_code_objects(const))
+    return found
 
 
 def project_fingerprint(project: Project) -> str:

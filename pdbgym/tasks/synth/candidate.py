@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import REPO_DIR, load_task, write_task
+from pdbgym.tasks.synth.hotserver import narrowed
 from pdbgym.tasks.synth.operators import MutationError, MutationSite
 from pdbgym.tasks.synth.project import is_test_file
 from pdbgym.tasks.synth.runner import (
@@ -45,6 +46,7 @@ class CandidateResult:
     description: str = ""
     seconds: float = 0.0
     executor: str = ""  # "hot" (code swapped in a collected session) or "files" (mutant written, fresh import)
+    changed: list[str] | None = None  # hot, its module re-executed: the names whose value changed
 
 
 @dataclass
@@ -93,7 +95,7 @@ def _copy_project(root: Path, dest: Path, keep_tests: set[str] | None = None) ->
 def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, tests: list[str] | None,
                        baseline_passing: list[str], per_test_timeout_s: float,
                        server_root: str | None = None, hot_import_time: list[str] | None = None,
-                       timeouts: dict[str, float] | None = None) -> CandidateResult:
+                       timeouts: dict[str, float] | None = None, narrowing: dict | None = None) -> CandidateResult:
     """Render the mutant, run ``tests`` (None: the whole suite) on it, report which passing tests broke.
 
     With ``server_root`` (a folder holding ``scratch``) a run from files forks this worker's warm,
@@ -102,7 +104,9 @@ def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, test
     hot server (:mod:`hotserver`: one function's code swapped in an already collected session) and run
     from files only when it cannot be applied that way. ``timeouts`` (per test, see
     :meth:`Baseline.hang_timeouts`) replace ``per_test_timeout_s`` for the tests they list; either way
-    the run stops at the first test that times out, and the mutant is rejected."""
+    the run stops at the first test that times out, and the mutant is rejected. ``narrowing`` (a
+    function run at import time, see :meth:`Baseline.narrowing`): when the hot server re-executes the
+    mutated module, only the tests that can see the names it changed run, and only they count."""
     started = time.perf_counter()
     root = Path(project_root)
     try:
@@ -113,7 +117,7 @@ def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, test
     run, executor = None, "hot"
     if tests is not None and server_root is not None and hot_import_time is not None:
         runner = hot_runner(root, Path(server_root), per_test_timeout_s, hot_import_time)
-        run = runner.try_mutant(site.file, mutation.source, tests, timeouts or {}, wall) if runner else None
+        run = runner.try_mutant(site.file, mutation.source, tests, timeouts or {}, wall, narrowing) if runner else None
     if run is None:
         executor = "files"
         with tempfile.TemporaryDirectory(dir=scratch, prefix="mutant-") as tmp:
@@ -125,13 +129,16 @@ def evaluate_candidate(project_root: str, scratch: str, site: MutationSite, test
                              server_root=Path(server_root) if server_root else None, timeouts=timeouts,
                              stop_on_timeout=True)
     watched = tests if tests is not None else baseline_passing
+    if run.changed is not None and narrowing:
+        watched = narrowed(watched, narrowing, run.changed)
     elapsed = time.perf_counter() - started
     if run.timed_out or any(run.outcome(t) == "timeout" for t in watched):
         return CandidateResult(site.key, site.operator, "timeout", description=mutation.description, seconds=elapsed,
-                               executor=executor)
+                               executor=executor, changed=run.changed)
     failing = sorted(t for t in watched if run.outcome(t) in NOT_PASSED)
     status = "flipped" if failing else "no_flip"
-    return CandidateResult(site.key, site.operator, status, failing, mutation.description, elapsed, executor)
+    return CandidateResult(site.key, site.operator, status, failing, mutation.description, elapsed, executor,
+                           run.changed)
 
 
 def _wall_budget(test_count: int, per_test_timeout_s: float) -> float:

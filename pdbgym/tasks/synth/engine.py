@@ -31,6 +31,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.synth.baseline import Baseline, run_baseline
 from pdbgym.tasks.synth.candidate import CandidateResult, build_task, evaluate_candidate
+from pdbgym.tasks.synth.hotserver import narrowed
 from pdbgym.tasks.synth.operators import OPERATORS, MutationError, MutationSite, enumerate_sites
 from pdbgym.tasks.synth.project import PYPI_PREFIX, Project, SynthSourceError, prepare_project, slug_for
 from pdbgym.tasks.synth.runner import HOT_DIR, stop_servers
@@ -205,6 +206,7 @@ class _Scheduler:
         self.builds: dict[Future, MutationSite] = {}
         self.position = 0
         self.submitted = 0
+        self.narrowings: dict[str, dict | None] = {}
 
     def run(self, on_progress: Callable[[int, int], None]) -> None:
         saved = time.monotonic()
@@ -240,7 +242,7 @@ class _Scheduler:
             future = self.pool.submit(build_task, str(self.project.root), self.project.label, self.project.slug,
                                       str(workdir / "staging"), site, self.state.tested[site.key]["failing"],
                                       baseline.passing, config.per_test_timeout_s, _server_root(workdir, config),
-                                      config.recheck_fixed, self._selected(site))
+                                      config.recheck_fixed, self._validated(site))
             self.builds[future] = site
             self.submitted += 1
 
@@ -249,6 +251,22 @@ class _Scheduler:
         if self.config.select_tests != "covering":
             return None
         return self.baseline.tests_reaching(f"{site.file}:{site.function_line}")
+
+    def _narrowing(self, site: MutationSite) -> dict | None:
+        """For a function run at import time, what lets a re-executed module's run leave out tests
+        (:meth:`Baseline.narrowing`), worked out once per function."""
+        key = f"{site.file}:{site.function_line}"
+        if key not in self.narrowings:
+            source = (self.project.root / site.file).read_text(errors="replace")
+            self.narrowings[key] = self.baseline.narrowing(key, source)
+        return self.narrowings[key]
+
+    def _validated(self, site: MutationSite) -> list[str] | None:
+        """The tests a built task's buggy files run (see :func:`build_task`): those its candidate ran."""
+        tests = self._selected(site)
+        changed = self.state.tested[site.key].get("changed")
+        narrowing = self._narrowing(site) if tests is not None and changed is not None else None
+        return narrowed(tests, narrowing, changed) if narrowing else tests
 
     def _submit_tests(self) -> None:
         config, baseline = self.config, self.baseline
@@ -266,7 +284,8 @@ class _Scheduler:
                                               config.per_test_timeout_s)
             future = self.pool.submit(evaluate_candidate, str(self.project.root), str(self.workdir / "scratch"),
                                       site, tests, baseline.passing, config.per_test_timeout_s,
-                                      _server_root(self.workdir, config), hot, timeouts)
+                                      _server_root(self.workdir, config), hot, timeouts,
+                                      self._narrowing(site) if hot is not None else None)
             self.tests[future] = site
             self.submitted += 1
 

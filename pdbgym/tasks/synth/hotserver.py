@@ -22,8 +22,10 @@ answered ``patched: false`` with the reason, and the caller runs it the ordinary
 
 Protocol: after collection one ``READY {json}`` line; then one line per job on stdin, holding the path
 of a JSON job file (``file``, ``source_path``, ``tests``, ``timeouts``, ``out``, ``log``,
-``wall_time_s``); the run stops at the first test past its timeout. One
-``RESULT {json}`` line back per job (``patched``, ``reason``, ``returncode``, ``timed_out``). The
+``wall_time_s``, ``changed`` (a path the child writes the names a re-execution changed to), and
+optionally ``narrowing`` (see :func:`narrowed`)); the run stops at the first test past its timeout. One
+``RESULT {json}`` line back per job (``patched``, ``reason``, ``returncode``, ``timed_out``, and for a
+re-executed module ``changed``, the names whose value changed). The
 outcome file ``out`` is the probe's JSON. Functions listed in the file named by ``PDBGYM_HOT_IMPORT_TIME``
 (one ``path.py:line`` key per line) ran at import time, so a mutant of them is never hot-applied.
 
@@ -116,18 +118,19 @@ def _unchanged(before: object, after: object) -> bool:
         return False
 
 
-def reexecute(module: ModuleType, code: CodeType, others: dict[str, set[str]]) -> str:
-    """Run ``code`` (the mutated module) in ``module``'s namespace; empty when the result is what a
-    fresh import would give, else why it may not be. Call with no other reference to the module's
-    values held (the function index cleared): a rebound value still referred to elsewhere is refused,
-    and so is a changed value whose name another project module mentions (``others``: file -> names),
-    since that module may have derived state from the clean value when it was imported."""
+def reexecute(module: ModuleType, code: CodeType, others: dict[str, set[str]]) -> tuple[str, set[str]]:
+    """Run ``code`` (the mutated module) in ``module``'s namespace. Returns (why the result may not be
+    what a fresh import would give, or empty; the names whose value changed). Call with no other
+    reference to the module's values held (the function index cleared): a rebound value still referred
+    to elsewhere is refused, and so is a changed value whose name another project module mentions
+    (``others``: file -> names), since that module may have derived state from the clean value when it
+    was imported."""
     namespace = module.__dict__
     old = dict(namespace)
     try:
         exec(code, namespace)  # noqa: S102  (the project's own module, in the sandboxed child)
     except BaseException as exc:  # noqa: BLE001
-        return f"re-running {module.__name__} raised {type(exc).__name__}: {exc}"
+        return f"re-running {module.__name__} raised {type(exc).__name__}: {exc}", set()
     for name in list(old):
         before = old[name]
         if namespace.get(name, old) is before or _same_immutable(before, namespace.get(name)):
@@ -135,14 +138,28 @@ def reexecute(module: ModuleType, code: CodeType, others: dict[str, set[str]]) -
         # References: ``old``, ``before`` and getrefcount's argument. Any other holder (a ``from m import
         # name`` elsewhere, a closure, a collected test's parameters) would keep the clean value.
         if sys.getrefcount(before) > 3:
-            return f"{module.__name__}.{name} of the clean import is still referred to elsewhere"
+            return f"{module.__name__}.{name} of the clean import is still referred to elsewhere", set()
     changed = {name for name, value in namespace.items() if name not in old or not _unchanged(old[name], value)}
     for path, names in others.items():
         if "*" in names:
-            return f"{path} does not compile, so what it mentions is unknown"
+            return f"{path} does not compile, so what it mentions is unknown", changed
         if names & changed:
-            return f"{path} mentions {sorted(names & changed)[0]}, whose value the mutant changes"
-    return ""
+            return f"{path} mentions {sorted(names & changed)[0]}, whose value the mutant changes", changed
+    return "", changed
+
+
+def narrowed(tests: list[str], narrowing: dict, changed: list[str] | set[str]) -> list[str]:
+    """The tests of ``tests`` that can see a re-executed module's changed names: those that entered
+    the mutated function, and those that entered a function reading a changed name
+    (``narrowing``: ``{"base": [tests], "readers": {name: [tests]}, "everyone": [names]}``, from
+    :meth:`Baseline.narrowing`). All of ``tests`` when a changed name has no entry in ``readers`` (not
+    expected to change), or is one whose readers may have been called by other modules at import time
+    (``everyone``)."""
+    readers, everyone = narrowing["readers"], set(narrowing["everyone"])
+    if any(name in everyone or name not in readers for name in changed):
+        return list(tests)
+    chosen = set(narrowing["base"]).union(*(readers[name] for name in changed))
+    return [t for t in tests if t in chosen]
 
 
 @dataclass
@@ -281,7 +298,15 @@ class HotServer:
         if returncode == REEXEC_REFUSED and not timed_out:
             with open(job["log"], errors="replace") as handle:
                 return {"patched": False, "reason": handle.read().strip()[-500:]}
-        return {"patched": True, "returncode": returncode, "timed_out": timed_out}
+        result = {"patched": True, "returncode": returncode, "timed_out": timed_out}
+        if plan.reexec is not None:
+            try:
+                with open(job["changed"]) as handle:
+                    result["changed"] = json.load(handle)
+                os.unlink(job["changed"])
+            except (OSError, ValueError):
+                return {"patched": False, "reason": "the child re-executed the module but did not say what changed"}
+        return result
 
 
 def _run_child(job: dict, plan: Plan, selected: list[pytest.Item], session: pytest.Session,
@@ -297,11 +322,16 @@ def _run_child(job: dict, plan: Plan, selected: list[pytest.Item], session: pyte
                 function.__code__ = code
         if plan.reexec is not None:
             functions.clear()  # the index refers to every clean function; the check below counts references
-            refusal = reexecute(*plan.reexec)
+            refusal, changed = reexecute(*plan.reexec)
             if refusal:
                 sys.stdout.write(refusal + "\n")
                 sys.stdout.flush()
                 os._exit(REEXEC_REFUSED)
+            if job.get("narrowing"):
+                keep = set(narrowed(job["tests"], job["narrowing"], changed))
+                selected = [item for item in selected if item.nodeid in keep]
+            with open(job["changed"], "w") as handle:  # read by the server, answered to the caller
+                json.dump(sorted(changed), handle)
         # The probe as pytest loaded it (-p): importing it here first would stop pytest rewriting its asserts.
         probe = sys.modules[PROBE_MODULE]
         os.environ[probe.OUT_ENV] = job["out"]

@@ -41,6 +41,7 @@ class SuiteRun:
     collect_errors: list[str] = field(default_factory=list)
     timed_out: bool = False
     output_tail: str = ""
+    changed: list[str] | None = None  # a hot run that re-executed a module: the names whose value changed
 
     def outcome(self, node_id: str) -> str:
         return self.outcomes.get(node_id, "missing")
@@ -132,18 +133,24 @@ class HotRunner(_ServerProcess):
         self.jobs = jobs
 
     def try_mutant(self, relpath: str, source: str, tests: list[str], timeouts: dict[str, float],
-                   wall_time_s: float) -> SuiteRun | None:
-        paths = {name: self.jobs / f"{name}-{os.getpid()}" for name in ("source", "job", "out", "log")}
+                   wall_time_s: float, narrowing: dict | None = None) -> SuiteRun | None:
+        """Run ``tests`` on the mutant; None when it cannot be applied here. When its module is
+        re-executed, ``narrowing`` (see :func:`hotserver.narrowed`) lets the run leave out the tests
+        that cannot see the names whose value changed; the result's ``changed`` lists those names."""
+        paths = {name: self.jobs / f"{name}-{os.getpid()}" for name in ("source", "job", "out", "log", "changed")}
         try:
             paths["source"].write_bytes(source.encode())
             job = {"file": relpath, "source_path": str(paths["source"]), "tests": tests, "timeouts": timeouts,
-                   "out": str(paths["out"]), "log": str(paths["log"]), "wall_time_s": wall_time_s}
+                   "out": str(paths["out"]), "log": str(paths["log"]), "wall_time_s": wall_time_s,
+                   "changed": str(paths["changed"]), "narrowing": narrowing}
             paths["job"].write_text(json.dumps(job))
             result = self._request(str(paths["job"]), wall_time_s + 30.0)
             if not result.get("patched"):
                 return None
             tail = paths["log"].read_text(errors="replace")[-3000:] if paths["log"].is_file() else ""
-            return _suite_run(_read_probe(paths["out"]), bool(result["timed_out"]), tail)
+            run = _suite_run(_read_probe(paths["out"]), bool(result["timed_out"]), tail)
+            run.changed = result.get("changed")
+            return run
         finally:
             for path in paths.values():
                 path.unlink(missing_ok=True)
