@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pdbgym.tasks.synth.baseline import Baseline
+from pdbgym.tasks.synth.hotserver import narrowed
 from pdbgym.tasks.synth.imports import ALL, ImportGraph
 
 PROJECT = {
@@ -53,3 +55,56 @@ def test_conftest_plugins_and_the_test_file_itself_count() -> None:
                                                             "tests/test_text.py"]
     # Without the package __init__ importing rules, text.py's importers do not see rules.py.
     assert "tests/test_text.py" not in graph.observers("pkg/rules.py", TESTS)
+
+
+TABLES = """\
+import re
+
+WORDS = []
+COUNT = 0
+
+
+def _add(word):
+    def cased(w):
+        return w.upper()
+    WORDS.append(cased(word))
+
+
+def lookup(word):
+    return word.upper() in WORDS
+
+
+def size():
+    return COUNT
+
+
+_add("a")
+_add("b")
+"""
+
+
+def _baseline(import_time: list[str], covering: dict[str, list[str]]) -> Baseline:
+    passing = sorted({t for tests in covering.values() for t in tests} | {"t.py::test_other"})
+    return Baseline("f", passing, [], [], {}, covering, import_time)
+
+
+def test_a_re_executed_module_keeps_the_tests_that_read_what_changed() -> None:
+    baseline = _baseline(["m.py:7", "m.py:8"], {"m.py:13": ["t.py::test_lookup"], "m.py:17": ["t.py::test_size"]})
+    narrowing = baseline.narrowing("m.py:8", TABLES)  # the nested ``cased`` counts as part of ``_add``
+    assert narrowing == {"base": [], "readers": {"COUNT": ["t.py::test_size"], "WORDS": ["t.py::test_lookup"],
+                                                 "_add": []}, "everyone": []}
+    everything = ["t.py::test_lookup", "t.py::test_other", "t.py::test_size"]
+    assert narrowed(everything, narrowing, ["WORDS", "_add"]) == ["t.py::test_lookup"]
+    assert narrowed(everything, narrowing, ["lookup"]) == everything, "a name not expected to change: no narrowing"
+    assert baseline.narrowing("m.py:13", TABLES) is None, "not run at import: nothing to narrow"
+
+
+def test_no_narrowing_for_dynamic_namespaces_or_readers_run_at_import_by_others() -> None:
+    dynamic = TABLES + "\n\ndef fetch(name):\n    return globals()[name]\n"
+    baseline = _baseline(["m.py:7"], {"m.py:13": ["t.py::test_lookup"]})
+    assert baseline.narrowing("m.py:7", dynamic) is None
+    early = _baseline(["m.py:7", "m.py:13"], {"m.py:13": ["t.py::test_lookup"]})  # lookup ran at import too
+    narrowing = early.narrowing("m.py:7", TABLES)
+    assert narrowing is not None and narrowing["everyone"] == ["WORDS"]
+    assert narrowed(["t.py::test_lookup", "t.py::test_other"], narrowing, ["WORDS"]) == [
+        "t.py::test_lookup", "t.py::test_other"]

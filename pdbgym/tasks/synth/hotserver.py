@@ -14,7 +14,8 @@ mutated module in the child, in the module's own namespace, when that is known t
 import would: the module's top level only imports, defines plain functions, binds names and calls its
 own functions (:func:`reexecutable`), re-running it raises nothing, and every name it rebinds held a
 value nothing else refers to (or an equal immutable one), so no other module, test or closure keeps
-the clean object.
+the clean object. A job may carry a ``narrowing`` (:func:`narrowed`): the child then runs only the
+tests that can see the names whose value the re-execution changed.
 
 A mutant the server cannot apply either way (code outside a function changed, a function the test
 modules never loaded, a test not collected here, a module that cannot be re-executed safely) is
