@@ -7,9 +7,12 @@ from the same unpacked folder with the same seed and ``--max``:
   function (per-test function coverage from one profiled clean run), in a collected clean session
   with the function's code swapped (a run from files where that cannot be done); unreached
   candidates cost nothing.
-* ``whole-suite`` (the named baseline): each candidate reruns the whole suite.
+* ``whole-suite`` (the named baseline): each candidate reruns the whole suite, and each kept task's
+  buggy files run every listed test.
 
-Both include the clean-suite baseline runs, task writing and task validation, and both run on
+In the covering path a kept task's buggy files run the tests its candidate ran, and each distinct
+task file layout runs all its listed tests once on clean files. Both include the clean-suite
+baseline runs, task writing and task validation from the written files, and both run on
 ``--workers`` processes with the same executor (a sandboxed pytest fork server per worker). Prints
 tasks/minute per path and their ratio (end to end), the mean seconds to test one candidate in each
 path and their ratio (the candidate phase alone), yield (kept / tried) and whether both paths kept
