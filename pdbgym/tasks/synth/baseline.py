@@ -11,7 +11,7 @@ from pathlib import Path
 from types import CodeType
 
 from pdbgym.fileio import write_json_atomic
-from pdbgym.tasks.synth.hotserver import code_names
+from pdbgym.tasks.synth.hotserver import code_names, code_objects
 from pdbgym.tasks.synth.imports import ImportGraph
 from pdbgym.tasks.synth.project import Project, SynthSourceError, is_test_file
 from pdbgym.tasks.synth.runner import PASSED, run_pytest
@@ -74,7 +74,7 @@ class Baseline:
             module = compile(source, relpath, "exec", dont_inherit=True)
         except (SyntaxError, ValueError):
             return None
-        groups = [(const.co_name, {f"{relpath}:{code.co_firstlineno}" for code in _code_objects(const)},
+        groups = [(const.co_name, {f"{relpath}:{code.co_firstlineno}" for code in code_objects(const)},
                    code_names(const)) for const in module.co_consts if isinstance(const, CodeType)]
         own = next((group for group in groups if function_key in group[1]), None)
         if own is None or any(names & DYNAMIC_NAMES for _, _, names in groups):
@@ -100,15 +100,6 @@ class Baseline:
 # Names through which code can read a module's namespace without naming the global it reads.
 DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec", "__dict__", "modules", "import_module",
                            "__import__"})
-
-
-def _code_objects(code: CodeType) -> list[CodeType]:
-    """``code`` and every code object nested in it."""
-    found = [code]
-    for const in code.co_consts:
-        if isinstance(const, CodeType):
-            found.extend(_code_objects(const))
-    return found
 
 
 def project_fingerprint(project: Project) -> str:

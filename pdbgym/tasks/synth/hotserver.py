@@ -99,13 +99,18 @@ def _same_immutable(a: object, b: object) -> bool:
     return isinstance(a, _IMMUTABLE) and a == b
 
 
-def code_names(code: CodeType) -> set[str]:
-    """Every global and attribute name a code object and the code nested in it mention."""
-    names = set(code.co_names)
+def code_objects(code: CodeType) -> list[CodeType]:
+    """``code`` and every code object nested in it."""
+    found = [code]
     for const in code.co_consts:
         if isinstance(const, CodeType):
-            names |= code_names(const)
-    return names
+            found.extend(code_objects(const))
+    return found
+
+
+def code_names(code: CodeType) -> set[str]:
+    """Every global and attribute name a code object and the code nested in it mention."""
+    return set().union(*(nested.co_names for nested in code_objects(code)))
 
 
 def _unchanged(before: object, after: object) -> bool:
@@ -306,7 +311,8 @@ class HotServer:
                     result["changed"] = json.load(handle)
                 os.unlink(job["changed"])
             except (OSError, ValueError):
-                return {"patched": False, "reason": "the child re-executed the module but did not say what changed"}
+                if not timed_out:  # a child cut while re-executing is a timeout like any other
+                    return {"patched": False, "reason": "the child re-executed the module but did not say what changed"}
         return result
 
 
