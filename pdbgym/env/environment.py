@@ -19,8 +19,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.tasks.model import Task
-
-TERMINATION_REASONS = ("solved", "finish_unresolved", "budget", "ctx_overflow", "other")
+from pdbgym.termination import TERMINATION_REASONS
 
 
 @dataclass

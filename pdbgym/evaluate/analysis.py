@@ -11,8 +11,7 @@ import numpy as np
 
 from pdbgym.evaluate import stats
 from pdbgym.evaluate.results import EpisodeRow
-
-REASONS = ("solved", "finish_unresolved", "ctx_overflow", "budget", "other")
+from pdbgym.termination import TERMINATION_REASONS as REASONS
 
 
 def outcome_matrix(rows: Sequence[EpisodeRow], arm: str, task_ids: Sequence[str]) -> list[list[int]]:

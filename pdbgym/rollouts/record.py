@@ -28,7 +28,6 @@ RECORD_KEYS = (
     "reward_extra",
     "metadata",
 )
-TERMINATION_REASONS = ("solved", "finish_unresolved", "ctx_overflow", "budget", "other")
 OPTIONAL_RECORD_KEYS = ("reward_score", "reward_extra", "metadata")
 
 

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pdbgym.rollouts.record import TERMINATION_REASONS, RolloutRecord
+from pdbgym.rollouts.record import RolloutRecord
+from pdbgym.termination import TERMINATION_REASONS
 
 NO_REASON = "unknown"
 

@@ -28,11 +28,11 @@ from pdbgym.rollouts.cache import (
     resolve_cache_dir,
 )
 from pdbgym.rollouts.record import (
-    TERMINATION_REASONS,
     CacheFormatError,
     RolloutRecord,
     declared_fingerprints,
 )
+from pdbgym.termination import TERMINATION_REASONS
 
 __all__ = ["CacheFormatError", "ValidationReport", "load_validated_cache", "validate_cache",
            "validate_cache_report", "validate_record", "validate_record_report", "LOGPROB_POSITIVE_TOLERANCE"]

@@ -9,7 +9,7 @@ from pdbgym.agent.backends.embedded import EMBEDDED_NAME, embedded_model_dir, lo
 from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.turns import ModelTurns
 from pdbgym.env import DebugEnv, EnvConfig
-from pdbgym.rollouts.record import TERMINATION_REASONS
+from pdbgym.termination import TERMINATION_REASONS
 
 
 @pytest.fixture

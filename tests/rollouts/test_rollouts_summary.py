@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from pdbgym.rollouts.cache import iter_cache, read_cache, write_cache
-from pdbgym.rollouts.record import TERMINATION_REASONS, RolloutRecord
+from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.rollouts.summary import summarize
 from pdbgym.rollouts.synthetic import allot_terminations, make_synthetic_cache, make_synthetic_records
 from pdbgym.rollouts.validate import validate_cache, validate_record
+from pdbgym.termination import TERMINATION_REASONS
 
 
 def hand_record(instance_id: str, prompt_len: int, mask: list[int], log_probs: list[float], reward: float,
