@@ -47,8 +47,10 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[Any, int], None] 
     from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
     from pdbgym.agent.runner import completed_samples, default_workers, plan_jobs, run_all
     from pdbgym.env import EnvConfig
+    from pdbgym.sandbox.workspace import reap_stale_workspaces
     from pdbgym.tasks.suites import resolve_tasks
 
+    reap_stale_workspaces()  # workspaces a killed earlier build left in the temp folder
     task_list = resolve_tasks(config.tasks)
     spec = parse_policy(config.policy, tokenizer=config.tokenizer, api=config.api,
                         logprob_mode=config.logprob_mode, device=config.device, tool_format=config.tool_format)

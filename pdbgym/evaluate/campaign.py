@@ -19,6 +19,7 @@ from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
+from pdbgym.sandbox.workspace import reap_stale_workspaces
 from pdbgym.tasks.model import Task
 
 
@@ -160,6 +161,7 @@ def run_campaign(
     ray_address: str | None = None,
 ) -> list[EpisodeRow]:
     """Run every missing (arm, task, run) episode; return all rows, old and new."""
+    reap_stale_workspaces()  # workspaces a killed earlier run left in the temp folder
     store = ResultsStore(out_dir)
     config.task_ids = [t.instance_id for t in tasks]
     store.open(config.to_dict())
