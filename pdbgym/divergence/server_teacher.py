@@ -9,13 +9,11 @@ only take part in a comparison under the raw transform (temperature 1, no renorm
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 
 import numpy as np
 
+from pdbgym import httpjson
 from pdbgym.divergence.scoring import scored_positions
 from pdbgym.divergence.semantics import SemanticsError, describe
 from pdbgym.errors import PdbgymError
@@ -36,18 +34,13 @@ def check_server_semantics(semantics: LogprobSemantics) -> None:
 
 
 def _post(url: str, payload: dict, timeout_s: float) -> dict:
-    request = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        body = exc.read().decode(errors="replace")[:300]
-        raise TeacherServerError(f"teacher server {url} answered HTTP {exc.code}: {body}") from exc
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        return httpjson.request_json(url, payload, timeout_s)
+    except httpjson.HttpStatusError as exc:
+        raise TeacherServerError(f"teacher server {url} answered HTTP {exc.status}: {exc.detail}") from exc
+    except httpjson.HttpJsonError as exc:
         raise TeacherServerError(
-            f"cannot reach the teacher server at {url} ({exc}); is it running and serving /v1/completions?"
+            f"cannot reach the teacher server at {url} ({exc.detail}); is it running and serving /v1/completions?"
         ) from exc
 
 

@@ -1,13 +1,11 @@
-"""HTTP plumbing shared by the server backends: blocking checks before a run, async calls during it."""
+"""HTTP plumbing of the server backends: blocking checks before a run (``pdbgym.httpjson``), async calls during it."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 from typing import Any
 
+from pdbgym import httpjson
 from pdbgym.agent.backends.base import BackendError
 
 
@@ -26,23 +24,15 @@ def _httpx() -> Any:
 def request_json(url: str, body: dict[str, Any] | None = None, timeout_s: float = 30.0,
                  api_key: str | None = None) -> dict[str, Any]:
     """GET (``body`` None) or POST JSON; a ``BackendError`` naming the URL when it cannot be reached."""
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url, data=data, headers=headers, method="GET" if body is None else "POST")
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:300].decode(errors="replace")
-        raise BackendError(f"{url} answered HTTP {exc.code}: {detail}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ServerUnreachableError(f"cannot reach model server at {url} ({reason}); is it running, and is the "
-                           "URL right (e.g. http://127.0.0.1:8000)?") from exc
-    except json.JSONDecodeError as exc:
-        raise BackendError(f"{url} did not answer JSON ({exc}); is it an OpenAI-compatible server?") from exc
+        return httpjson.request_json(url, body, timeout_s, api_key)
+    except httpjson.HttpStatusError as exc:
+        raise BackendError(f"{url} answered HTTP {exc.status}: {exc.detail}") from exc
+    except httpjson.HttpUnreachableError as exc:
+        raise ServerUnreachableError(f"cannot reach model server at {url} ({exc.detail}); is it running, and is the "
+                                     "URL right (e.g. http://127.0.0.1:8000)?") from exc
+    except httpjson.HttpNotJsonError as exc:
+        raise BackendError(f"{url} did not answer JSON ({exc.detail}); is it an OpenAI-compatible server?") from exc
 
 
 class AsyncJsonClient:
