@@ -26,8 +26,8 @@ from pdbgym.divergence.sampling import sample_continuations
 from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, score_records
 from pdbgym.divergence.server_teacher import check_server_semantics, score_records_with_server
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import atomic_target
 from pdbgym.rollouts.cache import MANIFEST_NAME, read_cache, write_cache
-from pdbgym.rollouts.fileio import atomic_target
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 
 from pdbgym.divergence.report import HEADLINE
-from pdbgym.rollouts.fileio import atomic_target, write_json_atomic
+from pdbgym.fileio import atomic_target, write_json_atomic
 
 TABLE_METRICS = (
     ("KL(T||S) k3", "kl_teacher_student/k3/token_mean"),

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from pdbgym.fileio import atomic_target, write_json_atomic
 from pdbgym.rollouts.compare import record_differences
-from pdbgym.rollouts.fileio import atomic_target, import_optional, write_json_atomic
+from pdbgym.rollouts.optional import import_optional
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
 
 CACHE_DIR_ENV = "KL_EVAL_TEACHER_CACHE_DIR"

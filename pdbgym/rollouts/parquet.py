@@ -21,7 +21,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from pdbgym.rollouts.fileio import atomic_target, import_optional
+from pdbgym.fileio import atomic_target
+from pdbgym.rollouts.optional import import_optional
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
 
 LogprobDtype = Literal["auto", "float32", "float64"]

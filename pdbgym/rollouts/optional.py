@@ -1,11 +1,10 @@
-"""Optional imports for the rollouts package; atomic writes live in ``pdbgym.fileio`` (re-exported)."""
+"""Optional imports for the rollouts package: a missing extra is a clear error naming what to install."""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-from pdbgym.fileio import atomic_target, write_json_atomic
 from pdbgym.rollouts.record import CacheFormatError
 
 
@@ -15,6 +14,3 @@ def import_optional(module: str, extra: str, purpose: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise CacheFormatError(f"{purpose} needs {module}: pip install 'pdbgym[{extra}]'") from exc
-
-
-__all__ = ["atomic_target", "import_optional", "write_json_atomic"]
