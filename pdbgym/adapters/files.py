@@ -1,4 +1,5 @@
-"""Small file helpers shared by the adapter package: atomic JSON writes and JSON reads with clear errors."""
+"""JSON reads with clear errors for the adapter package (atomic writes: ``pdbgym.fileio``; adapter JSON is
+written ``indent=2, sort_keys=True`` because people diff it)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pdbgym import fileio
 from pdbgym.adapters.errors import CorruptArtifactError
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write ``payload`` as sorted, indented JSON atomically (adapter manifests are diffed by people)."""
-    fileio.write_json_atomic(path, payload, indent=2, sort_keys=True)
 
 
 def read_json(path: Path, what: str) -> Any:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.adapters.errors import AdapterError, LineageError
-from pdbgym.adapters.files import read_json, write_json_atomic
+from pdbgym.adapters.files import read_json
 from pdbgym.adapters.fingerprint import INDEX_FILE, ModelFolder, combine_digests, open_model_folder
 from pdbgym.adapters.merge_math import merge_module
 from pdbgym.adapters.peft_format import AdapterFolder
@@ -31,6 +31,7 @@ from pdbgym.adapters.safetensors_io import (
     digest_torch_tensor,
     read_tensor,
 )
+from pdbgym.fileio import write_json_atomic
 
 MANIFEST_FILE = "pdbgym_lineage.json"
 MANIFEST_FORMAT = "pdbgym-merged-model/1"
@@ -195,7 +196,7 @@ def merge_stack(
             )
             counts = [c + n for c, n in zip(counts, shard_counts, strict=True)]
             progress["shards"][shard.path.name] = {"in": in_digests, "out": out_digests, "counts": shard_counts}
-            write_json_atomic(staging / _PROGRESS_FILE, progress)
+            write_json_atomic(staging / _PROGRESS_FILE, progress, indent=2, sort_keys=True)
     all_in = {k: v for s in progress["shards"].values() for k, v in s["in"].items()}
     all_out = {k: v for s in progress["shards"].values() for k, v in s["out"].items()}
     input_hash, output_hash = combine_digests(all_in), combine_digests(all_out)
@@ -211,7 +212,7 @@ def merge_stack(
     write_json_atomic(staging / MANIFEST_FILE, {
         **manifest, "format": MANIFEST_FORMAT, "input_weights_hash": input_hash,
         "weights_hash": output_hash, "modules_merged": counts,
-    })
+    }, indent=2, sort_keys=True)
     (staging / _PROGRESS_FILE).unlink()
     if out_dir.exists():
         out_dir.rmdir()

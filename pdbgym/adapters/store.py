@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.adapters.errors import AdapterError, LineageError
-from pdbgym.adapters.files import read_json, write_json_atomic
+from pdbgym.adapters.files import read_json
+from pdbgym.fileio import write_json_atomic
 from pdbgym.paths import pdbgym_home
 
 _FULL_HASH = re.compile(r"^[0-9a-f]{64}$")
@@ -187,10 +188,10 @@ class Store:
                 _check_name(name)
                 if table.get(name, record["id"]) != record["id"]:
                     raise AdapterError(f"name {name!r} already refers to {table[name][:12]}; choose another name.")
-            write_json_atomic(self.node_path(record["id"]), record)
+            write_json_atomic(self.node_path(record["id"]), record, indent=2, sort_keys=True)
             if names:
                 table.update({name: record["id"] for name in names})
-                write_json_atomic(self.root / "names.json", table)
+                write_json_atomic(self.root / "names.json", table, indent=2, sort_keys=True)
 
     def copy_adapter_files(self, node_id: str, source: Path, file_names: list[str]) -> dict[str, int]:
         """Copy an adapter's files into objects/<id>/ (staged, then renamed); returns name -> size."""
@@ -215,7 +216,7 @@ class Store:
                        if (m["path"], m["weights_hash"]) != (where, weights_hash) and (where is None or m["path"] != where)]
             entries.append({"weights_hash": weights_hash, "path": where, "created_at": now_utc()})
             record["materializations"] = entries
-            write_json_atomic(self.node_path(node_id), record)
+            write_json_atomic(self.node_path(node_id), record, indent=2, sort_keys=True)
 
 
 def is_full_hash(text: str) -> bool:

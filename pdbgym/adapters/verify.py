@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.adapters.errors import AdapterError, LineageError
-from pdbgym.adapters.files import write_json_atomic
 from pdbgym.adapters.fingerprint import weights_hash
 from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
+from pdbgym.fileio import write_json_atomic
 
 # Relative logit error allowed per weight dtype: float32 merges differ from PEFT's only by summation order;
 # 16-bit weights are rounded once by us and once per layer by PEFT.
@@ -126,5 +126,5 @@ def verify_folder(folder: Path, batch: int = 2, tokens: int = 16, seed: int = 0,
         reference = stacked_logits(base_path, adapter_dirs, input_ids)
     result = compare(reference, candidate, TOLERANCE.get(dtype, 3e-2), dtype)
     if record:
-        write_json_atomic(folder / MANIFEST_FILE, {**manifest, "verification": asdict(result)})
+        write_json_atomic(folder / MANIFEST_FILE, {**manifest, "verification": asdict(result)}, indent=2, sort_keys=True)
     return result
