@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Any
 
@@ -25,15 +25,16 @@ def outcome_matrix(rows: Sequence[EpisodeRow], arm: str, task_ids: Sequence[str]
 
 def _pass_at_k_block(matrix: list[list[int]], confidence: float) -> dict[str, Any]:
     block: dict[str, Any] = {}
+    episodes = sum(len(runs) for runs in matrix)  # caps the effective sample size of the Wilson bound
     for k in range(1, stats.max_k(matrix) + 1):
         per_task = stats.per_task_pass_at_k(matrix, k)
-        block[f"pass@{k}"] = stats.estimate_mean(per_task, confidence).to_dict()
+        block[f"pass@{k}"] = stats.estimate_mean(per_task, confidence, max_n=episodes).to_dict()
     return block
 
 
 def summarize(
     rows: Sequence[EpisodeRow],
-    arms: Sequence[str],
+    arms: Sequence[str] | Mapping[str, str],
     task_ids: Sequence[str],
     runs: int,
     *,
@@ -43,14 +44,21 @@ def summarize(
     """Headline numbers, paired comparisons, outcome breakdowns and the per-task table.
 
     Only tasks that every arm has finished all ``runs`` of enter the statistics (matched power); the
-    summary says how many episodes are still missing.
+    summary says how many episodes are still missing. ``arms`` is a list of names, or a mapping of name
+    to model (``scripted``, ``embedded``, a folder, a URL), which the report uses to say what each arm is.
+    Comparisons whose per-task differences do not vary carry a ``warning`` and use conservative figures
+    (``stats.paired_comparison``); their warnings are also collected under ``warnings``.
     """
+    arm_models = dict(arms) if isinstance(arms, Mapping) else {}
+    arms = list(arms)
     complete = [
         t for t in task_ids
         if all(sum(1 for r in rows if r.arm == a and r.instance_id == t) >= runs for a in arms)
     ]
     summary: dict[str, Any] = {
         "arms": list(arms),
+        "arm_models": arm_models,
+        "warnings": [],
         "tasks": len(complete),
         "tasks_requested": len(task_ids),
         "runs_per_task": runs,
@@ -77,6 +85,8 @@ def summarize(
     for a, b in combinations(arms, 2):
         cmp = stats.paired_comparison(pass1[a], pass1[b], confidence, power)
         summary["comparisons"].append({"arm_a": a, "arm_b": b, "metric": "pass@1", **cmp.to_dict()})
+        if cmp.warning:
+            summary["warnings"].append(f"{a} - {b}: {cmp.warning}")
     for t_index, task in enumerate(complete):
         summary["per_task"][task] = {arm: float(pass1[arm][t_index]) for arm in arms}
     return summary

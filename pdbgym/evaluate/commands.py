@@ -50,7 +50,7 @@ def _campaign(tasks_spec: str, split: str | None, splits: Path | None, arm_texts
 
         rows = run_campaign(config, tasks, out, workers=workers or None, on_episode=tick, ray_address=ray_address)
         progress.update(bar, completed=len(rows))
-    summary = summarize(rows, [a.name for a in arms], [t.instance_id for t in tasks], runs)
+    summary = summarize(rows, {a.name: a.model for a in arms}, [t.instance_id for t in tasks], runs)
     summary["selection_warnings"] = [w.text() for w in warnings]
     summary["expected_selection_inflation"] = {w.model: w.expected_inflation for w in warnings}
     page = write_report(summary, rows, out, title, json_out)
@@ -176,6 +176,6 @@ def report_command(
     store = ResultsStore(out)
     config = store.config()
     rows = store.rows()
-    summary = summarize(rows, list(config["arms"]), config["task_ids"], config["runs"])
+    summary = summarize(rows, config["arms"], config["task_ids"], config["runs"])
     page = write_report(summary, rows, out, f"pdbgym evaluation: {config['tasks']}", json_out)
     console.print(f"report: {page}")

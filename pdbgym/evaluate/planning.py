@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +23,36 @@ def pilot_sd_diff(campaign_dir: Path) -> tuple[float, int]:
     if len(arms) < 2:
         raise PdbgymError(f"{campaign_dir} has one arm; a pilot for planning needs two to estimate sd(d)")
     tasks = config["task_ids"]
+    if not tasks:
+        raise PdbgymError(f"{campaign_dir} has no tasks; a pilot for planning needs finished tasks")
     a = stats.per_task_pass_at_k(outcome_matrix(rows, arms[0], tasks), 1)
     b = stats.per_task_pass_at_k(outcome_matrix(rows, arms[1], tasks), 1)
-    return float(np.std(a - b, ddof=1)), len(tasks)
+    sd = float(np.std(a - b, ddof=1)) if len(tasks) > 1 else 0.0
+    return sd, len(tasks)
 
 
 def plan(delta: float, *, runs: int = 8, base_rate: float = 0.5, sd_diff: float | None = None,
          pilot: Path | None = None, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
-    """Tasks needed to detect ``delta`` with a paired comparison, and the MDE at common task counts."""
+    """Tasks needed to detect ``delta`` with a paired comparison, and the MDE at common task counts.
+
+    A pilot whose per-task differences do not vary (sd 0, e.g. both arms 0% everywhere) would say that
+    any difference is detectable with one task; the plan then warns (``warnings``) and uses the
+    conservative sd of ``stats.FALLBACK_VAR_DIFF`` instead.
+    """
     if not 0 < delta < 1:
         raise PdbgymError(f"--delta is a difference in solve rate, between 0 and 1; got {delta}")
+    warnings: list[str] = []
     if pilot is not None:
-        sd, _ = pilot_sd_diff(pilot)
-        source = f"pilot campaign {pilot}"
+        sd, n_pilot = pilot_sd_diff(pilot)
+        source = f"pilot campaign {pilot} ({n_pilot} tasks)"
+        if not sd > 0:  # 0 (every task differs alike, e.g. 0% vs 0%) or NaN (one task)
+            warnings.append(stats.degenerate_sd_warning(f"pilot {pilot}"))
+            sd = math.sqrt(stats.FALLBACK_VAR_DIFF)
+            source += f"; its sd was 0, replaced by the conservative {sd:.3f}"
     elif sd_diff is not None:
+        if not sd_diff > 0:
+            raise PdbgymError(f"--sd-diff must be positive, got {sd_diff}; if unsure use the conservative "
+                              f"{math.sqrt(stats.FALLBACK_VAR_DIFF):.3f} (two independent Bernoulli(0.5) arms)")
         sd, source = sd_diff, "given"
     else:
         p_b = base_rate
@@ -51,6 +68,7 @@ def plan(delta: float, *, runs: int = 8, base_rate: float = 0.5, sd_diff: float 
         "alpha": alpha,
         "power": power,
         "tasks_needed": needed,
+        "warnings": warnings,
         "min_detectable_difference_at": {
             str(t): stats.minimum_detectable_difference(sd, t, alpha, power) for t in (20, 40, 100, 200, 500)
         },

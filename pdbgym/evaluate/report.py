@@ -14,7 +14,45 @@ from typing import Any
 
 from pdbgym.evaluate.analysis import REASONS
 from pdbgym.evaluate.results import EpisodeRow
+from pdbgym.evaluate.stats import FALLBACK_VAR_DIFF
 from pdbgym.fileio import write_json_atomic
+from pdbgym.termination import TERMINATION_MEANINGS
+
+CI_EXPLANATION = (
+    "Each interval is clustered by task (runs of one task are not independent). It is the hull of a "
+    "task-level bootstrap interval (normal interval from 200 tasks) and a Wilson score interval at the "
+    "observed rate with the Korn-Graubard effective sample size p(1-p)/Var(mean), taken as the number of "
+    "tasks when per-task rates do not vary; the Wilson bound keeps 0% and 100% from giving a zero-width "
+    "interval. The CI method column names what set the bounds."
+)
+COMPARISON_EXPLANATION = (
+    "Paired comparisons use per-task differences of pass@1. When every task differs alike (sd 0) the "
+    f"SE and detectable difference use the conservative variance {FALLBACK_VAR_DIFF} per task (two "
+    "independent Bernoulli(0.5) arms) and the CI is Newcombe's hybrid score interval; such rows are "
+    "marked with a warning."
+)
+
+
+def describe_arm(model: str) -> str:
+    """What an arm's policy is, in words, from its model spec (``scripted``, ``embedded``, folder, URL)."""
+    if model == "scripted":
+        return ("oracle: replays the task's reference fix through the debugger tools; it measures the "
+                "harness and the grader, not a model")
+    if model == "embedded":
+        return "the embedded SmolLM2-135M-Instruct (GGUF), sampled locally"
+    if model.startswith(("http://", "https://")):
+        return f"a model behind the OpenAI-compatible server {model}"
+    return f"the local model folder {model}"
+
+
+def explanations(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """The report's reading guide: (heading, lines) for arms, intervals and termination reasons."""
+    models = summary.get("arm_models", {})
+    arms = [f"{arm}: {describe_arm(models[arm]) if arm in models else 'policy not recorded'}"
+            for arm in summary["arms"]]
+    reasons = [f"{reason}: {TERMINATION_MEANINGS[reason]}" for reason in REASONS]
+    return [("Arms", arms), ("Intervals", [CI_EXPLANATION, COMPARISON_EXPLANATION]),
+            ("Termination reasons", reasons)]
 
 
 def _fmt(estimate: dict[str, Any]) -> str:
@@ -64,18 +102,7 @@ def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     fig.savefig(figures["pass_at_k"], dpi=110)
     plt.close(fig)
 
-    tasks = list(summary["per_task"])
-    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(arms), 1.0 + 0.28 * len(tasks)))
-    grid = [[summary["per_task"][t][a] for a in arms] for t in tasks]
-    image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(arms)), arms)
-    ax.set_yticks(range(len(tasks)), tasks, fontsize=7)
-    fig.colorbar(image, ax=ax, label="solve rate")
-    ax.set_title("per-task solve rate")
-    figures["heatmap"] = out_dir / "per_task_heatmap.png"
-    fig.tight_layout()
-    fig.savefig(figures["heatmap"], dpi=110)
-    plt.close(fig)
+    figures["heatmap"] = _plot_heatmap(plt, summary, out_dir / "per_task_heatmap.png")
 
     fig, ax = plt.subplots(figsize=(6.5, 3))
     left = [0] * len(arms)
@@ -91,6 +118,24 @@ def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     fig.savefig(figures["outcomes"], dpi=110)
     plt.close(fig)
     return figures
+
+
+def _plot_heatmap(plt: Any, summary: dict[str, Any], path: Path) -> Path:
+    """Per-task solve rate, tasks down and arms across; arm labels slanted so long names do not overlap."""
+    arms, tasks = summary["arms"], list(summary["per_task"])
+    longest = max(len(a) for a in arms)
+    # Width: room per arm column plus the task labels; height grows with tasks and with slanted arm names.
+    fig, ax = plt.subplots(figsize=(2.5 + 0.9 * len(arms), 1.6 + 0.28 * len(tasks) + 0.06 * longest),
+                           layout="constrained")
+    grid = [[summary["per_task"][t][a] for a in arms] for t in tasks]
+    image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(arms)), arms, rotation=35, ha="right", rotation_mode="anchor", fontsize=8)
+    ax.set_yticks(range(len(tasks)), tasks, fontsize=7)
+    fig.colorbar(image, ax=ax, label="solve rate", fraction=0.08, pad=0.04)
+    ax.set_title("per-task solve rate")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def _runs_by_cell(rows: Sequence[EpisodeRow]) -> dict[tuple[str, str], list[EpisodeRow]]:
@@ -109,6 +154,8 @@ def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: 
         lines += [f"**Incomplete:** {summary['episodes_missing']} episodes not run yet.", ""]
     for warning in summary.get("selection_warnings", []):
         lines += [f"**Warning (selection bias):** {warning}", ""]
+    for warning in summary.get("warnings", []):
+        lines += [f"**Warning:** {warning}", ""]
     lines += ["| arm | " + " | ".join(keys) + " | solved / episodes | CI method |",
               "|---|" + "---|" * len(keys) + "---|---|"]
     for arm in arms:
@@ -138,6 +185,8 @@ def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: 
                  for a in arms]
         lines.append(f"| {task} | " + " | ".join(marks) + " |")
     lines += ["", "![pass@k](pass_at_k.png)", "![per-task](per_task_heatmap.png)", "![outcomes](outcomes.png)", ""]
+    for heading, items in explanations(summary):
+        lines += [f"## {heading}", ""] + [f"- {item}" for item in items] + [""]
     return "\n".join(lines)
 
 
@@ -173,6 +222,9 @@ def html_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str,
                if summary["episodes_missing"] > 0 else "")
     missing += "".join(f'<p class="warn"><b>Warning (selection bias):</b> {esc(w)}</p>'
                        for w in summary.get("selection_warnings", []))
+    missing += "".join(f'<p class="warn"><b>Warning:</b> {esc(w)}</p>' for w in summary.get("warnings", []))
+    guide = "".join(f"<h2>{esc(heading)}</h2><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
+                    for heading, items in explanations(summary))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin:1em 0}}
@@ -189,6 +241,7 @@ img{{max-width:100%;margin:1em 0}}.warn{{background:#fff3cd;padding:.5em}}</styl
 <h2>Per task</h2>{anchors}<p>Each mark links to that run's transcript.</p>
 <table><tr><th>task</th>{''.join(f'<th>{esc(a)}</th>' for a in arms)}</tr>{''.join(task_rows)}</table>
 {_img(figures['heatmap'])}
+{guide}
 </body></html>
 """
 
@@ -197,6 +250,7 @@ def machine_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The ``--json`` summary: per arm ``pass@1``, ``pass@3``... each with mean and CI."""
     return {
         "selection_warnings": summary.get("selection_warnings", []),
+        "warnings": summary.get("warnings", []),
         "tasks": summary["tasks"],
         "runs_per_task": summary["runs_per_task"],
         "arms": {arm: {k: v for k, v in block.items()} for arm, block in summary["arm_results"].items()},

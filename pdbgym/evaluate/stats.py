@@ -50,7 +50,7 @@ class Estimate:
     ci_low: float
     ci_high: float
     n_tasks: int
-    ci_method: str  # "bootstrap" (task-level percentile) or "normal"
+    ci_method: str  # "bootstrap" (task-level percentile), "normal", "wilson" or "<base>+wilson" (estimate_mean)
     confidence: float = 0.95
 
     def to_dict(self) -> dict:
@@ -77,8 +77,52 @@ def bootstrap_ci(per_task: np.ndarray, confidence: float = 0.95, n_resamples: in
     return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
 
 
-def estimate_mean(per_task: np.ndarray, confidence: float = 0.95, seed: int = 0) -> Estimate:
-    """Mean over tasks with clustered SE; bootstrap CI below ``BOOTSTRAP_BELOW_TASKS`` tasks."""
+def wilson_interval(p_hat: float, n_eff: float, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``p_hat`` observed on ``n_eff`` (effective) trials.
+
+    With z = z_{(1+confidence)/2}: centre (p + z^2/2n) / (1 + z^2/n), half-width
+    z / (1 + z^2/n) * sqrt(p(1-p)/n + z^2/4n^2). Never zero-width for finite n, and it keeps its coverage
+    at p = 0 and p = 1, where the normal and percentile-bootstrap intervals collapse to a point.
+    """
+    if n_eff <= 0:
+        return 0.0, 1.0
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    denom = 1 + z * z / n_eff
+    centre = (p_hat + z * z / (2 * n_eff)) / denom
+    half = z / denom * math.sqrt(p_hat * (1 - p_hat) / n_eff + z * z / (4 * n_eff * n_eff))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def effective_tasks(per_task: np.ndarray, max_n: int | None = None) -> float:
+    """Effective number of independent trials behind a mean of [0,1] per-task values (Korn-Graubard).
+
+    n_eff = p(1-p) / v, with v = s^2 / T the task-clustered variance of the mean (s: sd of per-task
+    values, ddof=1), capped at ``max_n`` (the episodes behind the mean) when given. Where v is 0 (all
+    tasks equal, in particular 0/n and n/n) the data say nothing about how runs of one task correlate,
+    so the conservative n_eff = T is used: each task counts as one trial.
+    """
+    values = np.asarray(per_task, dtype=float)
+    t, p = values.size, float(values.mean())
+    var = values.var(ddof=1) / t if t > 1 else 0.0
+    if var <= 0 or p <= 0 or p >= 1:
+        return float(t)
+    n_eff = p * (1 - p) / var
+    return min(n_eff, float(max_n)) if max_n else n_eff
+
+
+def estimate_mean(per_task: np.ndarray, confidence: float = 0.95, seed: int = 0,
+                  max_n: int | None = None) -> Estimate:
+    """Mean over tasks with clustered SE and a CI that stays honest at 0% and 100%.
+
+    Base interval: the task-level percentile bootstrap below ``BOOTSTRAP_BELOW_TASKS`` tasks, else the
+    normal interval mean +- z SE. Both collapse to a point when every task has the same value (0/n, n/n),
+    and the bootstrap undercovers near the boundary. So for per-task values in [0, 1] (solve rates,
+    pass@k) the CI is the hull of the base interval and the Wilson score interval (``wilson_interval``)
+    at p = mean with the Korn-Graubard effective sample size of ``effective_tasks`` (T tasks when the
+    values do not vary). ``ci_method`` names what set the bounds: "bootstrap"/"normal" when the Wilson
+    interval lies inside the base one, "wilson" when it contains it, "<base>+wilson" otherwise.
+    ``max_n`` caps the effective sample size (the episodes behind the mean).
+    """
     values = np.asarray(per_task, dtype=float)
     mean, se = float(values.mean()), clustered_se(values)
     if values.size < BOOTSTRAP_BELOW_TASKS:
@@ -87,7 +131,24 @@ def estimate_mean(per_task: np.ndarray, confidence: float = 0.95, seed: int = 0)
     else:
         z = stats.norm.ppf(0.5 + confidence / 2)
         low, high, method = mean - z * se, mean + z * se, "normal"
-    return Estimate(mean, se, low, high, int(values.size), method, confidence)
+    if values.size and values.min() >= 0 and values.max() <= 1:
+        w_low, w_high = wilson_interval(mean, effective_tasks(values, max_n), confidence)
+        if w_low < low or w_high > high:
+            method = "wilson" if (w_low <= low and w_high >= high) else f"{method}+wilson"
+            low, high = min(low, w_low), max(high, w_high)
+    return Estimate(mean, se, float(low), float(high), int(values.size), method, confidence)
+
+
+# Variance of one task's difference used when a sample gives none (sd 0): the difference of two
+# independent Bernoulli(0.5) outcomes, 0.25 + 0.25 = 0.5, the largest a single-run solve-rate difference
+# of uncorrelated arms can have.
+FALLBACK_VAR_DIFF = 0.5
+
+
+def degenerate_sd_warning(what: str) -> str:
+    return (f"{what}: every task has the same difference (sd 0), which says nothing about the spread; "
+            f"using the conservative sd {math.sqrt(FALLBACK_VAR_DIFF):.3f} (variance {FALLBACK_VAR_DIFF}: two "
+            "independent Bernoulli(0.5) arms) instead")
 
 
 @dataclass(frozen=True)
@@ -102,24 +163,63 @@ class PairedComparison:
     n_tasks: int
     ci_method: str
     min_detectable_diff: float  # at the given alpha and power, for this many tasks
+    warning: str = ""  # set when sd(d) was 0 and the conservative fallback was used
 
     def to_dict(self) -> dict:
         return {"mean_diff": self.mean_diff, "se": self.se, "ci": [self.ci_low, self.ci_high],
                 "correlation": self.correlation, "n_tasks": self.n_tasks, "ci_method": self.ci_method,
-                "min_detectable_diff": self.min_detectable_diff}
+                "min_detectable_diff": self.min_detectable_diff, "warning": self.warning}
+
+
+def newcombe_interval(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of mean(a) - mean(b), from each arm's Wilson interval.
+
+    L = d - sqrt((p_a - l_a)^2 + (u_b - p_b)^2), U = d + sqrt((u_a - p_a)^2 + (p_b - l_b)^2), with each
+    arm's (l, u) from ``wilson_interval`` at n = T. The pairing term is left out, which widens the
+    interval when arms correlate positively (conservative).
+    """
+    pa, pb = float(a.mean()), float(b.mean())
+    la, ua = wilson_interval(pa, a.size, confidence)
+    lb, ub = wilson_interval(pb, b.size, confidence)
+    d = pa - pb
+    return d - math.hypot(pa - la, ub - pb), d + math.hypot(ua - pa, pb - lb)
 
 
 def paired_comparison(per_task_a: np.ndarray, per_task_b: np.ndarray, confidence: float = 0.95,
                       power: float = 0.8, seed: int = 0) -> PairedComparison:
+    """A - B with a task-clustered SE, CI and minimum detectable difference.
+
+    When every task has the same difference (0 vs 0, 100 vs 0, one task), sd(d) = 0 would give SE 0, a
+    point CI and a detectable difference of 0. Instead the comparison warns, uses the conservative
+    ``FALLBACK_VAR_DIFF`` for the SE and the detectable difference, and Newcombe's interval (for values
+    in [0, 1]) for the CI (``ci_method`` "newcombe").
+    """
     a, b = np.asarray(per_task_a, dtype=float), np.asarray(per_task_b, dtype=float)
     if a.shape != b.shape:
         raise ValueError(f"paired comparison needs the same tasks in both arms, got {a.size} and {b.size}")
     diff = a - b
-    est = estimate_mean(diff, confidence, seed)
     corr = float(np.corrcoef(a, b)[0, 1]) if a.size > 1 and a.std() > 0 and b.std() > 0 else float("nan")
-    mdd = minimum_detectable_difference(float(diff.std(ddof=1)) if diff.size > 1 else float("nan"),
-                                        diff.size, alpha=1 - confidence, power=power)
-    return PairedComparison(est.mean, est.se, est.ci_low, est.ci_high, corr, diff.size, est.ci_method, mdd)
+    sd = float(diff.std(ddof=1)) if diff.size > 1 else 0.0
+    if sd > 0:
+        est = estimate_mean(diff, confidence, seed)
+        mdd = minimum_detectable_difference(sd, diff.size, alpha=1 - confidence, power=power)
+        return PairedComparison(est.mean, est.se, est.ci_low, est.ci_high, corr, diff.size, est.ci_method, mdd)
+    sd = math.sqrt(FALLBACK_VAR_DIFF)
+    se = sd / math.sqrt(diff.size)
+    if min(a.min(), b.min()) >= 0 and max(a.max(), b.max()) <= 1:
+        low, high, method = *newcombe_interval(a, b, confidence), "newcombe"
+    else:
+        z = float(stats.norm.ppf(0.5 + confidence / 2))
+        low, high, method = float(diff.mean()) - z * se, float(diff.mean()) + z * se, "normal (fallback sd)"
+    mdd = minimum_detectable_difference(sd, diff.size, alpha=1 - confidence, power=power)
+    return PairedComparison(float(diff.mean()), se, low, high, corr, diff.size, method, mdd,
+                            degenerate_sd_warning("paired comparison"))
+
+
+def _check_sd(sd_diff: float) -> None:
+    if not sd_diff > 0:  # also catches NaN
+        raise ValueError(f"sd of per-task differences must be positive, got {sd_diff}; with no spread in the "
+                         f"data use the conservative sqrt(FALLBACK_VAR_DIFF) = {math.sqrt(FALLBACK_VAR_DIFF):.3f}")
 
 
 def _z_sum(alpha: float, power: float) -> float:
@@ -127,7 +227,12 @@ def _z_sum(alpha: float, power: float) -> float:
 
 
 def minimum_detectable_difference(sd_diff: float, n_tasks: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest true mean difference a paired two-sided test detects: (z_{1-a/2} + z_{1-b}) sd(d) / sqrt(T)."""
+    """Smallest true mean difference a paired two-sided test detects: (z_{1-a/2} + z_{1-b}) sd(d) / sqrt(T).
+
+    An sd of 0 (or NaN) is refused: it would claim any difference is detectable; use
+    ``FALLBACK_VAR_DIFF`` when a sample gives no spread.
+    """
+    _check_sd(sd_diff)
     return _z_sum(alpha, power) * sd_diff / math.sqrt(n_tasks)
 
 
@@ -135,6 +240,7 @@ def tasks_needed(delta: float, sd_diff: float, alpha: float = 0.05, power: float
     """Tasks needed to detect ``delta``: T = (z_{1-a/2} + z_{1-b})^2 Var(d) / delta^2, rounded up."""
     if delta <= 0:
         raise ValueError("the target difference must be positive")
+    _check_sd(sd_diff)
     return math.ceil(_z_sum(alpha, power) ** 2 * sd_diff**2 / delta**2)
 
 
