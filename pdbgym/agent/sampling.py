@@ -13,6 +13,9 @@ from __future__ import annotations
 import torch
 
 from pdbgym.agent.backends.base import LOGPROB_MODES
+from pdbgym.nucleus import nucleus_logprobs, nucleus_mask
+
+__all__ = ["draw_token", "nucleus_mask", "sampling_logprobs", "tempered_logprobs"]
 
 
 def tempered_logprobs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -21,27 +24,9 @@ def tempered_logprobs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.log_softmax(logits.float() / scale, dim=-1)
 
 
-def nucleus_mask(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Boolean mask ``[V]`` of the smallest set of most likely tokens whose mass reaches ``top_p``.
-
-    The most likely token is always kept, so the nucleus is never empty.
-    """
-    if top_p >= 1.0:
-        return torch.ones_like(logprobs, dtype=torch.bool)
-    sorted_lp, order = torch.sort(logprobs, descending=True)
-    mass_before = torch.cumsum(sorted_lp.exp(), dim=-1) - sorted_lp.exp()
-    keep_sorted = mass_before < top_p
-    keep_sorted[0] = True
-    mask = torch.zeros_like(keep_sorted)
-    mask[order] = keep_sorted
-    return mask
-
-
 def sampling_logprobs(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """The distribution tokens are drawn from: the nucleus, renormalized; ``-inf`` outside it."""
-    mask = nucleus_mask(logprobs, top_p)
-    kept = logprobs.masked_fill(~mask, float("-inf"))
-    return kept - torch.logsumexp(kept, dim=-1)
+    """The distribution tokens are drawn from: the nucleus (``pdbgym.nucleus``), renormalized; ``-inf`` outside."""
+    return nucleus_logprobs(logprobs, top_p)
 
 
 def draw_token(

@@ -33,11 +33,13 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, semantics: Logpr
     Shapes: ``logits`` [N, V] (any float dtype; upcast to fp32 before the logsumexp), ``targets`` [N]
     int64, result [N] fp32 nats. With ``top_p_renormalized`` and top_p < 1 the log-prob is
     log_softmax over the nucleus of the temperature-scaled distribution (the smallest set of most
-    likely tokens whose mass reaches top_p; tokens tied with the least likely member are kept), and a
+    likely tokens whose mass reaches top_p, ties kept: ``pdbgym.nucleus``), and a
     target OUTSIDE the nucleus gets -inf: the model could not have sampled it. Callers count those.
     Without renormalization top-p does not change the log-prob (SGLang's recent behaviour).
     """
     import torch
+
+    from pdbgym.nucleus import nucleus_mask
 
     scaled = logits.float()
     if semantics.temperature != 1.0:
@@ -49,11 +51,7 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, semantics: Logpr
         return (scaled.gather(-1, targets.unsqueeze(-1)) - log_normalizer).squeeze(-1)
     log_probs = scaled - log_normalizer
     picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    sorted_log_probs = torch.sort(log_probs, dim=-1, descending=True).values
-    sorted_probs = sorted_log_probs.exp()
-    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-    kept = mass_before < semantics.top_p  # the most likely token always has mass_before 0
-    log_nucleus_mass = torch.logsumexp(sorted_log_probs.masked_fill(~kept, float("-inf")), dim=-1)
-    smallest_kept = sorted_log_probs.masked_fill(~kept, float("inf")).amin(dim=-1)
-    inside = picked >= smallest_kept
+    mask = nucleus_mask(log_probs, semantics.top_p)
+    log_nucleus_mass = torch.logsumexp(log_probs.masked_fill(~mask, float("-inf")), dim=-1)
+    inside = mask.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return torch.where(inside, picked - log_nucleus_mass, torch.full_like(picked, float("-inf")))

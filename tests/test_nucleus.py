@@ -1,0 +1,70 @@
+"""The one top-p nucleus: the sampler's cases, the scorer's cases, and the tie rule both now share."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pdbgym.agent.sampling import draw_token
+from pdbgym.divergence.transform import token_logprobs
+from pdbgym.nucleus import nucleus_logprobs, nucleus_mask
+from pdbgym.rollouts.record import LogprobSemantics
+
+
+def test_sampler_cases_smallest_set_reaching_top_p_never_empty():
+    logprobs = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert nucleus_mask(logprobs, 0.7).tolist() == [True, True, False, False]
+    assert nucleus_mask(logprobs, 0.8).tolist() == [True, True, False, False]
+    assert nucleus_mask(logprobs, 0.81).tolist() == [True, True, True, False]
+    assert nucleus_mask(logprobs, 0.01).tolist() == [True, False, False, False]
+    assert nucleus_mask(logprobs[[2, 0, 3, 1]], 0.7).tolist() == [False, True, False, True]
+    assert nucleus_mask(logprobs, 1.0).all()
+
+
+def explicit_nucleus(logp: np.ndarray, top_p: float) -> set[int]:
+    """The definition by hand in float64: walk tokens by probability, keep ties of the last one kept."""
+    order = np.argsort(-logp, kind="stable")
+    before = np.concatenate([[0.0], np.cumsum(np.exp(logp[order]))[:-1]])
+    last = logp[order[before < top_p]].min()
+    return {int(i) for i in np.flatnonzero(logp >= last)}
+
+
+@pytest.mark.parametrize("top_p", [0.3, 0.5, 0.9, 0.99])
+def test_scorer_cases_match_explicit_nucleus_and_renormalize(top_p):
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, 50, generator=generator) * 3
+    semantics = LogprobSemantics(engine="t", temperature=0.7, top_p=top_p, top_p_renormalized=True)
+    targets = torch.arange(6) * 7
+    got = token_logprobs(logits, targets, semantics)
+    for row in range(6):
+        logp = torch.log_softmax(logits[row].double() / 0.7, -1).numpy()
+        kept = explicit_nucleus(logp, top_p)
+        assert set(torch.nonzero(nucleus_mask(torch.from_numpy(logp), top_p)).flatten().tolist()) == kept
+        target = int(targets[row])
+        expected = logp[target] - np.log(np.exp(logp[sorted(kept)]).sum()) if target in kept else -np.inf
+        assert float(got[row]) == pytest.approx(expected, abs=1e-4)
+
+
+def test_ties_with_the_last_kept_token_are_kept_by_sampler_and_scorer():
+    # 0.4 alone misses 0.5; the next token is one of three equal 0.2s: all three belong in.
+    logprobs = torch.log(torch.tensor([0.2, 0.4, 0.2, 0.2]))
+    assert nucleus_mask(logprobs, 0.5).tolist() == [True, True, True, True]
+    logprobs = torch.log(torch.tensor([0.2, 0.5, 0.2, 0.1]))
+    assert nucleus_mask(logprobs, 0.6).tolist() == [True, True, True, False]
+    semantics = LogprobSemantics(engine="t", temperature=1.0, top_p=0.6, top_p_renormalized=True)
+    scored = token_logprobs(logprobs.repeat(4, 1), torch.arange(4), semantics)
+    assert scored[0] == pytest.approx(math.log(0.2 / 0.9)) and scored[2] == pytest.approx(math.log(0.2 / 0.9))
+    assert scored[3] == -math.inf
+    # The sampler draws from the same set, and reports the same processed log-prob the scorer computes.
+    generator = torch.Generator().manual_seed(0)
+    drawn = {draw_token(logprobs, 1.0, 0.6, generator, "processed") for _ in range(200)}
+    assert {token for token, _ in drawn} == {0, 1, 2}
+    for token, reported in drawn:
+        assert reported == pytest.approx(float(scored[token]), abs=1e-6)
+
+
+def test_renormalized_nucleus_sums_to_one_over_rows():
+    logprobs = torch.log_softmax(torch.randn(3, 20, generator=torch.Generator().manual_seed(1)), -1)
+    renormalized = nucleus_logprobs(logprobs, 0.8)
+    assert torch.allclose(renormalized.exp().sum(-1), torch.ones(3))
