@@ -17,7 +17,7 @@ import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
@@ -104,8 +104,22 @@ def read_manifest(cache_dir: Path) -> list[ManifestEntry]:
                 f"{manifest_path} entry {index} must have string fields dataset, instance_id, path; "
                 f"got {item!r}"
             )
+        _check_inside(Path(cache_dir), item["path"], f"{manifest_path} entry {index}")
         entries.append(ManifestEntry(item["dataset"], item["instance_id"], item["path"]))
     return entries
+
+
+def _check_inside(cache_dir: Path, relpath: str, where: str) -> None:
+    """Refuse an entry path that leaves the cache folder: absolute, with a ``..`` component, or through a
+    symlink pointing out (every command reads manifests through :func:`read_manifest`, so none follows one)."""
+    parts = PurePosixPath(relpath).parts
+    if not relpath or PurePosixPath(relpath).is_absolute() or Path(relpath).is_absolute() or ".." in parts:
+        raise CacheFormatError(f"{where}: path {relpath!r} is not inside the cache folder; manifest paths are "
+                               "relative to it, without '..' (rewrite the manifest or rebuild the cache)")
+    folder = cache_dir.resolve()
+    if not (folder / relpath).resolve().is_relative_to(folder):
+        raise CacheFormatError(f"{where}: path {relpath!r} leads out of the cache folder {folder} through a "
+                               "symlink; copy the file into the cache instead")
 
 
 def write_manifest(cache_dir: Path, entries: Iterable[ManifestEntry]) -> Path:
@@ -116,9 +130,8 @@ def write_manifest(cache_dir: Path, entries: Iterable[ManifestEntry]) -> Path:
 
 
 def entry_file(cache_dir: Path, entry: ManifestEntry) -> Path:
-    """The file an entry points at (relative paths are taken from the cache folder)."""
-    path = Path(entry.path)
-    return path if path.is_absolute() else Path(cache_dir) / path
+    """The file an entry points at, inside the cache folder (:func:`read_manifest` refused any other)."""
+    return Path(cache_dir) / entry.path
 
 
 def load_file_dicts(path: Path) -> list[dict[str, Any]]:

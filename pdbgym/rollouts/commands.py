@@ -82,12 +82,12 @@ def validate_command(
 @app.command("summary")
 def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> None:
     """Instances, samples, tokens, masked tokens, solve rate and how episodes ended."""
-    from pdbgym.rollouts.cache import iter_cache, resolve_cache_dir
-    from pdbgym.rollouts.summary import summarize
+    from pdbgym.rollouts.cache import resolve_cache_dir
+    from pdbgym.rollouts.summary import summarize_cache
 
     folder = resolve_cache_dir(cache_dir)
     with file_progress("reading", enabled=not as_json) as on_file:
-        summary = summarize(iter_cache(folder, on_file=on_file))
+        summary = summarize_cache(folder, on_file=on_file)
     if as_json:
         print(json.dumps(_json_safe({"cache_dir": str(folder), **summary.to_dict()}), indent=2))
         return
