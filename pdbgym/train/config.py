@@ -1,0 +1,120 @@
+"""Config dataclasses of the ``pdbgym train`` family (SFT and DAgger; GRPO's lives in ``train.grpo``).
+
+Defaults are the seed recipe: the SFT layer that reached best_val_loss 0.11644 at step 156 of a
+312-row corpus (DoRA rank 24, seed 42, 4 epochs, lr 1e-4, effective batch 8, 16k context). Every field
+is a flag of ``pdbgym train sft`` with the same name (``--lora-alpha`` for ``lora_alpha``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Four attention projections per layer: with DoRA (lora_A, lora_B, magnitude per module) that is
+# 36 layers x 4 modules x 3 tensors = 432 tensors on Qwen3-4B, the seed adapter's recorded count.
+SEED_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass
+class SFTTrainConfig:
+    """Supervised fine-tuning of a LoRA/DoRA adapter on a ``pdbgym train corpus`` folder.
+
+    Optimisation (TRL ``SFTConfig`` underneath; AdamW, linear decay, no warmup):
+
+    - ``epochs`` passes over the training slice, or ``max_steps`` optimizer steps when > 0 (wins).
+    - ``effective_batch`` examples per optimizer step = ``micro_batch`` x gradient-accumulation steps x
+      processes; accumulation is ``effective_batch // (micro_batch * processes)``.
+    - ``lr``: peak learning rate of AdamW, decayed linearly to 0 over the run.
+    - Loss: mean cross-entropy (nats/token) over ids whose corpus mask is 1 (model-generated ids);
+      prompt, tool-output and template ids are labels -100 and carry no gradient.
+
+    Adapter: ``rank`` r, ``lora_alpha`` (scale alpha / r; default 2r), ``use_dora`` (DoRA: magnitude
+    vector per output row; off with ``--lora``) on ``target_modules``.
+
+    Lengths: ``max_length`` ids per example (TRL truncates the end beyond it);
+    ``max_tokens_per_example`` (0: off) cuts examples to that many ids before training (for small runs).
+
+    Validation: ``val_fraction`` of the corpus's task ids (whole tasks, drawn with ``seed``) are held
+    out; their mean loss is measured every ``eval_steps`` steps, a checkpoint saved each time, and the
+    lowest-loss checkpoint is the adapter written (TRL ``load_best_model_at_end``). The choice is
+    recorded in the selection ledger as a selection on that slice.
+    """
+
+    base: str
+    data: Path
+    out: Path
+    seed: int = 42
+    rank: int = 24
+    lora_alpha: int | None = None  # None: 2 * rank
+    use_dora: bool = True
+    target_modules: tuple[str, ...] = SEED_TARGET_MODULES
+    epochs: float = 4.0
+    lr: float = 1e-4
+    effective_batch: int = 8
+    micro_batch: int = 1
+    max_length: int = 16384
+    max_steps: int = 0
+    max_tokens_per_example: int = 0
+    val_fraction: float = 0.1
+    eval_steps: int = 10
+    gradient_checkpointing: bool = False
+    packing: bool = False
+    device: str = "auto"  # auto: cuda when available
+    name: str | None = None  # store name of the adapter; default: the out folder's name
+    store: Path | None = None  # adapter store root; default $PDBGYM_HOME/adapters
+    ledger: Path | None = None  # selection ledger; default $PDBGYM_HOME/selection-ledger.jsonl
+    report: bool = False
+    tensorboard: bool = False
+    register: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)  # passed to TRL's SFTConfig as given
+
+    @property
+    def alpha(self) -> int:
+        return self.lora_alpha if self.lora_alpha is not None else 2 * self.rank
+
+    def recipe(self) -> dict[str, Any]:
+        """The recipe recorded beside the adapter and in the store (store field names where they exist)."""
+        data = asdict(self)
+        for key in ("base", "data", "out", "store", "ledger", "report", "tensorboard", "register", "device"):
+            data.pop(key)
+        data["target_modules"] = list(self.target_modules)
+        data["lora_alpha"] = self.alpha
+        data["context"] = self.max_length
+        return data
+
+
+@dataclass
+class DaggerConfig:
+    """Online DAgger: the student rolls out, the teacher labels every student state, SFT on the aggregate.
+
+    Iteration i (0-based): the current student (``student`` for i = 0, else adapter ``iter{i-1}``) plays
+    ``runs`` episodes per training task; every assistant turn's context (the student's own history,
+    token-exact) is given to the teacher, whose next turn becomes a labelled example; examples of all
+    iterations so far are aggregated and an adapter ``iter{i}`` is trained by SFT from the same parent
+    as iteration 0 (the student's own weights), so each iterate is one adapter over one parent.
+    """
+
+    student: str
+    teacher: str
+    tasks: str
+    out: Path
+    iterations: int = 2
+    runs: int = 1
+    val_tasks: str | None = None
+    splits: Path | None = None
+    teacher_cache: Path | None = None
+    eval_runs: int = 1
+    turn_budget: int = 8
+    max_new_tokens: int = 64
+    max_context_tokens: int = 4096
+    temperature: float = 0.7
+    teacher_temperature: float = 0.0
+    tokenizer: str = "embedded"
+    device: str = "auto"
+    seed: int = 42
+    name_prefix: str | None = None  # store names: {prefix}-iter0, ...; default: the out folder's name
+    sft: dict[str, Any] = field(default_factory=dict)  # SFTTrainConfig fields for every iteration
+    store: Path | None = None
+    ledger: Path | None = None
+    report: bool = True
