@@ -129,6 +129,7 @@ def select_command(
         raise typer.BadParameter(f"--report-on {report_on} is the selection split; choose a held-out split "
                                  "(or --force to accept a biased number)")
     arms = [Arm.parse(c) for c in checkpoints]
+    tasks_for_split(tasks, report_on, splits)  # an empty or unknown report split fails before any episode
     _campaign(tasks, select_on, splits, checkpoints, runs, out / f"select-{select_on}", budget, 0.7, 0, True, None,
               f"checkpoint selection on {select_on}")
     val_tasks = [t.instance_id for t in tasks_for_split(tasks, select_on, splits)]

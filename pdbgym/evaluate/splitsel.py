@@ -39,4 +39,14 @@ def tasks_for_split(spec: str, split: str | None, splits_file: Path | None) -> l
     if overlaps:
         listing = "\n  ".join(sorted({o.describe() for o in overlaps})[:10])
         raise PdbgymError(f"{splits_file} has overlapping splits ({len(overlaps)} overlaps):\n  {listing}")
+    require_tasks_in_split(splits, split, splits_file)
     return [by_id[item["instance_id"]] for item in splits[split]]
+
+
+def require_tasks_in_split(splits: dict[str, list[dict]], split: str, splits_file: Path) -> None:
+    """Refuse to evaluate an empty split: it would run 0 episodes and report nothing, silently."""
+    from pdbgym.tasks.splits import empty_split_hint
+
+    if not splits.get(split):
+        sizes = ", ".join(f"{name}: {len(items)}" for name, items in splits.items())
+        raise PdbgymError(empty_split_hint(split, f"split '{split}' of {splits_file} holds no task ({sizes})"))

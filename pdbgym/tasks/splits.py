@@ -88,11 +88,20 @@ def assign_groups(group_sizes: Mapping[str, int], val_fraction: float, test_frac
     return assignment
 
 
+def empty_split_hint(split: str, what: str) -> str:
+    """``what`` followed by how to make a non-empty ``split`` (the fix an empty split needs)."""
+    return (f"{what}; evaluating on it runs nothing. To hold tasks out for it, rerun "
+            f"`pdbgym tasks split DIR --val 0.3 --test 0.2 --out FILE` (each of --val/--test is a fraction of "
+            f"the tasks) and pass that FILE to --splits")
+
+
 def split_warnings(data: Mapping[str, Any]) -> list[str]:
     """Pure: what a split file from ``make_splits`` fails to give that was asked for (empty when fine).
 
     Whole groups cannot always hit a fraction; a split that was asked for but got no task, or a train
-    split left empty, is worth telling the user (a finer ``--group-by`` usually helps).
+    split left empty, is worth telling the user (a finer ``--group-by`` usually helps). A val or test
+    split left empty because its fraction was 0 is warned too, with how to make one: ``eval --split`` and
+    ``eval select`` refuse an empty split.
     """
     splits = data["splits"]
     total = sum(len(items) for items in splits.values())
@@ -103,6 +112,9 @@ def split_warnings(data: Mapping[str, Any]) -> list[str]:
         wanted = round(float(data.get(f"{name}_fraction", 0.0)) * total)
         if wanted and not splits.get(name):
             warnings.append(f"{name} is empty though {wanted} of {total} task(s) were asked for {hint}")
+        elif total and not splits.get(name):
+            warnings.append(empty_split_hint(name, f"{name} is empty (--{name} was "
+                                                  f"{float(data.get(f'{name}_fraction', 0.0)):g})"))
     if total and not splits.get("train"):
         warnings.append(f"train is empty: every task went to val/test {hint}")
     return warnings

@@ -144,8 +144,31 @@ def test_one_large_group_does_not_swallow_val_and_empty_splits_are_warned() -> N
     assert assign_groups({"m": 14}, 0.3, 0.0, seed=0) == {"m": "train"}
     alone = {"splits": {"train": only["splits"]["val"], "val": [], "test": []}, "group_by": "source-module",
              "val_fraction": 0.3, "test_fraction": 0.0}
-    (warning,) = split_warnings(alone)
+    warning, test_warning = split_warnings(alone)
     assert "val is empty though 1 of 4 task(s) were asked for (1 group(s) by source-module" in warning
+    assert test_warning.startswith("test is empty (--test was 0)") and "--test 0.2" in test_warning
+
+
+def test_split_with_the_default_test_fraction_warns_that_test_is_empty(corpus: Path, tmp_path: Path) -> None:
+    app = typer.Typer()
+    register(app)
+    made = CliRunner().invoke(app, ["split", str(corpus), "--val", "0.3", "--group-by", "function", "--out",
+                                    str(tmp_path / "splits.json"), "--json"])
+    assert made.exit_code == 0, made.output
+    report = json.loads(made.output)
+    assert report["tasks"]["test"] == 0
+    assert any(w.startswith("test is empty") and "pdbgym tasks split" in w for w in report["warnings"])
+
+
+def test_evaluating_an_empty_split_is_an_error_that_says_how_to_make_one(corpus: Path, tmp_path: Path) -> None:
+    from pdbgym.errors import PdbgymError
+    from pdbgym.evaluate.splitsel import tasks_for_split
+
+    split_file = tmp_path / "splits.json"
+    write_splits(make_splits(corpus, 0.3, 0.0, "function", 0), split_file)
+    assert tasks_for_split(str(corpus), "val", split_file)
+    with pytest.raises(PdbgymError, match=r"split 'test' of .* holds no task .*--test 0.2"):
+        tasks_for_split(str(corpus), "test", split_file)
 
 
 def test_write_splits_refuses_overlapping_splits_for_library_callers(corpus: Path, tmp_path: Path) -> None:
@@ -154,3 +177,15 @@ def test_write_splits_refuses_overlapping_splits_for_library_callers(corpus: Pat
     with pytest.raises(SplitError, match="refusing to write .*overlap"):
         write_splits(data, tmp_path / "leaky.json")
     assert not (tmp_path / "leaky.json").exists()
+
+
+def test_eval_select_on_an_empty_report_split_fails_before_any_episode(corpus: Path, tmp_path: Path) -> None:
+    from pdbgym.cli import app
+
+    split_file = tmp_path / "splits.json"
+    write_splits(make_splits(corpus, 0.3, 0.0, "function", 0), split_file)
+    out = tmp_path / "select"
+    result = CliRunner().invoke(app, ["eval", "select", "--checkpoint", "a=scripted", "--checkpoint", "b=scripted",
+                                      "--splits", str(split_file), "--tasks", str(corpus), "--out", str(out)])
+    assert result.exit_code != 0
+    assert "holds no task" in result.output + str(result.exception) and not out.exists()
