@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -29,12 +29,25 @@ def list_command(
         print(json.dumps([{**t.to_json(), "path": str(t.path)} for t in tasks], indent=2))
         return
     table = Table(title=f"{len(tasks)} task(s) in {spec}")
-    for column in ("instance_id", "bug_class", "difficulty", "FAIL_TO_PASS", "PASS_TO_PASS", "split"):
+    table.add_column("instance_id", no_wrap=True)  # an id is copied into other commands: never cut
+    for column in ("bug_class", "difficulty", "FAIL_TO_PASS", "PASS_TO_PASS", "split"):
         table.add_column(column)
     for t in tasks:
         table.add_row(t.instance_id, t.bug_class or "-", t.difficulty or "-", str(len(t.FAIL_TO_PASS)),
                       str(len(t.PASS_TO_PASS)), t.split or "-")
-    console.print(table)
+    print_whole(table, console)
+
+
+def print_whole(renderable: Any, out: Console) -> None:
+    """Print ``renderable`` uncut: on a terminal at its width, else (a pipe, a file) as wide as it needs.
+
+    Piped output has no width to respect, and rich's default of 80 columns would cut table cells.
+    """
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    needed = out.measure(renderable, options=out.options.update_width(10_000)).maximum
+    Console(file=out.file, width=max(out.width, needed), no_color=out.no_color).print(renderable)
 
 
 @app.command("validate")
