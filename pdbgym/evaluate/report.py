@@ -120,7 +120,7 @@ def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     return figures
 
 
-def _plot_heatmap(plt: Any, summary: dict[str, Any], path: Path) -> Path:
+def heatmap_figure(plt: Any, summary: dict[str, Any]) -> Any:
     """Per-task solve rate, tasks down and arms across; arm labels slanted so long names do not overlap."""
     arms, tasks = summary["arms"], list(summary["per_task"])
     longest = max(len(a) for a in arms)
@@ -133,7 +133,12 @@ def _plot_heatmap(plt: Any, summary: dict[str, Any], path: Path) -> Path:
     ax.set_yticks(range(len(tasks)), tasks, fontsize=7)
     fig.colorbar(image, ax=ax, label="solve rate", fraction=0.08, pad=0.04)
     ax.set_title("per-task solve rate")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return fig
+
+
+def _plot_heatmap(plt: Any, summary: dict[str, Any], path: Path) -> Path:
+    fig = heatmap_figure(plt, summary)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the saved box holds every label, colour bar's too
     plt.close(fig)
     return path
 
