@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.env import files
-from pdbgym.env.grading import GradeResult, grade
-from pdbgym.env.testrun import run_tests
+from pdbgym.env.grading import GradeResult, grade, grading_plan
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.tasks.model import Task
+from pdbgym.tasks.testrun import run_tests
 from pdbgym.termination import TERMINATION_REASONS
 
 
@@ -161,14 +161,23 @@ class DebugEnv:
             return self._edit(args), False
         if action.tool == "run_tests":
             nodes = self.task.all_tests if args.get("which") == "all" else self.task.FAIL_TO_PASS
-            run = run_tests(self.sandbox, self.ws, self.task, nodes)
-            tail = bound_text(run.output, 4000)
-            return f"{run.summary(nodes)}\n\npytest output:\n{tail}", False
+            return self._run_tests(nodes), False
         if action.tool == "submit":
             result = self._finish_graded("submitted")
             verdict = "All tests pass." if result.final_test_passed else "Some tests still fail."
             return f"Submitted. {verdict}\n{self._grading_summary()}", True
         raise ActionError(f"unknown tool '{action.tool}'")
+
+    def _run_tests(self, nodes: list[str]) -> str:
+        """The agent's own run, in its workspace, through the hardened runner. What it shows is for the
+        agent's information only: the episode's result always comes from a fresh grading run."""
+        run = run_tests(self.sandbox, self.ws, self.task, nodes)
+        text = f"{run.summary(nodes)}\n\npytest output:\n{bound_text(run.output, 4000)}"
+        ignored = grading_plan(self.task, self.ws).ignored
+        if ignored:
+            rows = [f"  {path}: {why}" for path, why in list(ignored.items())[:10]]
+            text += "\n\nGrading will NOT take these files (it uses the original or leaves them out):\n" + "\n".join(rows)
+        return text
 
     def _pdb(self, command: str) -> str:
         # A session whose process died is restarted by ``send`` itself, breakpoints kept; a new one is
@@ -205,6 +214,7 @@ class DebugEnv:
     # -- ending ----------------------------------------------------------------------------------
 
     def _finish_graded(self, how: str) -> EpisodeResult:
+        self._close_session()  # the agent's processes end before grading reads its workspace
         graded = grade(self.task, self.ws, self.sandbox)
         reason = "solved" if graded.final_test_passed else "finish_unresolved"
         return self._finish(reason, how, graded)
@@ -213,10 +223,13 @@ class DebugEnv:
         if reason not in TERMINATION_REASONS:
             raise PdbgymError(f"unknown termination reason '{reason}'; use one of {TERMINATION_REASONS}")
         if graded is None and self.workspace is not None:
+            self._close_session()
             try:
                 graded = grade(self.task, self.ws, self.sandbox)
             except Exception as exc:  # grading itself failed: the episode still ends, unsolved, with the reason
                 reason, detail = "other", f"{detail}; grading failed: {exc!r}"
+        if graded is not None and graded.tampered:  # forgery overrides whatever else ended the episode
+            reason, detail = "tampered", f"{detail}; grading saw forged test results: {graded.tampered[0]}"
         self.result = EpisodeResult(
             instance_id=self.task.instance_id,
             termination_reason=reason,
@@ -226,10 +239,13 @@ class DebugEnv:
             detail=detail,
             grading=graded.to_dict() if graded else {},
         )
+        self._close_session()
+        return self.result
+
+    def _close_session(self) -> None:
         if self.session is not None:
             self.session.close()
             self.session = None
-        return self.result
 
     def terminate(self, reason: str, detail: str = "") -> EpisodeResult:
         """End the episode for a reason the agent loop decides (``ctx_overflow``, ``other``); grades it."""
@@ -241,6 +257,9 @@ class DebugEnv:
     def _grading_summary(self) -> str:
         grading = self.result.grading if self.result else {}
         rows = [f"  {o:>8}  {n}" for part in ("FAIL_TO_PASS", "PASS_TO_PASS") for n, o in grading.get(part, {}).items()]
+        if grading.get("tampered"):
+            rows.insert(0, "  TAMPERED: the test results were forged; graded unsolved: " + grading["tampered"][0])
+        rows += [f"  ignored by grading: {path}: {why}" for path, why in list(grading.get("ignored_files", {}).items())[:10]]
         return "\n".join(rows)
 
     def _info(self) -> dict[str, Any]:

@@ -1,67 +1,45 @@
-"""Grading: run the task's tests afresh with the original test files restored.
+"""Grading: run the task's tests afresh, on a tree holding only the agent changes grading allows.
 
-Edits to tests never count: grading builds a separate tree from the task's pristine repo and overlays
-only the agent's changes to non-test files. Solved means every FAIL_TO_PASS and every PASS_TO_PASS test
-passed; a test missing from the run counts as failed.
+The agent controls every file it can write, so grading is built as a security boundary (the threat model
+is in docs/sandbox.md, "Grading as a security boundary"). The grading tree is the task's pristine repo
+plus the agent's changes to ordinary source files (``pdbgym.env.gradetree``; tests, test configuration,
+start-up files and modules that would shadow the standard library or the test runner are never taken,
+and each one ignored is listed with its reason). The tests run through the hardened runner
+(``pdbgym.tasks.testrun``): an isolated interpreter with the project last on ``sys.path`` and a result
+channel judged record by record. Solved means every FAIL_TO_PASS and every PASS_TO_PASS test passed and
+the channel showed no forgery; a test missing from the run counts as failed; a forged run is tampered.
 """
 
 from __future__ import annotations
 
-import filecmp
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from pdbgym.env.testrun import run_tests
+from pdbgym.env.gradetree import TreePlan, overlay_agent_changes
 from pdbgym.sandbox import Sandbox
-from pdbgym.sandbox.environment import SANDBOX_HOME_DIR
 from pdbgym.tasks.model import Task
+from pdbgym.tasks.protect import is_protected_path
+from pdbgym.tasks.testrun import run_tests
 
-_TEST_DIR_NAMES = {"tests", "test", "testing"}
-_TEST_CONFIG_FILES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py"}
-
-
-def is_protected_path(rel_path: str) -> bool:
-    """True for files whose agent edits grading ignores: tests, conftest and test configuration."""
-    path = PurePosixPath(rel_path)
-    name = path.name
-    if name in _TEST_CONFIG_FILES:
-        return True
-    if name.startswith("test_") or name.endswith("_test.py"):
-        return True
-    return any(part in _TEST_DIR_NAMES for part in path.parts[:-1])
-
-
-def _files(root: Path) -> set[str]:
-    return {
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".pdbgym-")
-        and p.relative_to(root).parts[0] != SANDBOX_HOME_DIR
-    }
-
-
-def changed_source_files(task: Task, workspace: Path) -> tuple[list[str], list[str]]:
-    """Non-test files the agent changed or created, and those it deleted (repo-relative)."""
-    original, current = _files(task.repo), _files(workspace)
-    changed = [
-        f for f in sorted(current)
-        if not is_protected_path(f) and (f not in original or not filecmp.cmp(task.repo / f, workspace / f, shallow=False))
-    ]
-    deleted = [f for f in sorted(original - current) if not is_protected_path(f)]
-    return changed, deleted
+__all__ = ["GradeResult", "grade", "grading_plan", "is_protected_path"]
 
 
 @dataclass
 class GradeResult:
-    """The outcome of grading. ``final_test_passed`` is the reward; nothing the agent says changes it."""
+    """The outcome of grading. ``final_test_passed`` is the reward; nothing the agent says changes it.
+
+    ``ignored_files`` maps each agent change grading did not take to the reason; ``tampered`` lists the
+    signs of forgery the result channel showed (non-empty: graded unsolved, the episode ends tampered).
+    """
 
     final_test_passed: bool
     fail_to_pass: dict[str, str] = field(default_factory=dict)
     pass_to_pass: dict[str, str] = field(default_factory=dict)
     changed_files: list[str] = field(default_factory=list)
+    ignored_files: dict[str, str] = field(default_factory=dict)
+    tampered: list[str] = field(default_factory=list)
     output: str = ""
     timed_out: bool = False
     duration_s: float = 0.0
@@ -72,31 +50,35 @@ class GradeResult:
             "FAIL_TO_PASS": self.fail_to_pass,
             "PASS_TO_PASS": self.pass_to_pass,
             "changed_files": self.changed_files,
+            "ignored_files": self.ignored_files,
+            "tampered": self.tampered,
             "timed_out": self.timed_out,
             "duration_s": round(self.duration_s, 3),
             "output": self.output,
         }
 
 
+def grading_plan(task: Task, workspace: Path) -> TreePlan:
+    """What grading would take from ``workspace`` now (built in a scratch tree, then removed)."""
+    with tempfile.TemporaryDirectory(prefix="pdbgym-plan-") as tmp:
+        return overlay_agent_changes(task.repo, workspace, Path(tmp) / "repo")
+
+
 def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
-    """Grade the agent's workspace against the task's pristine tests."""
+    """Grade the agent's workspace against the task's pristine tests, in a fresh grading tree."""
     started = time.perf_counter()
-    changed, deleted = changed_source_files(task, workspace)
     with tempfile.TemporaryDirectory(prefix="pdbgym-grade-") as tmp:
         tree = Path(tmp) / "repo"
-        shutil.copytree(task.repo, tree, ignore=shutil.ignore_patterns("__pycache__"))
-        for rel in changed:
-            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(workspace / rel, tree / rel)
-        for rel in deleted:
-            (tree / rel).unlink(missing_ok=True)
+        plan = overlay_agent_changes(task.repo, workspace, tree)
         run = run_tests(sandbox, tree, task, task.all_tests)
     outcome = {n: run.outcomes.get(n, "missing") for n in task.all_tests}
     return GradeResult(
         final_test_passed=run.all_passed(task.all_tests),
         fail_to_pass={n: outcome[n] for n in task.FAIL_TO_PASS},
         pass_to_pass={n: outcome[n] for n in task.PASS_TO_PASS},
-        changed_files=changed + [f"(deleted) {f}" for f in deleted],
+        changed_files=plan.changed + [f"(deleted) {f}" for f in plan.deleted],
+        ignored_files=plan.ignored,
+        tampered=run.tampered,
         output=run.output,
         timed_out=run.timed_out,
         duration_s=time.perf_counter() - started,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from pdbgym.env.testrun import SuiteRun, run_tests
+from pdbgym.tasks.testrun import SuiteRun, run_tests
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.tasks.model import TASK_FILE, Task, load_task
 from pdbgym.tasks.patches import apply_patch, parse_patch

@@ -1,0 +1,70 @@
+"""Which files of a task's repo grading never takes from an agent, and why.
+
+An agent controls every file it can write; grading takes only its changes to ordinary source files.
+Never taken: tests and test configuration (``is_protected_path``), files Python or pytest load by
+themselves (``sitecustomize.py``, ``usercustomize.py``, ``*.pth``, ``conftest.py`` anywhere), compiled
+bytecode, and modules whose top-level import name would shadow the standard library, pytest, pluggy or
+pdbgym when their folder is on ``sys.path`` (``json.py``, ``pytest.py``, ``_pytest/``...).
+``ignore_reason`` says why a path is not taken, or None when it is.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import PurePosixPath
+
+_TEST_DIR_NAMES = {"tests", "test", "testing"}
+_TEST_CONFIG_FILES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py"}
+_STARTUP_FILES = {"sitecustomize.py", "usercustomize.py"}
+# Import names the grading run relies on, besides the standard library.
+_RUNNER_MODULES = {"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "pytest_timeout", "pdbgym"}
+SHADOW_NAMES: frozenset[str] = frozenset(set(sys.stdlib_module_names) | _RUNNER_MODULES | {"__future__"})
+_MODULE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyw", ".so", ".pyd")
+
+
+def is_protected_path(rel_path: str) -> bool:
+    """True for files whose agent edits grading ignores: tests, conftest and test configuration."""
+    path = PurePosixPath(rel_path)
+    name = path.name
+    if name in _TEST_CONFIG_FILES:
+        return True
+    if name.startswith("test_") or name.endswith("_test.py"):
+        return True
+    return any(part in _TEST_DIR_NAMES for part in path.parts[:-1])
+
+
+def import_name(entry: str) -> str:
+    """The top-level import name a file or folder called ``entry`` provides (``json.py`` -> ``json``,
+    ``_json.cpython-311-x86_64-linux-gnu.so`` -> ``_json``, ``pkg`` -> ``pkg``)."""
+    for suffix in _MODULE_SUFFIXES:
+        if entry.endswith(suffix):
+            return entry[: -len(suffix)].split(".", 1)[0]
+    return entry
+
+
+def ignore_reason(rel_path: str, is_package: Callable[[str], bool]) -> str | None:
+    """Why grading does not take the agent's version of ``rel_path`` (repo-relative, '/'-separated), or None.
+
+    ``is_package(folder)`` says whether a repo-relative folder holds an ``__init__.py``; a folder that
+    does not may be put on ``sys.path`` (pytest's rootdir insertion, an ini ``pythonpath``), so names
+    directly inside it are checked for shadowing like names at the repo root.
+    """
+    path = PurePosixPath(rel_path)
+    name = path.name
+    if is_protected_path(rel_path):
+        return "test file or test configuration: grading uses the task's original"
+    if name in _STARTUP_FILES:
+        return f"{name} runs at interpreter start-up: never taken"
+    if name.endswith(".pth"):
+        return ".pth files run at interpreter start-up: never taken"
+    if name.endswith((".pyc", ".pyo")) or "__pycache__" in path.parts:
+        return "compiled bytecode: grading runs from source"
+    parts = path.parts
+    for depth, part in enumerate(parts):
+        folder = "/".join(parts[:depth])
+        if (depth == 0 or not is_package(folder)) and import_name(part) in SHADOW_NAMES:
+            where = "the repo root" if depth == 0 else f"'{folder}' (not a package, so it can be on sys.path)"
+            return (f"'{part}' at {where} would shadow the module '{import_name(part)}' that Python or the "
+                    "test runner imports: never taken")
+    return None

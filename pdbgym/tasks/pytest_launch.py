@@ -1,0 +1,47 @@
+"""Start pytest for a task's tests in an isolated interpreter: ``python -I -B -m pdbgym.tasks.pytest_launch
+ROOT [pytest arguments...]``.
+
+``-I`` drops the user site and every ``PYTHON*`` variable and keeps the working folder off ``sys.path``.
+Here ``ROOT`` (the project) is appended to the END of ``sys.path``, so no project module can shadow the
+standard library, pytest or pdbgym; pytest, every one of its default plugins, pytest-timeout and the
+report plugin are imported before any project code, and the process leaves with ``os._exit`` taken at
+start, so exit hooks a project registers never run and cannot change the exit status.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+_exit = os._exit
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        sys.stderr.write("usage: python -I -B -m pdbgym.tasks.pytest_launch ROOT [pytest arguments...]\n")
+        return 4
+    root, args = os.path.abspath(argv[0]), argv[1:]
+    for name in [n for n in os.environ if n.startswith("PYTEST_")]:
+        del os.environ[name]  # PYTEST_ADDOPTS, PYTEST_PLUGINS: only the arguments given here count
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != root] + [root]
+    import pytest
+    from _pytest.config import default_plugins, essential_plugins
+
+    for name in (*essential_plugins, *default_plugins):
+        importlib.import_module(f"_pytest.{name}")
+    pytest_timeout = importlib.import_module("pytest_timeout")
+    from pdbgym.tasks import pytest_report
+
+    return int(pytest.main(args, plugins=[pytest_report, pytest_timeout]))
+
+
+if __name__ == "__main__":
+    status = main(sys.argv[1:])
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    _exit(status)

@@ -1,0 +1,194 @@
+"""Run a task's tests inside the sandbox, hardened, and read each test's outcome from the result channel.
+
+The run (``pdbgym.tasks.pytest_launch``) starts an isolated interpreter with the project last on
+``sys.path``, the task's pristine pytest configuration named explicitly, and the report plugin streaming
+one JSON record per test phase through a FIFO as pytest reports it. This side reads the stream while the
+run goes on and judges it (``judge``): the first record for a test phase wins; a second one, a record for
+a test not asked for, a record after the end record, a missing or inconsistent end record, an exit
+status that disagrees with the records, or a failed self-check of the plugin marks the run tampered.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pdbgym.errors import TaskFormatError
+from pdbgym.sandbox import Limits, Sandbox, sandbox_env
+from pdbgym.tasks.model import Task
+from pdbgym.tasks.verdict import judge
+
+# The plugin reads the FIFO's path from this variable (pytest_report.CHANNEL_ENV; not imported here,
+# which would import pytest on the host).
+CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
+MAX_CHANNEL_BYTES = 32 * 1024**2  # far above any honest run (about 150 bytes a phase record)
+_CONFIG_FILES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
+                 "setup.cfg")
+_CONFIG_SECTIONS = {"pyproject.toml": ("[tool.pytest.ini_options]", "[tool.pytest]"), "tox.ini": ("[pytest]",),
+                    "setup.cfg": ("[tool:pytest]",)}
+
+
+@dataclass
+class SuiteRun:
+    """Outcomes of one pytest run. ``outcomes`` maps node id -> passed/failed/error/skipped/incomplete.
+
+    ``tampered`` lists what the result channel showed of forgery; a tampered run passes nothing.
+    """
+
+    outcomes: dict[str, str] = field(default_factory=dict)
+    output: str = ""
+    timed_out: bool = False
+    duration_s: float = 0.0
+    returncode: int | None = None
+    tampered: list[str] = field(default_factory=list)
+
+    def passed(self, node: str) -> bool:
+        """A test missing from the report (not collected, crashed run, timeout) counts as failed."""
+        return not self.tampered and self.outcomes.get(node) == "passed"
+
+    def all_passed(self, nodes: list[str]) -> bool:
+        return all(self.passed(n) for n in nodes)
+
+    def failing(self, nodes: list[str]) -> list[str]:
+        return [n for n in nodes if not self.passed(n)]
+
+    def summary(self, nodes: list[str]) -> str:
+        lines = [f"{self.outcomes.get(n, 'missing (counted as failed)'):>8}  {n}" for n in nodes]
+        passed = sum(self.passed(n) for n in nodes)
+        head = f"{passed}/{len(nodes)} passed"
+        if self.timed_out:
+            head += " (the run hit its wall-clock limit)"
+        if self.tampered:
+            head += " (TAMPERED: the test results were forged, nothing counts as passed: " + \
+                "; ".join(self.tampered[:3]) + ")"
+        return head + "\n" + "\n".join(lines)
+
+
+def pytest_extra_args(task: Task) -> list[str]:
+    """The task author's pytest options from ``test_command`` ('python -m pytest [options]')."""
+    argv = shlex.split(task.test_command)
+    for prefix in (["python", "-m", "pytest"], ["python3", "-m", "pytest"], ["pytest"]):
+        if argv[: len(prefix)] == prefix:
+            return argv[len(prefix):]
+    raise TaskFormatError(f"{task.instance_id}: test_command {task.test_command!r} must run pytest, as "
+                          "'python -m pytest [options]'")
+
+
+def pristine_config(root: Path, nodes: list[str]) -> Path | None:
+    """The pytest configuration file pytest would pick for ``nodes``, searched from their common folder up
+    to ``root`` only (never above it), in pytest's order of preference."""
+    folders = [Path(n.split("::", 1)[0]).parent for n in nodes] or [Path(".")]
+    common = Path(os.path.commonpath([str(f) for f in folders]) or ".")
+    for folder in [common, *common.parents]:
+        for name in _CONFIG_FILES:
+            candidate = root / folder / name
+            if not candidate.is_file() or candidate.is_symlink():
+                continue
+            sections = _CONFIG_SECTIONS.get(name)
+            if sections is None or any(s in candidate.read_text(errors="replace") for s in sections):
+                return candidate
+    return None
+
+
+def launch_argv(task: Task, root: Path, nodes: list[str], python: str = sys.executable) -> list[str]:
+    """The hardened pytest command for ``nodes`` in ``root``: isolated interpreter, pristine config."""
+    config = pristine_config(root, nodes)
+    return [
+        python, "-I", "-B", "-m", "pdbgym.tasks.pytest_launch", str(root),
+        *pytest_extra_args(task),
+        "-c", str(config) if config is not None else os.devnull,
+        f"--rootdir={root}", f"--confcutdir={root}",
+        "--import-mode=append",
+        "-p", "no:cacheprovider",
+        f"--timeout={task.test_timeout_s:g}",
+        # No capture: test output goes straight to the sandbox's bounded pipe, never to a capture file
+        # that the file-size limit would cut (a test printing 200 MB must not fail a correct fix).
+        "-s",
+        "-q",
+        *nodes,
+    ]
+
+
+class _ChannelReader:
+    """Reads the FIFO the plugin writes, on a thread, while the sandboxed run goes on."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path, 0o600)
+        os.chmod(path, 0o622)  # the sandbox may run under another uid; only this side can read
+        self.path = path
+        self.read_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self.keep_fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)  # no EOF while the run has not opened it
+        self.data = bytearray()
+        self.overflow = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            if len(self.data) + len(chunk) > MAX_CHANNEL_BYTES:
+                self.overflow = True
+                continue
+            self.data += chunk
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.read_fd], [], [], 0.05)
+            if ready:
+                self._drain()
+
+    def finish(self) -> bytes:
+        self._stop.set()
+        self._thread.join()
+        self._drain()
+        for fd in (self.read_fd, self.keep_fd):
+            os.close(fd)
+        self.path.unlink(missing_ok=True)
+        return bytes(self.data)
+
+
+def run_tests(
+    sandbox: Sandbox,
+    root: Path,
+    task: Task,
+    nodes: list[str],
+    *,
+    limits: Limits | None = None,
+) -> SuiteRun:
+    """Run ``nodes`` in ``root`` under ``sandbox``; never raises for test failures or timeouts."""
+    root = Path(root).resolve()
+    argv = launch_argv(task, root, nodes)
+    wall = min(600.0, 30.0 + task.test_timeout_s * max(1, len(nodes)))
+    limits = limits or Limits(wall_time_s=wall)
+    channel = _ChannelReader(root / f".pdbgym-results-{uuid.uuid4().hex}")
+    started = time.perf_counter()
+    try:
+        env = sandbox_env(root, {CHANNEL_ENV: str(channel.path)})
+        result = sandbox.run(argv, root, limits, env=env)
+    finally:
+        stream = channel.finish()
+    outcomes, tampered = judge(stream, nodes, result.returncode, result.timed_out)
+    if channel.overflow:
+        tampered.append(f"the result channel carried over {MAX_CHANNEL_BYTES} bytes")
+    return SuiteRun(
+        outcomes=outcomes,
+        output=result.output,
+        timed_out=result.timed_out,
+        duration_s=time.perf_counter() - started,
+        returncode=result.returncode,
+        tampered=tampered,
+    )
+

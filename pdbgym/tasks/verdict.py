@@ -1,0 +1,120 @@
+"""Judge the stream of result records of one test run: per-test outcomes, and any sign of forgery.
+
+Records (from ``pdbgym.tasks.pytest_report``): ``start``, then one ``phase`` per reported test phase
+(``nodeid``, ``when`` in setup/call/teardown, ``outcome`` in passed/failed/skipped), then one ``end``
+(``exitstatus``, ``phases``, ``selfcheck``), each with ``seq`` counting from 0. A test is passed only when
+its setup, call and teardown all passed. Signs of forgery (each makes the run tampered): a sequence
+number out of order, a record that is not JSON, a second record for a test phase, a record for a test
+not asked for, anything after the end record, a second end record, an end record whose phase count
+disagrees with the stream, a process exit status other than the end record's, an exit status that
+disagrees with the outcomes, a clean exit (0) with no end record, or a failed self-check.
+"""
+
+from __future__ import annotations
+
+import json
+
+_WHENS = ("setup", "call", "teardown")
+_OUTCOMES = ("passed", "failed", "skipped")
+# pytest's exit statuses: 0 all passed, 1 some failed, 2 interrupted, 3 internal error, 4 usage error,
+# 5 nothing collected.
+_OK, _TESTS_FAILED = 0, 1
+
+
+def decode_records(stream: bytes) -> tuple[list[dict], list[str]]:
+    """The JSON records of the channel, and what in it was not a well-formed record."""
+    records, problems = [], []
+    for line in stream.split(b"\n"):
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            problems.append(f"a record that is not JSON: {line[:80]!r}")
+            continue
+        if not isinstance(record, dict):
+            problems.append(f"a record that is not an object: {line[:80]!r}")
+            continue
+        records.append(record)
+    return records, problems
+
+
+def outcome_of(phases: dict[str, str]) -> str:
+    """One test's outcome from its phases' outcomes."""
+    if phases.get("call") == "failed":
+        return "failed"
+    if "failed" in phases.values():
+        return "error"
+    if "skipped" in phases.values():
+        return "skipped"
+    if all(phases.get(w) == "passed" for w in _WHENS):
+        return "passed"
+    return "incomplete"
+
+
+def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bool) -> tuple[dict[str, str], list[str]]:
+    """``(outcomes, tampered)`` for a run asked to run ``nodes`` that exited with ``returncode``."""
+    records, tampered = decode_records(stream)
+    wanted = set(nodes)
+    phases: dict[str, dict[str, str]] = {}
+    end: dict | None = None
+    phase_count = 0
+    for expected_seq, record in enumerate(records):
+        kind = record.get("kind")
+        if record.get("seq") != expected_seq:
+            tampered.append(f"record {expected_seq} carries sequence number {record.get('seq')!r}")
+        if end is not None:
+            tampered.append(f"a {kind!r} record came after the end record")
+            continue
+        if kind == "start":
+            if expected_seq != 0:
+                tampered.append("a second start record")
+        elif kind == "phase":
+            phase_count += 1
+            _take_phase(record, wanted, phases, tampered)
+        elif kind == "end":
+            end = record
+        else:
+            tampered.append(f"a record of unknown kind {kind!r}")
+    if records and records[0].get("kind") != "start":
+        tampered.append("the stream does not begin with the start record")
+    outcomes = {nodeid: outcome_of(p) for nodeid, p in phases.items()}
+    tampered += _check_end(end, phase_count, outcomes, returncode, timed_out)
+    return outcomes, tampered
+
+
+def _take_phase(record: dict, wanted: set[str], phases: dict[str, dict[str, str]], tampered: list[str]) -> None:
+    nodeid, when, outcome = record.get("nodeid"), record.get("when"), record.get("outcome")
+    if not isinstance(nodeid, str) or when not in _WHENS or outcome not in _OUTCOMES:
+        tampered.append(f"a malformed phase record: {str(record)[:120]}")
+        return
+    if nodeid not in wanted:
+        tampered.append(f"a record for {nodeid}, a test that was not asked for")
+        return
+    seen = phases.setdefault(nodeid, {})
+    if when in seen:
+        tampered.append(f"a second report for {nodeid} ({when}): the first one counts")
+        return
+    seen[when] = outcome
+
+
+def _check_end(end: dict | None, phase_count: int, outcomes: dict[str, str], returncode: int | None,
+               timed_out: bool) -> list[str]:
+    if end is None:
+        if returncode == 0 and not timed_out:
+            return ["pytest exited 0 without its end record (the session was cut short)"]
+        return []  # killed, crashed or a usage error: missing outcomes count as failed, nothing forged
+    problems = [f"the plugin's self-check: {p}" for p in end.get("selfcheck") or []]
+    if not isinstance(end.get("selfcheck"), list):
+        problems.append("the end record has no self-check")
+    status = end.get("exitstatus")
+    if end.get("phases") != phase_count:
+        problems.append(f"the end record counts {end.get('phases')!r} phase records, the stream holds {phase_count}")
+    if not timed_out and returncode is not None and returncode >= 0 and returncode != status:
+        problems.append(f"pytest's session ended with status {status!r} but the process exited {returncode}")
+    failed = [n for n, o in outcomes.items() if o in ("failed", "error")]
+    if status == _OK and failed:
+        problems.append(f"exit status 0 although {failed[0]} failed")
+    if status == _TESTS_FAILED and not failed:
+        problems.append("exit status 1 (tests failed) although no failure was reported")
+    return problems
