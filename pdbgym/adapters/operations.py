@@ -176,11 +176,9 @@ def register_path(store: Store, path: Path, parent_ref: str | None, names: list[
     parent = resolve_parent(store, parent_ref, notes, on_bytes)
     if parent == node_id:
         raise AdapterError(f"{path} cannot be its own parent.")
-    if store.has(node_id) and store.get(node_id)["parent"] != parent:
-        raise LineageError(
-            f"{path} is already registered as {store.label(node_id)} with parent "
-            f"{store.get(node_id)['parent'][:12]}; an adapter is trained against exactly one parent."
-        )
+    conflict = store.parent_conflict(node_id, parent, str(path.resolve()))  # checked again under the store lock
+    if conflict is not None:
+        raise conflict
     files = store.copy_adapter_files(node_id, path, [CONFIG_FILE, WEIGHTS_FILE])
     record = store.get(node_id) if store.has(node_id) else {"id": node_id, "kind": "adapter", "registered_at": now_utc()}
     record.update({

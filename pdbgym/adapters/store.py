@@ -179,10 +179,28 @@ class Store:
                 return f"stored files of {self.label(record['id'])} under {folder} are missing or changed ({name})."
         return None
 
+    def parent_conflict(self, node_id: str, parent: str | None, source: str) -> LineageError | None:
+        """The refusal when ``node_id`` is stored with a parent other than ``parent`` (an adapter is trained
+        against exactly one), or None; ``source`` names the folder being registered."""
+        if not self.has(node_id):
+            return None
+        stored = self.get(node_id).get("parent")
+        if stored == parent:
+            return None
+        return LineageError(f"{source} is already registered as {self.label(node_id)} with parent "
+                            f"{str(stored)[:12]}; an adapter is trained against exactly one parent.")
+
     # ---- writing
     def put_node(self, record: dict[str, Any], names: list[str]) -> None:
-        """Write (or update) one record and point ``names`` at it; a name already taken by another id is refused."""
+        """Write (or update) one record and point ``names`` at it; a name already taken by another id is refused.
+
+        The parent is checked again under the lock: of two processes registering one adapter with different
+        parents at the same moment, the second to take the lock is refused, as it would be one after the other.
+        """
         with self.locked():
+            conflict = self.parent_conflict(record["id"], record.get("parent"), record.get("source", record["id"][:12]))
+            if conflict is not None:
+                raise conflict
             table = self.names()
             for name in names:
                 _check_name(name)
