@@ -1,0 +1,84 @@
+"""Adapter-store references used where a model is: resolve the lineage, merge the stack in memory.
+
+``load_stacked_model(ref)`` loads the chain's base from its registered folder (its weights re-hashed
+against the base's id), then, base first, loads each stored adapter with PEFT and merges it
+(``PeftModel.from_pretrained(model, layer).merge_and_unload()``): exactly the weights the top adapter
+was trained against, plus its own delta. A chain with a missing or changed layer is refused, never
+merged around. The tokenizer is the base folder's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdbgym.adapters.errors import AdapterError, LineageError
+from pdbgym.adapters.fingerprint import weights_hash
+from pdbgym.adapters.store import Store
+
+
+@dataclass(frozen=True)
+class StackedModel:
+    """A model built from a store reference: the merged model, its tokenizer, the chain's ids (base first)."""
+
+    model: Any
+    tokenizer: Any
+    node_id: str
+    chain: list[str]
+    base_path: Path
+
+
+def is_store_ref(text: str, store: Store | None = None) -> bool:
+    """True when ``text`` names an artifact of the store (a name, or a unique hash prefix) and is not a path."""
+    if not text or Path(text).expanduser().exists() or text.startswith(("http://", "https://")):
+        return False
+    store = store or Store()
+    if not (store.root / "nodes").is_dir():
+        return False
+    try:
+        store.resolve(text)
+    except AdapterError:
+        return False
+    return True
+
+
+def resolve_chain(ref: str, store: Store | None = None) -> tuple[Store, str, list[str], Path]:
+    """(store, node id, chain ids base first, base folder) of a servable reference; refuses broken lineage."""
+    store = store or Store()
+    node_id = store.resolve(ref)
+    chain = store.lineage(node_id)
+    if not chain.servable:
+        raise LineageError(f"{store.label(node_id)} cannot be loaded: " + " ".join(chain.problems))
+    base = chain.layers[0].record
+    assert base is not None  # servable chains end in a stored base
+    if base["kind"] != "model":
+        raise LineageError(f"the chain of {store.label(node_id)} starts at {store.label(base['id'])}, an adapter with "
+                           "no parent; register the base it was trained against")
+    return store, node_id, [layer.node_id for layer in chain.layers], Path(base["model"]["path"])
+
+
+def load_stacked_model(ref: str, store: Store | None = None, device: str = "cpu", dtype: Any = None,
+                       verify_base: bool = True) -> StackedModel:
+    """The merged model of ``ref``'s whole chain (see the module docstring), in eval mode on ``device``.
+
+    ``verify_base`` re-hashes the base folder's weights against the id the store recorded (a base
+    changed in place at the same file sizes would otherwise be merged onto silently)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pdbgym.adapters.operations import stack_layers
+
+    store, node_id, chain, base_path = resolve_chain(ref, store)
+    if verify_base and weights_hash(base_path) != chain[0]:
+        raise LineageError(f"the base folder {base_path} no longer holds the weights {chain[0][:12]} the store "
+                           f"recorded for {store.label(chain[0])}; restore it or register the base again")
+    layers = stack_layers(store, store.lineage(node_id))  # re-hashes each stored adapter copy
+    if dtype is None:
+        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, local_files_only=True).to(device)
+    for layer in layers:
+        model = PeftModel.from_pretrained(model, str(store.object_dir(layer.node_id))).merge_and_unload()
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    return StackedModel(model.eval(), tokenizer, node_id, chain, base_path)

@@ -1,0 +1,289 @@
+"""``pdbgym train sft``: a LoRA/DoRA adapter trained by TRL's SFTTrainer on a token-exact corpus.
+
+pdbgym supplies what TRL does not: the base resolved from a folder, the embedded model or an
+adapter-store reference (its stack merged in memory); the corpus's tokenizer checked against the base's;
+a held-out slice by task id; the best checkpoint's choice written to the selection ledger; the recipe,
+corpus hash and base fingerprint beside the adapter (``pdbgym_train.json``); the adapter registered in
+the store with its parent. Training itself (loop, optimizer, checkpointing, best-model reload,
+accelerate/DeepSpeed/FSDP) is TRL's and transformers' own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_json_atomic
+from pdbgym.train.config import SFTTrainConfig
+from pdbgym.train.corpus import check_corpus_tokenizer, load_corpus, split_by_task
+
+ADAPTER_DIR = "adapter"
+TRAIN_RECORD = "pdbgym_train.json"
+METRICS_FILE = "metrics.jsonl"
+SELECTION_SPLIT = "sft-val"
+
+
+class TrainError(PdbgymError):
+    """A training run cannot start or its output cannot be recorded."""
+
+
+@dataclass
+class BaseModel:
+    """The model training starts from: weights, tokenizer, and the store id of those exact weights."""
+
+    model: Any
+    tokenizer: Any
+    parent_id: str
+    label: str
+    path: Path | None  # the folder the weights came from (None for a merged stack)
+
+
+@dataclass
+class SFTResult:
+    """What ``train_sft`` produced. Losses in nats per loss token; ``best_step`` is an optimizer step."""
+
+    out: Path
+    adapter_dir: Path
+    node_id: str | None
+    name: str | None
+    parent_id: str
+    best_val_loss: float | None
+    best_step: int | None
+    steps: int
+    tensor_count: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    report: Path | None = None
+
+
+def pick_device(device: str) -> str:
+    import torch
+
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def resolve_base(ref: str, store: Any, device: str) -> BaseModel:
+    """``embedded``, a HF model folder (registered as a base if new), a registered adapter folder, or a
+    store reference (name / hash) whose whole chain is merged in memory."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pdbgym.adapters.operations import lookup, resolve_parent
+    from pdbgym.adapters.peft_format import is_adapter_folder
+    from pdbgym.adapters.stacked import load_stacked_model
+
+    folder: Path | None = None
+    if ref == "embedded":
+        from pdbgym.agent.backends.embedded import embedded_model_dir
+
+        folder = embedded_model_dir()
+    elif Path(ref).expanduser().is_dir() and not is_adapter_folder(Path(ref).expanduser()):
+        folder = Path(ref).expanduser().resolve()
+    if folder is not None:
+        if not (folder / "config.json").is_file():
+            raise TrainError(f"{folder} holds no config.json: give a Hugging Face model folder, 'embedded', "
+                             "or an adapter-store reference")
+        parent = resolve_parent(store, str(folder), [])
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True).to(device)
+        return BaseModel(model, AutoTokenizer.from_pretrained(folder), parent, ref, folder)
+    node_id = lookup(store, ref)  # an unregistered adapter folder is refused here, with the register command
+    stacked = load_stacked_model(node_id, store, device)
+    stacked.model.train()
+    return BaseModel(stacked.model, stacked.tokenizer, stacked.node_id, store.label(node_id), None)
+
+
+def prepare_examples(examples: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+    """``{input_ids, assistant_masks}`` rows for TRL, cut to ``max_tokens`` ids (0: uncut); rows left
+    without a loss id are dropped."""
+    rows = []
+    for example in examples:
+        ids, mask = example["input_ids"], example["assistant_masks"]
+        if max_tokens:
+            ids, mask = ids[:max_tokens], mask[:max_tokens]
+        if any(mask):
+            rows.append({"input_ids": ids, "assistant_masks": mask})
+    return rows
+
+
+def _progress_callback(metrics_path: Path, on_log: Callable[[dict[str, Any]], None] | None) -> Any:
+    from transformers import TrainerCallback
+
+    class PdbgymLog(TrainerCallback):
+        """Every logged row (train loss, eval loss, lr, ...) appended to metrics.jsonl with its step."""
+
+        def __init__(self) -> None:
+            self.rows: list[dict[str, Any]] = []
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+            row = {"step": int(state.global_step), **{k: v for k, v in (logs or {}).items()
+                                                       if isinstance(v, int | float)}}
+            self.rows.append(row)
+            with open(metrics_path, "a") as handle:
+                handle.write(json.dumps(row) + "\n")
+            if on_log is not None:
+                on_log(row)
+
+    return PdbgymLog()
+
+
+def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool, processes: int = 1) -> Any:
+    """TRL ``SFTConfig`` for the run (see ``SFTTrainConfig`` for what each field means)."""
+    from trl import SFTConfig
+
+    per_step = config.micro_batch * processes
+    if config.effective_batch % per_step:
+        raise TrainError(f"--effective-batch {config.effective_batch} is not a multiple of micro batch x processes "
+                         f"({per_step}); pick one that divides")
+    evaluation = "steps" if has_val else "no"
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(out / "checkpoints"), seed=config.seed, data_seed=config.seed,
+        num_train_epochs=config.epochs, max_steps=config.max_steps if config.max_steps > 0 else -1,
+        learning_rate=config.lr, lr_scheduler_type="linear", warmup_steps=0,
+        per_device_train_batch_size=config.micro_batch, per_device_eval_batch_size=config.micro_batch,
+        gradient_accumulation_steps=config.effective_batch // per_step,
+        max_length=config.max_length, packing=config.packing, padding_free=config.packing,
+        activation_checkpointing=config.gradient_checkpointing,
+        eval_strategy=evaluation, eval_steps=config.eval_steps, save_strategy=evaluation, save_steps=config.eval_steps,
+        load_best_model_at_end=has_val, metric_for_best_model="eval_loss", greater_is_better=False,
+        save_total_limit=2 if has_val else None, logging_steps=1, disable_tqdm=True,
+        report_to=["tensorboard"] if config.tensorboard else [], bf16=device.startswith("cuda"),
+        use_cpu=device == "cpu", dataset_num_proc=None,
+    )
+    if config.packing:
+        kwargs["packing_strategy"] = "bfd"
+    kwargs.update(config.extra)
+    return SFTConfig(**kwargs)
+
+
+def _lora_config(config: SFTTrainConfig) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0, use_dora=config.use_dora,
+                      target_modules=list(config.target_modules), task_type="CAUSAL_LM", bias="none")
+
+
+def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[dict], val_rows: list[dict],
+                  device: str, callbacks: list[Any] | None = None) -> Any:
+    """A TRL ``SFTTrainer`` over pre-tokenized rows with a fresh LoRA/DoRA adapter on ``base``."""
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from trl import SFTTrainer
+
+    args = sft_arguments(config, Path(config.out), device, bool(val_rows))
+    trainer = SFTTrainer(model=base.model, args=args, train_dataset=Dataset.from_list(train_rows),
+                         eval_dataset=Dataset.from_list(val_rows) if val_rows else None,
+                         processing_class=base.tokenizer, peft_config=_lora_config(config), callbacks=callbacks or [])
+    trainer.remove_callback(PrinterCallback)  # progress is pdbgym's (rich), fed by the log callback
+    return trainer
+
+
+def train_sft(config: SFTTrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
+              base: BaseModel | None = None) -> SFTResult:
+    """Train, keep the best checkpoint, write the adapter and its record, register it, record the selection.
+
+    ``base`` may be given already loaded (DAgger trains every iteration from one parent)."""
+    from pdbgym.adapters.store import Store
+
+    out = Path(config.out)
+    store = Store(config.store)
+    name = config.name or out.name
+    if config.register and name in store.names():
+        raise TrainError(f"the store at {store.root} already has an artifact named {name!r}; pass --name")
+    corpus = load_corpus(config.data)
+    device = pick_device(config.device)
+    base = base or resolve_base(config.base, store, device)
+    check_corpus_tokenizer(corpus, base.tokenizer, base.label)
+    train_examples, val_examples = split_by_task(corpus.examples, config.val_fraction, config.seed)
+    train_rows = prepare_examples(train_examples, config.max_tokens_per_example)
+    val_rows = prepare_examples(val_examples, config.max_tokens_per_example)
+    if not train_rows:
+        raise TrainError(f"{config.data}: no training example left after the held-out slice and length cut")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / METRICS_FILE).unlink(missing_ok=True)
+    logger = _progress_callback(out / METRICS_FILE, on_log)
+    trainer = build_trainer(config, base, train_rows, val_rows, device, [logger])
+    trainer.train()
+    adapter_dir = out / ADAPTER_DIR
+    trainer.save_model(str(adapter_dir))
+    trainer.state.save_to_json(str(adapter_dir / "trainer_state.json"))
+    best_loss, best_step = _best(trainer.state)
+    val_tasks = sorted({e["instance_id"] for e in val_examples})
+    result = SFTResult(out, adapter_dir, None, name if config.register else None, base.parent_id, best_loss,
+                       best_step, int(trainer.state.global_step), _tensor_count(adapter_dir), logger.rows)
+    record = _train_record(config, corpus, base, result, val_tasks, len(train_rows), len(val_rows))
+    write_json_atomic(adapter_dir / TRAIN_RECORD, record, indent=2)
+    if config.register:
+        result.node_id = _register(store, adapter_dir, base.parent_id, name, record["recipe"])
+    if val_tasks and best_step is not None and config.register:
+        _record_selection(config, name, logger.rows, best_step, val_tasks)
+    if config.report:
+        from pdbgym.train.report import write_training_report
+
+        result.report = write_training_report(out, f"pdbgym SFT: {name}", logger.rows, _summary(result, record))
+    return result
+
+
+def _best(state: Any) -> tuple[float | None, int | None]:
+    evals = [(float(e["eval_loss"]), int(e["step"])) for e in state.log_history if "eval_loss" in e]
+    if not evals:
+        return None, None
+    loss, step = min(evals, key=lambda pair: (pair[0], pair[1]))
+    return loss, step
+
+
+def _tensor_count(adapter_dir: Path) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(adapter_dir / "adapter_model.safetensors"), framework="pt") as handle:
+        return len(list(handle.keys()))
+
+
+def _train_record(config: SFTTrainConfig, corpus: Any, base: BaseModel, result: SFTResult, val_tasks: list[str],
+                  train_rows: int, val_rows: int) -> dict[str, Any]:
+    import peft
+    import transformers
+    import trl
+
+    recipe = config.recipe()
+    recipe["corpus_hash"] = corpus.manifest["content_hash"]
+    return {
+        "format": "pdbgym-train-record/1", "kind": "sft", "recipe": recipe,
+        "corpus": {"path": str(corpus.path), "content_hash": corpus.manifest["content_hash"],
+                   "examples_train": train_rows, "examples_val": val_rows, "val_tasks": val_tasks},
+        "base": {"ref": config.base, "parent_id": base.parent_id, "label": base.label,
+                 "path": str(base.path) if base.path else None, "tokenizer_fingerprint": corpus.fingerprint},
+        "best_val_loss": result.best_val_loss, "best_step": result.best_step, "steps": result.steps,
+        "tensor_count": result.tensor_count,
+        "versions": {"trl": trl.__version__, "peft": peft.__version__, "transformers": transformers.__version__},
+    }
+
+
+def _register(store: Any, adapter_dir: Path, parent_id: str, name: str, recipe: dict[str, Any]) -> str:
+    from pdbgym.adapters.operations import load_recipe, register_path
+
+    registration = register_path(store, adapter_dir, parent_id, [name], load_recipe(None, recipe))
+    return str(registration.record["id"])
+
+
+def _record_selection(config: SFTTrainConfig, name: str, rows: list[dict[str, Any]], best_step: int,
+                      val_tasks: list[str]) -> None:
+    """Scores are negative validation losses per checkpoint; the kept one carries the adapter's name.
+
+    The ledger's ``score_se`` is in solve-rate units; a loss-based choice has none, so 0 is recorded:
+    a later report of this adapter on these tasks is still refused, with no inflation estimate."""
+    from pdbgym.evaluate.selection import SelectionLedger, record_selection
+
+    scores = {(name if int(r["step"]) == best_step else f"{name}@step{r['step']}"): -float(r["eval_loss"])
+              for r in rows if "eval_loss" in r}
+    record_selection(SELECTION_SPLIT, val_tasks, scores, 0.0, SelectionLedger(config.ledger))
+
+
+def _summary(result: SFTResult, record: dict[str, Any]) -> dict[str, Any]:
+    return {"adapter": str(result.adapter_dir), "store id": (result.node_id or "-")[:12], "parent": result.parent_id[:12],
+            "best val loss": result.best_val_loss, "best step": result.best_step, "steps": result.steps,
+            "tensors": result.tensor_count, "corpus hash": record["corpus"]["content_hash"][:12],
+            "val tasks": len(record["corpus"]["val_tasks"])}
