@@ -11,8 +11,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from pdbgym.progress import progress
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -26,13 +27,12 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tab
 
 @contextmanager
 def file_progress(verb: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr fed by ``on_file(files_started, files_total)`` callbacks."""
-    with Progress(TextColumn(verb), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), disable=not enabled, transient=True) as progress:
-        bar = progress.add_task(verb, total=None)
+    """Progress on stderr fed by ``on_file(files_started, files_total)`` callbacks (``pdbgym.progress``)."""
+    with progress(Console(stderr=True), disable=not enabled, transient=True) as bars:
+        bar = bars.add_task(verb, total=None)
 
         def on_file(started: int, total: int) -> None:
-            progress.update(bar, completed=started, total=total)
+            bars.update(bar, completed=started, total=total)
 
         yield on_file
 

@@ -7,8 +7,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from pdbgym.progress import progress
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -63,12 +64,11 @@ def validate_command(
     from pdbgym.tasks.validate import validate_spec
 
     box = get_sandbox(sandbox)
-    with Progress(TextColumn("validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), disable=as_json) as progress:
-        bar = progress.add_task("validate", total=None)
+    with progress(Console(stderr=True), disable=as_json) as bars:
+        bar = bars.add_task("validating", total=None)
         reports = validate_spec(spec, sandbox=box, workers=workers or None, check_debugger=not no_debugger,
-                                on_done=lambda _r: progress.advance(bar),
-                                on_total=lambda total: progress.update(bar, total=total))
+                                on_done=lambda _r: bars.advance(bar),
+                                on_total=lambda total: bars.update(bar, total=total))
     failed = [r for r in reports if not r.ok]
     if as_json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))

@@ -41,8 +41,7 @@ def synth_command(
                                        help="Also rerun each kept task's tests on its patched repo."),
     as_json: bool = typer.Option(False, "--json", help="Print the per-source report as JSON."),
 ) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from pdbgym.progress import progress
     from pdbgym.tasks.synth.engine import SynthConfig, synthesize_source
 
     config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, baseline_runs=baseline_runs,
@@ -51,18 +50,17 @@ def synth_command(
                          hot_patch=not no_hot, recheck_fixed=recheck_fixed)
     out.mkdir(parents=True, exist_ok=True)
     reports = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), disable=as_json) as progress:
+    with progress(Console(stderr=True), disable=as_json) as bars:
         for source in sources:
-            bar = progress.add_task(f"{source}: preparing", total=None)
+            bar = bars.add_task(f"{source}: preparing", total=None)
 
             def update(name: str, done: int, total: int, kept: int, bar: int = bar) -> None:
                 # The bar tracks kept tasks against --max: the candidate stream is far longer than needed.
-                progress.update(bar, completed=min(kept, max_tasks), total=max_tasks,
-                                description=f"{name}: {done} of {total} candidates tried, kept")
+                bars.update(bar, completed=min(kept, max_tasks), total=max_tasks,
+                            description=f"{name}: {done} of {total} candidates tried, kept")
 
             reports.append(synthesize_source(source, config, update))
-            progress.update(bar, description=f"{source}: done")
+            bars.update(bar, description=f"{source}: done")
     _write_report(out, reports)
     if as_json:
         print(json.dumps([asdict(r) for r in reports], indent=2))
