@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from pdbgym.env.tools import Action
 from pdbgym.tasks.model import Task
-from pdbgym.tasks.patches import parse_patch
+from pdbgym.tasks.patches import check_patch, parse_patch
 
 
 def scripted_actions(task: Task) -> Iterator[Action]:
@@ -40,6 +40,7 @@ class ScriptedPolicy:
             self.reset(task, "")
 
     def reset(self, task: Task, observation: str) -> None:
+        check_patch(task.patch, task.repo, reference=True)  # the check `tasks validate` makes: no test edits
         self._actions = scripted_actions(task)
 
     def next_action(self, observation: str) -> Action:

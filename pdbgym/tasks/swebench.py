@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_text_atomic
 from pdbgym.tasks.model import REPO_DIR, Task, load_task, write_task
+from pdbgym.tasks.patches import apply_patch
 
 _LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
 _DROPPED_ON_IMPORT = {"repo_path", "test_patch"}
@@ -101,10 +101,10 @@ def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = No
 
 
 def _apply(repo: Path, patch: str, where: str) -> None:
-    done = subprocess.run(["git", "apply", "-p1", "-"], cwd=repo, input=patch, text=True, capture_output=True,
-                          timeout=120)
-    if done.returncode != 0:
-        raise SwebenchError(f"{where}: test_patch does not apply to the checkout: {done.stderr.strip()[:300]}")
+    try:  # checked, inside the repo, without git's repository discovery (see tasks/patches.py)
+        apply_patch(repo, patch)
+    except PdbgymError as exc:
+        raise SwebenchError(f"{where}: test_patch does not apply to the checkout: {str(exc)[:300]}") from exc
 
 
 def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Path | None = None) -> list[ImportOutcome]:

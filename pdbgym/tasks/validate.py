@@ -2,7 +2,8 @@
 
 Checks, all inside the sandbox on a fresh copy of ``repo/``: each FAIL_TO_PASS test fails on the buggy
 repo and passes once the reference patch is applied; each PASS_TO_PASS test passes on both; the patch
-leaves test files alone; a live pdb session reaches its prompt on the first failing test.
+leaves test files alone; the patch's paths and repo/'s symlinks stay inside repo/ (else nothing runs);
+a live pdb session reaches its prompt on the first failing test.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pdbgym.env.grading import is_protected_path
 from pdbgym.env.testrun import SuiteRun, run_tests
 from pdbgym.errors import PdbgymError
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
+from pdbgym.sandbox.workspace import escaping_links
 from pdbgym.tasks.model import Task
-from pdbgym.tasks.patches import apply_patch, patched_files
+from pdbgym.tasks.patches import PatchEditsTestsError, UnsafePatchError, apply_patch, check_patch
 
 
 @dataclass
@@ -100,18 +101,35 @@ def _check_debugger(task: Task, sandbox: Sandbox, report: ValidationReport) -> N
             report.problems.append(f"the pdb session did not reach a prompt on {task.FAIL_TO_PASS[0]}: {exc}")
 
 
+def _check_containment(task: Task, report: ValidationReport) -> bool:
+    """The repo's links and the patch's paths stay inside ``repo/`` (False: stop here) and the patch
+    leaves test files alone (the same check ``run`` makes before the scripted policy applies it)."""
+    escaping = escaping_links(task.repo)
+    report.checks["repo_stays_inside"] = not escaping
+    if escaping:
+        report.problems.append(f"repo/ holds symlinks that point outside it: {escaping}; "
+                               "replace them with the files or with links inside repo/")
+    report.checks["patch_stays_inside"] = report.checks["patch_spares_tests"] = True
+    try:
+        check_patch(task.patch, task.repo, reference=True)
+    except UnsafePatchError as exc:
+        report.checks["patch_stays_inside"] = False
+        report.problems.append(str(exc))
+    except PatchEditsTestsError as exc:
+        report.checks["patch_spares_tests"] = False
+        report.problems.append(str(exc))
+    except PdbgymError as exc:  # malformed: the apply step reports it again, with git's words
+        report.problems.append(f"patch: {exc}")
+    return not escaping and report.checks["patch_stays_inside"]
+
+
 def validate_task(task: Task, sandbox: Sandbox | None = None, *, check_debugger: bool = True) -> ValidationReport:
     started = time.perf_counter()
     sandbox = sandbox or get_sandbox()
     report = ValidationReport(task.instance_id)
-    try:
-        touched = [f for f in patched_files(task.patch) if is_protected_path(f)]
-    except PdbgymError as exc:
-        report.problems.append(f"patch: {exc}")
-        touched = []
-    report.checks["patch_spares_tests"] = not touched
-    if touched:
-        report.problems.append(f"the reference patch edits test files {touched}; a fix must change code only")
+    if not _check_containment(task, report):  # nothing that escapes its folder is copied or applied
+        report.duration_s = time.perf_counter() - started
+        return report
     _check_runs(task, sandbox, report)
     if check_debugger:
         _check_debugger(task, sandbox, report)

@@ -14,7 +14,8 @@ from taskfixtures import PATCH, make_task
 def test_valid_task_passes_every_check(tiny_task):
     report = validate_task(tiny_task)
     assert report.ok, report.problems
-    assert report.checks == {"patch_spares_tests": True, "fail_to_pass_fail_before": True,
+    assert report.checks == {"repo_stays_inside": True, "patch_stays_inside": True, "patch_spares_tests": True,
+                             "fail_to_pass_fail_before": True,
                              "pass_to_pass_pass_before": True, "patch_applies": True,
                              "all_pass_after_patch": True, "pdb_prompt": True}
 

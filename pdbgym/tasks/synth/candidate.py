@@ -9,7 +9,6 @@ import difflib
 import hashlib
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import REPO_DIR, load_task, write_task
+from pdbgym.tasks.patches import apply_patch
 from pdbgym.tasks.synth.hotserver import narrowed
 from pdbgym.tasks.synth.operators import MutationError, MutationSite
 from pdbgym.tasks.synth.project import is_test_file
@@ -253,10 +253,10 @@ def _validate_folder(task_dir: Path, project_root: Path, failing: list[str], pas
         wrong = [t for t in failing if buggy.outcome(t) == PASSED] + [t for t in passing if buggy.outcome(t) != PASSED]
         if wrong:
             return f"on the buggy repo these tests did not behave as listed: {wrong[:5]}"
-        applied = subprocess.run(["git", "apply", "-p1", "-"], cwd=workspace, input=patch, text=True,
-                                 capture_output=True, timeout=60)
-        if applied.returncode != 0:
-            return f"the reference patch does not apply: {applied.stderr.strip()[:300]}"
+        try:  # the one safe applier: git's repository discovery would skip paths inside a git work tree
+            apply_patch(workspace, patch)
+        except PdbgymError as exc:
+            return f"the reference patch does not apply: {str(exc)[:300]}"
         differing = _files_differing_from(workspace, project_root)
         if differing:
             return f"the patched repo is not the clean project: {differing[:5]} differ"
