@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pdbgym.env.testrun import SuiteRun, run_tests
 from pdbgym.errors import PdbgymError
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.sandbox.workspace import escaping_links
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.patches import PatchEditsTestsError, UnsafePatchError, apply_patch, check_patch
+from pdbgym.tasks.testrun import SuiteRun, failure_reason, run_tests
 
 
 @dataclass
@@ -83,8 +83,7 @@ def _runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> tuple[Suite
         unfixed = after.failing(task.all_tests)
         report.checks["all_pass_after_patch"] = not unfixed
         if unfixed:
-            outcomes = {n: after.outcomes.get(n, "missing") for n in unfixed}
-            report.problems.append(f"test(s) fail with the reference patch applied: {outcomes}")
+            report.problems.append(f"test(s) fail with the reference patch applied: {failure_reason(after, unfixed)}")
         return before, after
 
 
