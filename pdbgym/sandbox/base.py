@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pdbgym.errors import SandboxError
-from pdbgym.sandbox.cgroup import PidsCgroup
+from pdbgym.sandbox.cgroup import CommandCgroup
 from pdbgym.sandbox.environment import sandbox_env
 from pdbgym.sandbox.limits import Limits, RunResult
 from pdbgym.sandbox.output import BoundedOutput
@@ -91,21 +91,22 @@ class Sandbox(ABC):
 
     def _popen(
         self, argv: list[str], workspace: Path, limits: Limits, env: dict[str, str], **stdio: object
-    ) -> tuple[subprocess.Popen, PidsCgroup | None]:
-        cgroup = PidsCgroup.create(limits.max_processes)
-        cgroup_fd = cgroup.open_procs_fd() if cgroup is not None else None
+    ) -> tuple[subprocess.Popen, CommandCgroup | None]:
+        wrapped = self.wrap(argv, workspace, limits)
+        cgroup = CommandCgroup.create(limits.max_processes, limits.memory_bytes)
+        cgroup_fds = cgroup.open_procs_fds() if cgroup is not None else []
         try:
             popen = subprocess.Popen(
-                self.wrap(argv, workspace, limits), cwd=workspace, env=env, start_new_session=True,
-                preexec_fn=child_setup(rlimits_for(limits, cgroup), cgroup_fd), **stdio,  # type: ignore[call-overload]
+                wrapped, cwd=workspace, env=env, start_new_session=True,
+                preexec_fn=child_setup(rlimits_for(limits, cgroup), cgroup_fds), **stdio,  # type: ignore[call-overload]
             )
         except BaseException:
             if cgroup is not None:
                 cgroup.remove()
             raise
         finally:
-            if cgroup_fd is not None:
-                os.close(cgroup_fd)
+            for fd in cgroup_fds:
+                os.close(fd)
         return popen, cgroup
 
     def __repr__(self) -> str:

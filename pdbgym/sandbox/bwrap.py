@@ -1,26 +1,45 @@
-"""The ``bwrap`` backend: bubblewrap namespaces around the command.
+"""The ``bwrap`` backend: bubblewrap namespaces around the command, with only what Python needs mounted.
 
-The host is visible read-only; only the workspace and a private /tmp are writable. No network (a new
-network namespace holds only a down loopback), own PID, IPC and UTS namespaces, a new session (so
-TIOCSTI cannot reach the caller's terminal), every capability dropped, and the sandbox dies with its
-parent. Limits (rlimits, pids cgroup) are applied by the shared spawn code before bwrap starts and are
-inherited by everything inside.
+The sandbox's root is an empty tmpfs holding, read-only: ``/usr`` (and the ``/bin``, ``/lib*``,
+``/sbin`` links or folders), a minimal ``/etc`` (generated ``passwd``/``group``/``hosts``/
+``nsswitch.conf``, the dynamic loader's cache, time zone and TLS certificates), the running
+interpreter's prefixes and site-packages, and pdbgym's package folder; read-write: the workspace only,
+plus a private size-bounded ``/tmp`` and ``/dev/shm``. Host homes, ``/root``, ``/run``, ``/var``,
+``/etc/shadow``, host sockets, the caller's working folder and the host's ``/tmp`` are not there.
+``/proc`` is the sandbox's own (its PID namespace) and read-only, so ``/proc/sys`` and
+``/proc/sysrq-trigger`` cannot be written. The command runs as uid/gid 1000 in a user namespace
+with every capability dropped and no further user namespaces, no network (a new network namespace
+with only a down loopback), own IPC and UTS namespaces, a new session (so TIOCSTI cannot reach the
+caller's terminal), and dies with its parent. Limits (rlimits, pids and memory cgroups) are applied
+by the shared spawn code before bwrap starts and are inherited by everything inside.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
+from pdbgym.errors import SandboxError
 from pdbgym.sandbox.base import Sandbox
 from pdbgym.sandbox.limits import Limits
 
 BWRAP_ENV_VAR = "PDBGYM_BWRAP"  # path of the bwrap binary, when not on PATH
+SANDBOX_UID = 1000  # the uid and gid commands run as inside the sandbox
+SANDBOX_USER = "sandbox"
+# Host /etc entries Python and the C library read; bound read-only where they exist. Anything else in
+# /etc (shadow, ssh keys, package manager and service configuration) stays out.
+HOST_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "ssl/certs", "ssl/openssl.cnf",
+            "ca-certificates", "ca-certificates.conf", "alternatives", "mime.types", "protocols", "services",
+            "os-release", "gai.conf", "host.conf")
+TOP_LEVEL_SYSTEM = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # links into /usr on merged-/usr systems
 
 
 def bwrap_path() -> str | None:
@@ -35,25 +54,110 @@ def bwrap_unavailable_reason() -> str | None:
         return f"bwrap was not found on PATH (install bubblewrap, or set {BWRAP_ENV_VAR})"
     try:
         with tempfile.TemporaryDirectory(prefix="pdbgym-bwrap-probe-") as scratch:
-            probe = BwrapSandbox().wrap(["true"], Path(scratch), Limits())  # exactly what runs later
+            probe = BwrapSandbox().wrap([sys.executable, "-c", "pass"], Path(scratch), Limits())  # as run later
             result = subprocess.run(probe, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except (OSError, subprocess.TimeoutExpired, SandboxError) as exc:
         return f"bwrap could not run: {exc}"
     if result.returncode != 0:
         return f"bwrap cannot create namespaces here: {result.stderr.strip() or result.returncode}"
     return None
 
 
-def host_paths_under_tmp() -> list[str]:
-    """Folders under /tmp that sandboxed Python needs: its prefixes, pdbgym's source, sys.path entries."""
-    import pdbgym
+def package_dir() -> Path:
+    """The folder of the pdbgym package this code runs from.
 
-    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(pdbgym.__file__).resolve().parent.parent)}
-    candidates.update(p for p in sys.path if p)
-    under_tmp = sorted({str(Path(c).resolve()) for c in candidates
-                        if Path(c).exists() and Path(c).resolve().is_relative_to("/tmp")})
+    Taken from this module's own file, never from ``pdbgym.__file__``: run from the parent folder of a
+    clone named ``pdbgym``, ``import pdbgym`` can resolve to the clone folder as a namespace package,
+    which has no ``__file__``.
+    """
+    found = Path(__file__).resolve().parent.parent
+    if not (found / "__init__.py").is_file() or not (found / "sandbox").is_dir():
+        raise SandboxError(f"cannot locate the pdbgym package: {found} holds no pdbgym/__init__.py; "
+                           "reinstall pdbgym (pip install -e .) or run from an installed copy")
+    return found
+
+
+def _pth_folders(site_dirs: list[str]) -> set[str]:
+    """Folders that ``.pth`` files in ``site_dirs`` add to sys.path (lines that are paths, not imports)."""
+    found: set[str] = set()
+    for folder in site_dirs:
+        try:
+            names = [n for n in os.listdir(folder) if n.endswith(".pth")]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                lines = Path(folder, name).read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                line = line.strip()
+                if line and not line.startswith(("#", "import ", "import\t")):
+                    path = Path(folder, line)
+                    if path.is_dir():
+                        found.add(str(path))
+    return found
+
+
+@functools.cache
+def python_roots() -> tuple[str, ...]:
+    """Host folders the sandboxed interpreter needs, outermost only: its prefixes, site-packages, folders
+    named by ``.pth`` files, and pdbgym's package folder. Never ``sys.path`` wholesale: it holds the
+    caller's working folder and script folder."""
+    site_dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site_dirs,
+                  str(Path(sys.executable).resolve().parent.parent), *_pth_folders(site_dirs), str(package_dir())}
+    resolved: set[str] = set()
+    for candidate in candidates:
+        for form in (Path(candidate).absolute(), Path(candidate).resolve()):
+            if form.exists() and not form.is_relative_to("/usr"):
+                resolved.add(str(form))
     # A folder inside one already bound needs no bind of its own.
-    return [p for p in under_tmp if not any(p != q and Path(p).is_relative_to(q) for q in under_tmp)]
+    return tuple(sorted(p for p in resolved
+                        if not any(p != q and Path(p).is_relative_to(q) for q in resolved)))
+
+
+_ETC_FILES = {
+    "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\n{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:pdbgym "
+              f"sandbox:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    "group": f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost ip6-loopback\n",
+    "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\nservices: files\nprotocols: files\n",
+}
+
+
+@functools.cache
+def _generated_etc() -> Path:
+    """A private host folder holding the generated /etc files (removed at exit by its creator)."""
+    folder = Path(tempfile.mkdtemp(prefix="pdbgym-sandbox-etc-"))
+    for name, text in _ETC_FILES.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o644)
+    creator = os.getpid()
+    atexit.register(lambda: shutil.rmtree(folder, ignore_errors=True) if os.getpid() == creator else None)
+    return folder
+
+
+def _etc_args() -> list[str]:
+    folder = _generated_etc()
+    if not all((folder / name).is_file() for name in _ETC_FILES):  # removed under us (a /tmp cleaner)
+        _generated_etc.cache_clear()
+        folder = _generated_etc()
+    args = [arg for name in _ETC_FILES for arg in ("--ro-bind", str(folder / name), f"/etc/{name}")]
+    for name in HOST_ETC:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def _system_args() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in TOP_LEVEL_SYSTEM:
+        path = Path("/", name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    return args
 
 
 class BwrapSandbox(Sandbox):
@@ -63,21 +167,26 @@ class BwrapSandbox(Sandbox):
     def wrap(self, argv: list[str], workspace: Path, limits: Limits) -> list[str]:
         binary = bwrap_path() or "bwrap"
         workspace_dir = str(workspace)
+        size = str(limits.memory_bytes)  # tmpfs pages are memory: bound them like the process tree
         return [
             binary,
-            "--ro-bind", "/", "/",
-            "--dev", "/dev",
-            "--proc", "/proc",
-            "--tmpfs", "/tmp",
-            "--tmpfs", "/dev/shm",
-            # The private /tmp hides the host's: bring back, read-only, what the interpreter needs from
-            # there (a virtualenv or a checkout under /tmp, as on some CI runners).
-            *[arg for path in host_paths_under_tmp() for arg in ("--ro-bind", path, path)],
-            # After the /tmp tmpfs, so a workspace under /tmp is still the real, writable one.
-            "--bind", workspace_dir, workspace_dir,
-            "--chdir", workspace_dir,
+            # uid 1000 in a user namespace; run by root, it maps to root outside (see docs/sandbox.md):
+            # what protects host files is that they are not mounted.
+            "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--hostname", "sandbox",
+            *_system_args(),
+            *_etc_args(),
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--remount-ro", "/proc",  # /proc/sys, /proc/sysrq-trigger: no host kernel settings written
+            "--size", size, "--tmpfs", "/tmp",
+            "--size", size, "--tmpfs", "/dev/shm",
+            # After the /tmp tmpfs, so an interpreter or a workspace under /tmp is the real one.
+            *[arg for path in python_roots() for arg in ("--ro-bind", path, path)],
+            "--bind", workspace_dir, workspace_dir,
+            "--remount-ro", "/",  # the root tmpfs and its folders (/etc...): nothing planted there either
+            "--chdir", workspace_dir,
             "--cap-drop", "ALL",
             "--new-session",
             "--die-with-parent",

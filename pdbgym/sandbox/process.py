@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from pdbgym.sandbox.cgroup import PidsCgroup
+from pdbgym.sandbox.cgroup import CommandCgroup
 from pdbgym.sandbox.limits import Limits
 
 
@@ -27,7 +27,7 @@ def count_tasks_of_uid(uid: int) -> int:
     return total
 
 
-def rlimits_for(limits: Limits, cgroup: PidsCgroup | None) -> list[tuple[int, int]]:
+def rlimits_for(limits: Limits, cgroup: CommandCgroup | None) -> list[tuple[int, int]]:
     """(resource, value) pairs applied as both soft and hard limit in the child."""
     pairs = [
         (resource.RLIMIT_CPU, int(limits.cpu_time_s)),
@@ -35,17 +35,17 @@ def rlimits_for(limits: Limits, cgroup: PidsCgroup | None) -> list[tuple[int, in
         (resource.RLIMIT_FSIZE, int(limits.file_size_bytes)),
         (resource.RLIMIT_CORE, 0),
     ]
-    if cgroup is None and os.getuid() != 0:
+    if (cgroup is None or not cgroup.bounds_pids) and os.getuid() != 0:
         pairs.append((resource.RLIMIT_NPROC, count_tasks_of_uid(os.getuid()) + limits.max_processes))
     return pairs
 
 
-def child_setup(rlimits: list[tuple[int, int]], cgroup_fd: int | None) -> Callable[[], None]:
-    """The preexec function: join the cgroup, then lower the limits. Only async-signal-safe calls."""
+def child_setup(rlimits: list[tuple[int, int]], cgroup_fds: list[int]) -> Callable[[], None]:
+    """The preexec function: join the cgroups, then lower the limits. Only async-signal-safe calls."""
 
     def setup() -> None:
-        if cgroup_fd is not None:
-            os.write(cgroup_fd, b"0")  # "0" means the writing process in cgroup.procs
+        for fd in cgroup_fds:
+            os.write(fd, b"0")  # "0" means the writing process in cgroup.procs
         for which, value in rlimits:
             soft, hard = resource.getrlimit(which)
             capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -83,7 +83,7 @@ def cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def kill_tree(popen: subprocess.Popen, cgroup: PidsCgroup | None) -> int | None:
+def kill_tree(popen: subprocess.Popen, cgroup: CommandCgroup | None) -> int | None:
     """SIGKILL the child, its process group, every descendant and every cgroup member; reap the child.
 
     Returns the child's return code. Under bubblewrap killing the outer process is enough (the PID

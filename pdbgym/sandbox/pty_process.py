@@ -10,7 +10,7 @@ import subprocess
 import weakref
 from types import TracebackType
 
-from pdbgym.sandbox.cgroup import PidsCgroup
+from pdbgym.sandbox.cgroup import CommandCgroup
 from pdbgym.sandbox.process import cmdline, descendants, kill_tree
 
 READ_CHUNK_BYTES = 65536
@@ -24,7 +24,7 @@ class PtyProcess:
     ``\\x03`` cannot signal anything. Use ``signal_process`` to interrupt a chosen process instead.
     """
 
-    def __init__(self, popen: subprocess.Popen, master_fd: int, cgroup: PidsCgroup | None) -> None:
+    def __init__(self, popen: subprocess.Popen, master_fd: int, cgroup: CommandCgroup | None) -> None:
         self.popen = popen
         self.master_fd = master_fd
         self.cgroup = cgroup

@@ -14,7 +14,7 @@ import pytest
 
 from pdbgym.errors import SandboxError
 from pdbgym.sandbox import Limits, Workspace, get_sandbox, sandbox_env
-from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
+from pdbgym.sandbox.bwrap import bwrap_unavailable_reason, python_roots
 from pdbgym.sandbox.cgroup import pids_cgroup_root
 
 needs_bwrap = pytest.mark.skipif(bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason()))
@@ -237,12 +237,21 @@ def test_auto_falls_back_to_plain_with_a_warning_when_bwrap_cannot_run(monkeypat
 
 @needs_bwrap
 def test_python_installed_under_tmp_still_runs_in_bwrap(workspace, tmp_path, monkeypatch):
-    # CI may clone (and build its virtualenv) under /tmp, which the sandbox replaces with a private tmpfs.
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "probe_mod.py").write_text("VALUE = 41 + 1\n")
-    monkeypatch.syspath_prepend(str(site))
-    env = sandbox_env(workspace, {"PYTHONPATH": str(site)})
-    result = get_sandbox("bwrap").run([sys.executable, "-c", "import probe_mod; print(probe_mod.VALUE)"],
-                                      workspace, Limits(wall_time_s=30), env=env)
-    assert result.ok and result.output.strip() == "42", result.output
+    # CI may clone (and build its virtualenv) under /tmp, which the sandbox replaces with a private
+    # tmpfs: the interpreter's prefix is bound back wherever it is, and nothing else of the caller's /tmp.
+    prefix = tmp_path / "venv"
+    (prefix / "site").mkdir(parents=True)
+    (prefix / "site" / "probe_mod.py").write_text("VALUE = 41 + 1\n")
+    (tmp_path / "beside.txt").write_text("not the interpreter's\n")
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    python_roots.cache_clear()
+    try:
+        assert str(prefix) in python_roots()
+        env = sandbox_env(workspace, {"PYTHONPATH": str(prefix / "site")})
+        script = "import os, sys, probe_mod; print(probe_mod.VALUE, os.path.exists(sys.argv[1]))"
+        result = get_sandbox("bwrap").run([sys.executable, "-c", script, str(tmp_path / "beside.txt")],
+                                          workspace, Limits(wall_time_s=30), env=env)
+    finally:
+        monkeypatch.undo()
+        python_roots.cache_clear()
+    assert result.ok and result.output.strip() == "42 False", result.output
