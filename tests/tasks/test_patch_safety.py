@@ -109,6 +109,18 @@ def test_inside_an_ignored_folder_of_a_git_repository_the_patch_still_lands(tmp_
     assert "a - b" in (repo / "calc" / "ops.py").read_text()
 
 
+def test_a_patch_git_skipped_while_exiting_0_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The result check on its own: with git's repository discovery let back in, git skips the paths and
+    # exits 0; the verification must still say the patch is not there.
+    import pdbgym.tasks.patches as patches
+
+    outer = _git_repo_with_ignored_runs(tmp_path)
+    repo = make_task(outer / "runs" / "task") / "repo"
+    monkeypatch.setattr(patches, "_git_env", lambda folder: dict(os.environ))
+    with pytest.raises(TaskFormatError, match=r"git apply exited 0 but the patch is not in .*calc/ops.py"):
+        apply_patch(repo, PATCH)
+
+
 @pytest.mark.slow
 def test_synthesis_into_a_folder_inside_a_git_repository_keeps_its_tasks(tmp_path: Path) -> None:
     from test_synth_fixtures import write_shop
