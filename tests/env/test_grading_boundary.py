@@ -1,0 +1,205 @@
+"""Grading as a security boundary: the verdict on the result stream, which files grading takes, the
+grading tree's copy that never follows a link out, output floods, and the episode's ``tampered`` end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pdbgym.env import DebugEnv, EnvConfig
+from pdbgym.env.grading import grade
+from pdbgym.env.gradetree import overlay_agent_changes
+from pdbgym.sandbox import Workspace, get_sandbox
+from pdbgym.tasks.model import load_task
+from pdbgym.tasks.protect import ignore_reason
+from pdbgym.tasks.suites import resolve_tasks
+from pdbgym.tasks.verdict import judge
+from pdbgym.termination import TERMINATION_REASONS
+
+needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="grading runs under bubblewrap here")
+NODES = ["t.py::a", "t.py::b"]
+
+
+def _stream(*records: dict) -> bytes:
+    return b"".join(json.dumps({**r, "seq": i}).encode() + b"\n" for i, r in enumerate(records))
+
+
+def _phases(node: str, outcome: str = "passed") -> list[dict]:
+    return [{"kind": "phase", "nodeid": node, "when": w, "outcome": outcome if w == "call" else "passed"}
+            for w in ("setup", "call", "teardown")]
+
+
+def _honest(call_b: str = "passed", status: int = 0) -> list[dict]:
+    return [{"kind": "start"}, *_phases("t.py::a"), *_phases("t.py::b", call_b),
+            {"kind": "end", "exitstatus": status, "phases": 6, "selfcheck": []}]
+
+
+def test_an_honest_stream_is_judged_by_its_phases():
+    assert judge(_stream(*_honest()), NODES, 0, False) == ({"t.py::a": "passed", "t.py::b": "passed"}, [])
+    outcomes, tampered = judge(_stream(*_honest("failed", 1)), NODES, 1, False)
+    assert outcomes["t.py::b"] == "failed" and not tampered
+
+
+@pytest.mark.parametrize("forge, why", [
+    (lambda r: r[:5] + [r[2] | {"outcome": "passed"}] + r[5:], "second report"),  # duplicate phase
+    (lambda r: r + [_phases("t.py::a")[1]], "after the end record"),
+    (lambda r: r[:1] + [{"kind": "phase", "nodeid": "t.py::zzz", "when": "call", "outcome": "passed"}] + r[1:],
+     "not asked for"),
+    (lambda r: r[:-1] + [r[-1] | {"phases": 9}], "phase records"),
+    (lambda r: r[:-1] + [r[-1] | {"selfcheck": ["_pytest.runner.x was replaced"]}], "self-check"),
+    (lambda r: r + [r[-1]], "after the end record"),
+])
+def test_forged_streams_are_tampered(forge, why):
+    _, tampered = judge(_stream(*forge(_honest())), NODES, 0, False)
+    assert any(why in t for t in tampered), tampered
+
+
+def test_sequence_numbers_status_and_a_cut_session_are_checked():
+    records = _honest()
+    raw = _stream(*records).replace(b'"seq": 3', b'"seq": 30')
+    assert any("sequence number" in t for t in judge(raw, NODES, 0, False)[1])
+    assert any("exited 0" in t for t in judge(_stream(*_honest()), NODES, 0, False)[1]) is False
+    assert any("process exited 0" in t for t in judge(_stream(*_honest("failed", 1)), NODES, 0, False)[1])
+    assert any("without its end record" in t for t in judge(_stream(*records[:-1]), NODES, 0, False)[1])
+    # Killed by the wall clock or a signal: incomplete, not forged.
+    assert judge(_stream(*records[:3]), NODES, -9, True)[1] == []
+    assert judge(b"not json\n", NODES, 1, False)[1]
+
+
+def test_protection_rules():
+    def flat(folder: str) -> bool:
+        return folder == "pkg"
+
+    assert ignore_reason("pkg/mod.py", flat) is None
+    assert ignore_reason("pkg/json.py", flat) is None  # inside a package: pkg.json, shadows nothing
+    for path in ("json.py", "unittest.py", "pytest.py", "_pytest/runner.py", "pdbgym/__init__.py",
+                 "pluggy.py", "scripts/json.py", "sitecustomize.py", "pkg/usercustomize.py", "x.pth",
+                 "pkg/conftest.py", "pytest.ini", "tests/test_x.py", "pkg/__pycache__/mod.cpython-311.pyc",
+                 "typing.cpython-311-x86_64-linux-gnu.so"):
+        assert ignore_reason(path, flat), path
+
+
+def test_no_original_source_file_of_the_corpus_is_ignored():
+    """The rules must not cost a real fix: every non-test file of the built-in and regression repos passes."""
+    hits = []
+    for task in resolve_tasks("builtin") + resolve_tasks("regression"):
+        files = [str(p.relative_to(task.repo)) for p in task.repo.rglob("*") if p.is_file()]
+
+        def is_package(folder: str, repo: Path = task.repo) -> bool:
+            return (repo / folder / "__init__.py").is_file()
+
+        hits += [(task.instance_id, f) for f in files
+                 if "__pycache__" not in f and (why := ignore_reason(f, is_package)) and "test" not in why]
+    assert not hits
+
+
+def test_grading_tree_copies_no_link_out_and_says_what_it_left(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "mod.py").write_text("X = 1\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_m.py").write_text("def test_x(): pass\n")
+    os.symlink("/etc", repo / "etc")  # a repo link out: neither copied nor a crash
+    ws = tmp_path / "ws"
+    shutil.copytree(repo, ws, symlinks=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("HOST ONLY")
+    (ws / "pkg" / "mod.py").write_text("X = 2\n")
+    (ws / "pkg" / "new.py").write_text("Y = 1\n")
+    os.symlink(secret, ws / "pkg" / "data.txt")
+    os.symlink("mod.py", ws / "pkg" / "alias.py")
+    os.mkfifo(ws / "pkg" / "pipe")
+    (ws / "tests" / "test_m.py").unlink()
+    (ws / "conftest.py").write_text("raise SystemExit\n")
+    tree = tmp_path / "tree"
+    plan = overlay_agent_changes(repo, ws, tree)
+    assert plan.changed == ["pkg/alias.py", "pkg/mod.py", "pkg/new.py"]
+    assert (tree / "pkg" / "mod.py").read_text() == "X = 2\n" and os.readlink(tree / "pkg" / "alias.py") == "mod.py"
+    assert (tree / "tests" / "test_m.py").is_file() and not (tree / "conftest.py").exists()
+    assert not (tree / "etc").exists() and not (tree / "pkg" / "data.txt").exists()
+    assert set(plan.ignored) == {"etc", "pkg/data.txt", "pkg/pipe", "tests/test_m.py", "conftest.py"}
+    assert "outside the project" in plan.ignored["pkg/data.txt"]
+    assert not any("HOST ONLY" in p.read_text() for p in tree.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+FLOOD_TEST = """
+import sys
+
+from calc.ops import add, sub
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_sub():
+    chunk = "y" * 1_000_000 + "\\n"
+    for _ in range(200):
+        sys.stdout.write(chunk)
+    assert sub(5, 3) == 2
+"""
+
+
+@pytest.fixture
+def flood_task(tmp_path):
+    from taskfixtures import make_task
+
+    root = make_task(tmp_path / "task", test_timeout_s=60)
+    (root / "repo" / "tests" / "test_ops.py").write_text(FLOOD_TEST)
+    return load_task(root)
+
+
+@needs_bwrap
+def test_a_test_printing_200_mb_does_not_fail_a_correct_fix(flood_task):
+    from pdbgym.tasks.patches import apply_patch
+
+    with Workspace.create(flood_task.repo) as ws:
+        apply_patch(ws.path, flood_task.patch)
+        graded = grade(flood_task, ws.path, get_sandbox("bwrap"))
+    assert graded.final_test_passed and not graded.tampered, graded.output[-1500:]
+    assert "File too large" not in graded.output
+
+
+@needs_bwrap
+def test_validate_says_why_the_reference_patch_fails(tmp_path):
+    from taskfixtures import PATCH, make_task
+
+    from pdbgym.tasks.validate import validate_task
+
+    wrong = PATCH.replace("+    return a - b", "+    return a - b - 1")
+    report = validate_task(load_task(make_task(tmp_path / "task", patch=wrong)), get_sandbox("bwrap"),
+                           check_debugger=False)
+    problem = next(p for p in report.problems if "reference patch applied" in p)
+    assert "tests/test_ops.py::test_sub: failed" in problem
+    assert "assert 1 == 2" in problem  # the tail of pytest's output, with the assertion that failed
+
+
+@needs_bwrap
+def test_forgery_ends_the_episode_tampered_and_run_tests_shows_it(tiny_task, tmp_path):
+    forge = (
+        "import json, os, stat\n"
+        "for name in os.listdir('/proc/self/fd'):\n"
+        "    fd = int(name)\n"
+        "    try:\n"
+        "        if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "            os.write(fd, (json.dumps({'kind': 'phase', 'nodeid': 'tests/test_ops.py::test_sub',\n"
+        "                'when': 'call', 'outcome': 'passed', 'seq': 1}) + '\\n').encode())\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    with DebugEnv(tiny_task, EnvConfig(sandbox="bwrap", start_debugger=False)) as env:
+        env.reset()
+        (env.ws / "calc" / "__init__.py").write_text(forge)
+        (env.ws / "sitecustomize.py").write_text("")
+        observation, _, _ = env.step({"tool": "run_tests", "args": {}})
+        assert "TAMPERED" in observation and "sitecustomize.py" in observation
+        observation, done, info = env.step({"tool": "submit", "args": {}})
+    assert done and info["termination_reason"] == "tampered" and not info["final_test_passed"]
+    assert "tampered" in TERMINATION_REASONS
+    assert env.result is not None and env.result.grading["tampered"]
+    assert "sitecustomize.py" in env.result.grading["ignored_files"]
