@@ -116,3 +116,19 @@ def test_a_campaign_rerun_reaps_its_killed_predecessors_workspaces(tmp_path, tin
     finally:
         tempfile.tempdir = old
     assert not stale.exists()
+
+
+@pytest.mark.slow
+def test_a_cache_build_rerun_reaps_its_killed_predecessors_workspaces(tmp_path, tiny_task):
+    temp = tmp_path / "systemp"
+    temp.mkdir()
+    killed, stale = _start_holder(tiny_task.repo, temp)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait(timeout=30)
+    assert stale.is_dir()
+    done = subprocess.run([sys.executable, "-m", "pdbgym.cli", "cache", "build", "--policy", "scripted", "--tasks",
+                           str(tiny_task.path), "--out", str(tmp_path / "cache"), "--workers", "1", "--json"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(temp)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not stale.exists()
+    assert not list(temp.glob("pdbgym-ws-*"))  # the build's own workspaces were cleaned up as it went
