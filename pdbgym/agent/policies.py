@@ -96,7 +96,7 @@ def build_backend(spec: PolicySpec) -> Backend:
 
 def _connect(spec: PolicySpec) -> Backend:
     from pdbgym.agent.backends.http import ServerUnreachableError, request_json
-    from pdbgym.agent.backends.openai_server import OpenAIChatBackend
+    from pdbgym.agent.backends.openai_text import connect_chat
     from pdbgym.agent.backends.sglang import SGLangBackend
 
     if spec.api not in SERVER_APIS:
@@ -113,7 +113,7 @@ def _connect(spec: PolicySpec) -> Backend:
             api = "chat"
     if api == "sglang":
         return SGLangBackend.connect(spec.target, tokenizer)
-    return OpenAIChatBackend.connect(spec.target, tokenizer, logprob_mode=spec.logprob_mode)
+    return connect_chat(spec.target, tokenizer, spec.logprob_mode)  # text-only servers fall back
 
 
 def tool_format_for(spec: PolicySpec, tokenizer: Any) -> str:
