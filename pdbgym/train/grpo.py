@@ -1,0 +1,322 @@
+"""GRPO on TRL's ``GRPOTrainer``: pdbgym episodes as the rollout, the seed recipe as extensions.
+
+The policy is the base with its frozen SFT adapter merged in memory (``resolve_base``: the lineage is
+checked, so the delta trains on exactly the weights it is registered against); TRL wraps it with a
+fresh trainable DoRA delta, and with ``beta != 0`` TRL's reference is that model with the delta
+disabled: the SFT model, not the raw base. Each optimizer step plays ``tasks_per_step`` groups of
+``group`` episodes through ``pdbgym.agent.loop`` (``pdbgym.train.rollout``: one batched ``generate``
+per round over every live episode) and hands TRL ``prompt_ids`` / ``completion_ids`` / ``logprobs`` /
+``env_mask`` plus the episode facts the reward functions read.
+
+What TRL does not carry and how it is extended here (subclass and callbacks, no loop of our own):
+the adaptive KL leash (``AdaptiveKLCallback`` sets ``trainer.beta``), the BC anchor
+(``compute_loss`` adds ``w * nll``), the replay seed and turn-budget curriculum (inside the
+rollout function), recipe state across resume (written beside each checkpoint), and val gating.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+from pdbgym.train.grpo_data import AnchorBatches, ReplayPool, anchor_nll
+from pdbgym.train.recipe import (
+    AdaptiveKLController,
+    RecipeState,
+    TurnBudgetCurriculum,
+    anchor_weight,
+    replayed_in_group,
+)
+from pdbgym.train.rewards import RewardConfig
+from pdbgym.train.rollout import BatchedGenerator, EpisodeSample, run_episodes, sample_from_outcome
+
+RECIPE_STATE_FILE = "pdbgym_recipe_state.json"
+
+
+@dataclass
+class GRPORunConfig:
+    """``pdbgym train grpo``: every field is a flag; formulas of the recipe terms in ``recipe.py``."""
+
+    policy: str  # adapter-store reference of the SFT adapter, a model folder, or "embedded"
+    tasks: str  # suite, task id or folder: the training tasks
+    out: Path
+    group: int = 8  # G episodes per task per step (TRL num_generations)
+    tasks_per_step: int = 1  # groups per optimizer step
+    steps: int = 100  # optimizer steps
+    seed: int = 42
+    lr: float = 1e-5
+    rank: int = 16
+    alpha: int = 32
+    use_dora: bool = True
+    temperature: float = 1.0
+    max_new_tokens: int = 512  # per turn
+    max_context_tokens: int = 8192  # per episode (prompt + response)
+    command_timeout_s: float = 10.0
+    kl_mode: str = "adaptive"  # adaptive | fixed
+    beta: float = 0.04  # initial (or fixed) KL coefficient
+    target_kl: float = 0.05
+    kl_horizon: int = 10_000
+    curriculum: str = "schedule"  # schedule | solve_rate | fixed
+    budget_start: int = 10
+    budget_end: int = 30
+    budget_ramp_steps: int = 100
+    budget_threshold: float = 0.5
+    budget_increment: int = 2
+    anchor_data: Path | None = None  # SFT corpus folder for the BC anchor
+    anchor_weight: float = 0.1
+    anchor_decay_steps: int = 0
+    anchor_batch: int = 1
+    anchor_max_tokens: int = 4096
+    replay_data: Path | None = None  # SFT corpus folder; its solved examples seed early groups
+    replay_fraction: float = 0.25
+    replay_decay_steps: int = 20
+    format_weight: float = 0.0
+    loss_type: str = "dapo"  # TRL's loss_type
+    importance_sampling_level: str = "token"  # TRL: token | sequence
+    num_iterations: int = 1  # TRL: optimizer passes per generated batch (> 1 makes samples stale)
+    epsilon: float = 0.2  # TRL clip range
+    save_steps: int = 10
+    val_tasks: str | None = None
+    val_runs: int = 4
+    val_k: int = 3
+    store: Path | None = None
+    ledger: Path | None = None
+    name: str | None = None  # store name of the result (default: grpo-<out folder name>)
+    device: str = "auto"
+    resume: bool = False
+    tensorboard: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, as given
+
+    def recipe(self) -> dict[str, Any]:
+        skip = {"out", "store", "ledger", "extra", "resume", "device", "name"}
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}
+
+
+def grpo_arguments(config: GRPORunConfig, device: str) -> Any:
+    """TRL ``GRPOConfig``: one optimizer step = ``tasks_per_step`` groups of ``group`` episodes."""
+    from trl import GRPOConfig
+
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(config.out / "checkpoints"), seed=config.seed, data_seed=config.seed,
+        max_steps=config.steps, learning_rate=config.lr, lr_scheduler_type="constant",
+        per_device_train_batch_size=config.group * config.tasks_per_step, gradient_accumulation_steps=1,
+        num_generations=config.group, steps_per_generation=1, num_iterations=config.num_iterations,
+        temperature=config.temperature, beta=config.beta, loss_type=config.loss_type, epsilon=config.epsilon,
+        importance_sampling_level=config.importance_sampling_level,
+        reward_weights=RewardConfig(config.format_weight).functions()[1],
+        logging_steps=1, save_strategy="steps", save_steps=config.save_steps, disable_tqdm=True,
+        report_to=["tensorboard"] if config.tensorboard else [], bf16=device.startswith("cuda"),
+        use_cpu=device == "cpu", log_completions=False, max_completion_length=config.max_context_tokens,
+    )
+    kwargs.update(config.extra)
+    return GRPOConfig(**kwargs)
+
+
+def _trainer_class() -> type:
+    from trl import GRPOTrainer
+
+    class PdbgymGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer plus the BC anchor term, recipe logging and recipe state across resume."""
+
+        def setup_recipe(self, recipe: RecipeState, config: GRPORunConfig, anchor: AnchorBatches | None,
+                         curriculum: TurnBudgetCurriculum) -> None:
+            self.recipe_state = recipe
+            self.run_config = config
+            self.anchor = anchor
+            self.curriculum = curriculum
+
+        def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            weight = anchor_weight(self.state.global_step, self.run_config.anchor_weight,
+                                   self.run_config.anchor_decay_steps) if self.anchor else 0.0
+            if weight > 0:
+                nll = anchor_nll(model, self.anchor.batch(self.state.global_step))
+                loss = loss + weight * nll
+                self._metrics["train"]["bc/nll"].append(float(nll.detach()))
+            self._metrics["train"]["bc/weight"].append(weight)
+            return loss
+
+        def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+            if self.model.training:
+                logs = {**logs, "beta": float(self.beta), "turn_budget": float(self.recipe_state.budget_now),
+                        "episodes/tampered_total": float(self.recipe_state.tampered_total),
+                        "episodes/replayed_total": float(self.recipe_state.replayed_total)}
+            super().log(logs, start_time)
+
+        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+            super()._save_checkpoint(model, trial)
+            if self.args.should_save:
+                from pdbgym.fileio import write_json_atomic
+
+                folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+                self.recipe_state.beta = float(self.beta)
+                self.recipe_state.curriculum_current = self.curriculum.current
+                write_json_atomic(folder / RECIPE_STATE_FILE, self.recipe_state.to_dict())
+
+        def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
+            super()._load_optimizer_and_scheduler(checkpoint)
+            path = Path(checkpoint) / RECIPE_STATE_FILE if checkpoint else None
+            if path is not None and path.is_file():
+                saved = RecipeState(**json.loads(path.read_text()))
+                for key, value in asdict(saved).items():
+                    setattr(self.recipe_state, key, value)
+                self.beta = saved.beta
+                if saved.curriculum_current >= 0:
+                    self.curriculum.current = saved.curriculum_current
+                for callback in self.callback_handler.callbacks:
+                    if hasattr(callback, "controller"):
+                        callback.controller.beta = saved.beta
+
+    return PdbgymGRPOTrainer
+
+
+class PdbgymRollout:
+    """TRL's ``rollout_func``: prompts (task ids, G in a row per group) -> ids, log-probs, env mask, facts."""
+
+    def __init__(self, tasks: dict[str, Any], config: GRPORunConfig, recipe: RecipeState,
+                 curriculum: TurnBudgetCurriculum, replay: ReplayPool | None, tool_format: str,
+                 play: Callable[..., list[EpisodeSample]] | None = None):
+        self.tasks = tasks
+        self.config = config
+        self.recipe = recipe
+        self.curriculum = curriculum
+        self.replay = replay
+        self.tool_format = tool_format
+        self.play = play or self.play_episodes
+        self.trainer: Any = None
+
+    def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float) -> list[EpisodeSample]:
+        from trl.models.utils import unwrap_model_for_generation
+
+        from pdbgym.agent.backends.base import SamplingParams
+        from pdbgym.agent.loop import AgentConfig
+        from pdbgym.env import DebugEnv, EnvConfig
+
+        def context() -> Any:
+            return unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                               gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
+
+        generator = BatchedGenerator(trainer.model, trainer.processing_class, context)
+        agent = AgentConfig(tool_format=self.tool_format, max_context_tokens=self.config.max_context_tokens,
+                            sampling=SamplingParams(temperature, 1.0, self.config.max_new_tokens, None),
+                            dataset="pdbgym_grpo", check_trajectory=True)
+        env = EnvConfig(turn_budget=turn_budget, command_timeout_s=self.config.command_timeout_s)
+        outcomes = run_episodes(tasks, generator, agent, lambda task: DebugEnv(task, env), name="grpo-policy")
+        return [sample_from_outcome(outcome, self.tool_format) for outcome in outcomes]
+
+    def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list[Any]]:
+        step = trainer.state.global_step
+        budget = self.curriculum.budget(step)
+        self.recipe.budget_now = budget
+        slots: list[EpisodeSample | None] = []
+        to_play: list[Any] = []
+        for start in range(0, len(prompts), self.config.group):
+            group = prompts[start:start + self.config.group]
+            task = self._task(group[0])
+            replayed = self._replayed(task.instance_id, step, len(group))
+            slots.extend(replayed + [None] * (len(group) - len(replayed)))
+            to_play.extend([task] * (len(group) - len(replayed)))
+        played = iter(self.play(to_play, trainer, budget, self.config.temperature) if to_play else [])
+        samples = [slot if slot is not None else next(played) for slot in slots]
+        self._account(samples)
+        return rollout_output(samples)
+
+    def _task(self, instance_id: str) -> Any:
+        if instance_id not in self.tasks:
+            raise PdbgymError(f"the GRPO dataset names task {instance_id!r}, which is not among the training tasks")
+        return self.tasks[instance_id]
+
+    def _replayed(self, instance_id: str, step: int, group: int) -> list[EpisodeSample]:
+        if self.replay is None:
+            return []
+        count = replayed_in_group(step, group, self.config.replay_fraction, self.config.replay_decay_steps)
+        return self.replay.take(instance_id, count)
+
+    def _account(self, samples: list[EpisodeSample]) -> None:
+        on_policy = [s for s in samples if not s.facts.get("replayed")]
+        self.recipe.episodes_total += len(on_policy)
+        self.recipe.replayed_total += len(samples) - len(on_policy)
+        self.recipe.tampered_total += sum(s.facts["termination_reason"] == "tampered" for s in on_policy)
+        if on_policy:
+            self.curriculum.observe(sum(s.facts["final_test_passed"] for s in on_policy) / len(on_policy))
+
+
+def rollout_output(samples: list[EpisodeSample]) -> dict[str, list[Any]]:
+    """The dict TRL's ``rollout_func`` contract asks for; every non-required key reaches the rewards."""
+    fact_keys = ("final_test_passed", "termination_reason", "turns", "valid_tool_call_rate")
+    output: dict[str, list[Any]] = {
+        "prompt_ids": [s.prompt_ids for s in samples],
+        "completion_ids": [s.completion_ids for s in samples],
+        "logprobs": [s.logprobs for s in samples],
+        "env_mask": [s.env_mask for s in samples],
+    }
+    for key in fact_keys:
+        output[key] = [s.facts[key] for s in samples]
+    output["replayed"] = [bool(s.facts.get("replayed", False)) for s in samples]
+    return output
+
+
+def set_quiet_trl() -> None:
+    """``rollout_func`` is marked experimental in TRL 1.16; the warning says nothing a user can act on."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+class StepLogCallback:
+    """Appends every logged training step to ``steps.jsonl`` (and hands it to ``on_log``)."""
+
+    def __init__(self, path: Path, on_log: Callable[[dict[str, Any]], None] | None):
+        self.path = path
+        self.on_log = on_log
+
+    def __call__(self, step: int, logs: dict[str, Any]) -> None:
+        if "reward" not in logs:
+            return
+        row = {"step": step, **{k: v for k, v in logs.items() if isinstance(v, int | float | str)}}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        if self.on_log is not None:
+            self.on_log(row)
+
+
+def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLController | None,
+                   rollout: PdbgymRollout, val_tasks: list[Any], step_log: StepLogCallback) -> list[Any]:
+    """TrainerCallbacks: the KL leash, the step log, and the val gate run at every checkpoint."""
+    from transformers import TrainerCallback
+
+    from pdbgym.train.grpo_data import append_gate, gate_on_val, read_gates
+    from pdbgym.train.recipe import AdaptiveKLCallback
+
+    class StepLog(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            step_log(state.global_step, logs or {})
+
+    class ValGate(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            gates = config.out / GATES_FILE
+            name = f"checkpoint-{state.global_step}"
+            if any(g["checkpoint"] == name for g in read_gates(gates)):
+                return
+
+            def play(tasks: list[Any]) -> list[EpisodeSample]:
+                return rollout.play(tasks, trainer, config.budget_end, config.temperature)
+
+            append_gate(gates, gate_on_val(play, val_tasks, config.val_runs, config.val_k, state.global_step, name))
+
+    callbacks: list[Any] = [StepLog()]
+    if controller is not None:
+        callbacks.insert(0, AdaptiveKLCallback(trainer, controller, config.group * config.tasks_per_step))
+    if val_tasks:
+        callbacks.append(ValGate())
+    return callbacks
+
+
+GATES_FILE = "gates.jsonl"
+STEPS_FILE = "steps.jsonl"

@@ -1,0 +1,89 @@
+"""`pdbgym train grpo`: the command function, mounted by ``pdbgym.train.commands`` (``app.command("grpo")(grpo)``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def grpo(
+    policy: Annotated[str, typer.Option(help="SFT adapter (store name/hash), a model folder, or 'embedded'")],
+    tasks: Annotated[str, typer.Option(help="training tasks: suite, task id or folder")],
+    out: Annotated[Path, typer.Option(help="run folder (checkpoints, steps.jsonl, gates.jsonl, adapter/)")],
+    group: Annotated[int, typer.Option(help="G: episodes per task per step, generated together")] = 8,
+    tasks_per_step: Annotated[int, typer.Option(help="groups per optimizer step")] = 1,
+    steps: Annotated[int, typer.Option(help="optimizer steps")] = 100,
+    seed: int = 42,
+    lr: Annotated[float, typer.Option(help="learning rate of the delta")] = 1e-5,
+    rank: Annotated[int, typer.Option(help="DoRA rank of the trainable delta")] = 16,
+    alpha: int = 32,
+    lora: Annotated[bool, typer.Option("--lora", help="plain LoRA delta instead of DoRA")] = False,
+    temperature: float = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="tokens per model turn")] = 512,
+    context_tokens: Annotated[int, typer.Option(help="tokens per episode (prompt + response)")] = 8192,
+    kl_mode: Annotated[str, typer.Option(help="adaptive: beta <- beta(1 + clip(KL/target-1, +-0.2) n/horizon); fixed")] = "adaptive",
+    beta: Annotated[float, typer.Option(help="initial (or fixed) KL coefficient, k3 KL to the SFT model")] = 0.04,
+    target_kl: Annotated[float, typer.Option(help="adaptive leash target, nats/token")] = 0.05,
+    kl_horizon: Annotated[int, typer.Option(help="adaptive leash horizon, sequences")] = 10_000,
+    curriculum: Annotated[str, typer.Option(help="turn budget: schedule | solve_rate | fixed")] = "schedule",
+    budget_start: int = 10,
+    budget_end: int = 30,
+    budget_ramp_steps: Annotated[int, typer.Option(help="schedule: start + floor((end-start) min(1, step/ramp))")] = 100,
+    budget_threshold: Annotated[float, typer.Option(help="solve_rate: grow after a step solving >= this")] = 0.5,
+    budget_increment: int = 2,
+    anchor_data: Annotated[Path | None, typer.Option(help="SFT corpus for the behaviour-cloning anchor")] = None,
+    anchor_weight: Annotated[float, typer.Option(help="w0 of loss = rl + w(step) nll; w = w0 max(0, 1-step/decay)")] = 0.1,
+    anchor_decay_steps: Annotated[int, typer.Option(help="0: constant anchor weight")] = 0,
+    replay_data: Annotated[Path | None, typer.Option(help="SFT corpus whose solved examples seed early groups")] = None,
+    replay_fraction: Annotated[float, typer.Option(help="f0; replayed = min(G-1, floor(f(step) G + 0.5))")] = 0.25,
+    replay_decay_steps: int = 20,
+    format_weight: Annotated[float, typer.Option(help="weight of the valid-tool-call term (<= 0.2)")] = 0.0,
+    loss_type: Annotated[str, typer.Option(help="TRL loss_type (dapo, grpo, dr_grpo, bnpo, ...)")] = "dapo",
+    importance_sampling_level: Annotated[str, typer.Option(help="TRL: token | sequence")] = "token",
+    num_iterations: Annotated[int, typer.Option(help="TRL: optimizer passes per generated batch")] = 1,
+    epsilon: float = 0.2,
+    save_steps: int = 10,
+    val_tasks: Annotated[str | None, typer.Option(help="val split tasks: every checkpoint is gated on them")] = None,
+    val_runs: int = 4,
+    val_k: int = 3,
+    store: Annotated[Path | None, typer.Option(help="adapter store (default $PDBGYM_HOME/adapters)")] = None,
+    name: Annotated[str | None, typer.Option(help="store name of the result (default grpo-<out name>)")] = None,
+    device: str = "auto",
+    resume: Annotated[bool, typer.Option("--resume", help="continue from the last checkpoint in --out")] = False,
+    tensorboard: bool = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the run record as JSON")] = False,
+) -> None:
+    """GRPO over a frozen SFT adapter with a fresh DoRA delta, on pdbgym episodes (see docs/training.md)."""
+    from pdbgym.train.grpo import GRPORunConfig
+    from pdbgym.train.grpo_run import train_grpo
+
+    config = GRPORunConfig(
+        policy=policy, tasks=tasks, out=out, group=group, tasks_per_step=tasks_per_step, steps=steps, seed=seed,
+        lr=lr, rank=rank, alpha=alpha, use_dora=not lora, temperature=temperature, max_new_tokens=max_new_tokens,
+        max_context_tokens=context_tokens, kl_mode=kl_mode, beta=beta, target_kl=target_kl, kl_horizon=kl_horizon,
+        curriculum=curriculum, budget_start=budget_start, budget_end=budget_end,
+        budget_ramp_steps=budget_ramp_steps, budget_threshold=budget_threshold, budget_increment=budget_increment,
+        anchor_data=anchor_data, anchor_weight=anchor_weight, anchor_decay_steps=anchor_decay_steps,
+        replay_data=replay_data, replay_fraction=replay_fraction, replay_decay_steps=replay_decay_steps,
+        format_weight=format_weight, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
+        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, val_tasks=val_tasks,
+        val_runs=val_runs, val_k=val_k, store=store, name=name, device=device, resume=resume,
+        tensorboard=tensorboard)
+
+    def show(row: dict) -> None:
+        console.print(f"step {row['step']}: reward {row.get('reward', 0):.3f}  kl {row.get('kl', 0):.4f}  "
+                      f"beta {row.get('beta', 0):.4f}  turn budget {int(row.get('turn_budget', 0))}")
+
+    record = train_grpo(config, on_log=show)
+    if json_out:
+        typer.echo(json.dumps(record, indent=2, sort_keys=True))
+    else:
+        console.print(f"[bold green]done[/]: {record['steps']} steps; chosen {record['chosen']}; adapter "
+                      f"{record['adapter']} registered as {record['name']} ({str(record['store_id'])[:12]}) over "
+                      f"{record['parent_id'][:12]}")

@@ -1,0 +1,146 @@
+"""What GRPO draws from the SFT corpus (behaviour-cloning anchor batches, replayed solved trajectories)
+and the validation gate that scores each checkpoint on the val split.
+
+Corpus examples are token-exact (``input_ids`` + ``assistant_masks``, see ``pdbgym.train.corpus``); a
+corpus tokenized by another tokenizer is refused before training starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+from pdbgym.train.rollout import EpisodeSample
+
+IGNORE_INDEX = -100
+
+
+def load_checked_corpus(path: Path, tokenizer: Any, label: str) -> list[dict[str, Any]]:
+    """The examples of a corpus folder whose tokenizer fingerprint is ``tokenizer``'s."""
+    from pdbgym.train.corpus import check_corpus_tokenizer, load_corpus
+
+    corpus = load_corpus(path)
+    check_corpus_tokenizer(corpus, tokenizer, label)
+    return corpus.examples
+
+
+class AnchorBatches:
+    """Deterministic cycling over corpus examples for the BC anchor: batch ``i`` is the same on resume."""
+
+    def __init__(self, examples: list[dict[str, Any]], batch_size: int, max_tokens: int, pad_id: int):
+        self.rows = [(e["input_ids"][:max_tokens], e["assistant_masks"][:max_tokens]) for e in examples]
+        self.rows = [(ids, mask) for ids, mask in self.rows if any(mask)]
+        if not self.rows:
+            raise PdbgymError("the anchor corpus holds no example with a loss token; pass another --anchor-data")
+        self.batch_size = batch_size
+        self.pad_id = pad_id
+
+    def batch(self, index: int) -> tuple[Any, Any, Any]:
+        """(input_ids, attention_mask, labels) tensors [B, T], right-padded; labels -100 off the mask."""
+        import torch
+
+        start = (index * self.batch_size) % len(self.rows)
+        chosen = [self.rows[(start + k) % len(self.rows)] for k in range(self.batch_size)]
+        width = max(len(ids) for ids, _ in chosen)
+        input_ids = torch.full((len(chosen), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(chosen), width), dtype=torch.long)
+        labels = torch.full((len(chosen), width), IGNORE_INDEX, dtype=torch.long)
+        for row, (ids, mask) in enumerate(chosen):
+            input_ids[row, :len(ids)] = torch.tensor(ids)
+            attention[row, :len(ids)] = 1
+            labels[row, :len(ids)] = torch.tensor([t if m else IGNORE_INDEX for t, m in zip(ids, mask, strict=True)])
+        return input_ids, attention, labels
+
+
+def anchor_nll(model: Any, batch: tuple[Any, Any, Any]) -> Any:
+    """Mean negative log-likelihood (nats per loss token) of the batch's masked tokens under ``model``."""
+    input_ids, attention, labels = (t.to(next(model.parameters()).device) for t in batch)
+    return model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+
+
+class ReplayPool:
+    """Solved corpus trajectories by task, handed out in a fixed rotation."""
+
+    def __init__(self, examples: list[dict[str, Any]]):
+        self.by_task: dict[str, list[dict[str, Any]]] = {}
+        for example in examples:
+            if example.get("solved") and any(example["assistant_masks"]):
+                self.by_task.setdefault(example["instance_id"], []).append(example)
+        self._next: dict[str, int] = {}
+
+    def take(self, instance_id: str, count: int) -> list[EpisodeSample]:
+        found = self.by_task.get(instance_id, [])
+        taken = []
+        for _ in range(count if found else 0):
+            position = self._next.get(instance_id, 0)
+            self._next[instance_id] = position + 1
+            taken.append(replay_sample(found[position % len(found)]))
+        return taken
+
+
+def replay_sample(example: dict[str, Any]) -> EpisodeSample:
+    """A solved corpus example as a GRPO sample: prompt = ids before the first loss id."""
+    ids, mask = example["input_ids"], example["assistant_masks"]
+    prompt_len = mask.index(1)
+    response_mask = list(mask[prompt_len:])
+    facts = {"instance_id": example["instance_id"], "final_test_passed": True, "termination_reason": "solved",
+             "turns": sum(1 for i in range(len(response_mask)) if response_mask[i] and (i == 0 or not response_mask[i - 1])),
+             "valid_tool_call_rate": 1.0, "replayed": True}
+    # The corpus' own sampler log-probs are not the policy's; 0.0 marks them unknown (TRL recomputes).
+    return EpisodeSample(list(ids[:prompt_len]), list(ids[prompt_len:]), [0.0] * len(response_mask), response_mask,
+                         facts)
+
+
+@dataclass
+class GateResult:
+    """One checkpoint's val score: pass@1 (mean, CI over tasks) and pass@k, from ``runs`` episodes a task."""
+
+    step: int
+    checkpoint: str
+    pass_at_1: dict[str, Any]
+    pass_at_k: dict[str, Any]
+    k: int
+    runs: int
+    termination_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def score_outcomes(step: int, checkpoint: str, outcomes: dict[str, list[int]], k: int,
+                   reasons: dict[str, int]) -> GateResult:
+    """Pass@1 and pass@k estimates (clustered SE, CI) from per-task 0/1 outcomes."""
+    from pdbgym.evaluate.stats import estimate_mean, per_task_pass_at_k
+
+    runs = min(len(v) for v in outcomes.values())
+    table = [v[:runs] for v in outcomes.values()]
+    k = min(k, runs)
+    return GateResult(step, checkpoint, estimate_mean(per_task_pass_at_k(table, 1)).to_dict(),
+                      estimate_mean(per_task_pass_at_k(table, k)).to_dict(), k, runs, reasons)
+
+
+def append_gate(path: Path, result: GateResult) -> None:
+    from pdbgym.fileio import write_text_atomic
+
+    lines = path.read_text().splitlines() if path.is_file() else []
+    lines.append(json.dumps(result.__dict__, sort_keys=True))
+    write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+def read_gates(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def gate_on_val(play: Callable[[list[Any]], list[Any]], val_tasks: list[Any], runs: int, k: int, step: int,
+                checkpoint: str) -> GateResult:
+    """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> samples) and score them."""
+    episodes = [task for task in val_tasks for _ in range(runs)]
+    samples = play(episodes)
+    outcomes: dict[str, list[int]] = {task.instance_id: [] for task in val_tasks}
+    reasons: dict[str, int] = {}
+    for task, sample in zip(episodes, samples, strict=True):
+        outcomes[task.instance_id].append(int(sample.facts["final_test_passed"]))
+        reason = sample.facts["termination_reason"]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return score_outcomes(step, checkpoint, outcomes, k, reasons)

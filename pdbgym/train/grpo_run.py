@@ -1,0 +1,177 @@
+"""``train_grpo``: build the policy, trainer, rollout and recipe; train (or resume); gate, register.
+
+Output folder::
+
+    checkpoints/checkpoint-N/   TRL checkpoints (adapter, optimizer, RNG, trainer state, recipe state)
+    steps.jsonl                 one line per optimizer step: reward terms, KL, beta, turn budget, BC terms
+    gates.jsonl                 val pass@1 / pass@k (CIs over tasks) of every checkpoint
+    adapter/                    the chosen delta (PEFT DoRA folder), registered with its parent
+    grpo_run.json               recipe, parent, chosen checkpoint, store id
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+from pdbgym.train.grpo import (
+    GATES_FILE,
+    STEPS_FILE,
+    GRPORunConfig,
+    PdbgymRollout,
+    StepLogCallback,
+    _trainer_class,
+    grpo_arguments,
+    make_callbacks,
+    set_quiet_trl,
+)
+from pdbgym.train.grpo_data import AnchorBatches, ReplayPool, load_checked_corpus, read_gates
+from pdbgym.train.recipe import AdaptiveKLController, RecipeState, TurnBudgetCurriculum
+from pdbgym.train.rewards import RewardConfig
+
+RUN_FILE = "grpo_run.json"
+SELECTION_SPLIT = "val"
+
+
+def _load_tasks(config: GRPORunConfig) -> tuple[list[Any], list[Any]]:
+    from pdbgym.tasks.suites import resolve_tasks
+
+    train = resolve_tasks(config.tasks)
+    val = resolve_tasks(config.val_tasks) if config.val_tasks else []
+    shared = sorted({t.instance_id for t in train} & {t.instance_id for t in val})
+    if shared:
+        raise PdbgymError(f"{len(shared)} val task(s) are also training tasks ({', '.join(shared[:3])}); a gate on "
+                          "tasks the policy trains on measures nothing. Give disjoint --tasks and --val-tasks")
+    if len(train) < config.tasks_per_step:
+        raise PdbgymError(f"--tasks-per-step {config.tasks_per_step} exceeds the {len(train)} training task(s)")
+    return train, val
+
+
+def _checkpoint_to_resume(config: GRPORunConfig) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = config.out / "checkpoints"
+    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    if config.resume:
+        if last is None:
+            raise PdbgymError(f"--resume: {folder} holds no checkpoint to resume from; run without --resume")
+        _forget_steps_after(config.out / STEPS_FILE, int(Path(last).name.rsplit("-", 1)[1]))
+        return last
+    if last is not None or (config.out / STEPS_FILE).exists():
+        raise PdbgymError(f"{config.out} already holds a GRPO run; pass --resume to continue it or choose a new --out")
+    return None
+
+
+def _forget_steps_after(path: Path, step: int) -> None:
+    """Drop logged steps the checkpoint does not hold: a killed run's unsaved steps are played again."""
+    import json
+
+    from pdbgym.fileio import write_text_atomic
+
+    if path.is_file():
+        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
+          play: Callable[..., Any] | None = None) -> tuple[Any, Any, list[Any]]:
+    """(trainer, base model record, val tasks): everything checked before the first episode runs."""
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from pdbgym.adapters.store import Store
+    from pdbgym.agent.toolcalls import detect_format
+    from pdbgym.train.sft import pick_device, resolve_base
+
+    set_quiet_trl()
+    device = pick_device(config.device)
+    train_tasks, val_tasks = _load_tasks(config)
+    base = resolve_base(config.policy, Store(config.store) if config.store else Store(), device)
+    tokenizer = base.tokenizer
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    controller = AdaptiveKLController(config.beta, config.target_kl, config.kl_horizon) \
+        if config.kl_mode == "adaptive" else None
+    if config.kl_mode not in ("adaptive", "fixed"):
+        raise PdbgymError(f"--kl-mode {config.kl_mode!r}: choose adaptive or fixed")
+    curriculum = TurnBudgetCurriculum(config.curriculum, config.budget_start, config.budget_end,
+                                      config.budget_ramp_steps, config.budget_threshold, config.budget_increment)
+    anchor = replay = None
+    if config.anchor_data is not None and config.anchor_weight > 0:
+        anchor = AnchorBatches(load_checked_corpus(config.anchor_data, tokenizer, base.label), config.anchor_batch,
+                               config.anchor_max_tokens, tokenizer.pad_token_id)
+    if config.replay_data is not None and config.replay_fraction > 0:
+        replay = ReplayPool(load_checked_corpus(config.replay_data, tokenizer, base.label))
+    recipe = RecipeState(beta=config.beta, budget_now=curriculum.budget(0))
+    rollout = PdbgymRollout({t.instance_id: t for t in train_tasks}, config, recipe, curriculum, replay,
+                            detect_format(getattr(tokenizer, "chat_template", None)), play)
+    functions, _ = RewardConfig(config.format_weight).functions()
+    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0, use_dora=config.use_dora,
+                      target_modules="all-linear", task_type="CAUSAL_LM", bias="none")
+    config.out.mkdir(parents=True, exist_ok=True)
+    trainer = _trainer_class()(
+        model=base.model, reward_funcs=functions, args=grpo_arguments(config, device),
+        train_dataset=Dataset.from_dict({"prompt": [t.instance_id for t in train_tasks]}),
+        processing_class=tokenizer, peft_config=lora, rollout_func=rollout)
+    trainer.setup_recipe(recipe, config, anchor, curriculum)
+    for callback in make_callbacks(trainer, config, controller, rollout, val_tasks,
+                                   StepLogCallback(config.out / STEPS_FILE, on_log)):
+        trainer.add_callback(callback)
+    return trainer, base, val_tasks
+
+
+def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
+               play: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """Run (or resume) GRPO; return the run record (also written to ``out/grpo_run.json``)."""
+    from pdbgym.fileio import write_json_atomic
+
+    config.out = Path(config.out)
+    resume_from = _checkpoint_to_resume(config)
+    trainer, base, val_tasks = build(config, on_log, play)
+    trainer.train(resume_from_checkpoint=resume_from)
+    trainer.save_model(str(config.out / "final"))
+    chosen, gate = _choose(config, val_tasks, config.name or f"grpo-{config.out.name}")
+    adapter_dir = config.out / "adapter"
+    if adapter_dir.exists():
+        shutil.rmtree(adapter_dir)
+    source = config.out / "final" if chosen == "final" else config.out / "checkpoints" / chosen
+    adapter_dir.mkdir(parents=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy2(source / name, adapter_dir / name)
+    node_id = _register(config, adapter_dir, base.parent_id)
+    record = {"format": "pdbgym-train-record/1", "kind": "grpo", "recipe": config.recipe(),
+              "parent_id": base.parent_id, "policy": config.policy, "chosen": chosen, "gate": gate,
+              "steps": int(trainer.state.global_step), "store_id": node_id,
+              "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir)}
+    write_json_atomic(config.out / RUN_FILE, record)
+    return record
+
+
+def _choose(config: GRPORunConfig, val_tasks: list[Any], name: str) -> tuple[str, dict[str, Any] | None]:
+    """The checkpoint with the best val pass@1, recorded in the selection ledger; the final one without val."""
+    from pdbgym.evaluate.selection import SelectionLedger, record_selection
+
+    gates = read_gates(config.out / GATES_FILE)
+    if not val_tasks or not gates:
+        return "final", None
+    best = max(gates, key=lambda g: (g["pass_at_1"]["mean"], g["step"]))
+    scores = {(name if g is best else f"{name}@{g['checkpoint']}"): g["pass_at_1"]["mean"] for g in gates}
+    se = best["pass_at_1"]["se"]
+    record_selection(SELECTION_SPLIT, [t.instance_id for t in val_tasks], scores, se if se == se else 0.0,
+                     SelectionLedger(config.ledger) if config.ledger else SelectionLedger())
+    return best["checkpoint"], best
+
+
+def _register(config: GRPORunConfig, adapter_dir: Path, parent_id: str) -> str:
+    from pdbgym.adapters.operations import load_recipe, register_path
+    from pdbgym.adapters.store import Store
+
+    store = Store(config.store) if config.store else Store()
+    name = config.name or f"grpo-{config.out.name}"
+    recipe = {k: v for k, v in config.recipe().items() if not isinstance(v, dict)}
+    recipe.update(seed=config.seed, rank=config.rank, lr=config.lr)
+    registration = register_path(store, adapter_dir, parent_id, [name], load_recipe(None, recipe))
+    return str(registration.record["id"])
