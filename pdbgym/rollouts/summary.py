@@ -10,7 +10,7 @@ from typing import Any
 
 from pdbgym.rollouts.cache import FileProgress
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
-from pdbgym.rollouts.validate import load_validated_cache
+from pdbgym.rollouts.validate import ValidationReport, iter_validated_cache
 from pdbgym.termination import TERMINATION_REASONS
 
 NO_REASON = "unknown"
@@ -107,12 +107,13 @@ def summarize(records: Iterable[RolloutRecord]) -> CacheSummary:
 
 def summarize_cache(cache_dir: Path | str | None = None, *, on_file: FileProgress | None = None,
                     show: int = 10) -> CacheSummary:
-    """Validate a cache with the one validator, then summarize it; a cache ``cache validate`` refuses
+    """Summarize a cache while the one validator checks it; a cache ``cache validate`` refuses
     (NaN log-probs, loss_mask values other than 0/1, manifest paths out of the folder, ...) is refused
     here too, with the validator's first ``show`` errors, rather than summarized into wrong figures."""
-    records, report = load_validated_cache(cache_dir, on_file=on_file)
+    report = ValidationReport()
+    summary = summarize(iter_validated_cache(cache_dir, report, on_file=on_file))  # one file in memory at a time
     if not report.ok:
         more = f" (and {len(report.errors) - show} more)" if len(report.errors) > show else ""
         raise CacheFormatError("the cache is not valid, so it is not summarized; `pdbgym cache validate` lists "
                                "every problem: " + "; ".join(report.errors[:show]) + more)
-    return summarize(records)
+    return summary

@@ -13,6 +13,7 @@ leaves room for that and still catches sign errors and probabilities stored inst
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from pdbgym.rollouts.record import (
 )
 from pdbgym.termination import TERMINATION_REASONS
 
-__all__ = ["CacheFormatError", "ValidationReport", "load_validated_cache", "validate_cache",
+__all__ = ["CacheFormatError", "ValidationReport", "iter_validated_cache", "load_validated_cache", "validate_cache",
            "validate_cache_report", "validate_record", "validate_record_report", "LOGPROB_POSITIVE_TOLERANCE"]
 
 LOGPROB_POSITIVE_TOLERANCE = 1e-4
@@ -196,23 +197,20 @@ def _check_file(path: Path, dataset: str, instance_id: str, vocab_size: int | No
     return built
 
 
-def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int | None = None,
-                         on_file: FileProgress | None = None) -> tuple[list[RolloutRecord], ValidationReport]:
-    """Read and validate a cache in one pass (each file is loaded once); records in manifest order.
-
-    Use the records only when ``report.ok``: with errors, the list holds what could be built.
-    ``on_file(files_started, files_total)`` is called as each manifest entry is checked.
-    """
-    report = ValidationReport()
-    records: list[RolloutRecord] = []
+def iter_validated_cache(cache_dir: Path | str | None, report: ValidationReport, *, vocab_size: int | None = None,
+                         on_file: FileProgress | None = None) -> Iterator[RolloutRecord]:
+    """Records of a cache in manifest order, one file in memory at a time, each checked into ``report``
+    as it is read; ``report`` is complete (manifest against files, tokenizer fingerprints) only once the
+    iterator is exhausted, so use what it yielded only when ``report.ok`` then."""
     folder = resolve_cache_dir(cache_dir)
     try:
         entries = read_manifest(folder)
     except CacheFormatError as exc:
         report.errors.append(str(exc))
-        return records, report
+        return
     listed: dict[Path, int] = {}
     seen: dict[tuple[str, str, int], str] = {}
+    fingerprints: set[str] = set()
     for index, entry in enumerate(entries):
         if on_file is not None:
             on_file(index, len(entries))
@@ -226,14 +224,26 @@ def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int
             report.errors.append(f"{MANIFEST_NAME} entry {index} ({entry.dataset}/{entry.instance_id}): "
                                  f"file {entry.path} is missing")
             continue
-        records.extend(_check_file(path, entry.dataset, entry.instance_id, vocab_size, seen, report))
+        records = _check_file(path, entry.dataset, entry.instance_id, vocab_size, seen, report)
+        fingerprints |= declared_fingerprints(records)
+        yield from records
     for path in sorted(folder.rglob("*")):
         if path.suffix in (".pt", ".parquet") and path.is_file() and path.resolve() not in listed:
             report.errors.append(f"{path.relative_to(folder)}: file is not listed in {MANIFEST_NAME}")
-    fingerprints = declared_fingerprints(records)
     if len(fingerprints) > 1:
         report.errors.append(f"the records were tokenized by {len(fingerprints)} different tokenizers (fingerprints "
                              f"{', '.join(sorted(fingerprints))}); one cache holds one tokenizer's ids")
+
+
+def load_validated_cache(cache_dir: Path | str | None = None, *, vocab_size: int | None = None,
+                         on_file: FileProgress | None = None) -> tuple[list[RolloutRecord], ValidationReport]:
+    """Read and validate a cache in one pass (each file is loaded once); records in manifest order.
+
+    Use the records only when ``report.ok``: with errors, the list holds what could be built.
+    ``on_file(files_started, files_total)`` is called as each manifest entry is checked.
+    """
+    report = ValidationReport()
+    records = list(iter_validated_cache(cache_dir, report, vocab_size=vocab_size, on_file=on_file))
     return records, report
 
 
