@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from pdbgym.rollouts.cache import MANIFEST_NAME, load_file_records, read_cache, read_manifest, save_instance_file
+from pdbgym.rollouts.cache import (
+    MANIFEST_NAME,
+    load_file_records,
+    read_cache,
+    read_manifest,
+    save_instance_file,
+)
 from pdbgym.rollouts.convert import convert_cache
 from pdbgym.rollouts.record import CacheFormatError
 from pdbgym.rollouts.summary import summarize_cache
