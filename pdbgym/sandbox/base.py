@@ -93,7 +93,7 @@ class Sandbox(ABC):
         self, argv: list[str], workspace: Path, limits: Limits, env: dict[str, str], **stdio: object
     ) -> tuple[subprocess.Popen, CommandCgroup | None]:
         wrapped = self.wrap(argv, workspace, limits)
-        cgroup = CommandCgroup.create(limits.max_processes, limits.memory_bytes)
+        cgroup = CommandCgroup.create(limits.max_processes, limits.tree_memory_limit)
         cgroup_fds = cgroup.open_procs_fds() if cgroup is not None else []
         try:
             popen = subprocess.Popen(

@@ -167,7 +167,7 @@ class BwrapSandbox(Sandbox):
     def wrap(self, argv: list[str], workspace: Path, limits: Limits) -> list[str]:
         binary = bwrap_path() or "bwrap"
         workspace_dir = str(workspace)
-        size = str(limits.memory_bytes)  # tmpfs pages are memory: bound them like the process tree
+        size = str(limits.tree_memory_limit)  # tmpfs pages are memory: bound them like the process tree
         return [
             binary,
             # uid 1000 in a user namespace; run by root, it maps to root outside (see docs/sandbox.md):

@@ -87,7 +87,24 @@ def cgroup_parent(controller: str) -> Path | None:
     """The folder under which per-command cgroups of ``controller`` ("pids", "memory") are made."""
     if controller not in _probed:
         _probed[controller] = _probe(controller)
+        if _probed[controller] is not None:
+            _remove_stale(_probed[controller])
     return _probed[controller]
+
+
+STALE_AFTER_S = 60.0
+
+
+def _remove_stale(parent: Path) -> None:
+    """Remove empty command cgroups left by a killed process (older than a minute, so never one that a
+    live process has just made and not yet joined)."""
+    now = time.time()
+    for path in parent.glob("pdbgym-cmd-*"):
+        try:
+            if now - path.stat().st_mtime > STALE_AFTER_S and not _read(path / "cgroup.procs").strip():
+                path.rmdir()
+        except OSError:
+            continue
 
 
 def pids_cgroup_root() -> Path | None:

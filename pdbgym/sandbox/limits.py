@@ -14,11 +14,18 @@ class Limits:
     ``max_processes`` counts the processes the command may add. It is enforced with a cgroup pids
     limit where ``/sys/fs/cgroup/pids`` is writable, else with RLIMIT_NPROC set to the caller's current
     process count plus this number (RLIMIT_NPROC is never enforced for root: see docs/sandbox.md).
+
+    ``memory_bytes`` bounds each process's address space (RLIMIT_AS: a process past it gets MemoryError).
+    ``tree_memory_bytes`` bounds the memory (resident, page cache, tmpfs, no swap) of all the command's
+    processes together, through a memory cgroup where one can be made (see docs/sandbox.md); None means
+    1.5 x ``memory_bytes``, so one process reaching its own limit fails with MemoryError rather than
+    meeting the kernel's OOM killer, while several large processes together are still stopped.
     """
 
     wall_time_s: float = 30.0  # whole command, wall clock, seconds
     cpu_time_s: int = 60  # RLIMIT_CPU, seconds of CPU per process
     memory_bytes: int = 2 * 1024**3  # RLIMIT_AS, bytes of address space per process
+    tree_memory_bytes: int | None = None  # memory cgroup, bytes for the whole tree; None: 1.5 x memory_bytes
     file_size_bytes: int = 64 * 1024**2  # RLIMIT_FSIZE, bytes per written file
     max_processes: int = 128  # processes the command may add
     output_limit_bytes: int = 16_000  # kept output: head + tail halves, with a note of what was cut
@@ -27,10 +34,17 @@ class Limits:
         for name in ("wall_time_s", "cpu_time_s", "memory_bytes", "file_size_bytes", "max_processes"):
             if getattr(self, name) <= 0:
                 raise SandboxError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
+        if self.tree_memory_bytes is not None and self.tree_memory_bytes <= 0:
+            raise SandboxError(f"Limits.tree_memory_bytes must be positive or None, got {self.tree_memory_bytes!r}")
         if self.output_limit_bytes < 64:
             raise SandboxError(
                 f"Limits.output_limit_bytes must be at least 64 bytes, got {self.output_limit_bytes}"
             )
+
+    @property
+    def tree_memory_limit(self) -> int:
+        """Bytes the whole process tree may use (``tree_memory_bytes``, or 1.5 x ``memory_bytes``)."""
+        return self.tree_memory_bytes if self.tree_memory_bytes is not None else self.memory_bytes * 3 // 2
 
 
 @dataclass

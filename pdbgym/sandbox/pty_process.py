@@ -31,8 +31,8 @@ class PtyProcess:
         self.returncode: int | None = None
         self._closed = False
         # A session dropped without close() must not leave its tree running (the plain backend has
-        # no --die-with-parent): kill it when collected or at interpreter exit.
-        self._finalizer = weakref.finalize(self, _kill_group, popen.pid)
+        # no --die-with-parent) nor its cgroup folders: end both when collected or at interpreter exit.
+        self._finalizer = weakref.finalize(self, _abandon, popen, cgroup)
 
     @property
     def pid(self) -> int:
@@ -109,6 +109,17 @@ class PtyProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _abandon(popen: subprocess.Popen, cgroup: CommandCgroup | None) -> None:
+    _kill_group(popen.pid)
+    if cgroup is not None:
+        cgroup.kill_all()
+        try:
+            popen.wait(timeout=2.0)  # a member leaves its cgroup once reaped
+        except subprocess.TimeoutExpired:
+            pass
+        cgroup.remove()
 
 
 def _kill_group(pid: int) -> None:
