@@ -31,10 +31,14 @@ def file_progress(verb: str, enabled: bool) -> Iterator[Callable[[int, int], Non
     with progress(Console(stderr=True), disable=not enabled, transient=True) as bars:
         bar = bars.add_task(verb, total=None)
 
+        seen = {"total": 0}
+
         def on_file(started: int, total: int) -> None:
+            seen["total"] = total
             bars.update(bar, completed=started, total=total)
 
         yield on_file
+        bars.update(bar, completed=seen["total"])  # the callbacks count files started; now all are done
 
 
 def _json_safe(value: Any) -> Any:
