@@ -183,7 +183,9 @@ def _git_env(folder: Path) -> dict[str, str]:
     """git with no repository around it: any enclosing repository (even one whose .gitignore names
     ``folder``) would make ``git apply`` resolve paths from its root and skip them, exiting 0."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
-    env.update(GIT_DIR=str(folder / ".pdbgym-no-git-repository"), GIT_CEILING_DIRECTORIES=str(folder.parent),
+    # A GIT_DIR that cannot exist (not a folder name inside the tree, where a crafted repository with a
+    # core.worktree elsewhere could be planted) turns discovery off; the ceiling is a second fence.
+    env.update(GIT_DIR="/dev/null/no-repository", GIT_CEILING_DIRECTORIES=str(folder.parent),
                GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
     return env
 

@@ -121,6 +121,16 @@ def test_a_patch_git_skipped_while_exiting_0_is_an_error(tmp_path: Path, monkeyp
         apply_patch(repo, PATCH)
 
 
+def test_a_git_repository_planted_in_the_tree_cannot_redirect_the_patch(tmp_path: Path) -> None:
+    repo = make_task(tmp_path / "task") / "repo"
+    elsewhere = make_task(tmp_path / "elsewhere") / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "config", "core.worktree", str(elsewhere)], check=True)
+    apply_patch(repo, PATCH)
+    assert "a - b" in (repo / "calc" / "ops.py").read_text()
+    assert "a - b" not in (elsewhere / "calc" / "ops.py").read_text()
+
+
 @pytest.mark.slow
 def test_synthesis_into_a_folder_inside_a_git_repository_keeps_its_tasks(tmp_path: Path) -> None:
     from test_synth_fixtures import write_shop
