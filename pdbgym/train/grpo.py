@@ -150,7 +150,7 @@ def _trainer_class() -> type:
             super().log(logs, start_time)
 
         def _save_checkpoint(self, model: Any, trial: Any) -> None:
-            super()._save_checkpoint(model, trial)
+            # The recipe state goes in first: a checkpoint whose trainer_state.json exists is then complete.
             if self.args.should_save:
                 from pdbgym.fileio import write_json_atomic
 
@@ -158,6 +158,7 @@ def _trainer_class() -> type:
                 self.recipe_state.beta = float(self.beta)
                 self.recipe_state.curriculum_current = self.curriculum.current
                 write_json_atomic(folder / RECIPE_STATE_FILE, self.recipe_state.to_dict())
+            super()._save_checkpoint(model, trial)
 
         def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
             super()._load_optimizer_and_scheduler(checkpoint)

@@ -50,11 +50,19 @@ def _load_tasks(config: GRPORunConfig) -> tuple[list[Any], list[Any]]:
     return train, val
 
 
-def _checkpoint_to_resume(config: GRPORunConfig) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+def last_complete_checkpoint(folder: Path) -> str | None:
+    """The highest ``checkpoint-N`` holding the recipe state and ``trainer_state.json`` (a kill during a
+    save leaves a folder without them, which is skipped)."""
+    from pdbgym.train.grpo import RECIPE_STATE_FILE
 
+    found = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+             and (p / RECIPE_STATE_FILE).is_file() and (p / "trainer_state.json").is_file()] if folder.is_dir() else []
+    return str(max(found, key=lambda p: int(p.name.split("-")[-1]))) if found else None
+
+
+def _checkpoint_to_resume(config: GRPORunConfig) -> str | None:
     folder = config.out / "checkpoints"
-    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    last = last_complete_checkpoint(folder)
     if config.resume:
         if last is None:
             raise PdbgymError(f"--resume: {folder} holds no checkpoint to resume from; run without --resume")

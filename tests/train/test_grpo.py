@@ -1,0 +1,82 @@
+"""GRPO through TRL's real GRPOTrainer: a toy suite a tiny model learns, the KL leash, lineage, merge."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play  # noqa: E402
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    return make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks"), tmp_path
+
+
+def _steps(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+
+
+def test_toy_grpo_reward_rises_and_the_delta_is_registered_over_its_parent(toy):
+    from pdbgym.adapters.operations import merge_ref
+    from pdbgym.adapters.store import Store
+    from pdbgym.train.grpo_run import train_grpo
+
+    model, tasks, root = toy
+    config = toy_config(root / "run", model, tasks, steps=12, save_steps=6, name="toy-grpo")
+    record = train_grpo(config, play=toy_play)
+    rows = _steps(root / "run")
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    rewards = [r["reward"] for r in rows]
+    assert sum(rewards[-4:]) / 4 > sum(rewards[:4]) / 4 + 0.3, rewards
+    # the leash: each step's beta is the previous one moved by Ziegler's rule on the previous KL
+    for before, after in zip(rows, rows[1:], strict=False):
+        error = min(max(before["kl"] / config.target_kl - 1, -0.2), 0.2)
+        assert after["beta"] == pytest.approx(before["beta"] * (1 + error * 16 / config.kl_horizon), rel=1e-6)
+    assert rows[-1]["kl"] > 0 and "rewards/outcome/mean" in rows[-1] and "rewards/tampered/mean" in rows[-1]
+    # lineage: registered with the exact weights it trained on as parent; the whole chain merges
+    store = Store(config.store)
+    node = store.get(record["store_id"])
+    assert node["parent"] == record["parent_id"] and store.get(node["parent"])["kind"] == "model"
+    assert node["adapter"]["method"] == "dora" and node["adapter"]["r"] == 8
+    outcome, manifest = merge_ref(store, "toy-grpo", root / "merged")
+    assert manifest["target"] == record["store_id"] and outcome.modules_merged[0] > 0
+
+
+def test_rollout_func_on_a_builtin_task_masks_env_tokens(tiny_model_dir):
+    import torch
+
+    from pdbgym.agent.backends.base import SamplingParams
+    from pdbgym.agent.backends.hf import load_model_and_tokenizer
+    from pdbgym.agent.loop import AgentConfig
+    from pdbgym.env import DebugEnv, EnvConfig
+    from pdbgym.tasks.suites import resolve_task
+    from pdbgym.train.grpo import rollout_output
+    from pdbgym.train.rollout import BatchedGenerator, run_episodes, sample_from_outcome
+
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
+    task = resolve_task("builtin__calc-lexer-hang")
+    generator = BatchedGenerator(model, tokenizer)
+    agent = AgentConfig(tool_format="text", max_context_tokens=4096, sampling=SamplingParams(1.0, 1.0, 6, 3))
+    env = EnvConfig(turn_budget=3, command_timeout_s=5.0)
+    outcomes = run_episodes([task, task], generator, agent, lambda t: DebugEnv(t, env))
+    output = rollout_output([sample_from_outcome(o, "text") for o in outcomes])
+    assert generator.stats.batch_sizes[0] == 2  # the group's first turns were generated together
+    for prompt, ids, logprobs, mask, outcome in zip(output["prompt_ids"], output["completion_ids"], output["logprobs"],
+                                                    output["env_mask"], outcomes, strict=True):
+        assert len(ids) == len(logprobs) == len(mask) and prompt + ids == outcome.record.tokens
+        assert 0 in mask and 1 in mask and mask[0] == 1 and mask[-1] == 1
+        env_text = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m == 0])
+        assert "Error:" in env_text  # the tool output (malformed-call answers) sits under env_mask 0
+        assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if m == 0)
+        # model tokens carry the sampler's log-probs: what the trainer recomputes at T=1 on the same ids
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].float()
+        recomputed = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+        model_rows = torch.tensor(mask, dtype=torch.bool)
+        assert torch.allclose(recomputed[model_rows], torch.tensor(logprobs)[model_rows], atol=1e-4)
+    assert output["termination_reason"] == ["other", "other"] or set(output["termination_reason"]) <= {"other", "budget"}
+    assert output["final_test_passed"] == [False, False]
