@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 
 _TEST_DIR_NAMES = {"tests", "test", "testing"}
-_TEST_CONFIG_FILES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py"}
+_TEST_CONFIG_FILES = {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
+                      "pyproject.toml", "noxfile.py"}
 _STARTUP_FILES = {"sitecustomize.py", "usercustomize.py"}
 # Import names the grading run relies on, besides the standard library.
 _RUNNER_MODULES = {"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "pytest_timeout", "pdbgym"}

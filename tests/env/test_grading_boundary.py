@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pdbgym.env import DebugEnv, EnvConfig
-from pdbgym.env.grading import grade
 from pdbgym.env.gradetree import overlay_agent_changes
+from pdbgym.env.grading import grade
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.tasks.model import load_task
 from pdbgym.tasks.protect import ignore_reason
@@ -167,9 +167,9 @@ def test_a_test_printing_200_mb_does_not_fail_a_correct_fix(flood_task):
 
 @needs_bwrap
 def test_validate_says_why_the_reference_patch_fails(tmp_path):
-    from taskfixtures import PATCH, make_task
-
     from pdbgym.tasks.validate import validate_task
+
+    from taskfixtures import PATCH, make_task
 
     wrong = PATCH.replace("+    return a - b", "+    return a - b - 1")
     report = validate_task(load_task(make_task(tmp_path / "task", patch=wrong)), get_sandbox("bwrap"),

@@ -7,6 +7,7 @@ ignored, or tampered. Where an attack would fool a naive grader, the test says w
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import textwrap
@@ -193,7 +194,7 @@ def replace_assertion_error(ws: Path) -> None:
 
 
 def fake_result_files(ws: Path) -> None:
-    forged = '{"outcomes": {"%s": "passed"}, "exitstatus": 0}' % FAILING
+    forged = json.dumps({"outcomes": {FAILING: "passed"}, "exitstatus": 0})
     for name in (".pdbgym-report-0.json", ".pdbgym-results-0", "report.json"):
         (ws / name).write_text(forged)
     _append_to_package(ws, f"""
