@@ -124,6 +124,33 @@ def measure_interpreter_floor(sandbox: Sandbox, workspace: Path, reps: int) -> l
     return [timed(lambda: sandbox.run(argv, workspace)) for _ in range(reps)]
 
 
+class HostViewBwrap(Sandbox):
+    """The layout bwrap used before the host was hidden: the whole host read-only, uid 0, /proc
+    writable. Only here to price the confinement; never use it to run untrusted code."""
+
+    name = "bwrap-host-view"
+    isolated = True
+
+    def wrap(self, argv: list[str], workspace: Path, limits: Limits) -> list[str]:
+        from pdbgym.sandbox.bwrap import bwrap_path
+
+        ws = str(workspace)
+        return [bwrap_path() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                "--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--bind", ws, ws, "--chdir", ws, "--unshare-net",
+                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox", "--cap-drop", "ALL",
+                "--new-session", "--die-with-parent", "--", *argv]
+
+
+def measure_confinement_cost(workspace: Path, reps: int) -> tuple[list[float], list[float]]:
+    """The interpreter floor under the bwrap sandbox and under the host-view layout, interleaved so
+    both see the same machine load: (confined seconds, host-view seconds)."""
+    argv = [sys.executable, "-P", "-c", "import pdb; pdb.Pdb()"]
+    confined, host_view = get_sandbox("bwrap"), HostViewBwrap()
+    pairs = [(timed(lambda: confined.run(argv, workspace)), timed(lambda: host_view.run(argv, workspace)))
+             for _ in range(reps)]
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
 def _baseline_read_until_prompt(process, deadline_s: float = 60.0) -> str:
     buffer = b""
     deadline = time.monotonic() + deadline_s
@@ -189,15 +216,15 @@ def _lines(task, edit) -> list[str]:  # noqa: ANN001
 
 def measure_scripted_episode(sandbox: Sandbox, env_task: str, reps: int) -> list[float]:
     """A whole scripted episode: reset, breakpoint, inspect, fix, run tests, submit and grade."""
+    from pdbgym.agent.play import play_policy
     from pdbgym.agent.scripted import ScriptedPolicy
-    from pdbgym.env.runner import run_episode
     from pdbgym.tasks.suites import resolve_task
 
     task = resolve_task(env_task)
     durations = []
     for _ in range(reps):
         started = time.perf_counter()
-        result = run_episode(task, ScriptedPolicy(task), sandbox=sandbox)
+        result = play_policy(task, ScriptedPolicy(task), sandbox=sandbox)
         durations.append(time.perf_counter() - started)
         if not result.final_test_passed:
             raise SystemExit(f"the scripted policy failed on {task.instance_id}: the benchmark is void")
@@ -218,6 +245,8 @@ def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto",
             restarts = measure_restart(session, max(5, reps // 20))
             baseline_starts, baseline_trips = measure_baseline(sandbox, workspace.path, node, max(20, reps // 4))
             floor = measure_interpreter_floor(sandbox, workspace.path, max(5, reps // 10))
+            if sandbox.name == "bwrap":
+                confined, host_view = measure_confinement_cost(workspace.path, max(10, reps // 5))
     edits = measure_env_edit_restart(sandbox, env_task, max(6, reps // 20))
     episodes = measure_scripted_episode(sandbox, env_task, max(3, reps // 50))
     figures = {
@@ -235,6 +264,12 @@ def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto",
         "round_trip_speedup_p50": figures["baseline_round_trip"].p50_ms / figures["round_trip"].p50_ms,
         "first_prompt_speedup_p50": figures["baseline_first_prompt"].p50_ms / figures["reset"].p50_ms,
     }
+    if sandbox.name == "bwrap":
+        figures["floor_confined"] = summarize("confinement: floor, bwrap as shipped (paired)", confined)
+        figures["floor_host_view"] = summarize("confinement: floor, bwrap with the whole host visible (paired)",
+                                               host_view)
+        ratios["confinement_cost_p50_ms"] = figures["floor_confined"].p50_ms - figures["floor_host_view"].p50_ms
+        ratios["confinement_ratio_p50"] = figures["floor_confined"].p50_ms / figures["floor_host_view"].p50_ms
     return {"sandbox": sandbox.name, "task": str(task) if task else "tiny generated project",
             "figures": {key: asdict(value) for key, value in figures.items()}, "ratios": ratios}
 
@@ -267,6 +302,9 @@ def main(argv: list[str] | None = None) -> None:
     ratios = result["ratios"]
     console.print(f"round trip: {ratios['round_trip_speedup_p50']:.0f}x faster than the sleep-polling baseline (p50)")  # type: ignore[index]
     console.print(f"first prompt: {ratios['first_prompt_speedup_p50']:.2f}x the baseline's speed (p50; ours includes Workspace.create)")  # type: ignore[index]
+    if "confinement_cost_p50_ms" in ratios:  # type: ignore[operator]
+        console.print(f"confinement: {ratios['confinement_cost_p50_ms']:+.1f} ms per command start at p50 "  # type: ignore[index]
+                      f"({ratios['confinement_ratio_p50']:.2f}x the host-view layout)")  # type: ignore[index]
 
 
 if __name__ == "__main__":

@@ -54,3 +54,26 @@ def test_workspace_is_a_private_copy(tmp_path):
 def test_workspace_from_missing_folder_is_a_clear_error(tmp_path: Path):
     with pytest.raises(SandboxError, match="not a folder"):
         Workspace.create(tmp_path / "nope")
+
+
+def test_tree_memory_limit_defaults_to_one_and_a_half_times_the_process_limit():
+    from pdbgym.sandbox import Limits
+
+    assert Limits(memory_bytes=1000).tree_memory_limit == 1500
+    assert Limits(memory_bytes=1000, tree_memory_bytes=800).tree_memory_limit == 800
+    with pytest.raises(SandboxError, match="tree_memory_bytes must be positive"):
+        Limits(tree_memory_bytes=0)
+
+
+def test_mounted_python_roots_never_include_the_working_folder():
+    import sys
+
+    from pdbgym.sandbox.bwrap import package_dir, python_roots
+
+    roots = [Path(root) for root in python_roots()]
+    assert Path(sys.base_prefix).resolve() in roots or any(Path(sys.base_prefix).resolve().is_relative_to(r)
+                                                           for r in roots)
+    assert any(package_dir().is_relative_to(root) for root in roots)
+    cwd = Path.cwd().resolve()
+    assert not any(cwd.is_relative_to(root) for root in roots if root != Path("/")), roots
+    assert Path("/root") not in roots and Path("/home") not in roots and Path("/tmp") not in roots
