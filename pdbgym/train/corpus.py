@@ -224,23 +224,28 @@ def build_corpus(config: CorpusConfig) -> dict[str, Any]:
     examples, tokenizers, read = _load_sources(config)
     refuse_held_out((e.instance_id for e in examples), config.splits)
     kept, dropped = select_examples(examples, config)
-    kept.sort(key=lambda e: (e.instance_id, e.dataset, e.sample_idx, e.content_hash))
-    if not kept:
-        raise CorpusError(f"no example survived the filters (dropped: {dict(dropped)}); nothing to write")
     fingerprint = next(iter(tokenizers), None)
+    sources = {"caches": [str(p) for p in config.caches], "jsonl": [str(p) for p in config.jsonl]}
+    filters = {"solved_only": config.solved_only, "dedupe": config.dedupe, "max_length": config.max_length,
+               "overlength": config.overlength, "splits": str(config.splits) if config.splits else None}
+    return write_corpus(config.out, kept, {"fingerprint": fingerprint, "name": tokenizers.get(fingerprint or "")},
+                        {"sources": sources, "filters": filters, "records_read": read,
+                         "dropped": dict(sorted(dropped.items()))})
+
+
+def write_corpus(out: Path, examples: list[Example], tokenizer: dict[str, Any],
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``examples`` (sorted by task, dataset, sample, hash) and their manifest; return the manifest."""
+    kept = sorted(examples, key=lambda e: (e.instance_id, e.dataset, e.sample_idx, e.content_hash))
+    if not kept:
+        raise CorpusError(f"no example survived the filters ({(extra or {}).get('dropped', {})}); nothing to write")
     manifest = {
-        "format": CORPUS_FORMAT,
-        "sources": {"caches": [str(p) for p in config.caches], "jsonl": [str(p) for p in config.jsonl]},
-        "filters": {"solved_only": config.solved_only, "dedupe": config.dedupe, "max_length": config.max_length,
-                    "overlength": config.overlength, "splits": str(config.splits) if config.splits else None},
-        "records_read": read, "examples_kept": len(kept), "dropped": dict(sorted(dropped.items())),
+        "format": CORPUS_FORMAT, **(extra or {}), "examples_kept": len(kept),
         "truncated": sum(e.truncated for e in kept),
         "tokens": sum(len(e.input_ids) for e in kept), "loss_tokens": sum(e.loss_tokens for e in kept),
-        "task_ids": sorted({e.instance_id for e in kept}),
-        "tokenizer": {"fingerprint": fingerprint, "name": tokenizers.get(fingerprint) if fingerprint else None},
-        "content_hash": corpus_hash(kept),
+        "task_ids": sorted({e.instance_id for e in kept}), "tokenizer": tokenizer, "content_hash": corpus_hash(kept),
     }
-    out = Path(config.out)
+    out = Path(out)
     write_text_atomic(out / EXAMPLES_FILE, "".join(json.dumps(e.to_json()) + "\n" for e in kept))
     write_json_atomic(out / MANIFEST_FILE, manifest, indent=2)
     return manifest

@@ -25,6 +25,7 @@ ADAPTER_DIR = "adapter"
 TRAIN_RECORD = "pdbgym_train.json"
 METRICS_FILE = "metrics.jsonl"
 SELECTION_SPLIT = "sft-val"
+LogHook = Callable[[dict[str, Any], int], None]  # (logged row with its step, total optimizer steps)
 
 
 class TrainError(PdbgymError):
@@ -109,7 +110,7 @@ def prepare_examples(examples: list[dict[str, Any]], max_tokens: int) -> list[di
     return rows
 
 
-def _progress_callback(metrics_path: Path, on_log: Callable[[dict[str, Any]], None] | None) -> Any:
+def _progress_callback(metrics_path: Path, on_log: LogHook | None) -> Any:
     from transformers import TrainerCallback
 
     class PdbgymLog(TrainerCallback):
@@ -125,7 +126,7 @@ def _progress_callback(metrics_path: Path, on_log: Callable[[dict[str, Any]], No
             with open(metrics_path, "a") as handle:
                 handle.write(json.dumps(row) + "\n")
             if on_log is not None:
-                on_log(row)
+                on_log(row, int(state.max_steps))
 
     return PdbgymLog()
 
@@ -181,7 +182,7 @@ def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[dict
     return trainer
 
 
-def train_sft(config: SFTTrainConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
+def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
               base: BaseModel | None = None) -> SFTResult:
     """Train, keep the best checkpoint, write the adapter and its record, register it, record the selection.
 

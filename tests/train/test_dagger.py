@@ -1,0 +1,117 @@
+"""Online DAgger on two built-in tasks with a tiny student and a tiny teacher sharing a tokenizer:
+real episodes, teacher labels on the student's own states (token-exact), aggregation, lineage iter0/iter1."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from recordfixtures import save_tiny_llama
+
+from pdbgym.tasks.suites import SUITES
+from pdbgym.train.config import DaggerConfig
+
+TRAIN_TASKS = ("logstats-level-counts", "latency-percentiles")
+SFT = {"rank": 4, "lr": 5e-2, "effective_batch": 1, "max_steps": 1}
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(tmp_path_factory, smol_tokenizer):
+    return save_tiny_llama(tmp_path_factory.mktemp("teacher"), smol_tokenizer, seed=3)
+
+
+def _config(tmp_path, student, teacher, **options) -> DaggerConfig:
+    tasks = tmp_path / "tasks"
+    for name in TRAIN_TASKS:
+        if not (tasks / name).exists():
+            shutil.copytree(SUITES["builtin"] / name, tasks / name)
+    values = dict(student=str(student), teacher=str(teacher), tasks=str(tasks), out=tmp_path / "dagger",
+                  iterations=2, turn_budget=2, max_new_tokens=8, max_context_tokens=2048, sft=SFT,
+                  store=tmp_path / "store", ledger=tmp_path / "ledger.jsonl", device="cpu")
+    values.update(options)
+    return DaggerConfig(**values)
+
+
+def test_two_iterations_label_student_states_and_record_lineage(tmp_path, tiny_model_dir, teacher_dir):
+    from pdbgym.adapters.fingerprint import weights_hash
+    from pdbgym.adapters.store import Store
+    from pdbgym.rollouts.cache import read_cache
+    from pdbgym.train.corpus import load_corpus
+    from pdbgym.train.dagger import kl_to_cache, load_policy, train_dagger, turn_spans
+
+    config = _config(tmp_path, tiny_model_dir, teacher_dir)
+    result = train_dagger(config)
+    rows = result.rows
+    assert [r.iteration for r in rows] == [0, 1]
+    store = Store(config.store)
+    parent = weights_hash(tiny_model_dir)
+    for row in rows:
+        node = store.get(store.resolve(f"dagger-iter{row.iteration}"))
+        assert node["parent"] == parent  # every iterate is trained from iteration 0's parent
+        assert row.student_episodes == 2 and row.labels_new > 0
+    assert rows[1].labels_total == rows[0].labels_new + rows[1].labels_new
+    corpus0 = load_corpus(config.out / "iter0" / "corpus")
+    corpus1 = load_corpus(config.out / "iter1" / "corpus")
+    assert len(corpus1.examples) == rows[1].labels_total and len(corpus0.examples) == rows[0].labels_new
+    assert {e["content_hash"] for e in corpus0.examples} <= {e["content_hash"] for e in corpus1.examples}
+    # every label is a state the student reached (its record's ids up to a turn) plus the teacher's turn
+    transcripts = sorted((config.out / "iter0" / "transcripts").glob("*.json"))
+    assert len(transcripts) == 2
+    states = []
+    for path in transcripts:
+        messages = json.loads(path.read_text())["messages"]
+        assert messages[0]["role"] == "system"
+    for example in corpus0.examples:
+        state_len = example["assistant_masks"].index(1)
+        assert set(example["assistant_masks"][state_len:]) == {1}
+        states.append(tuple(example["input_ids"][:state_len]))
+    assert all(len(s) > 0 for s in states)
+    report = json.loads((config.out / "training_report.json").read_text())
+    assert [r["adapter"] for r in report["tables"]["Iterations"]] == ["dagger-iter0", "dagger-iter1"]
+    # the states are exactly the student's record prefixes
+    records = read_cache(config.out / "iter0" / "rollouts")
+    prefixes = {tuple(r.tokens[:start]) for r in records for start, _ in turn_spans(r)}
+    assert set(states) <= prefixes
+    # KL to a cache of the initial student's own samples: zero for that student, not for the iterate
+    cache = config.out / "iter0" / "rollouts"
+    kl_initial = kl_to_cache(load_policy(str(tiny_model_dir), config, "cpu"), cache)
+    kl_iterate = kl_to_cache(load_policy("dagger-iter1", config, "cpu"), cache)
+    assert kl_initial == pytest.approx(0.0, abs=1e-5) and kl_iterate > max(1e-5, 10 * kl_initial)
+
+
+def test_turn_spans_are_runs_of_generated_ids():
+    from pdbgym.rollouts.record import RolloutRecord
+    from pdbgym.train.dagger import turn_spans
+
+    record = RolloutRecord("t", "d", list(range(12)), 3, 9, [1, 1, 0, 0, 1, 0, 1, 1, 1], [0.0] * 9)
+    assert turn_spans(record) == [(3, 5), (7, 8), (9, 12)]
+
+
+def test_a_teacher_that_cannot_label_states_is_refused(tmp_path, tiny_model_dir):
+    from pdbgym.train.dagger import DaggerError, train_dagger
+
+    with pytest.raises(DaggerError, match="cannot label the student's states"):
+        train_dagger(_config(tmp_path, tiny_model_dir, "scripted"))
+
+
+def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, tiny_model_dir):
+    from pdbgym.train.dagger import DaggerError, train_dagger
+
+    from modelfixtures import word_tokenizer
+
+    words = word_tokenizer(64)
+    words.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    other = save_tiny_llama(tmp_path / "other", words)
+    with pytest.raises(DaggerError, match="fingerprint"):
+        train_dagger(_config(tmp_path, tiny_model_dir, other))
+
+
+def test_val_tasks_in_training_are_refused(tmp_path, tiny_model_dir, teacher_dir):
+    from pdbgym.train.corpus import CorpusError
+    from pdbgym.train.dagger import train_dagger
+
+    splits = tmp_path / "splits.json"
+    splits.write_text(json.dumps({"splits": {"val": [{"instance_id": "builtin__latency-percentiles"}]}}))
+    with pytest.raises(CorpusError, match="builtin__latency-percentiles \\(val\\)"):
+        train_dagger(_config(tmp_path, tiny_model_dir, teacher_dir, splits=splits))
