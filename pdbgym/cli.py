@@ -32,6 +32,7 @@ def _mount() -> None:
     from pdbgym.evaluate.commands import demo_command
     from pdbgym.rollouts.commands import app as cache_app
     from pdbgym.tasks.commands import app as tasks_app
+    from pdbgym.train.commands import app as train_app
 
     app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")
     cache_app.command("build", help="Play tasks x runs with a policy and write a teacher cache (resumable).")(
@@ -43,6 +44,7 @@ def _mount() -> None:
     app.command("run", help="Run one episode on a task with a policy.")(run_command)
     app.command("demo", help="The main job on the embedded default.")(demo_command)
     app.command("divergence", help="KL/JSD of students against a teacher cache.")(divergence_command)
+    app.add_typer(train_app, name="train", help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
 
 
 _mount()
