@@ -27,6 +27,7 @@ from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, sc
 from pdbgym.divergence.server_teacher import check_server_semantics, score_records_with_server
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import atomic_target
+from pdbgym.policyname import is_server_url
 from pdbgym.rollouts.cache import MANIFEST_NAME, read_cache, write_cache
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
@@ -61,7 +62,7 @@ class DivergenceRun:
 
     @property
     def teacher_is_server(self) -> bool:
-        return self.teacher is not None and self.teacher.startswith(("http://", "https://"))
+        return self.teacher is not None and is_server_url(self.teacher)
 
 
 def records_digest(records: Sequence[RolloutRecord]) -> str:
@@ -107,7 +108,7 @@ class ScoreStore:
 
 
 def model_label(spec: str) -> str:
-    return spec.rstrip("/") if spec.startswith(("http://", "https://")) else Path(spec).name
+    return spec.rstrip("/") if is_server_url(spec) else Path(spec).name
 
 
 def unique_names(specs: Sequence[str]) -> list[str]:

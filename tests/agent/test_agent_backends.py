@@ -102,7 +102,7 @@ def test_missing_model_path_and_unknown_policy_are_clear(tmp_path):
         HFBackend.from_path(tmp_path / "nope")
     with pytest.raises(BackendError, match="no config.json"):
         HFBackend.from_path(tmp_path)
-    with pytest.raises(BackendError, match="not 'scripted', 'embedded'"):
+    with pytest.raises(BackendError, match="not 'scripted', 'human', 'embedded'"):
         parse_policy("gpt-17")
 
 
