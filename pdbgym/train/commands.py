@@ -1,0 +1,159 @@
+"""`pdbgym train ...`: corpus, sft, dagger (and grpo, from ``pdbgym.train.grpo_commands``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pdbgym.train.config import SEED_TARGET_MODULES
+
+app = typer.Typer(no_args_is_help=True, help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
+console = Console(stderr=True)
+
+
+@app.command("corpus")
+def corpus_command(
+    out: Annotated[Path, typer.Option(help="Corpus folder to write (examples.jsonl + corpus.json)")],
+    cache: Annotated[list[Path] | None, typer.Option(help="Rollout cache folder; repeat for several")] = None,
+    jsonl: Annotated[list[Path] | None, typer.Option(help="Chat / SWE-bench-style trajectory JSONL; repeat")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer for --jsonl: 'embedded' or a folder")] = None,
+    solved_only: Annotated[bool, typer.Option(help="Keep only episodes whose final tests passed")] = False,
+    dedupe: Annotated[bool, typer.Option(help="Drop examples whose ids and mask repeat an earlier one")] = True,
+    max_length: Annotated[int | None, typer.Option(help="Most ids per example (prompt included)")] = None,
+    overlength: Annotated[str, typer.Option(help="Longer examples: drop, or truncate (keep the start)")] = "drop",
+    splits: Annotated[Path | None, typer.Option(help="Split file: refuse any val/test task")] = None,
+    keep_tampered: Annotated[bool, typer.Option(help="Keep episodes graded tampered (never wise)")] = False,
+) -> None:
+    """Token-exact SFT examples from rollout records (loss on loss_mask == 1 ids only)."""
+    from pdbgym.train.corpus import CorpusConfig, build_corpus
+
+    manifest = build_corpus(CorpusConfig(caches=list(cache or []), jsonl=list(jsonl or []), tokenizer=tokenizer,
+                                         out=out, solved_only=solved_only, dedupe=dedupe, max_length=max_length,
+                                         overlength=overlength, splits=splits, keep_tampered=keep_tampered))
+    shown = {k: manifest[k] for k in ("records_read", "examples_kept", "dropped", "truncated", "tokens", "loss_tokens",
+                                      "tokenizer", "content_hash")}
+    typer.echo(json.dumps(shown, indent=1))
+
+
+@app.command("sft")
+def sft_command(
+    base: Annotated[str, typer.Option(help="'embedded', a HF model folder, or an adapter-store reference")],
+    data: Annotated[Path, typer.Option(help="Corpus folder (pdbgym train corpus)")],
+    out: Annotated[Path, typer.Option(help="Run folder: checkpoints/, adapter/, metrics.jsonl, report")],
+    seed: Annotated[int, typer.Option(help="Seed of init, shuffling and the held-out slice")] = 42,
+    rank: Annotated[int, typer.Option(help="LoRA/DoRA rank r")] = 24,
+    lora_alpha: Annotated[int | None, typer.Option(help="alpha (scale alpha/r); default 2r")] = None,
+    lora: Annotated[bool, typer.Option("--lora", help="Plain LoRA instead of DoRA")] = False,
+    target_modules: Annotated[str, typer.Option(help="Comma-separated module names")] = ",".join(SEED_TARGET_MODULES),
+    epochs: Annotated[float, typer.Option(help="Passes over the training slice")] = 4.0,
+    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate (linear decay to 0)")] = 1e-4,
+    effective_batch: Annotated[int, typer.Option(help="Examples per optimizer step")] = 8,
+    micro_batch: Annotated[int, typer.Option(help="Examples per forward pass")] = 1,
+    max_length: Annotated[int, typer.Option(help="Most ids per example (the end is cut)")] = 16384,
+    max_steps: Annotated[int, typer.Option(help="Stop after this many optimizer steps (0: epochs decide)")] = 0,
+    max_tokens_per_example: Annotated[int, typer.Option(help="Cut examples to this many ids first (0: off)")] = 0,
+    val_fraction: Annotated[float, typer.Option(help="Share of task ids held out for validation loss")] = 0.1,
+    eval_steps: Annotated[int, typer.Option(help="Validation loss (and a checkpoint) every N steps")] = 10,
+    gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in backward")] = False,
+    packing: Annotated[bool, typer.Option(help="Pack examples padding-free (TRL bfd packing)")] = False,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N")] = "auto",
+    name: Annotated[str | None, typer.Option(help="Store name of the adapter (default: the out folder's name)")] = None,
+    store: Annotated[Path | None, typer.Option(help="Adapter store root")] = None,
+    register: Annotated[bool, typer.Option(help="Register the adapter in the store with its parent")] = True,
+    report: Annotated[bool, typer.Option(help="Write training_report.html/.md with loss curves")] = False,
+    tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard under out/checkpoints")] = False,
+) -> None:
+    """Train a LoRA/DoRA adapter with TRL's SFTTrainer; defaults are the seed recipe."""
+    from pdbgym.train.config import SFTTrainConfig
+    from pdbgym.train.sft import train_sft
+
+    config = SFTTrainConfig(base=base, data=data, out=out, seed=seed, rank=rank, lora_alpha=lora_alpha,
+                            use_dora=not lora, target_modules=tuple(m for m in target_modules.split(",") if m),
+                            epochs=epochs, lr=lr, effective_batch=effective_batch, micro_batch=micro_batch,
+                            max_length=max_length, max_steps=max_steps, max_tokens_per_example=max_tokens_per_example,
+                            val_fraction=val_fraction, eval_steps=eval_steps,
+                            gradient_checkpointing=gradient_checkpointing, packing=packing, device=device, name=name,
+                            store=store, register=register, report=report, tensorboard=tensorboard)
+    with _step_progress() as on_log:
+        result = train_sft(config, on_log=on_log)
+    typer.echo(json.dumps({"adapter": str(result.adapter_dir), "store_id": result.node_id, "name": result.name,
+                           "parent": result.parent_id, "best_val_loss": result.best_val_loss,
+                           "best_step": result.best_step, "steps": result.steps, "tensor_count": result.tensor_count,
+                           "report": str(result.report) if result.report else None}, indent=1))
+
+
+@app.command("dagger")
+def dagger_command(
+    student: Annotated[str, typer.Option(help="'embedded', a model folder, or an adapter-store reference")],
+    teacher: Annotated[str, typer.Option(help="A model ('embedded', folder, store ref) or an SGLang URL")],
+    tasks: Annotated[str, typer.Option(help="Training tasks: suite, task id or folder")],
+    out: Annotated[Path, typer.Option(help="Run folder: iter0/, iter1/, ..., iterations.json, report")],
+    iterations: Annotated[int, typer.Option(help="DAgger iterations")] = 2,
+    runs: Annotated[int, typer.Option(help="Student episodes per training task per iteration")] = 1,
+    val_tasks: Annotated[str | None, typer.Option(help="Tasks for pass@1 of each iterate (held out)")] = None,
+    splits: Annotated[Path | None, typer.Option(help="Split file: refuse val/test tasks in --tasks")] = None,
+    teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache for KL(teacher||student)")] = None,
+    eval_runs: Annotated[int, typer.Option(help="Episodes per val task per iterate")] = 1,
+    budget: Annotated[int, typer.Option(help="Turn budget per episode")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one turn (student and teacher)")] = 64,
+    context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens")] = 4096,
+    temperature: Annotated[float, typer.Option(help="Student sampling temperature")] = 0.7,
+    teacher_temperature: Annotated[float, typer.Option(help="Teacher sampling temperature (0: greedy)")] = 0.0,
+    tokenizer: Annotated[str, typer.Option(help="Tokenizer of a URL teacher: 'embedded' or a folder")] = "embedded",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda")] = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of sampling and training")] = 42,
+    name_prefix: Annotated[str | None, typer.Option(help="Store names PREFIX-iterN (default: out folder name)")] = None,
+    sft: Annotated[str, typer.Option(help="JSON of SFT fields for every iteration, e.g. '{\"max_steps\": 20}'")] = "{}",
+    store: Annotated[Path | None, typer.Option(help="Adapter store root")] = None,
+) -> None:
+    """Online DAgger: student rollouts, teacher labels on every student state, SFT on the aggregate."""
+    from pdbgym.train.config import DaggerConfig
+    from pdbgym.train.dagger import train_dagger
+
+    try:
+        sft_fields: dict[str, Any] = json.loads(sft)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--sft must be a JSON object ({exc})") from exc
+    config = DaggerConfig(student=student, teacher=teacher, tasks=tasks, out=out, iterations=iterations, runs=runs,
+                          val_tasks=val_tasks, splits=splits, teacher_cache=teacher_cache, eval_runs=eval_runs,
+                          turn_budget=budget, max_new_tokens=max_new_tokens, max_context_tokens=context_tokens,
+                          temperature=temperature, teacher_temperature=teacher_temperature, tokenizer=tokenizer,
+                          device=device, seed=seed, name_prefix=name_prefix, sft=sft_fields, store=store)
+    with console.status("DAgger") as status:
+        result = train_dagger(config, on_event=lambda text: (status.update(text), console.log(text)))
+    typer.echo(json.dumps({"iterations": [row.__dict__ for row in result.rows],
+                           "report": str(result.report) if result.report else None}, indent=1))
+
+
+class _step_progress:
+    """A rich bar over optimizer steps, fed by the trainer's log rows; yields the ``on_log`` hook."""
+
+    def __enter__(self) -> Any:
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console)
+        self.progress.__enter__()
+        self.bar = self.progress.add_task("training", total=None)
+
+        def on_log(row: dict[str, Any], max_steps: int) -> None:
+            losses = ", ".join(f"{k} {row[k]:.4f}" for k in ("loss", "eval_loss") if k in row)
+            self.progress.update(self.bar, completed=row["step"], total=max_steps,
+                                 description=f"step {row['step']}" + (f": {losses}" if losses else ""))
+
+        return on_log
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+
+def _mount_grpo() -> None:
+    from pdbgym.train.grpo_commands import grpo
+
+    app.command("grpo", help="GRPO of a DoRA delta over a frozen SFT adapter (seed recipe).")(grpo)
+
+
+_mount_grpo()

@@ -1,0 +1,37 @@
+"""`pdbgym train corpus` and `pdbgym train sft` from the command line: flags reach the library."""
+
+from __future__ import annotations
+
+import json
+
+from recordfixtures import episode_record, write_records
+from typer.testing import CliRunner
+
+from pdbgym.train.commands import app
+
+
+def test_corpus_then_sft_from_the_command_line(tmp_path, smol_tokenizer, tiny_model_dir):
+    records = [episode_record(smol_tokenizer, f"t{i}", [("b calc.py:3", "Breakpoint"), ("submit", f"graded {i}")])
+               for i in range(2)]
+    cache = write_records(tmp_path / "cache", records)
+    run = CliRunner().invoke(app, ["corpus", "--cache", str(cache), "--out", str(tmp_path / "corpus"),
+                                   "--solved-only", "--max-length", "4096"])
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.output)["examples_kept"] == 2
+    run = CliRunner().invoke(app, ["sft", "--base", str(tiny_model_dir), "--data", str(tmp_path / "corpus"),
+                                   "--out", str(tmp_path / "sft"), "--lora", "--rank", "2", "--max-steps", "1",
+                                   "--effective-batch", "1", "--val-fraction", "0", "--store", str(tmp_path / "store"),
+                                   "--device", "cpu"])
+    assert run.exit_code == 0, run.output
+    result = json.loads(run.output[run.output.index("{"):])
+    assert result["steps"] == 1 and result["name"] == "sft" and result["tensor_count"] == 8  # LoRA: A and B
+    recipe = json.loads((tmp_path / "sft" / "adapter" / "pdbgym_train.json").read_text())["recipe"]
+    assert recipe["use_dora"] is False and recipe["rank"] == 2 and recipe["lora_alpha"] == 4
+
+
+def test_refusals_are_named_errors(tmp_path, smol_tokenizer):
+    splits = tmp_path / "splits.json"
+    splits.write_text(json.dumps({"splits": {"test": [{"instance_id": "t0"}]}}))
+    cache = write_records(tmp_path / "cache", [episode_record(smol_tokenizer, "t0", [("submit", "ok")])])
+    run = CliRunner().invoke(app, ["corpus", "--cache", str(cache), "--out", str(tmp_path / "c"), "--splits", str(splits)])
+    assert run.exit_code != 0 and "t0 (test)" in str(run.exception)
