@@ -29,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def episodes_per_minute(tasks, runs: int, workers: int) -> dict:
+    from pdbgym.agent.executor import ExecutorConfig
     from pdbgym.agent.loop import AgentConfig
     from pdbgym.agent.policies import parse_policy
     from pdbgym.agent.runner import plan_jobs, run_all
@@ -37,7 +38,7 @@ def episodes_per_minute(tasks, runs: int, workers: int) -> dict:
     jobs = plan_jobs(tasks, runs, parse_policy("scripted"), AgentConfig(dataset="bench"), EnvConfig(), set())
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
-        results = run_all(jobs, Path(out), workers)
+        results = run_all(jobs, Path(out), ExecutorConfig(workers))
         seconds = time.perf_counter() - started
     solved = sum(r.record["metadata"]["_termination_reason"] == "solved" for r in results)
     return {"workers": workers, "episodes": len(results), "solved": solved, "seconds": round(seconds, 2),

@@ -25,9 +25,8 @@ err_console = Console(stderr=True)
 
 def _mount() -> None:
     from pdbgym.adapters.commands import app as adapters_app
-    from pdbgym.agent.commands import cache_build_command
+    from pdbgym.agent.commands import cache_build_command, run_command
     from pdbgym.divergence.commands import divergence_command
-    from pdbgym.env.commands import run_command
     from pdbgym.evaluate.commands import app as eval_app
     from pdbgym.evaluate.commands import demo_command
     from pdbgym.rollouts.commands import app as cache_app

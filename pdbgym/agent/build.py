@@ -2,6 +2,7 @@
 
 Every check that can fail (the policy, the model or server, the cache's vocabulary) runs before the
 first episode. Finished episodes are appended as they land, so a rerun resumes where a run stopped.
+Episodes run on the shared executor (``pdbgym.agent.executor``), as campaigns' do.
 """
 
 from __future__ import annotations
@@ -13,45 +14,80 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.runner import JobResult
+from pdbgym.env.environment import EnvConfig
+
 
 @dataclass
 class CacheBuildConfig:
-    """What ``pdbgym cache build`` takes. ``workers`` 0: one for local models, else all cores."""
+    """What ``pdbgym cache build`` takes; the command's flags read their defaults from here.
+
+    Args:
+        policy: ``scripted``, ``embedded``, a model folder, or a server URL (``pdbgym.policyname``).
+        out: cache folder to write; a rerun with the same folder resumes it.
+        tasks: a suite name (``builtin``, ``regression``) or a task folder. Default ``"builtin"``.
+        runs: samples per task; their ``_sample_idx`` is 0..runs-1. Default 1.
+        temperature: sampling temperature (0 = greedy). Default ``SamplingParams.temperature`` (0.7).
+        top_p: top-p nucleus mass in (0, 1]. Default 1.0.
+        dataset: dataset name stored in every record. Default ``"pdbgym_builtin"``.
+        workers: episodes at once (``ExecutorConfig.workers``); 0 = one per core; local models always
+            take turns in this process. Default 0.
+        max_new_tokens: token cap of one model turn. Default 512.
+        max_context_tokens: trajectory cap in tokens; reaching it ends the episode as ``ctx_overflow``.
+            Default 32768.
+        turn_budget: tool calls per episode before ``budget`` ends it. Default ``EnvConfig.turn_budget`` (30).
+        command_timeout_s: seconds before a pdb command is interrupted. Default 10.0.
+        seed: base seed; each episode gets ``seed + 1000 * task_index + sample_idx``. Default None (unseeded).
+        tokenizer: tokenizer of action policies and server conversations (``embedded`` or a folder).
+        api: server protocol: ``auto``, ``chat`` or ``sglang``. Default ``"auto"``.
+        logprob_mode: what a chat server's log-probs are: ``raw``, ``tempered`` or ``processed``.
+        tool_format: ``qwen3_xml``, ``hermes`` or ``text``; None reads it from the chat template.
+        device: device of local models (``cpu``, ``cuda``). Default ``"cpu"``.
+        ray_address: None runs locally; ``"local"`` starts or joins a Ray cluster here; else its address.
+    """
 
     policy: str
     out: Path
     tasks: str = "builtin"
     runs: int = 1
-    temperature: float = 0.7
-    top_p: float = 1.0
+    temperature: float = SamplingParams.temperature
+    top_p: float = SamplingParams.top_p
     dataset: str = "pdbgym_builtin"
     workers: int = 0
-    max_new_tokens: int = 512
+    max_new_tokens: int = SamplingParams.max_new_tokens
     max_context_tokens: int = 32768
-    turn_budget: int = 30
-    command_timeout_s: float = 10.0
+    turn_budget: int = EnvConfig.turn_budget
+    command_timeout_s: float = EnvConfig.command_timeout_s
     seed: int | None = None
     tokenizer: str = "embedded"
     api: str = "auto"
     logprob_mode: str = "raw"
     tool_format: str | None = None
     device: str = "cpu"
-    ray: bool = False
     ray_address: str | None = None
 
 
-def build_cache(config: CacheBuildConfig, on_result: Callable[[Any, int], None] | None = None) -> dict[str, Any]:
-    """Play every missing (task, sample) and append it to ``config.out``; return a summary dict."""
-    from pdbgym.agent.backends.base import SamplingParams
+def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], None] | None = None) -> dict[str, Any]:
+    """Play every missing (task, sample) and append it to ``config.out``; return a summary dict.
+
+    ``on_result(result, total)`` is called as each episode lands. The summary holds ``out``,
+    ``episodes_run``, ``episodes_skipped_already_done``, ``termination_reasons``, ``solved``,
+    ``wall_seconds`` and ``episodes_per_minute``.
+    """
+    from pdbgym.agent.executor import ExecutorConfig
     from pdbgym.agent.loop import AgentConfig
     from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
-    from pdbgym.agent.runner import completed_samples, default_workers, plan_jobs, run_all
-    from pdbgym.env import EnvConfig
+    from pdbgym.agent.runner import completed_samples, plan_jobs, run_all
+    from pdbgym.errors import PdbgymError
+    from pdbgym.policyname import INTERACTIVE_POLICIES
     from pdbgym.sandbox.workspace import reap_stale_workspaces
     from pdbgym.tasks.suites import resolve_tasks
 
     reap_stale_workspaces()  # workspaces a killed earlier build left in the temp folder
     task_list = resolve_tasks(config.tasks)
+    if config.policy in INTERACTIVE_POLICIES:
+        raise PdbgymError(f"--policy {config.policy} reads a terminal; play it with `pdbgym run`")
     spec = parse_policy(config.policy, tokenizer=config.tokenizer, api=config.api,
                         logprob_mode=config.logprob_mode, device=config.device, tool_format=config.tool_format)
     # Build (and so check) the backend or tokenizer here, before any episode starts.
@@ -61,17 +97,15 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[Any, int], None] 
                         sampling=SamplingParams(config.temperature, config.top_p, config.max_new_tokens, None))
     env = EnvConfig(turn_budget=config.turn_budget, command_timeout_s=config.command_timeout_s)
     jobs = plan_jobs(task_list, config.runs, spec, agent, env, done, config.seed)
-    workers = config.workers or (1 if spec.kind in ("embedded", "path") else default_workers())
     started = time.perf_counter()
     reasons: Counter[str] = Counter()
 
-    def advance(result: Any) -> None:
+    def advance(result: JobResult) -> None:
         reasons[result.record["metadata"]["_termination_reason"]] += 1
         if on_result is not None:
             on_result(result, len(jobs))
 
-    results = run_all(jobs, config.out, workers, use_ray=config.ray, ray_address=config.ray_address,
-                      on_result=advance)
+    results = run_all(jobs, config.out, ExecutorConfig(config.workers, config.ray_address), on_result=advance)
     seconds = time.perf_counter() - started
     return {
         "out": str(config.out), "episodes_run": len(results), "episodes_skipped_already_done": len(done),

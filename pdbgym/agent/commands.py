@@ -1,58 +1,105 @@
-"""``pdbgym cache build``: play tasks x runs with a policy and write a teacher cache (resumable)."""
+"""``pdbgym run`` (one episode) and ``pdbgym cache build`` (tasks x runs into a teacher cache).
+
+Each command parses its flags into a config (``RunConfig``, ``CacheBuildConfig``, whose defaults
+the flags read), calls one library function and prints what it returned.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.build import CacheBuildConfig
+from pdbgym.agent.play import RunConfig
+from pdbgym.defaults import defaults_of, pick
+from pdbgym.env.environment import EnvConfig, EpisodeResult
+
+B, E, S = defaults_of(CacheBuildConfig), defaults_of(EnvConfig), defaults_of(SamplingParams)
+POLICY_HELP = "scripted | embedded | a model folder | a server URL"
+
+
+def run_command(
+    task: Annotated[str, typer.Option("--task", help="A built-in task id or a task folder")],
+    policy: Annotated[str, typer.Option(help="scripted (reference patch), human (you, at the terminal), "
+                                        "embedded, a model folder, or a server URL")] = defaults_of(RunConfig).policy,
+    turn_budget: Annotated[int, typer.Option(min=1, help="Tool calls per episode before 'budget'")] = E.turn_budget,
+    transcript: Annotated[Path | None, typer.Option(help="Where to write the JSON transcript")] = None,
+    sandbox: Annotated[str, typer.Option(help="auto, bwrap or plain")] = E.sandbox,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON")] = False,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of a model policy")] = S.temperature,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = S.max_new_tokens,
+    budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
+) -> None:
+    """Run one episode and print its outcome."""
+    from pdbgym.agent.play import run_one
+
+    env = EnvConfig(turn_budget=pick(turn_budget, budget), sandbox=sandbox)
+    sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
+    result, target = run_one(RunConfig(task, policy, env, sampling, transcript))
+    if as_json:
+        print(json.dumps({**result.to_dict(), "transcript": str(target)}, indent=2))
+        return
+    console = Console()
+    console.print(outcome_table([result], f"{policy} on {result.instance_id}"))
+    console.print(f"transcript: {target}")
+    if result.grading.get("output") and not result.final_test_passed:
+        console.print(result.grading["output"][-2000:], markup=False)
+
+
+def outcome_table(results: list[EpisodeResult], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("task", "outcome", "final_test_passed", "actions", "seconds"):
+        table.add_column(column)
+    for r in results:
+        style = "green" if r.final_test_passed else "red"
+        table.add_row(r.instance_id, r.termination_reason, f"[{style}]{r.final_test_passed}[/]",
+                      str(r.actions_used), f"{r.duration_s:.2f}")
+    return table
+
 
 def cache_build_command(
-    policy: str = typer.Option(..., help="scripted | embedded | a model folder | a server URL"),
-    tasks: str = typer.Option("builtin", help="A suite name (builtin, regression) or a task folder"),
-    runs: int = typer.Option(1, min=1, help="Samples per task (their _sample_idx is 0..runs-1)"),
-    temperature: float = typer.Option(0.7, min=0.0, help="Sampling temperature (0 = greedy)"),
-    top_p: float = typer.Option(1.0, min=0.0, max=1.0, help="Top-p nucleus mass"),
-    out: Path = typer.Option(..., help="Cache folder to write (a rerun resumes it)"),
-    dataset: str = typer.Option("pdbgym_builtin", help="Dataset name stored in every record"),
-    workers: int = typer.Option(0, min=0, help="Parallel episodes (0: all cores; 1 for local models)"),
-    max_new_tokens: int = typer.Option(512, min=1, help="Token cap of one model turn"),
-    max_context_tokens: int = typer.Option(32768, min=64, help="Trajectory cap (tokens): ctx_overflow"),
-    turn_budget: int = typer.Option(30, min=1, help="Tool calls per episode before 'budget'"),
-    command_timeout_s: float = typer.Option(10.0, help="Seconds before a pdb command is interrupted"),
-    seed: int | None = typer.Option(None, help="Base seed (each episode gets its own derived seed)"),
-    tokenizer: str = typer.Option("embedded", help="Tokenizer for scripted policies and server URLs"),
-    api: str = typer.Option("auto", help="Server protocol: auto | chat | sglang"),
-    logprob_mode: str = typer.Option("raw", help="What a chat server's log-probs are: raw | tempered | processed"),
-    tool_format: str | None = typer.Option(None, help="qwen3_xml | hermes | text (default: from the template)"),
-    device: str = typer.Option("cpu", help="Device for local models (cpu, cuda)"),
-    ray: bool = typer.Option(False, "--ray", help="Fan episodes over a Ray cluster"),
-    ray_address: str | None = typer.Option(None, help="Ray cluster address (default: local)"),
-    json_output: bool = typer.Option(False, "--json", help="Print a JSON summary"),
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)],
+    out: Annotated[Path, typer.Option(help="Cache folder to write (a rerun resumes it)")],
+    tasks: Annotated[str, typer.Option(help="A suite name (builtin, regression) or a task folder")] = B.tasks,
+    runs: Annotated[int, typer.Option(min=1, help="Samples per task (their _sample_idx is 0..runs-1)")] = B.runs,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature (0 = greedy)")] = B.temperature,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Top-p nucleus mass")] = B.top_p,
+    dataset: Annotated[str, typer.Option(help="Dataset name stored in every record")] = B.dataset,
+    workers: Annotated[int, typer.Option(min=0, help="Parallel episodes (0: all cores; local models take turns)")] = B.workers,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Token cap of one model turn")] = B.max_new_tokens,
+    max_context_tokens: Annotated[int, typer.Option(min=64, help="Trajectory cap (tokens): ctx_overflow")] = B.max_context_tokens,
+    turn_budget: Annotated[int, typer.Option(min=1, help="Tool calls per episode before 'budget'")] = B.turn_budget,
+    command_timeout_s: Annotated[float, typer.Option(help="Seconds before a pdb command is interrupted")] = B.command_timeout_s,
+    seed: Annotated[int | None, typer.Option(help="Base seed (each episode gets its own derived seed)")] = B.seed,
+    tokenizer: Annotated[str, typer.Option(help="Tokenizer for scripted policies and server URLs")] = B.tokenizer,
+    api: Annotated[str, typer.Option(help="Server protocol: auto | chat | sglang")] = B.api,
+    logprob_mode: Annotated[str, typer.Option(help="What a chat server's log-probs are: raw | tempered | processed")] = B.logprob_mode,
+    tool_format: Annotated[str | None, typer.Option(help="qwen3_xml | hermes | text (default: from the template)")] = B.tool_format,
+    device: Annotated[str, typer.Option(help="Device for local models (cpu, cuda)")] = B.device,
+    ray_address: Annotated[str | None, typer.Option(help="Fan episodes over Ray at this address ('local' starts one here)")] = B.ray_address,
+    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON summary")] = False,
+    ray: Annotated[bool, typer.Option("--ray", hidden=True)] = False,
 ) -> None:
     """Build a teacher cache: manifest.json + one .pt per task, plus transcripts/."""
-    from pdbgym.agent.build import CacheBuildConfig, build_cache
+    from pdbgym.agent.build import build_cache
 
-    config = CacheBuildConfig(policy=policy, tasks=tasks, runs=runs, temperature=temperature, top_p=top_p,
-                              out=out, dataset=dataset, workers=workers, max_new_tokens=max_new_tokens,
-                              max_context_tokens=max_context_tokens, turn_budget=turn_budget,
-                              command_timeout_s=command_timeout_s, seed=seed, tokenizer=tokenizer, api=api,
-                              logprob_mode=logprob_mode, tool_format=tool_format, device=device, ray=ray,
-                              ray_address=ray_address)
-    console = Console(stderr=True)
+    config = CacheBuildConfig(
+        policy=policy, out=out, tasks=tasks, runs=runs, temperature=temperature, top_p=top_p, dataset=dataset,
+        workers=workers, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, turn_budget=turn_budget,
+        command_timeout_s=command_timeout_s, seed=seed, tokenizer=tokenizer, api=api, logprob_mode=logprob_mode,
+        tool_format=tool_format, device=device, ray_address=ray_address or ("local" if ray else None))
     with Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=console, disable=json_output) as progress:
+                  TextColumn("{task.description}"), console=Console(stderr=True), disable=json_output) as progress:
         bar = progress.add_task("", total=None)
-
-        def advance(result: Any, total: int) -> None:
-            progress.update(bar, advance=1, total=total, description=f"{result.instance_id}#{result.sample_idx}")
-
-        summary = build_cache(config, on_result=advance)
+        summary = build_cache(config, on_result=lambda r, total: progress.update(
+            bar, advance=1, total=total, description=f"{r.instance_id}#{r.sample_idx}"))
     _report(summary, json_output)
 
 

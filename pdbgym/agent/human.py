@@ -20,6 +20,7 @@ HELP = __doc__ or ""
 
 class HumanPolicy:
     name = "human"
+    interactive = True  # reads the terminal: asked in the main thread so Ctrl-C reaches it
 
     def __init__(self, read_line: Callable[[str], str] = input, console: Console | None = None) -> None:
         self._read = read_line

@@ -5,6 +5,12 @@ rewritten. Each turn is parsed into one tool call and executed; a malformed call
 error observation, and ``max_malformed`` malformed calls in a row end the episode as ``other``.
 Other ends: the env's turn budget (``budget``), ``submit`` (``solved`` / ``finish_unresolved`` by
 grading), the context budget in tokens (``ctx_overflow``), and any turn-source failure (``other``).
+A Ctrl-C while a person types a turn (the ``human`` policy) also ends it as ``other``; the outcome is
+then marked ``interrupted`` so the caller can save what happened and stop.
+
+Every caller plays episodes through ``run_episode``: ``pdbgym run``, campaigns and cache builds (via
+``pdbgym.agent.runner.run_job``) and the trainers. Action policies (scripted, human) and model
+backends both reach it as a ``TurnSource`` (``pdbgym.agent.turns``).
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from pdbgym.agent.prompts import system_prompt
 from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
 from pdbgym.agent.trajectory import ChatTemplate, TokenTrajectory, check_decodes_to
 from pdbgym.agent.turns import TurnSource
+from pdbgym.env.environment import DebugEnv, EpisodeResult
 from pdbgym.env.tools import tool_specs
 from pdbgym.rollouts.record import RolloutRecord
+from pdbgym.tasks.model import Task
 
 
 @dataclass
@@ -46,6 +54,16 @@ class EpisodeOutcome:
     model_seconds: float
     env_seconds: float
     wall_seconds: float
+    interrupted: bool = False  # ended by Ctrl-C at a person's turn
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """Why the agent side ended an episode (the env ends it on its own otherwise)."""
+
+    reason: str
+    detail: str
+    interrupted: bool = False
 
 
 class Conversation:
@@ -96,17 +114,19 @@ class _Clock:
             self.env_seconds += time.perf_counter() - started
 
 
-async def run_episode(task: Any, turns: TurnSource, env: Any, config: AgentConfig) -> EpisodeOutcome:
+async def run_episode(task: Task, turns: TurnSource, env: DebugEnv, config: AgentConfig) -> EpisodeOutcome:
     """Play one episode of ``task`` in ``env`` (a fresh ``DebugEnv``, closed here) with ``turns``."""
     started, clock = time.perf_counter(), _Clock()
+    ending: _Ending | None = None
     try:
         observation = await clock.env(env.reset)
         turns.reset(task, observation)
         conversation = Conversation(turns, config.tool_format, observation)
         ending = await _play(conversation, turns, env, config, clock, observation)
         if ending is not None:
-            await clock.env(env.terminate, ending[0], detail=ending[1])
+            await clock.env(env.terminate, ending.reason, detail=ending.detail)
         result, env_transcript = env.result, env.transcript
+        assert result is not None
     finally:
         await asyncio.to_thread(env.close)
     trajectory = conversation.trajectory
@@ -117,22 +137,25 @@ async def run_episode(task: Any, turns: TurnSource, env: Any, config: AgentConfi
                   "final_test_passed": result.final_test_passed, "actions_used": result.actions_used,
                   "messages": conversation.messages, "env": env_transcript}
     return EpisodeOutcome(_record(task, turns, config, trajectory, result), transcript, clock.model_seconds,
-                          clock.env_seconds, time.perf_counter() - started)
+                          clock.env_seconds, time.perf_counter() - started,
+                          interrupted=ending is not None and ending.interrupted)
 
 
-async def _play(conversation: Conversation, turns: TurnSource, env: Any, config: AgentConfig, clock: _Clock,
-                observation: str) -> tuple[str, str] | None:
-    """Turns until the env says done (returns None) or the agent ends it (returns (reason, detail))."""
+async def _play(conversation: Conversation, turns: TurnSource, env: DebugEnv, config: AgentConfig, clock: _Clock,
+                observation: str) -> _Ending | None:
+    """Turns until the env says done (returns None) or the agent side ends the episode."""
     malformed_in_a_row = 0
     while True:
         room = config.max_context_tokens - len(conversation.trajectory)
         if room <= 0:
-            return "ctx_overflow", f"trajectory reached {len(conversation.trajectory)} tokens"
+            return _Ending("ctx_overflow", f"trajectory reached {len(conversation.trajectory)} tokens")
         params = replace(config.sampling, max_new_tokens=min(config.sampling.max_new_tokens, room))
         try:
             turn = await turns.next_turn(conversation.request(params), observation)
+        except KeyboardInterrupt:  # only a turn read from a terminal runs in this thread
+            return _Ending("other", f"the {turns.name} policy was interrupted (Ctrl-C)", interrupted=True)
         except Exception as exc:  # a failing backend or a model emitting garbage ends only this episode
-            return "other", f"turn source failed: {type(exc).__name__}: {exc}"
+            return _Ending("other", f"turn source failed: {type(exc).__name__}: {exc}")
         clock.model_seconds += turn.model_seconds
         content = conversation.add_turn(turn)
         try:
@@ -140,7 +163,7 @@ async def _play(conversation: Conversation, turns: TurnSource, env: Any, config:
         except ToolCallError as exc:
             malformed_in_a_row += 1
             if malformed_in_a_row >= config.max_malformed:
-                return "other", f"{malformed_in_a_row} malformed tool calls in a row"
+                return _Ending("other", f"{malformed_in_a_row} malformed tool calls in a row")
             observation = f"Error: {exc}"
         else:
             malformed_in_a_row = 0
@@ -151,8 +174,8 @@ async def _play(conversation: Conversation, turns: TurnSource, env: Any, config:
         conversation.add_observation(observation)
 
 
-def _record(task: Any, turns: TurnSource, config: AgentConfig, trajectory: TokenTrajectory,
-            result: Any) -> RolloutRecord:
+def _record(task: Task, turns: TurnSource, config: AgentConfig, trajectory: TokenTrajectory,
+            result: EpisodeResult) -> RolloutRecord:
     metadata = {
         "instance_id": task.instance_id,
         "_eval_dataset_name": config.dataset,

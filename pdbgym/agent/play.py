@@ -1,44 +1,104 @@
-"""One episode of any policy by name: scripted, human, embedded, a model folder or a server URL."""
+"""One episode of any policy by name (``pdbgym run``): scripted, human, embedded, a model folder or a URL."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.policy import Policy
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.sandbox import Sandbox
 from pdbgym.tasks.model import Task
 
-ACTION_POLICIES = ("scripted", "human")
+
+@dataclass
+class RunConfig:
+    """What ``pdbgym run`` takes; the command's flags read their defaults from here.
+
+    Args:
+        task: a built-in task id or a task folder.
+        policy: ``scripted`` (reference patch), ``human`` (you, at the terminal), ``embedded``, a model
+            folder, or a server URL (``pdbgym.policyname``). Default ``"scripted"``.
+        env: the episode's settings (turn budget, sandbox, ...). Default ``EnvConfig()``.
+        sampling: how a model policy samples (temperature, top_p, max_new_tokens, seed). Default
+            ``SamplingParams()``: temperature 0.7, top_p 1.0, 512 tokens per turn, unseeded.
+        transcript: where the JSON transcript goes; None: ``runs/episodes/<id>-<unix time>.json``.
+    """
+
+    task: str
+    policy: str = "scripted"
+    env: EnvConfig = field(default_factory=EnvConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    transcript: Path | None = None
 
 
 def play_episode(task: Task, policy: str, env_config: EnvConfig, transcript_path: Path, *,
-                 temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int = 512,
-                 seed: int | None = None) -> EpisodeResult:
+                 sampling: SamplingParams | None = None) -> EpisodeResult:
     """Play ``task`` once with ``policy`` and write the transcript to ``transcript_path``.
 
-    Action policies (``scripted``, ``human``) drive the environment directly; model policies go through
-    the agent loop (token-exact trajectory; the transcript then holds the messages and the environment's
-    own transcript).
+    Every policy goes through the one episode loop (``pdbgym.agent.loop.run_episode``), in this
+    thread so a person's Ctrl-C reaches it: the episode then ends as ``other``, its transcript is
+    written, and ``KeyboardInterrupt`` is raised again. The transcript holds the chat messages and the
+    environment's own transcript (``env``: steps, grading).
     """
-    if policy in ACTION_POLICIES:
-        from pdbgym.agent.human import HumanPolicy
-        from pdbgym.agent.scripted import ScriptedPolicy
-        from pdbgym.env.runner import run_episode
-
-        actor = ScriptedPolicy(task) if policy == "scripted" else HumanPolicy()
-        return run_episode(task, actor, env_config, transcript_path=transcript_path)
-    from pdbgym.agent.backends.base import BackendError, SamplingParams
+    from pdbgym.agent.backends.base import BackendError
     from pdbgym.agent.loop import AgentConfig
-    from pdbgym.agent.policies import build_backend, parse_policy
+    from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
     from pdbgym.agent.runner import EpisodeJob, run_job
 
     try:
         spec = parse_policy(policy)
-        build_backend(spec)  # load the model or reach the server before the episode starts
+        # Load the model, reach the server or load the tokenizer before the episode starts.
+        if spec.generates_tokens:
+            build_backend(spec)
+        else:
+            load_tokenizer(spec.tokenizer)
     except BackendError as exc:
         raise PdbgymError(f"policy '{policy}': {exc}") from exc
-    agent = AgentConfig(sampling=SamplingParams(temperature, top_p, max_new_tokens, seed), dataset="run")
+    agent = AgentConfig(sampling=sampling or SamplingParams(), dataset="run")
     result = run_job(EpisodeJob(str(task.path), task.instance_id, 0, spec, agent, env_config))
     write_json_atomic(transcript_path, result.transcript)
+    if result.interrupted:
+        raise KeyboardInterrupt
     return result.episode_result()
+
+
+def play_policy(task: Task, policy: Policy, env_config: EnvConfig | None = None, *,
+                transcript_path: Path | None = None, sandbox: Sandbox | None = None,
+                tokenizer: str = "embedded") -> EpisodeResult:
+    """Play ``task`` once with an action-policy object (a custom or test policy) through the one loop.
+
+    ``tokenizer`` (``embedded`` or a folder) tokenizes the policy's turns for the record. Failures and
+    Ctrl-C end the episode as ``play_episode`` describes; the transcript is written when a path is given.
+    """
+    from pdbgym.agent.loop import AgentConfig, run_episode
+    from pdbgym.agent.policies import PolicySpec, load_tokenizer, tool_format_for
+    from pdbgym.agent.runner import run_to_end
+    from pdbgym.agent.turns import ActionPolicyTurns
+    from pdbgym.env.environment import DebugEnv
+
+    loaded = load_tokenizer(tokenizer)
+    tool_format = tool_format_for(PolicySpec(kind="scripted", tokenizer=tokenizer), loaded)
+    turns = ActionPolicyTurns(policy, loaded, tool_format, policy.name)
+    env = DebugEnv(task, env_config, sandbox)
+    outcome = run_to_end(run_episode(task, turns, env, AgentConfig(tool_format=tool_format, dataset="run")))
+    if transcript_path is not None:
+        write_json_atomic(transcript_path, outcome.transcript)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    assert env.result is not None
+    return env.result
+
+
+def run_one(config: RunConfig) -> tuple[EpisodeResult, Path]:
+    """``pdbgym run``: resolve the task, play it, write the transcript; the result and where it went."""
+    import time
+
+    from pdbgym.tasks.suites import resolve_task
+
+    task = resolve_task(config.task)
+    target = config.transcript or Path("runs") / "episodes" / f"{task.instance_id}-{int(time.time())}.json"
+    return play_episode(task, config.policy, config.env, target, sampling=config.sampling), target

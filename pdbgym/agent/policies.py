@@ -1,8 +1,9 @@
-"""What ``--policy`` names, as a picklable spec, and how each worker process builds it.
+"""What ``--policy`` names, as a picklable spec, and how each worker process builds its turn source.
 
-``scripted`` (the reference-patch policy), ``embedded`` (SmolLM2-135M-Instruct), a local model folder,
-or a server URL (``http://host:port``: SGLang's ``/generate`` when the server has it, else OpenAI chat
-completions). Model backends are built once per process and reused across episodes.
+``scripted`` (the reference-patch policy), ``human`` (a person at the terminal), ``embedded``
+(SmolLM2-135M-Instruct), a local model folder, or a server URL (``http://host:port``: SGLang's
+``/generate`` when the server has it, else OpenAI chat completions); strings are classified by
+``pdbgym.policyname``. Model backends are built once per process and reused across episodes.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.agent.backends.base import Backend, BackendError, SamplingParams
+from pdbgym.agent.policy import Policy
 from pdbgym.agent.toolcalls import FORMATS, detect_format
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns, TurnSource
+from pdbgym.policyname import ACTION_POLICIES, POLICY_CHOICES, PolicyKind, policy_kind, runs_in_process
 
-ACTION_POLICIES = ("scripted",)
 SERVER_APIS = ("auto", "chat", "sglang")
 _BACKENDS: dict[PolicySpec, Backend] = {}
 _TOKENIZERS: dict[str, Any] = {}
@@ -23,13 +25,13 @@ _TOKENIZERS: dict[str, Any] = {}
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """``kind`` is ``scripted``, ``embedded``, ``path`` or ``url``; ``target`` the path or URL.
+    """``kind`` is ``scripted``, ``human``, ``embedded``, ``path`` or ``url``; ``target`` the path or URL.
 
     ``tokenizer`` (``embedded`` or a folder) tokenizes action policies and server conversations.
     ``api`` picks the server protocol; ``logprob_mode`` states what a chat server's log-probs are.
     """
 
-    kind: str
+    kind: PolicyKind
     target: str = ""
     tokenizer: str = "embedded"
     api: str = "auto"
@@ -41,17 +43,22 @@ class PolicySpec:
     def generates_tokens(self) -> bool:
         return self.kind not in ACTION_POLICIES
 
+    @property
+    def in_process(self) -> bool:
+        """A local model: its episodes run one at a time in the process that loaded it."""
+        return runs_in_process(self.kind)
+
 
 def parse_policy(text: str, **options: Any) -> PolicySpec:
     """A spec from a ``--policy`` value; a ``BackendError`` that lists the choices otherwise."""
-    if text in ACTION_POLICIES or text == "embedded":
-        return PolicySpec(kind=text, **options)
-    if text.startswith(("http://", "https://")):
-        return PolicySpec(kind="url", target=text, **options)
-    if Path(text).expanduser().exists():
-        return PolicySpec(kind="path", target=str(Path(text).expanduser().resolve()), **options)
-    raise BackendError(f"--policy {text!r} is not 'scripted', 'embedded', an http(s):// server URL, or an "
-                       "existing model folder")
+    kind = policy_kind(text)
+    if kind == "url":
+        return PolicySpec(kind=kind, target=text, **options)
+    if kind == "path":
+        if not Path(text).expanduser().exists():
+            raise BackendError(f"--policy {text!r} is not {POLICY_CHOICES}")
+        return PolicySpec(kind=kind, target=str(Path(text).expanduser().resolve()), **options)
+    return PolicySpec(kind=kind, **options)
 
 
 def load_tokenizer(name: str) -> Any:
@@ -125,12 +132,20 @@ def tool_format_for(spec: PolicySpec, tokenizer: Any) -> str:
 
 def build_turns(spec: PolicySpec, params: SamplingParams) -> tuple[TurnSource, str]:
     """A fresh turn source for one episode and its tool-call format."""
-    if spec.kind == "scripted":
-        from pdbgym.agent.scripted import ScriptedPolicy
-
+    if spec.kind in ACTION_POLICIES:
         tokenizer = load_tokenizer(spec.tokenizer)
         fmt = tool_format_for(spec, tokenizer)
-        return ActionPolicyTurns(ScriptedPolicy(), tokenizer, fmt, "scripted"), fmt
+        return ActionPolicyTurns(_action_policy(spec.kind), tokenizer, fmt, spec.kind), fmt
     backend = build_backend(spec)
     return ModelTurns(backend, params), tool_format_for(spec, backend.tokenizer)
 
+
+
+def _action_policy(kind: str) -> Policy:
+    if kind == "human":
+        from pdbgym.agent.human import HumanPolicy
+
+        return HumanPolicy()
+    from pdbgym.agent.scripted import ScriptedPolicy
+
+    return ScriptedPolicy()

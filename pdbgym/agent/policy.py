@@ -1,4 +1,8 @@
-"""The policy interface: turn observations into actions. Model policies also yield token ids."""
+"""The action-policy interface: turn observations into actions (scripted, human).
+
+The episode loop consumes an action policy through ``pdbgym.agent.turns.ActionPolicyTurns``, the same
+``TurnSource`` seam a model backend uses.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pdbgym.tasks.model import Task
 class Policy(Protocol):
     """A policy acts on one episode at a time: ``reset`` with the first observation, then act."""
 
-    name: str
+    name: str  # what transcripts and records call it
 
     def reset(self, task: Task, observation: str) -> None: ...
 

@@ -1,28 +1,31 @@
-"""Many episodes: tasks x runs, fanned over a process pool (or a Ray cluster), results kept as they land.
+"""Episodes as picklable jobs: plan them, play one (``run_job``), save results as they land.
 
-Each finished episode is appended to the output cache at once (atomic writes, ``append_records``) and its
+``run_job`` is the one way a job becomes an episode (``pdbgym.agent.loop.run_episode``); where jobs
+run (worker processes, a Ray cluster) is ``pdbgym.agent.executor``'s business. For a cache build each
+finished episode is appended to the output cache at once (atomic writes, ``append_records``) and its
 transcript written beside it, so a crash or kill loses no finished episode and a rerun skips every
-``(instance_id, _sample_idx)`` the cache already holds. Episodes run in worker processes, each playing
-one episode at a time; model calls inside are async, so episodes of many workers share one server.
+``(instance_id, _sample_idx)`` the cache already holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
-import os
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Coroutine, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pdbgym.agent.backends.base import tokenizer_info
+from pdbgym.agent.executor import ExecutorConfig, run_jobs
 from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.policies import PolicySpec, build_turns
+from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.tasks.model import Task
 
+T = TypeVar("T")
 TRANSCRIPTS_DIR = "transcripts"
 
 
@@ -35,7 +38,7 @@ class EpisodeJob:
     sample_idx: int
     policy: PolicySpec
     agent: AgentConfig
-    env: Any  # pdbgym.env.EnvConfig
+    env: EnvConfig
 
 
 @dataclass
@@ -49,11 +52,10 @@ class JobResult:
     model_seconds: float
     env_seconds: float
     wall_seconds: float
+    interrupted: bool = False  # a person pressed Ctrl-C at their turn; the episode ended as ``other``
 
-    def episode_result(self) -> Any:
+    def episode_result(self) -> EpisodeResult:
         """The outcome as the environment's ``EpisodeResult`` (what campaigns and ``pdbgym run`` report)."""
-        from pdbgym.env.environment import EpisodeResult
-
         env_result = (self.transcript.get("env") or {}).get("result") or {}
         return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
                              bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
@@ -61,7 +63,7 @@ class JobResult:
                              env_result.get("grading", {}))
 
 
-def plan_jobs(tasks: Iterable[Any], runs: int, policy: PolicySpec, agent: AgentConfig, env: Any,
+def plan_jobs(tasks: Iterable[Task], runs: int, policy: PolicySpec, agent: AgentConfig, env: EnvConfig,
               done: set[tuple[str, int]], seed: int | None = None) -> list[EpisodeJob]:
     """Jobs for every (task, sample_idx < runs) not in ``done``; seeds differ per job when ``seed`` is set."""
     jobs = []
@@ -78,8 +80,30 @@ def plan_jobs(tasks: Iterable[Any], runs: int, policy: PolicySpec, agent: AgentC
 
 
 def run_job(job: EpisodeJob) -> JobResult:
-    """Play one job in this process (the worker entry point, also used for Ray tasks)."""
-    return asyncio.run(_run_job(job))
+    """Play one job in this process (the worker entry point, also used for Ray tasks and ``pdbgym run``)."""
+    return run_to_end(_run_job(job))
+
+
+def run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` on a fresh event loop in this thread.
+
+    Unlike ``asyncio.run`` no SIGINT handler is installed, so Ctrl-C raises ``KeyboardInterrupt`` where
+    the thread is (a person's ``input()`` included). If it lands while the loop waits, the episode is
+    cancelled and its cleanup (closing the environment) runs before the interrupt goes on.
+    """
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coroutine)
+    try:
+        return loop.run_until_complete(task)
+    except KeyboardInterrupt:
+        task.cancel()
+        with suppress(BaseException):
+            loop.run_until_complete(task)
+        raise
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
 
 
 async def _run_job(job: EpisodeJob) -> JobResult:
@@ -96,49 +120,7 @@ async def _run_job(job: EpisodeJob) -> JobResult:
         if backend is not None:  # its HTTP client belongs to this event loop
             await backend.aclose()
     return JobResult(job.instance_id, job.sample_idx, outcome.record.to_dict(), outcome.transcript,
-                     outcome.model_seconds, outcome.env_seconds, outcome.wall_seconds)
-
-
-def _init_worker(torch_threads: int) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import torch
-
-        torch.set_num_threads(torch_threads)
-    except ImportError:
-        pass
-
-
-def iter_local(jobs: list[EpisodeJob], workers: int) -> Iterator[JobResult]:
-    """Results as episodes finish: in this process for one worker, else in a spawned process pool."""
-    if workers <= 1:
-        for job in jobs:
-            yield run_job(job)
-        return
-    torch_threads = max(1, (os.cpu_count() or 1) // workers)
-    context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                             initargs=(torch_threads,)) as pool:
-        pending: set[Future[JobResult]] = {pool.submit(run_job, job) for job in jobs}
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                yield future.result()
-
-
-def iter_ray(jobs: list[EpisodeJob], address: str | None = None) -> Iterator[JobResult]:
-    """Results as episodes finish on a Ray cluster (``address`` None starts or joins a local one)."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise PdbgymError("--ray needs Ray: pip install 'pdbgym[ray]'") from exc
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    remote = ray.remote(run_job)
-    pending = [remote.remote(job) for job in jobs]
-    while pending:
-        finished, pending = ray.wait(pending, num_returns=1)
-        yield ray.get(finished[0])
+                     outcome.model_seconds, outcome.env_seconds, outcome.wall_seconds, outcome.interrupted)
 
 
 def save_result(out_dir: Path, result: JobResult) -> None:
@@ -171,19 +153,29 @@ def completed_samples(out_dir: Path, tokenizer: Any | None) -> set[tuple[str, in
     return {(r.instance_id, r.sample_idx) for r in records}
 
 
-def run_all(jobs: list[EpisodeJob], out_dir: Path, workers: int, use_ray: bool = False,
-            ray_address: str | None = None, on_result: Callable[[JobResult], None] | None = None) -> list[JobResult]:
-    """Play ``jobs``, saving each result the moment it arrives; returns them in arrival order."""
-    results = []
-    source = iter_ray(jobs, ray_address) if use_ray else iter_local(jobs, workers)
-    for result in source:
-        save_result(out_dir, result)
-        results.append(result)
+def run_all(jobs: list[EpisodeJob], out_dir: Path, executor: ExecutorConfig,
+            on_result: Callable[[JobResult], None] | None = None) -> list[JobResult]:
+    """Play ``jobs``, saving each result to the cache at ``out_dir`` the moment it arrives.
+
+    Returns the results in arrival order. Jobs that could not run are retried by a rerun (nothing is
+    saved for them); after every other job finished, they raise one ``PdbgymError`` listing them.
+    """
+    results, failures = [], []
+    for done in run_jobs(jobs, executor):
+        if done.result is None:
+            failures.append(f"{done.job.instance_id}#{done.job.sample_idx}: {done.error!r}")
+            continue
+        save_result(out_dir, done.result)
+        results.append(done.result)
         if on_result is not None:
-            on_result(result)
+            on_result(done.result)
+    raise_failures(failures)
     return results
 
 
-def default_workers() -> int:
-    return max(1, os.cpu_count() or 1)
-
+def raise_failures(failures: list[str]) -> None:
+    """One error for the episodes that could not run (finished ones are saved; a rerun retries the rest)."""
+    if failures:
+        listing = "\n  ".join(failures[:10])
+        raise PdbgymError(f"{len(failures)} episode(s) could not run (finished ones are saved; rerun the same "
+                          f"command to retry them):\n  {listing}")

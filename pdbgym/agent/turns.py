@@ -13,8 +13,10 @@ import time
 from typing import Any, Protocol
 
 from pdbgym.agent.backends.base import Backend, Generation, GenerationRequest, SamplingParams
+from pdbgym.agent.policy import Policy
 from pdbgym.agent.toolcalls import render_tool_call
 from pdbgym.rollouts.record import LogprobSemantics
+from pdbgym.tasks.model import Task
 
 NO_LOGPROBS = LogprobSemantics(engine="none", temperature=1.0)
 
@@ -24,7 +26,7 @@ class TurnSource(Protocol):
     tokenizer: Any
     semantics: LogprobSemantics
 
-    def reset(self, task: Any, observation: str) -> None: ...
+    def reset(self, task: Task, observation: str) -> None: ...
 
     async def next_turn(self, request: GenerationRequest, last_observation: str) -> Generation: ...
 
@@ -39,7 +41,7 @@ class ModelTurns:
         self.tokenizer = backend.tokenizer
         self.semantics = backend.semantics(params)
 
-    def reset(self, task: Any, observation: str) -> None:
+    def reset(self, task: Task, observation: str) -> None:
         return None
 
     async def next_turn(self, request: GenerationRequest, last_observation: str) -> Generation:
@@ -47,9 +49,13 @@ class ModelTurns:
 
 
 class ActionPolicyTurns:
-    """Turns written by an action policy (``policy.reset(task, obs)``, ``policy.next_action(obs)``)."""
+    """Turns written by an action policy (``policy.reset(task, obs)``, ``policy.next_action(obs)``).
 
-    def __init__(self, policy: Any, tokenizer: Any, tool_format: str, name: str):
+    A policy that reads a terminal (``interactive``) is asked in this thread, so Ctrl-C reaches it;
+    others run in a worker thread so the event loop stays free.
+    """
+
+    def __init__(self, policy: Policy, tokenizer: Any, tool_format: str, name: str):
         self.policy = policy
         self.tokenizer = tokenizer
         self.tool_format = tool_format
@@ -58,12 +64,15 @@ class ActionPolicyTurns:
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {name} has no eos token to close an assistant turn with")
 
-    def reset(self, task: Any, observation: str) -> None:
+    def reset(self, task: Task, observation: str) -> None:
         self.policy.reset(task, observation)
 
     async def next_turn(self, request: GenerationRequest, last_observation: str) -> Generation:
         started = time.perf_counter()
-        action = await asyncio.to_thread(self.policy.next_action, last_observation)
+        if getattr(self.policy, "interactive", False):
+            action = self.policy.next_action(last_observation)
+        else:
+            action = await asyncio.to_thread(self.policy.next_action, last_observation)
         text = render_tool_call(action, self.tool_format)
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [self.tokenizer.eos_token_id]
         full_text = text + self.tokenizer.decode([self.tokenizer.eos_token_id], skip_special_tokens=False)

@@ -1,24 +1,28 @@
 """Evaluation campaigns: every task x run x arm is an episode; resumable; reports at the end.
 
 All arms see the same tasks and the same number of runs (matched power). Solve is the environment's
-``final_test_passed``, nothing else.
+``final_test_passed``, nothing else. Episodes are ``EpisodeJob`` objects played by the shared executor
+(``pdbgym.agent.executor``), the same one cache builds use; each finished episode's transcript, its
+token-exact record (``OUT/cache/ARM/``) and its row (``episodes.jsonl``) are written as it lands.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.executor import ExecutorConfig, run_jobs
+from pdbgym.agent.loop import AgentConfig
+from pdbgym.agent.runner import EpisodeJob, JobResult, raise_failures
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
+from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind
 from pdbgym.sandbox.workspace import reap_stale_workspaces
 from pdbgym.tasks.model import Task
 
@@ -31,12 +35,8 @@ class Arm:
     model: str
 
     @property
-    def kind(self) -> str:
-        if self.model in ("scripted", "embedded"):
-            return self.model
-        if self.model.startswith(("http://", "https://")):
-            return "url"
-        return "path"
+    def kind(self) -> PolicyKind:
+        return policy_kind(self.model)
 
     @classmethod
     def parse(cls, text: str) -> Arm:
@@ -46,6 +46,8 @@ class Arm:
         if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise PdbgymError(f"arm name '{name}' may hold only letters, digits, '-', '_' and '.'")
         arm = cls(name, model)
+        if arm.kind in INTERACTIVE_POLICIES:
+            raise PdbgymError(f"arm '{name}': the {model} policy reads a terminal; play it with `pdbgym run`")
         if arm.kind == "path" and not Path(model).exists():
             raise PdbgymError(f"arm '{name}': model '{model}' is neither scripted, embedded, a URL, nor an existing folder")
         return arm
@@ -53,15 +55,31 @@ class Arm:
 
 @dataclass
 class CampaignConfig:
+    """What a campaign folder holds and is resumed by (stored in ``campaign.json``; a rerun must match).
+
+    Args:
+        tasks: the suite name or task folder the tasks came from.
+        arms: the policies compared.
+        runs: episodes per task per arm. Default 2.
+        split: the split evaluated (``None``: all tasks). splits_file: the split file it came from.
+        turn_budget: tool calls per episode before ``budget`` ends it. Default ``EnvConfig.turn_budget`` (30).
+        temperature: sampling temperature of model arms (0 = greedy). Default ``SamplingParams.temperature``.
+        top_p: nucleus mass of model arms. Default 1.0 (no truncation).
+        max_new_tokens: token cap of one model turn. Default 512.
+        context_tokens: trajectory cap in tokens; reaching it ends the episode as ``ctx_overflow``. Default 8192.
+        seed: base of the per-(task, run) sampling seeds, shared by all arms. Default 0.
+        task_ids: filled in by ``run_campaign`` with the ids played.
+    """
+
     tasks: str
     arms: list[Arm]
     runs: int = 2
     split: str | None = None
     splits_file: str | None = None
-    turn_budget: int = 30
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_new_tokens: int = 512
+    turn_budget: int = EnvConfig.turn_budget
+    temperature: float = SamplingParams.temperature
+    top_p: float = SamplingParams.top_p
+    max_new_tokens: int = SamplingParams.max_new_tokens
     context_tokens: int = 8192
     seed: int = 0
     task_ids: list[str] = field(default_factory=list)
@@ -73,17 +91,7 @@ class CampaignConfig:
 
 
 EpisodeFn = Callable[[Task, int, Path], EpisodeResult]
-
-
-def scripted_episode(config: CampaignConfig) -> EpisodeFn:
-    from pdbgym.agent.scripted import ScriptedPolicy
-    from pdbgym.env.runner import run_episode
-
-    def run(task: Task, run_index: int, transcript: Path) -> EpisodeResult:
-        return run_episode(task, ScriptedPolicy(task), EnvConfig(turn_budget=config.turn_budget),
-                           transcript_path=transcript)
-
-    return run
+"""An in-process episode function (task, run index, transcript path) -> result, for harness tests."""
 
 
 def _episode_seed(config: CampaignConfig, task: Task, run_index: int) -> int:
@@ -91,63 +99,30 @@ def _episode_seed(config: CampaignConfig, task: Task, run_index: int) -> int:
     return (config.seed * 1_000_003 + zlib.crc32(task.instance_id.encode()) * 101 + run_index) % 2**31
 
 
-def model_episode(arm: Arm, config: CampaignConfig, out_dir: Path, ray_address: str | None = None) -> EpisodeFn:
-    """An episode played by the agent loop: a model arm, or any arm when episodes go to Ray.
+def campaign_job(arm: Arm, config: CampaignConfig, task: Task, run_index: int) -> EpisodeJob:
+    """The episode of ``arm`` on ``task``, run ``run_index``, as a job for the shared executor."""
+    from pdbgym.agent.policies import parse_policy
 
-    The backend is built (model loaded, server reached) here, before any episode starts, so a bad
-    arm fails at once. The token-exact record of every episode is appended to ``OUT/cache/ARM/``.
+    sampling = SamplingParams(config.temperature, config.top_p, config.max_new_tokens,
+                              _episode_seed(config, task, run_index))
+    agent = AgentConfig(max_context_tokens=config.context_tokens, sampling=sampling,
+                        dataset=f"campaign_{arm.name}", sample_idx=run_index)
+    return EpisodeJob(str(task.path), task.instance_id, run_index, parse_policy(arm.model), agent,
+                      EnvConfig(turn_budget=config.turn_budget))
+
+
+def check_arm(arm: Arm, on_ray: bool) -> None:
+    """Build the arm's backend (model loaded, server reached) or tokenizer now, so a bad arm fails at once.
+
+    On Ray the model loads on the cluster's nodes instead, so only the spec is checked here.
     """
-    from pdbgym.agent.backends.base import SamplingParams
-    from pdbgym.agent.loop import AgentConfig
     from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
-    from pdbgym.agent.runner import EpisodeJob, run_job
-    from pdbgym.rollouts.cache import append_records
-    from pdbgym.rollouts.record import RolloutRecord
 
     spec = parse_policy(arm.model)
-    if spec.generates_tokens and ray_address is None:
+    if spec.generates_tokens and not on_ray:
         build_backend(spec)
     elif not spec.generates_tokens:
         load_tokenizer(spec.tokenizer)
-    submit = _ray_submitter(ray_address) if ray_address is not None else run_job
-    # A local model keeps one KV cache per process: its episodes take turns. Servers and Ray fan out.
-    gate = threading.Semaphore(1 if spec.kind in ("embedded", "path") and ray_address is None else 10_000)
-    cache_lock = threading.Lock()
-
-    def run(task: Task, run_index: int, transcript: Path) -> EpisodeResult:
-        sampling = SamplingParams(config.temperature, config.top_p, config.max_new_tokens,
-                                  _episode_seed(config, task, run_index))
-        agent = AgentConfig(max_context_tokens=config.context_tokens, sampling=sampling,
-                            dataset=f"campaign_{arm.name}", sample_idx=run_index)
-        job = EpisodeJob(str(task.path), task.instance_id, run_index, spec, agent,
-                         EnvConfig(turn_budget=config.turn_budget))
-        with gate:
-            result = submit(job)
-        write_json_atomic(transcript, result.transcript)
-        with cache_lock:
-            append_records(out_dir / "cache" / arm.name, [RolloutRecord.from_dict(result.record)])
-        return result.episode_result()
-
-    return run
-
-
-def _ray_submitter(address: str) -> Callable:
-    try:
-        import ray
-    except ImportError as exc:
-        raise PdbgymError("--ray needs Ray: pip install 'pdbgym[ray]'") from exc
-    from pdbgym.agent.runner import run_job
-
-    if not ray.is_initialized():
-        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
-    remote = ray.remote(run_job)
-    return lambda job: ray.get(remote.remote(job))
-
-
-def episode_fn(arm: Arm, config: CampaignConfig, out_dir: Path, ray_address: str | None = None) -> EpisodeFn:
-    if arm.kind == "scripted" and ray_address is None:
-        return scripted_episode(config)
-    return model_episode(arm, config, out_dir, ray_address)
 
 
 def run_campaign(
@@ -155,54 +130,75 @@ def run_campaign(
     tasks: Sequence[Task],
     out_dir: Path,
     *,
-    workers: int | None = None,
+    executor: ExecutorConfig | None = None,
     on_episode: Callable[[EpisodeRow], None] | None = None,
     episode_fns: dict[str, EpisodeFn] | None = None,
-    ray_address: str | None = None,
 ) -> list[EpisodeRow]:
-    """Run every missing (arm, task, run) episode; return all rows, old and new."""
+    """Run every missing (arm, task, run) episode; return all rows, old and new.
+
+    Episodes run on ``executor`` (default: local processes, one per core). ``episode_fns`` replaces
+    the agent loop with in-process functions (one at a time), for tests of the bookkeeping. An
+    episode that could not run is left out (a rerun retries it) and reported in one error at the end.
+    """
     reap_stale_workspaces()  # workspaces a killed earlier run left in the temp folder
     store = ResultsStore(out_dir)
     config.task_ids = [t.instance_id for t in tasks]
     store.open(config.to_dict())
     done = store.done_keys()
-    fns = episode_fns or {arm.name: episode_fn(arm, config, store.out_dir, ray_address) for arm in config.arms}
     todo = [(arm, task, run) for run in range(config.runs) for task in tasks for arm in config.arms
             if (arm.name, task.instance_id, run) not in done]
-    workers = workers or max(1, os.cpu_count() or 1)
 
-    def one(arm: Arm, task: Task, run: int) -> EpisodeRow:
-        transcript = store.transcript_path(arm.name, task.instance_id, run)
-        result = fns[arm.name](task, run, transcript)
-        return EpisodeRow(arm.name, task.instance_id, run, bool(result.final_test_passed),
-                          result.termination_reason, result.actions_used, result.duration_s,
-                          str(transcript.relative_to(store.out_dir)))
+    def keep(arm: Arm, run: int, result: EpisodeResult) -> None:
+        transcript = store.transcript_path(arm.name, result.instance_id, run)
+        row = EpisodeRow(arm.name, result.instance_id, run, bool(result.final_test_passed),
+                         result.termination_reason, result.actions_used, result.duration_s,
+                         str(transcript.relative_to(store.out_dir)))
+        store.append([row])
+        if on_episode is not None:
+            on_episode(row)
 
-    failures: list[str] = []
-    queue = iter(todo)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: dict[Future[EpisodeRow], tuple[Arm, Task, int]] = {}
-        for item in queue:
-            pending[pool.submit(one, *item)] = item
-            if len(pending) >= workers:
-                break
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                arm, task, run = pending.pop(future)
-                if future.exception() is not None:
-                    # An infrastructure failure is not a failed solve: leave it out so a rerun retries it.
-                    failures.append(f"{arm.name}/{task.instance_id}/run-{run}: {future.exception()!r}")
-                else:
-                    row = future.result()
-                    store.append([row])
-                    if on_episode is not None:
-                        on_episode(row)
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending[pool.submit(one, *nxt)] = nxt
-    if failures:
-        listing = "\n  ".join(failures[:10])
-        raise PdbgymError(f"{len(failures)} episode(s) could not run (finished ones are saved; rerun the same "
-                          f"command to retry them):\n  {listing}")
+    if episode_fns is not None:
+        failures = _run_in_process(todo, episode_fns, store, keep)
+    else:
+        failures = _run_on_executor(todo, config, store, executor or ExecutorConfig(), keep)
+    raise_failures(failures)
     return store.rows()
+
+
+def _run_in_process(todo: list[tuple[Arm, Task, int]], fns: dict[str, EpisodeFn], store: ResultsStore,
+                    keep: Callable[[Arm, int, EpisodeResult], None]) -> list[str]:
+    failures = []
+    for arm, task, run in todo:
+        try:
+            result = fns[arm.name](task, run, store.transcript_path(arm.name, task.instance_id, run))
+        except Exception as exc:  # noqa: BLE001 - an infrastructure failure is not a failed solve
+            failures.append(f"{arm.name}/{task.instance_id}/run-{run}: {exc!r}")
+            continue
+        keep(arm, run, result)
+    return failures
+
+
+def _run_on_executor(todo: list[tuple[Arm, Task, int]], config: CampaignConfig, store: ResultsStore,
+                     executor: ExecutorConfig, keep: Callable[[Arm, int, EpisodeResult], None]) -> list[str]:
+    for arm in {arm for arm, _, _ in todo}:
+        check_arm(arm, executor.ray_address is not None)
+    jobs = [campaign_job(arm, config, task, run) for arm, task, run in todo]
+    arm_of = {id(job): arm for job, (arm, _, _) in zip(jobs, todo, strict=True)}
+    failures = []
+    for done in run_jobs(jobs, executor):
+        arm = arm_of[id(done.job)]
+        if done.result is None:
+            failures.append(f"{arm.name}/{done.job.instance_id}/run-{done.job.sample_idx}: {done.error!r}")
+            continue
+        _save(store, arm, done.result)
+        keep(arm, done.job.sample_idx, done.result.episode_result())
+    return failures
+
+
+def _save(store: ResultsStore, arm: Arm, result: JobResult) -> None:
+    """The transcript, then the record: a row is written only after both (a kill reruns the episode)."""
+    from pdbgym.rollouts.cache import append_records
+    from pdbgym.rollouts.record import RolloutRecord
+
+    write_json_atomic(store.transcript_path(arm.name, result.instance_id, result.sample_idx), result.transcript)
+    append_records(store.out_dir / "cache" / arm.name, [RolloutRecord.from_dict(result.record)])

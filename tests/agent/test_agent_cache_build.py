@@ -8,6 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from pdbgym.agent.commands import cache_build_command
+from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.policies import parse_policy
 from pdbgym.agent.runner import completed_samples, plan_jobs, run_all
@@ -30,7 +31,7 @@ def test_build_writes_cache_and_resumes_after_interruption(tiny_task, tmp_path, 
     # An interrupted run: only sample 0 of the two finished before the "kill".
     spec = parse_policy("scripted")
     first = plan_jobs([tiny_task], 1, spec, AgentConfig(dataset="unit"), EnvConfig(), set())
-    run_all(first, out, workers=1)
+    run_all(first, out, ExecutorConfig(workers=1))
     assert completed_samples(out, smol_tokenizer) == {("demo__sub", 0)}
     result, summary = build("--policy", "scripted", "--tasks", str(tiny_task.path), "--runs", "2",
                             "--out", str(out), "--dataset", "unit", "--workers", "2")

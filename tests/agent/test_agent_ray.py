@@ -2,6 +2,7 @@
 
 import pytest
 
+from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.policies import parse_policy
 from pdbgym.agent.runner import completed_samples, plan_jobs, run_all
@@ -18,7 +19,7 @@ def test_ray_fans_out_episodes_into_the_cache(tiny_task, tmp_path, smol_tokenize
     try:
         jobs = plan_jobs([tiny_task], 2, parse_policy("scripted"), AgentConfig(dataset="ray"),
                          EnvConfig(turn_budget=2), set())
-        results = run_all(jobs, out, workers=2, use_ray=True)
+        results = run_all(jobs, out, ExecutorConfig(workers=2, ray_address="local"))
     finally:
         ray.shutdown()
     assert sorted(r.sample_idx for r in results) == [0, 1]

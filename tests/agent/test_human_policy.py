@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from pdbgym.agent.human import HumanPolicy
-from pdbgym.env.runner import run_episode
+from pdbgym.agent.play import play_policy
 
 from taskfixtures import make_task
 
@@ -22,7 +22,7 @@ def test_human_policy_solves_with_typed_commands(tiny_task, tmp_path):
     lines = iter(SESSION_INPUT)
     seen = []
     policy = HumanPolicy(read_line=lambda prompt: seen.append(prompt) or next(lines))
-    result = run_episode(tiny_task, policy, transcript_path=tmp_path / "t.json")
+    result = play_policy(tiny_task, policy, transcript_path=tmp_path / "t.json")
     assert result.termination_reason == "solved" and result.final_test_passed
     assert [s for s in seen if s == "pdbgym> "] and "... " in seen
 
@@ -30,7 +30,7 @@ def test_human_policy_solves_with_typed_commands(tiny_task, tmp_path):
 def test_unreadable_input_asks_again(tiny_task):
     lines = iter(["view calc/ops.py notanumber", "submit"])
     policy = HumanPolicy(read_line=lambda prompt: next(lines))
-    result = run_episode(tiny_task, policy)
+    result = play_policy(tiny_task, policy)
     assert result.actions_used == 1 and result.termination_reason == "finish_unresolved"
 
 
@@ -66,6 +66,6 @@ def test_human_policy_in_a_real_terminal(tmp_path):
         assert "solved" in screen() and "pdbgym-exit=0" in screen(), screen()
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
-    steps = json.loads((tmp_path / "t.json").read_text())["steps"]
+    steps = json.loads((tmp_path / "t.json").read_text())["env"]["steps"]
     answer = next(s for s in steps if s["args"] == {"command": "p a - b"})
     assert answer["observation"].strip() == "2"  # pdb answered what the person typed, in the buggy frame

@@ -4,21 +4,21 @@ import json
 
 import pytest
 
+from pdbgym.agent.play import play_policy
 from pdbgym.agent.scripted import ScriptedPolicy, scripted_actions
 from pdbgym.env import Action, DebugEnv, EnvConfig, tool_specs
-from pdbgym.env.runner import run_episode
 
 
 def test_scripted_policy_solves_and_writes_transcript(tiny_task, tmp_path):
-    result = run_episode(tiny_task, ScriptedPolicy(tiny_task), transcript_path=tmp_path / "t.json")
+    result = play_policy(tiny_task, ScriptedPolicy(tiny_task), transcript_path=tmp_path / "t.json")
     assert result.termination_reason == "solved"
     assert result.final_test_passed is True
     assert result.actions_used == len(list(scripted_actions(tiny_task)))
     transcript = json.loads((tmp_path / "t.json").read_text())
-    assert transcript["result"]["final_test_passed"] is True
-    tools = [s["tool"] for s in transcript["steps"]]
+    assert transcript["env"]["result"]["final_test_passed"] is True
+    tools = [s["tool"] for s in transcript["env"]["steps"]]
     assert tools[0] == "pdb" and tools[-1] == "submit" and "edit" in tools
-    assert transcript["result"]["grading"]["FAIL_TO_PASS"] == {"tests/test_ops.py::test_sub": "passed"}
+    assert transcript["env"]["result"]["grading"]["FAIL_TO_PASS"] == {"tests/test_ops.py::test_sub": "passed"}
 
 
 def test_pdb_tool_answers_and_breakpoint_stops_in_buggy_frame(tiny_task):
@@ -132,11 +132,11 @@ class _PolicyWhoseInputEnds:
 
 
 def test_policy_failure_ends_as_other_and_keeps_the_transcript(tiny_task, tmp_path):
-    result = run_episode(tiny_task, _PolicyWhoseInputEnds(), transcript_path=tmp_path / "t.json")
+    result = play_policy(tiny_task, _PolicyWhoseInputEnds(), transcript_path=tmp_path / "t.json")
     assert result.termination_reason == "other" and not result.final_test_passed
     assert "EOFError" in result.detail
     transcript = json.loads((tmp_path / "t.json").read_text())
-    assert transcript["result"]["termination_reason"] == "other"
+    assert transcript["env"]["result"]["termination_reason"] == "other"
 
 
 FORGER = """\

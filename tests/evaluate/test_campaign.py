@@ -42,7 +42,7 @@ def test_campaign_is_resumable_and_counts_each_episode_once(tiny_task, tmp_path)
     table = {(f"t{i}", r): (i + r) % 2 == 0 for i in range(3) for r in range(2)}
     fn, calls = _scripted_outcomes(table)
     config = CampaignConfig(tasks="x", arms=[Arm("a", "scripted")], runs=2)
-    rows = run_campaign(config, tasks, tmp_path / "c", episode_fns={"a": fn}, workers=2)
+    rows = run_campaign(config, tasks, tmp_path / "c", episode_fns={"a": fn})
     assert len(rows) == 6 and len(calls) == 6
     # A kill mid-write leaves a cut line; a rerun repairs it and runs nothing already done.
     with open(tmp_path / "c" / EPISODES_FILE, "a") as fh:

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'pdbgym[ray]')")
@@ -13,7 +14,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'pdbg
 def test_campaign_episodes_run_on_ray(tiny_task, tmp_path):
     config = CampaignConfig(tasks="tiny", arms=[Arm("ref", "scripted")], runs=2)
     try:
-        rows = run_campaign(config, [tiny_task], tmp_path, workers=4, ray_address="local")
+        rows = run_campaign(config, [tiny_task], tmp_path, executor=ExecutorConfig(workers=4, ray_address="local"))
     finally:
         ray.shutdown()
     assert sorted(r.run for r in rows) == [0, 1]

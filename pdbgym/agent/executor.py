@@ -1,0 +1,135 @@
+"""The one executor of episodes: local worker processes, or a Ray cluster; campaigns and cache builds share it.
+
+``run_jobs`` takes picklable ``EpisodeJob`` objects and yields each one's result (or the exception
+that stopped it) as it finishes; callers save results the moment they arrive. Locally, a job of a
+local model (``embedded``, a model folder) runs in this process, one at a time, so the model is
+loaded once and keeps one KV cache; every other job runs in a pool of ``workers`` spawned processes
+(in this process when ``workers`` is 1). On Ray every job is a Ray task.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pdbgym.errors import PdbgymError
+
+if TYPE_CHECKING:
+    from pdbgym.agent.runner import EpisodeJob, JobResult
+
+LOCAL_RAY = "local"
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """Where episodes run.
+
+    Args:
+        workers: episodes at once (worker processes locally, tasks in flight on Ray); 0 picks one per
+            CPU core. Jobs of a local model ignore it: they take turns in this process. Default 0.
+        ray_address: ``None`` runs locally; ``"local"`` starts (or joins) a Ray cluster on this machine;
+            any other value is a cluster address such as ``ray://head:10001``. Default ``None``.
+    """
+
+    workers: int = 0
+    ray_address: str | None = None
+
+    def worker_count(self) -> int:
+        return self.workers or max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class JobDone:
+    """One finished job: its result, or the exception that stopped it (an infrastructure failure)."""
+
+    job: EpisodeJob
+    result: JobResult | None
+    error: BaseException | None = None
+
+
+def init_ray(address: str) -> None:
+    """Connect to the Ray cluster at ``address`` (``"local"``: start or join one here), once per process."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise PdbgymError("--ray-address needs Ray: pip install 'pdbgym[ray]'") from exc
+    if not ray.is_initialized():
+        ray.init(address=None if address == LOCAL_RAY else address, include_dashboard=False, log_to_driver=False)
+
+
+def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig) -> Iterator[JobDone]:
+    """Play ``jobs`` where ``config`` says; yield each as it finishes (arrival order)."""
+    if not jobs:
+        return
+    if config.ray_address is not None:
+        yield from _on_ray(jobs, config.ray_address)
+    else:
+        yield from _locally(jobs, config.worker_count())
+
+
+def _init_worker(torch_threads: int) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import torch
+
+        torch.set_num_threads(torch_threads)
+    except ImportError:
+        pass
+
+
+def _locally(jobs: list[EpisodeJob], workers: int) -> Iterator[JobDone]:
+    from pdbgym.agent.runner import run_job
+
+    here = [job for job in jobs if workers <= 1 or job.policy.in_process]
+    away = [job for job in jobs if not (workers <= 1 or job.policy.in_process)]
+    with ExitStack() as stack:
+        futures: dict[Future[JobResult], EpisodeJob] = {}
+        if here:  # one thread: this process's episodes take turns, in order
+            _submit(stack.enter_context(ThreadPoolExecutor(1)), run_job, here, futures)
+        if away:
+            context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
+            threads = max(1, (os.cpu_count() or 1) // workers)
+            pool = ProcessPoolExecutor(min(workers, len(away)), mp_context=context, initializer=_init_worker,
+                                       initargs=(threads,))
+            _submit(stack.enter_context(pool), run_job, away, futures)
+        while futures:
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in finished:
+                job = futures.pop(future)
+                error = future.exception()
+                yield JobDone(job, None if error else future.result(), error)
+
+
+def _submit(pool: Executor, play: Callable[[EpisodeJob], JobResult], jobs: list[EpisodeJob],
+            futures: dict[Future[JobResult], EpisodeJob]) -> None:
+    for job in jobs:
+        futures[pool.submit(play, job)] = job
+
+
+def _on_ray(jobs: list[EpisodeJob], address: str) -> Iterator[JobDone]:
+    import ray
+
+    from pdbgym.agent.runner import run_job
+
+    init_ray(address)
+    remote = ray.remote(run_job)
+    pending = {remote.remote(job): job for job in jobs}
+    while pending:
+        finished, _ = ray.wait(list(pending), num_returns=1)
+        job = pending.pop(finished[0])
+        try:
+            yield JobDone(job, ray.get(finished[0]))
+        except Exception as exc:  # noqa: BLE001 - a failed Ray task is one failed job
+            yield JobDone(job, None, exc)

@@ -1,0 +1,23 @@
+"""Reading a config dataclass's defaults, so a command's flags take them from the config, not a copy."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+from typing import Any
+
+
+def defaults_of(config_class: type[Any]) -> SimpleNamespace:
+    """The defaults of ``config_class``'s fields by name (``default_factory`` called); required fields are absent."""
+    values: dict[str, Any] = {}
+    for spec in dataclasses.fields(config_class):
+        if spec.default is not dataclasses.MISSING:
+            values[spec.name] = spec.default
+        elif spec.default_factory is not dataclasses.MISSING:
+            values[spec.name] = spec.default_factory()
+    return SimpleNamespace(**values)
+
+
+def pick(value: Any, alias: Any) -> Any:
+    """The value given under a flag's old (hidden) spelling when one was given, else the new flag's value."""
+    return value if alias is None else alias
