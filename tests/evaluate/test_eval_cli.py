@@ -47,5 +47,5 @@ def test_eval_bad_input_is_refused_before_any_episode(tiny_task, tmp_path):
     assert result.exit_code != 0 and "neither scripted" in str(result.exception)
     result = runner.invoke(app, ["eval", "--tasks", str(tiny_task.path), "--arm", "x=scripted", "--runs", "2",
                                  "--k", "5", "--out", str(tmp_path / "c")])
-    assert result.exit_code != 0 and "pass@5 needs at least 5 runs" in result.output
+    assert result.exit_code != 0 and "pass@5 needs at least 5 runs" in str(result.exception)
     assert not (tmp_path / "c").exists()

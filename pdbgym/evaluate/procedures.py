@@ -1,0 +1,184 @@
+"""The procedures behind ``pdbgym eval``: a campaign ending in a report, and checkpoint selection.
+
+Each takes one config dataclass (whose defaults the command's flags read) and returns what the
+command prints; nothing here prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.executor import ExecutorConfig
+from pdbgym.env.environment import EnvConfig
+from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
+from pdbgym.evaluate.results import EpisodeRow, ResultsStore
+from pdbgym.evaluate.selection import SelectionWarning
+
+OnEpisode = Callable[[EpisodeRow], None]
+
+
+@dataclass
+class EvalConfig:
+    """An evaluation campaign (``pdbgym eval``; ``demo`` and ``eval select`` build one too).
+
+    Args:
+        arms: ``NAME=MODEL`` texts; MODEL is ``scripted``, ``embedded``, a model folder or a server URL.
+        tasks: a suite (``builtin``, ``regression``) or a folder of tasks. Default ``"builtin"``.
+        runs: episodes per task per arm. Default 2.
+        split: evaluate only this split of ``splits`` (a split file). Default None (all tasks).
+        out: campaign folder; a rerun with the same settings resumes it. Default ``runs/eval``.
+        turn_budget: tool calls per episode before ``budget``. Default ``EnvConfig.turn_budget`` (30).
+        temperature: sampling temperature of model arms. Default ``SamplingParams.temperature`` (0.7).
+        max_new_tokens: token cap of one model turn. Default 512.
+        max_context_tokens: trajectory cap in tokens (then ``ctx_overflow``). Default 8192.
+        executor: where episodes run (workers, Ray address). Default: local, one worker per core.
+        force: report even on a task set that selected one of the arms (the report carries a warning).
+        json_out: also write the machine summary here. Default None.
+        ks: pass@k values that must be reportable (each k <= runs). Default none.
+        title: the report's title; None makes one from ``tasks`` and ``split``.
+    """
+
+    arms: list[str]
+    tasks: str = "builtin"
+    runs: int = 2
+    split: str | None = None
+    splits: Path | None = None
+    out: Path = Path("runs/eval")
+    turn_budget: int = EnvConfig.turn_budget
+    temperature: float = SamplingParams.temperature
+    max_new_tokens: int = SamplingParams.max_new_tokens
+    max_context_tokens: int = 8192
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    force: bool = False
+    json_out: Path | None = None
+    ks: list[int] = field(default_factory=list)
+    title: str | None = None
+
+
+@dataclass
+class EvalOutcome:
+    """A finished campaign: its HTML report, the summary behind it, and selection warnings (if forced)."""
+
+    page: Path
+    summary: dict[str, Any]
+    warnings: list[SelectionWarning]
+
+
+def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> EvalOutcome:
+    """Check the request, play every missing episode, summarize, write the report.
+
+    Refuses (``PdbgymError``) before any episode: pass@k with k above ``runs``, repeated arm names, a
+    bad arm, a bad split, and reporting an arm on the task set that selected it (unless ``force``).
+    """
+    from pdbgym.evaluate.analysis import summarize
+    from pdbgym.evaluate.report import write_report
+    from pdbgym.evaluate.selection import check_reportable
+    from pdbgym.evaluate.splitsel import tasks_for_split
+
+    too_big = [k for k in config.ks if k > config.runs or k < 1]
+    if too_big:
+        raise PdbgymError(f"pass@{too_big[0]} needs at least {too_big[0]} runs per task; "
+                          f"raise --runs to {max(too_big)} or drop --k {too_big[0]}")
+    arms = [Arm.parse(text) for text in config.arms]
+    if len({a.name for a in arms}) != len(arms):
+        raise PdbgymError("arm names must be unique")
+    tasks = tasks_for_split(config.tasks, config.split, config.splits)
+    warnings = check_reportable([a.model for a in arms], [t.instance_id for t in tasks], force=config.force)
+    campaign = CampaignConfig(tasks=config.tasks, arms=arms, runs=config.runs, split=config.split,
+                              splits_file=str(config.splits) if config.splits else None,
+                              turn_budget=config.turn_budget, temperature=config.temperature,
+                              max_new_tokens=config.max_new_tokens, context_tokens=config.max_context_tokens)
+    rows = run_campaign(campaign, tasks, config.out, executor=config.executor, on_episode=on_episode)
+    summary = summarize(rows, {a.name: a.model for a in arms}, [t.instance_id for t in tasks], config.runs)
+    summary["selection_warnings"] = [w.text() for w in warnings]
+    summary["expected_selection_inflation"] = {w.model: w.expected_inflation for w in warnings}
+    title = config.title or f"pdbgym evaluation: {config.tasks}" + (f" ({config.split})" if config.split else "")
+    return EvalOutcome(write_report(summary, rows, config.out, title, config.json_out), summary, warnings)
+
+
+def rebuild_report(out: Path, json_out: Path | None = None) -> Path:
+    """The report of a campaign folder rebuilt from its episodes (e.g. of one still running)."""
+    from pdbgym.evaluate.analysis import summarize
+    from pdbgym.evaluate.report import write_report
+
+    store = ResultsStore(out)
+    config = store.config()
+    rows = store.rows()
+    summary = summarize(rows, config["arms"], config["task_ids"], config["runs"])
+    return write_report(summary, rows, out, f"pdbgym evaluation: {config['tasks']}", json_out)
+
+
+@dataclass
+class SelectConfig:
+    """Checkpoint selection (``pdbgym eval select``).
+
+    Args:
+        checkpoints: ``NAME=MODEL`` texts, one per candidate.
+        splits: the split file (``pdbgym tasks split``).
+        tasks: the suite or folder holding the split's tasks. Default ``"builtin"``.
+        select_on: the split used to choose. Default ``"val"``.
+        report_on: the held-out split the chosen checkpoint is measured on, once. Default ``"test"``.
+        runs: episodes per task per candidate. Default 2.
+        out: folder for both campaigns (``select-<split>``, ``report-<split>``). Default ``runs/select``.
+        turn_budget: tool calls per episode. Default ``EnvConfig.turn_budget`` (30).
+        force: allow ``report_on`` equal to ``select_on`` (a biased number). Default False.
+    """
+
+    checkpoints: list[str]
+    splits: Path
+    tasks: str = "builtin"
+    select_on: str = "val"
+    report_on: str = "test"
+    runs: int = 2
+    out: Path = Path("runs/select")
+    turn_budget: int = EnvConfig.turn_budget
+    force: bool = False
+
+
+@dataclass
+class SelectionOutcome:
+    """The chosen candidate, its pass@1 on the selection split (0..1), and the held-out report page."""
+
+    chosen: Arm
+    score: float
+    page: Path
+
+
+def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None) -> SelectionOutcome:
+    """Choose a checkpoint on one split, record the choice, then measure the chosen one once on another.
+
+    1. Refuse ``report_on == select_on`` unless forced, and a bad report split, before any episode.
+    2. Run every candidate on ``select_on`` (forced: selection sets are where choices are made).
+    3. Choose the highest pass@1 and write it to the selection ledger, with the mean standard error
+       of the candidates' pass@1, so later reports on this task set carry the winner's-curse warning.
+    4. Run the chosen checkpoint alone on ``report_on``; that campaign's report is the number to quote.
+    """
+    from pdbgym.evaluate.selection import record_selection
+    from pdbgym.evaluate.splitsel import tasks_for_split
+
+    if config.select_on == config.report_on and not config.force:
+        raise PdbgymError(f"--report-on {config.report_on} is the selection split; choose a held-out split "
+                          "(or --force to accept a biased number)")
+    arms = [Arm.parse(c) for c in config.checkpoints]
+    tasks_for_split(config.tasks, config.report_on, config.splits)  # an empty or unknown split fails first
+    common = dict(tasks=config.tasks, runs=config.runs, splits=config.splits, turn_budget=config.turn_budget)
+    chosen_on = run_evaluation(EvalConfig(arms=config.checkpoints, split=config.select_on, force=True,
+                                          out=config.out / f"select-{config.select_on}",
+                                          title=f"checkpoint selection on {config.select_on}", **common),
+                               on_episode)
+    results = chosen_on.summary["arm_results"]
+    scores = {a.model: results[a.name]["pass@1"]["mean"] for a in arms}
+    ses = [results[a.name]["pass@1"]["se"] for a in arms]
+    val_tasks = [t.instance_id for t in tasks_for_split(config.tasks, config.select_on, config.splits)]
+    selection = record_selection(config.select_on, val_tasks, scores, float(sum(ses) / len(ses)))
+    chosen = next(a for a in arms if a.model == selection.chosen)
+    report = run_evaluation(EvalConfig(arms=[f"{chosen.name}={chosen.model}"], split=config.report_on,
+                                       force=config.force, out=config.out / f"report-{config.report_on}",
+                                       title=f"selected checkpoint {chosen.name} on {config.report_on}", **common),
+                            on_episode)
+    return SelectionOutcome(chosen, scores[chosen.model], report.page)
