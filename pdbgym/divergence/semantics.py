@@ -76,3 +76,25 @@ def describe(semantics: LogprobSemantics) -> str:
         f"top-p {semantics.top_p} renormalized" if semantics.top_p_renormalized else "no top-p renormalization"
     )
     return f"temperature {semantics.temperature}, {nucleus} ({semantics.engine})"
+
+
+def explicit_semantics(temperature: float | None, top_p: float | None,
+                       renormalized: bool | None) -> LogprobSemantics | None:
+    """The transform stated by ``--temperature``/``--top-p``/``--renormalized``, or None when none is given.
+
+    A partial statement is refused (``SemanticsError``): top-p without the temperature it was applied
+    at, top-p below 1 without saying whether the log-probs were renormalized, renormalized without top-p.
+    """
+    if temperature is None:
+        if top_p is not None or renormalized is not None:
+            raise SemanticsError("--top-p/--renormalized need --temperature too (the cached log-probs' T)")
+        return None
+    if top_p is not None and top_p < 1.0 and renormalized is None:
+        raise SemanticsError(
+            "with --top-p below 1, say whether the cached log-probs were renormalized over the nucleus: "
+            "--renormalized or --no-renormalized.\n" + SEMANTICS_HELP
+        )
+    if renormalized and top_p is None:
+        raise SemanticsError("--renormalized needs --top-p P (the nucleus mass the log-probs were renormalized to)")
+    return LogprobSemantics(engine="cli", temperature=temperature, top_p=1.0 if top_p is None else top_p,
+                            top_p_renormalized=bool(renormalized))

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from div_models import make_record
 
-from pdbgym.divergence.commands import explicit_semantics
-from pdbgym.divergence.semantics import SemanticsError, resolve_semantics
+from pdbgym.divergence.semantics import SemanticsError, explicit_semantics, resolve_semantics
 from pdbgym.rollouts.record import LogprobSemantics
 
 SGLANG = LogprobSemantics(engine="sglang", temperature=0.7, top_p=0.9, top_p_renormalized=False)

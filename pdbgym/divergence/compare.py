@@ -1,0 +1,120 @@
+"""The divergence comparison as one call (``pdbgym divergence``): load and check the cache, settle the
+transform, score every student (and the teacher, if asked), and build the report.
+
+Formulas: docs/metrics.md. Nothing here prints or writes the report; ``render`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdbgym.divergence.report import ReportConfig
+from pdbgym.divergence.scoring import ScoringConfig
+from pdbgym.errors import PdbgymError
+from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+
+
+@dataclass
+class DivergenceConfig:
+    """What to compare and how; ``pdbgym divergence`` reads its flag defaults from here.
+
+    Args:
+        students: student model folders or ``.gguf`` files (one report row each).
+        cache: teacher-cache folder; None reads ``$KL_EVAL_TEACHER_CACHE_DIR``.
+        teacher: None (cache only), a local teacher model, or an http(s) URL of a completions server.
+        server_model: model name sent to a teacher server. Default ``"teacher"``.
+        temperature, top_p, renormalized: the cached log-probs' transform, for a cache that does not
+            declare one (all None: the cache must declare it). See ``semantics.explicit_semantics``.
+        max_records: score only the first N records. Default None (all).
+        device: ``cuda``, ``cuda:1``, ``cpu``; None picks cuda when available.
+        student_samples: with a teacher, sample the students for KL(S||T) and JSD. Default True.
+        max_new_tokens: length limit of student samples (tokens). Default 512.
+        noise_floor: also score the teacher model against the cache. Default False.
+        rescore_teacher: use the teacher model's log-probs instead of the cached ones. Default False.
+        token_budget: padded tokens per forward batch. Default ``ScoringConfig.token_budget``.
+        work_dir: resume folder for partial results. Default None (no resume).
+        bootstrap: task-level bootstrap resamples. Default 2000.
+        extreme_threshold: |log-ratio| in nats counted as extreme. Default 20.0.
+        seed: seed of student sampling and of the bootstrap. Default 0.
+        show_progress: progress bars on stderr. Default True.
+    """
+
+    students: list[str]
+    cache: Path | None = None
+    teacher: str | None = None
+    server_model: str = "teacher"
+    temperature: float | None = None
+    top_p: float | None = None
+    renormalized: bool | None = None
+    max_records: int | None = None
+    device: str | None = None
+    student_samples: bool = True
+    max_new_tokens: int = 512
+    noise_floor: bool = False
+    rescore_teacher: bool = False
+    token_budget: int = ScoringConfig.token_budget
+    work_dir: Path | None = None
+    bootstrap: int = ReportConfig.n_resamples
+    extreme_threshold: float = ReportConfig.extreme_threshold
+    seed: int = 0
+    show_progress: bool = True
+
+
+@dataclass
+class DivergenceOutcome:
+    """The report (JSON-ready dict), the transform it was scored under, and the cache it read."""
+
+    report: dict[str, Any]
+    semantics: LogprobSemantics
+    cache: Path
+
+
+def load_records(cache: Path | None, max_records: int | None) -> tuple[Path, list[RolloutRecord]]:
+    """The cache folder and its records (the first ``max_records``), after validating the whole cache."""
+    from pdbgym.rollouts.cache import read_cache, resolve_cache_dir
+    from pdbgym.rollouts.validate import validate_cache_report
+
+    folder = resolve_cache_dir(cache)
+    report = validate_cache_report(folder)
+    if not report.ok:
+        listed = "\n  ".join(report.errors[:10])
+        raise PdbgymError(f"the cache {folder} is not valid ({len(report.errors)} error(s)):\n  {listed}\n"
+                          f"run `pdbgym cache validate {folder}` for the full list")
+    records = read_cache(folder)
+    if max_records is not None:
+        if max_records < 1:
+            raise PdbgymError(f"--max-records must be >= 1, got {max_records}")
+        records = records[:max_records]
+    if not records:
+        raise PdbgymError(f"the cache {folder} holds no records")
+    return folder, records
+
+
+def compare(config: DivergenceConfig) -> DivergenceOutcome:
+    """Score ``config.students`` against the cache (and teacher); the report with its context.
+
+    The transform comes from the cache's declaration or, for a silent cache, from the explicit
+    ``temperature``/``top_p``/``renormalized``; both present and different is a ``SemanticsError``.
+    """
+    from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
+    from pdbgym.divergence.report import build_report
+    from pdbgym.divergence.semantics import explicit_semantics, resolve_semantics
+
+    folder, records = load_records(config.cache, config.max_records)
+    stated = explicit_semantics(config.temperature, config.top_p, config.renormalized)
+    semantics = resolve_semantics(records, stated)
+    run = DivergenceRun(
+        records=records, semantics=semantics, students=list(config.students), teacher=config.teacher,
+        server_model=config.server_model, student_samples=config.student_samples,
+        max_new_tokens=config.max_new_tokens, noise_floor=config.noise_floor,
+        rescore_teacher=config.rescore_teacher, device=config.device, work_dir=config.work_dir, seed=config.seed,
+        scoring=ScoringConfig(token_budget=config.token_budget, show_progress=config.show_progress),
+    )
+    scores = run_divergence(run)
+    context = {"cache": str(folder), "n_records": len(records), "semantics": semantics.to_dict(),
+               "teacher": config.teacher, "students": list(config.students)}
+    report = build_report(scores, ReportConfig(extreme_threshold=config.extreme_threshold,
+                                               n_resamples=config.bootstrap, seed=config.seed, context=context))
+    return DivergenceOutcome(report, semantics, folder)
