@@ -16,6 +16,7 @@ from pdbgym.evaluate.analysis import REASONS
 from pdbgym.evaluate.results import EpisodeRow
 from pdbgym.evaluate.stats import FALLBACK_VAR_DIFF
 from pdbgym.fileio import write_json_atomic
+from pdbgym.policyname import is_server_url
 from pdbgym.termination import TERMINATION_MEANINGS
 
 CI_EXPLANATION = (
@@ -40,7 +41,7 @@ def describe_arm(model: str) -> str:
                 "harness and the grader, not a model")
     if model == "embedded":
         return "the embedded SmolLM2-135M-Instruct (GGUF), sampled locally"
-    if model.startswith(("http://", "https://")):
+    if is_server_url(model):
         return f"a model behind the OpenAI-compatible server {model}"
     return f"the local model folder {model}"
 
