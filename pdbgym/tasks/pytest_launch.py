@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     pytest_timeout = importlib.import_module("pytest_timeout")
     from pdbgym.tasks import pytest_report
 
-    return int(pytest.main(args, plugins=[pytest_report, pytest_timeout]))
+    return int(pytest.main(args, plugins=[pytest_report.PLUGIN, pytest_timeout]))
 
 
 if __name__ == "__main__":

@@ -1,26 +1,34 @@
 """The report plugin of the grading run: each test phase's outcome leaves the process as it is reported.
 
-Loaded by ``pdbgym.tasks.pytest_launch`` before pytest starts and before any project module is imported.
-At import it opens the result channel (a FIFO whose path ``PDBGYM_RESULT_CHANNEL`` names; the variable is
-removed and the FIFO unlinked at once), moves it to a private descriptor, and takes a snapshot of what
-the verdict depends on: the functions and classes of pytest, ``_pytest``, pluggy and pytest-timeout, and
-the builtins. Each record is one JSON line with a sequence number, written with ``os.write`` as pytest
-reports it, so nothing the project does later (an exit hook, a patched ``json``) can take a record back.
+Registered by ``pdbgym.tasks.pytest_launch`` (as ``PLUGIN``) before pytest starts and before any project
+module is imported. At import it opens the result channel (a FIFO whose path ``PDBGYM_RESULT_CHANNEL``
+names; the variable is removed and the FIFO unlinked at once), moves it to a private descriptor, and
+takes a snapshot of what the verdict depends on: the functions and classes of pytest, ``_pytest``,
+pluggy, pytest-timeout and this module, and the builtins. Each record is one JSON line with a sequence
+number, written with ``os.write`` as pytest reports it, so nothing the project does later (an exit hook,
+a patched ``json``) can take a record back.
 
-At session end the plugin checks that snapshot, the hook implementations pytest will call, the collected
-test functions' code and the trace hooks, and sends the end record with the exit status and what the
-check found. The host (``pdbgym.tasks.testrun``) decides; this file only reports.
+The hooks are closures over everything they use (the descriptor, ``os.write``, ``json.dumps``, the
+snapshot, even ``str`` and ``getattr``), so replacing a name in this module, in ``os``, ``json`` or in
+the builtins changes nothing they do; such a replacement is reported by the self-check. At session end
+the plugin checks that snapshot, the hook implementations pytest calls, the collected test functions'
+code and the trace hooks, and sends the end record with the exit status and what the check found. The
+host (``pdbgym.tasks.verdict``) decides; this file only reports.
 """
 
 from __future__ import annotations
 
 import builtins
+import fcntl
 import json
 import os
 import sys
+import types
 from typing import Any
 
 import pytest
+
+from pdbgym.tasks.protect import is_protected_path
 
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
 _PRIVATE_FD_MIN = 850  # the channel's descriptor lives far above what a project usually opens
@@ -30,10 +38,11 @@ _WATCHED_HOOKS = (
     "pytest_runtest_teardown", "pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_pyfunc_call",
     "pytest_report_teststatus", "pytest_sessionfinish", "pytest_collection_modifyitems",
 )
-
-_write = os.write
-_dumps = json.dumps
-_getattr, _isinstance, _callable, _vars, _id = getattr, isinstance, callable, vars, id
+# Replacements pytest makes itself at configure time: (module, names...) -> (module, attribute) of the
+# one function allowed in its place.
+_PYTEST_OWN_PATCHES = {
+    ("_pytest.config", "Config", "_getini_unknown_type"): ("_pytest.legacypath", "Config__getini_unknown_type"),
+}
 
 
 def _open_channel() -> int | None:
@@ -41,7 +50,7 @@ def _open_channel() -> int | None:
     if not path:
         return None
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    private = __import__("fcntl").fcntl(fd, __import__("fcntl").F_DUPFD_CLOEXEC, _PRIVATE_FD_MIN)
+    private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _PRIVATE_FD_MIN)
     os.close(fd)
     try:
         os.unlink(path)
@@ -50,137 +59,125 @@ def _open_channel() -> int | None:
     return private
 
 
-def _snapshot() -> dict[tuple[str, ...], object]:
-    """Every function and class of the watched packages (and their classes' members), and the builtins."""
-    taken: dict[tuple[str, ...], object] = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or name.split(".")[0] not in _WATCHED_PACKAGES:
-            continue
-        taken[(name,)] = module
-        for attr, value in list(_vars(module).items()):
-            if not _callable(value):
+def _build(fd: int | None) -> types.SimpleNamespace:  # noqa: C901 - one closure scope on purpose
+    """The plugin object; every name its hooks use is bound here, once, before project code runs."""
+    write, dumps, getpid = os.write, json.dumps, os.getpid
+    modules, builtin_names = sys.modules, vars(builtins)
+    gettrace, getprofile = sys.gettrace, sys.getprofile
+    abspath, dirname, basename, relpath, sep = (os.path.abspath, os.path.dirname, os.path.basename,
+                                                os.path.relpath, os.sep)
+    str_, int_, bool_, list_, len_, tuple_ = str, int, bool, list, len, tuple
+    getattr_, isinstance_, callable_, vars_, type_ = getattr, isinstance, callable, vars, type
+    descriptors = (property, staticmethod, classmethod)
+    protected = is_protected_path
+    state: dict[str, Any] = {"seq": 0, "phases": 0, "tests": {}}
+
+    def send(record: dict[str, Any]) -> None:
+        if fd is None:
+            return
+        record["seq"] = state["seq"]
+        state["seq"] += 1
+        data = (dumps(record, ensure_ascii=True) + "\n").encode("ascii")
+        while data:
+            data = data[write(fd, data):]
+
+    def snapshot() -> dict[tuple[str, ...], object]:
+        taken: dict[tuple[str, ...], object] = {}
+        for name, module in list_(modules.items()):
+            if module is None or (name.split(".")[0] not in _WATCHED_PACKAGES and name != __name__):
                 continue
-            taken[(name, attr)] = value
-            if _isinstance(value, type) and value.__module__ == name:
-                for member, item in list(_vars(value).items()):
-                    if _callable(item) or _isinstance(item, (property, staticmethod, classmethod)):
-                        taken[(name, attr, member)] = item
-    for attr, value in list(_vars(builtins).items()):
-        taken[("builtins", attr)] = value
-    return taken
+            taken[(name,)] = module
+            for attr, value in list_(vars_(module).items()):
+                if not callable_(value):
+                    continue
+                taken[(name, attr)] = value
+                if isinstance_(value, type_) and value.__module__ == name:
+                    for member, item in list_(vars_(value).items()):
+                        if callable_(item) or isinstance_(item, descriptors):
+                            taken[(name, attr, member)] = item
+        for attr, value in list_(builtin_names.items()):
+            taken[("builtins", attr)] = value
+        return taken
+
+    def current_value(key: tuple[str, ...]) -> object:
+        if len_(key) == 1:
+            return modules.get(key[0])
+        owner: object = builtin_names if key[0] == "builtins" else modules.get(key[0])
+        for part in key[1:]:
+            if owner is None:
+                return None
+            owner = (owner if isinstance_(owner, dict) else vars_(owner)).get(part)
+        return owner
+
+    def allowed_replacement(key: tuple[str, ...], current: object) -> bool:
+        allowed = _PYTEST_OWN_PATCHES.get(key)
+        module = modules.get(allowed[0]) if allowed else None
+        return module is not None and vars_(module).get(allowed[1]) is current
+
+    def check_snapshot() -> list[str]:
+        return [f"{'.'.join(key)} was replaced during the run" for key, value in state["snap"].items()
+                if (now := current_value(key)) is not value and not allowed_replacement(key, now)]
+
+    def trusted_dirs() -> tuple[str, ...]:
+        dirs = [dirname(abspath(__file__))]
+        for name in _WATCHED_PACKAGES:
+            module = modules.get(name)
+            if module is not None and getattr_(module, "__file__", None):
+                dirs.append(dirname(abspath(module.__file__)))
+        return tuple_(dirs)
+
+    def check_hooks(session: Any, root: str) -> list[str]:
+        trusted, problems = trusted_dirs(), []
+        for hook_name in _WATCHED_HOOKS:
+            for impl in vars_(session.config.pluginmanager.hook)[hook_name].get_hookimpls():
+                filename = abspath(getattr_(getattr_(impl.function, "__code__", None), "co_filename", "?"))
+                if filename.startswith(trusted):
+                    continue
+                if basename(filename) == "conftest.py" and filename.startswith(root + sep):
+                    continue
+                problems.append(f"hook {hook_name} implemented by untrusted code in {filename}")
+        return problems
+
+    def check_tests(root: str) -> list[str]:
+        problems = []
+        for nodeid, (function, code) in state["tests"].items():
+            filename = abspath(code.co_filename)
+            if getattr_(function, "__code__", None) is not code:
+                problems.append(f"the code of test {nodeid} was replaced during the run")
+            elif not filename.startswith(root + sep) or not protected(relpath(filename, root)):
+                problems.append(f"test {nodeid} runs code from {code.co_filename}, not from a test file")
+        if gettrace() is not None or getprofile() is not None:
+            problems.append("a trace or profile hook was left installed")
+        return problems
+
+    @pytest.hookimpl
+    def pytest_collection_finish(session: Any) -> None:
+        for item in session.items:
+            function = getattr_(item, "obj", None)
+            code = getattr_(function, "__code__", None)
+            if code is not None:
+                state["tests"][item.nodeid] = (function, code)
+        # Modules pytest imported since load (its lazily loaded parts) are watched from here on too.
+        state["snap"] = {**snapshot(), **state["snap"]}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(report: Any) -> None:
+        state["phases"] += 1
+        send({"kind": "phase", "nodeid": str_(report.nodeid), "when": str_(report.when),
+              "outcome": str_(report.outcome), "xfail": bool_(getattr_(report, "wasxfail", False))})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(session: Any) -> None:
+        root = str_(session.config.rootpath)
+        problems = check_snapshot() + check_hooks(session, root) + check_tests(root)
+        send({"kind": "end", "exitstatus": int_(session.exitstatus), "phases": state["phases"],
+              "selfcheck": problems[:20]})
+
+    state["snap"] = snapshot()
+    send({"kind": "start", "pid": getpid()})
+    return types.SimpleNamespace(pytest_collection_finish=pytest_collection_finish,
+                                 pytest_runtest_logreport=pytest_runtest_logreport,
+                                 pytest_sessionfinish=pytest_sessionfinish)
 
 
-def _trusted_dirs() -> tuple[str, ...]:
-    dirs = [os.path.dirname(os.path.abspath(__file__))]
-    for name in _WATCHED_PACKAGES:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "__file__", None):
-            dirs.append(os.path.dirname(os.path.abspath(module.__file__)))
-    return tuple(dirs)
-
-
-_fd = _open_channel()
-_seq = [0]
-_phases = [0]
-_snap = _snapshot()
-_tests: dict[str, tuple[Any, Any]] = {}
-
-
-def _send(record: dict[str, Any]) -> None:
-    if _fd is None:
-        return
-    record["seq"] = _seq[0]
-    _seq[0] += 1
-    data = (_dumps(record, ensure_ascii=True) + "\n").encode("ascii")
-    while data:
-        data = data[_write(_fd, data):]
-
-
-_send({"kind": "start", "pid": os.getpid()})
-
-
-def pytest_collection_finish(session) -> None:  # noqa: ANN001 - pytest hook signature
-    global _snap
-    for item in session.items:
-        function = getattr(item, "obj", None)
-        code = getattr(function, "__code__", None)
-        if code is not None:
-            _tests[item.nodeid] = (function, code)
-    # Modules pytest imported since load (its lazily loaded parts) are watched from here on too.
-    _snap = {**_snapshot(), **_snap}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_logreport(report) -> None:  # noqa: ANN001
-    _phases[0] += 1
-    _send({"kind": "phase", "nodeid": str(report.nodeid), "when": str(report.when),
-           "outcome": str(report.outcome), "xfail": bool(getattr(report, "wasxfail", False))})
-
-
-
-# Replacements pytest makes itself at configure time: (module, names...) -> (module, attribute) of the
-# one function allowed in its place.
-_PYTEST_OWN_PATCHES = {
-    ("_pytest.config", "Config", "_getini_unknown_type"): ("_pytest.legacypath", "Config__getini_unknown_type"),
-}
-
-
-def _allowed_replacement(key: tuple[str, ...], current: object) -> bool:
-    allowed = _PYTEST_OWN_PATCHES.get(key)
-    if allowed is None:
-        return False
-    module = sys.modules.get(allowed[0])
-    return module is not None and _vars(module).get(allowed[1]) is current
-
-
-def _check_snapshot() -> list[str]:
-    problems = []
-    for key, value in _snap.items():
-        if len(key) == 1:
-            current = sys.modules.get(key[0])
-        elif key[0] == "builtins":
-            current = _vars(builtins).get(key[1])
-        else:
-            owner = sys.modules.get(key[0])
-            for part in key[1:-1]:
-                owner = _vars(owner).get(part) if owner is not None else None
-            current = _vars(owner).get(key[-1]) if owner is not None else None
-        if current is not value and not _allowed_replacement(key, current):
-            problems.append(f"{'.'.join(key)} was replaced during the run")
-    return problems
-
-
-def _check_hooks(session) -> list[str]:  # noqa: ANN001
-    trusted = _trusted_dirs()
-    root = str(session.config.rootpath)
-    problems = []
-    for hook_name in _WATCHED_HOOKS:
-        for impl in session.config.pluginmanager.hook.__dict__[hook_name].get_hookimpls():
-            code = getattr(impl.function, "__code__", None)
-            filename = os.path.abspath(getattr(code, "co_filename", "?"))
-            if filename.startswith(trusted):
-                continue
-            if os.path.basename(filename) == "conftest.py" and filename.startswith(root + os.sep):
-                continue
-            problems.append(f"hook {hook_name} implemented by untrusted code in {filename}")
-    return problems
-
-
-def _check_tests() -> list[str]:
-    problems = []
-    for nodeid, (function, code) in _tests.items():
-        if getattr(function, "__code__", None) is not code:
-            problems.append(f"the code of test {nodeid} was replaced during the run")
-        elif os.path.basename(code.co_filename) != os.path.basename(nodeid.split("::", 1)[0]):
-            problems.append(f"test {nodeid} runs code from {code.co_filename}, not its test file")
-    if sys.gettrace() is not None or sys.getprofile() is not None:
-        problems.append("a trace or profile hook was left installed")
-    return problems
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session) -> None:  # noqa: ANN001
-    problems = _check_snapshot() + _check_hooks(session) + _check_tests()
-    _send({"kind": "end", "exitstatus": int(session.exitstatus), "phases": _phases[0],
-           "selfcheck": problems[:20]})
-
+PLUGIN = _build(_open_channel())

@@ -71,6 +71,21 @@ class SuiteRun:
         return head + "\n" + "\n".join(lines)
 
 
+def failure_reason(run: SuiteRun, failing: list[str], tail_chars: int = 1500) -> str:
+    """Why ``failing`` did not pass: each one's outcome, any forgery seen, a timeout, the output's tail."""
+    outcomes = ", ".join(f"{n}: {run.outcomes.get(n, 'missing (never reported)')}" for n in failing)
+    parts = [outcomes]
+    if run.tampered:
+        parts.append("the result channel showed forgery: " + "; ".join(run.tampered[:3]))
+    if run.timed_out:
+        parts.append("the run hit its wall-clock limit")
+    elif run.returncode is not None and run.returncode < 0:
+        parts.append(f"pytest was killed by signal {-run.returncode}")
+    tail = run.output.strip()[-tail_chars:]
+    parts.append("end of pytest's output:\n" + (tail or "(no output)"))
+    return "\n".join(parts)
+
+
 def pytest_extra_args(task: Task) -> list[str]:
     """The task author's pytest options from ``test_command`` ('python -m pytest [options]')."""
     argv = shlex.split(task.test_command)
@@ -180,7 +195,7 @@ def run_tests(
         result = sandbox.run(argv, root, limits, env=env)
     finally:
         stream = channel.finish()
-    outcomes, tampered = judge(stream, nodes, result.returncode, result.timed_out)
+    outcomes, tampered = judge(stream, nodes, result.returncode, result.timed_out, result.output)
     if channel.overflow:
         tampered.append(f"the result channel carried over {MAX_CHANNEL_BYTES} bytes")
     return SuiteRun(

@@ -7,18 +7,21 @@ its setup, call and teardown all passed. Signs of forgery (each makes the run ta
 number out of order, a record that is not JSON, a second record for a test phase, a record for a test
 not asked for, anything after the end record, a second end record, an end record whose phase count
 disagrees with the stream, a process exit status other than the end record's, an exit status that
-disagrees with the outcomes, a clean exit (0) with no end record, or a failed self-check.
+disagrees with the outcomes, a clean exit (0) with no end record, a failed self-check, or pytest's
+own closing line (written by its terminal reporter, not by the plugin) disagreeing with the records.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 _WHENS = ("setup", "call", "teardown")
 _OUTCOMES = ("passed", "failed", "skipped")
 # pytest's exit statuses: 0 all passed, 1 some failed, 2 interrupted, 3 internal error, 4 usage error,
 # 5 nothing collected.
 _OK, _TESTS_FAILED = 0, 1
+_SUMMARY = re.compile(r"^((?:\d+ [a-z]+)(?:, \d+ [a-z]+)*) in [\d.]+s(?: \([\d:]+\))?$")
 
 
 def decode_records(stream: bytes) -> tuple[list[dict], list[str]]:
@@ -52,8 +55,38 @@ def outcome_of(phases: dict[str, str]) -> str:
     return "incomplete"
 
 
-def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bool) -> tuple[dict[str, str], list[str]]:
-    """``(outcomes, tampered)`` for a run asked to run ``nodes`` that exited with ``returncode``."""
+def summary_counts(output: str) -> dict[str, int] | None:
+    """The counts of pytest's own closing line ("1 failed, 4 passed in 0.13s"), when it is the output's last
+    line; None when it is not there (a crash, a cut run)."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    match = _SUMMARY.match(lines[-1].strip("= ")) if lines else None
+    if match is None:
+        return None
+    counts = {}
+    for part in match.group(1).split(", "):
+        number, _, word = part.partition(" ")
+        counts[word.rstrip("s") if word in ("errors", "warnings") else word] = int(number)
+    return counts
+
+
+def _check_summary(outcomes: dict[str, str], output: str) -> list[str]:
+    """pytest's terminal summary is written by other code than the records; the two must agree."""
+    counts = summary_counts(output)
+    if counts is None:
+        return []
+    said = counts.get("failed", 0) + counts.get("error", 0)
+    recorded = sum(o in ("failed", "error") for o in outcomes.values())
+    if said and not recorded:
+        return [f"pytest's own summary says {said} failed or errored, the records say none did"]
+    if recorded and not said:
+        return [f"the records say {recorded} test(s) failed, pytest's own summary says none did"]
+    return []
+
+
+def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bool,
+          output: str = "") -> tuple[dict[str, str], list[str]]:
+    """``(outcomes, tampered)`` for a run asked to run ``nodes`` that exited with ``returncode`` and printed
+    ``output`` (checked against the records when pytest's closing line ends it)."""
     records, tampered = decode_records(stream)
     wanted = set(nodes)
     phases: dict[str, dict[str, str]] = {}
@@ -80,6 +113,8 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
         tampered.append("the stream does not begin with the start record")
     outcomes = {nodeid: outcome_of(p) for nodeid, p in phases.items()}
     tampered += _check_end(end, phase_count, outcomes, returncode, timed_out)
+    if end is not None:
+        tampered += _check_summary(outcomes, output)
     return outcomes, tampered
 
 

@@ -203,3 +203,13 @@ def test_forgery_ends_the_episode_tampered_and_run_tests_shows_it(tiny_task, tmp
     assert "tampered" in TERMINATION_REASONS
     assert env.result is not None and env.result.grading["tampered"]
     assert "sitecustomize.py" in env.result.grading["ignored_files"]
+
+
+def test_records_must_agree_with_pytests_own_summary():
+    honest = _stream(*_honest("failed", 1))
+    assert judge(honest, NODES, 1, False, "F.\n1 failed, 1 passed in 0.10s\n")[1] == []
+    forged = _stream(*_honest("passed", 0))
+    _, tampered = judge(forged, NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
+    assert any("summary says 1 failed" in t for t in tampered)
+    # A line printed by a test is not pytest's summary unless it is the last one.
+    assert judge(forged, NODES, 0, False, "1 failed in 0.1s\nmore\n2 passed in 0.10s\n")[1] == []
