@@ -63,6 +63,20 @@ def bwrap_unavailable_reason() -> str | None:
     return None
 
 
+@functools.cache
+def _supported_options(binary: str) -> frozenset[str]:
+    """Options this bwrap knows (from ``--help``): ``--disable-userns`` needs 0.8, ``--size`` 0.6."""
+    try:
+        text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return frozenset(word for word in text.split() if word.startswith("--"))
+
+
+def _if_supported(binary: str, option: str, *args: str) -> list[str]:
+    return [option, *args] if option in _supported_options(binary) else []
+
+
 def package_dir() -> Path:
     """The folder of the pdbgym package this code runs from.
 
@@ -110,7 +124,8 @@ def python_roots() -> tuple[str, ...]:
     resolved: set[str] = set()
     for candidate in candidates:
         for form in (Path(candidate).absolute(), Path(candidate).resolve()):
-            if form.exists() and not form.is_relative_to("/usr"):
+            # "/" or /usr itself would be everything, or already there.
+            if form.exists() and not form.is_relative_to("/usr") and form != Path("/"):
                 resolved.add(str(form))
     # A folder inside one already bound needs no bind of its own.
     return tuple(sorted(p for p in resolved
@@ -172,7 +187,8 @@ class BwrapSandbox(Sandbox):
             binary,
             # uid 1000 in a user namespace; run by root, it maps to root outside (see docs/sandbox.md):
             # what protects host files is that they are not mounted.
-            "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
+            "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            *_if_supported(binary, "--disable-userns"),
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--hostname", "sandbox",
             *_system_args(),
@@ -180,8 +196,8 @@ class BwrapSandbox(Sandbox):
             "--dev", "/dev",
             "--proc", "/proc",
             "--remount-ro", "/proc",  # /proc/sys, /proc/sysrq-trigger: no host kernel settings written
-            "--size", size, "--tmpfs", "/tmp",
-            "--size", size, "--tmpfs", "/dev/shm",
+            *_if_supported(binary, "--size", size), "--tmpfs", "/tmp",
+            *_if_supported(binary, "--size", size), "--tmpfs", "/dev/shm",
             # After the /tmp tmpfs, so an interpreter or a workspace under /tmp is the real one.
             *[arg for path in python_roots() for arg in ("--ro-bind", path, path)],
             "--bind", workspace_dir, workspace_dir,
