@@ -11,6 +11,7 @@ accelerate/DeepSpeed/FSDP) is TRL's and transformers' own.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,9 +62,19 @@ class SFTResult:
 
 
 def pick_device(device: str) -> str:
+    """``auto``: this process's GPU (``cuda:LOCAL_RANK`` under accelerate/torchrun) when there is one, else cpu."""
     import torch
 
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    if device != "auto":
+        return device
+    if not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:{os.environ['LOCAL_RANK']}" if "LOCAL_RANK" in os.environ else "cuda"
+
+
+def world_size() -> int:
+    """Training processes (accelerate / torchrun set WORLD_SIZE); 1 for a plain run."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def resolve_base(ref: str, store: Any, device: str) -> BaseModel:
@@ -120,6 +131,8 @@ def _progress_callback(metrics_path: Path, on_log: LogHook | None) -> Any:
             self.rows: list[dict[str, Any]] = []
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+            if not state.is_world_process_zero:
+                return
             row = {"step": int(state.global_step), **{k: v for k, v in (logs or {}).items()
                                                        if isinstance(v, int | float)}}
             self.rows.append(row)
@@ -174,7 +187,7 @@ def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[dict
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
-    args = sft_arguments(config, Path(config.out), device, bool(val_rows))
+    args = sft_arguments(config, Path(config.out), device, bool(val_rows), world_size())
     trainer = SFTTrainer(model=base.model, args=args, train_dataset=Dataset.from_list(train_rows),
                          eval_dataset=Dataset.from_list(val_rows) if val_rows else None,
                          processing_class=base.tokenizer, peft_config=_lora_config(config), callbacks=callbacks or [])
@@ -209,12 +222,15 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     trainer = build_trainer(config, base, train_rows, val_rows, device, [logger])
     trainer.train()
     adapter_dir = out / ADAPTER_DIR
-    trainer.save_model(str(adapter_dir))
-    trainer.state.save_to_json(str(adapter_dir / "trainer_state.json"))
+    trainer.save_model(str(adapter_dir))  # a collective under FSDP / ZeRO-3: every process calls it
     best_loss, best_step = _best(trainer.state)
-    val_tasks = sorted({e["instance_id"] for e in val_examples})
     result = SFTResult(out, adapter_dir, None, name if config.register else None, base.parent_id, best_loss,
-                       best_step, int(trainer.state.global_step), _tensor_count(adapter_dir), logger.rows)
+                       best_step, int(trainer.state.global_step), 0, logger.rows)
+    if not trainer.is_world_process_zero():
+        return result  # one process records, registers and reports
+    trainer.state.save_to_json(str(adapter_dir / "trainer_state.json"))
+    result.tensor_count = _tensor_count(adapter_dir)
+    val_tasks = sorted({e["instance_id"] for e in val_examples})
     record = _train_record(config, corpus, base, result, val_tasks, len(train_rows), len(val_rows))
     write_json_atomic(adapter_dir / TRAIN_RECORD, record, indent=2)
     if config.register:
