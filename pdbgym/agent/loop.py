@@ -186,6 +186,7 @@ def _record(task: Task, turns: TurnSource, config: AgentConfig, trajectory: Toke
         "tokenizer": tokenizer_info(turns.tokenizer),
         "policy": turns.name,
         "tool_format": config.tool_format,
+        "wrong_site_touched": result.wrong_site_touched,  # None: the task declares no wrong site
     }
     extra = {"final_test_passed": bool(result.final_test_passed), "duration_s": float(result.duration_s)}
     return trajectory.to_record(task.instance_id, config.dataset, 1.0 if result.final_test_passed else 0.0,

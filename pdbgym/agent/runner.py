@@ -60,7 +60,7 @@ class JobResult:
         return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
                              bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
                              round(self.wall_seconds, 3), env_result.get("detail", ""),
-                             env_result.get("grading", {}))
+                             env_result.get("grading", {}), env_result.get("wrong_site"))
 
 
 def plan_jobs(tasks: Iterable[Task], runs: int, policy: PolicySpec, agent: AgentConfig, env: EnvConfig,

@@ -19,6 +19,7 @@ from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.testrun import run_tests
+from pdbgym.tasks.wrongsite import wrong_site_outcome
 from pdbgym.termination import TERMINATION_REASONS
 
 
@@ -43,6 +44,15 @@ class EpisodeResult:
     duration_s: float
     detail: str = ""
     grading: dict[str, Any] = field(default_factory=dict)
+    # Tasks with wrong-site information only: {"touched", "sites", "touched_sites"} of the final edits
+    # (pdbgym.tasks.wrongsite); None for tasks without it or an episode that never had a workspace.
+    wrong_site: dict[str, Any] | None = None
+
+    @property
+    def wrong_site_touched(self) -> bool | None:
+        """Whether the final edits touched the task's known wrong site; None when the task has no such site."""
+        touched = None if self.wrong_site is None else self.wrong_site.get("touched")
+        return None if touched is None else bool(touched)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -238,6 +248,7 @@ class DebugEnv:
             duration_s=round(time.perf_counter() - self._started, 3),
             detail=detail,
             grading=graded.to_dict() if graded else {},
+            wrong_site=wrong_site_outcome(self.task, self.ws) if self.workspace is not None else None,
         )
         self._close_session()
         return self.result

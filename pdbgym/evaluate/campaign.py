@@ -152,7 +152,7 @@ def run_campaign(
         transcript = store.transcript_path(arm.name, result.instance_id, run)
         row = EpisodeRow(arm.name, result.instance_id, run, bool(result.final_test_passed),
                          result.termination_reason, result.actions_used, result.duration_s,
-                         str(transcript.relative_to(store.out_dir)))
+                         str(transcript.relative_to(store.out_dir)), result.wrong_site_touched)
         store.append([row])
         if on_episode is not None:
             on_episode(row)

@@ -38,6 +38,7 @@ class EpisodeRow:
     actions_used: int
     duration_s: float
     transcript: str  # path relative to the campaign folder
+    wrong_site_touched: bool | None = None  # final edits touched the task's wrong site; None: no such site
 
     @property
     def key(self) -> tuple[str, str, int]:
