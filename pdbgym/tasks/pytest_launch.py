@@ -1,7 +1,8 @@
-"""Start pytest for a task's tests in an isolated interpreter: ``python -I -B -m pdbgym.tasks.pytest_launch
+"""Start pytest for a task's tests in an isolated interpreter: ``python -I -B .../pdbgym/tasks/pytest_launch.py
 ROOT [pytest arguments...]``.
 
-``-I`` drops the user site and every ``PYTHON*`` variable and keeps the working folder off ``sys.path``.
+``-I`` drops the user site and every ``PYTHON*`` variable and keeps the working folder and this script's
+folder off ``sys.path``; pdbgym itself is found where it is installed, or else next to this file.
 Here ``ROOT`` (the project) is appended to the END of ``sys.path``, so no project module can shadow the
 standard library, pytest or pdbgym; pytest, every one of its default plugins, pytest-timeout and the
 report plugin are imported before any project code, and the process leaves with ``os._exit`` taken at
@@ -11,6 +12,7 @@ start, so exit hooks a project registers never run and cannot change the exit st
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -19,13 +21,16 @@ _exit = os._exit
 
 def main(argv: list[str]) -> int:
     if not argv:
-        sys.stderr.write("usage: python -I -B -m pdbgym.tasks.pytest_launch ROOT [pytest arguments...]\n")
+        sys.stderr.write("usage: python -I -B pytest_launch.py ROOT [pytest arguments...]\n")
         return 4
     root, args = os.path.abspath(argv[0]), argv[1:]
     for name in [n for n in os.environ if n.startswith("PYTEST_")]:
         del os.environ[name]  # PYTEST_ADDOPTS, PYTEST_PLUGINS: only the arguments given here count
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != root] + [root]
+    sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != root]
+    if importlib.util.find_spec("pdbgym") is None:  # a source checkout, not installed
+        sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.path.append(root)
     import pytest
     from _pytest.config import default_plugins, essential_plugins
 

@@ -28,6 +28,7 @@ from pdbgym.tasks.verdict import judge
 # The plugin reads the FIFO's path from this variable (pytest_report.CHANNEL_ENV; not imported here,
 # which would import pytest on the host).
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
+LAUNCHER = str(Path(__file__).with_name("pytest_launch.py"))
 MAX_CHANNEL_BYTES = 32 * 1024**2  # far above any honest run (about 150 bytes a phase record)
 _CONFIG_FILES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
                  "setup.cfg")
@@ -116,7 +117,7 @@ def launch_argv(task: Task, root: Path, nodes: list[str], python: str = sys.exec
     """The hardened pytest command for ``nodes`` in ``root``: isolated interpreter, pristine config."""
     config = pristine_config(root, nodes)
     return [
-        python, "-I", "-B", "-m", "pdbgym.tasks.pytest_launch", str(root),
+        python, "-I", "-B", LAUNCHER, str(root),
         *pytest_extra_args(task),
         "-c", str(config) if config is not None else os.devnull,
         f"--rootdir={root}", f"--confcutdir={root}",
