@@ -41,12 +41,12 @@ def make_toy_model(folder: Path) -> Path:
     return folder
 
 
-def make_toy_tasks(root: Path, count: int = 2) -> Path:
+def make_toy_tasks(root: Path, count: int = 2, prefix: str = "toy") -> Path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from taskfixtures import make_task
 
     for index in range(count):
-        make_task(root / f"toy{index}", instance_id=f"toy__{index}")
+        make_task(root / f"{prefix}{index}", instance_id=f"{prefix}__{index}")
     return root
 
 
@@ -83,6 +83,24 @@ def toy_play(tasks: list[Any], trainer: Any, turn_budget: int, temperature: floa
                  "valid_tool_call_rate": 1.0}
         samples.append(EpisodeSample(list(prompt), ids, logprobs, mask, facts))
     return samples
+
+
+def make_toy_sft_adapter(model_dir: Path, out: Path) -> Path:
+    """A DoRA adapter over the toy model with non-zero deltas: the frozen SFT layer of a stack."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, use_dora=True, target_modules="all-linear",
+                                                  task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, parameter in peft_model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.5)
+    peft_model.save_pretrained(out)
+    return out
 
 
 def toy_config(out: Path, model: Path, tasks: Path, steps: int, **overrides: Any) -> Any:

@@ -80,3 +80,45 @@ def test_rollout_func_on_a_builtin_task_masks_env_tokens(tiny_model_dir):
         assert torch.allclose(recomputed[model_rows], torch.tensor(logprobs)[model_rows], atol=1e-4)
     assert output["termination_reason"] == ["other", "other"] or set(output["termination_reason"]) <= {"other", "budget"}
     assert output["final_test_passed"] == [False, False]
+
+
+def test_grpo_over_a_stored_sft_adapter_uses_the_sft_model_as_reference_and_gates_on_val(toy):
+    from grpo_toy import make_toy_sft_adapter
+
+    from pdbgym.adapters.operations import merge_ref, register_path
+    from pdbgym.adapters.store import Store
+    from pdbgym.evaluate.selection import SelectionLedger
+    from pdbgym.train.grpo_run import train_grpo
+
+    model, tasks, root = toy
+    val = make_toy_tasks(root / "val-tasks", count=1, prefix="toyval")
+    store = Store(root / "store")
+    sft = register_path(store, make_toy_sft_adapter(model, root / "sft"), str(model), ["toy-sft"], None).record
+    config = toy_config(root / "run", model, tasks, steps=2, save_steps=1, policy="toy-sft", val_tasks=str(val),
+                        val_runs=2, val_k=2, name="toy-grpo-over-sft")
+    record = train_grpo(config, play=toy_play)
+    rows = _steps(root / "run")
+    # step 1 samples from the untouched delta: KL to the reference is 0 only if the reference is the SFT model
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert record["parent_id"] == sft["id"]
+    assert store.get(record["store_id"])["parent"] == sft["id"]
+    gates = [json.loads(line) for line in (root / "run" / "gates.jsonl").read_text().splitlines()]
+    assert [g["checkpoint"] for g in gates] == ["checkpoint-1", "checkpoint-2"]
+    assert all(g["runs"] == 2 and g["k"] == 2 and len(g["pass_at_1"]["ci"]) == 2 for g in gates)
+    chosen = max(gates, key=lambda g: (g["pass_at_1"]["mean"], g["step"]))["checkpoint"]
+    assert record["chosen"] == chosen
+    selection = SelectionLedger(config.ledger).selections_of("toy-grpo-over-sft", ["toyval__0"])
+    assert len(selection) == 1 and len(selection[0].candidates) == 2
+    # the result serves: base -> SFT -> delta merges by lineage
+    outcome, manifest = merge_ref(store, "toy-grpo-over-sft", root / "merged")
+    assert [layer["id"] for layer in manifest["chain"]][1:] == [sft["id"], record["store_id"]]
+    assert all(count > 0 for count in outcome.modules_merged)
+
+
+def test_a_val_task_among_training_tasks_is_refused(toy):
+    from pdbgym.errors import PdbgymError
+    from pdbgym.train.grpo_run import train_grpo
+
+    model, tasks, root = toy
+    with pytest.raises(PdbgymError, match="also training tasks"):
+        train_grpo(toy_config(root / "run", model, tasks, steps=1, val_tasks=str(tasks / "toy0")), play=toy_play)
