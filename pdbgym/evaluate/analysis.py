@@ -32,6 +32,28 @@ def _pass_at_k_block(matrix: list[list[int]], confidence: float) -> dict[str, An
     return block
 
 
+def wrong_site_block(rows: Sequence[EpisodeRow], arm: str, task_ids: Sequence[str],
+                     confidence: float) -> dict[str, Any] | None:
+    """Wrong-site rate of ``arm``: share of its episodes whose final edits touched the task's known wrong
+    site, over the tasks among ``task_ids`` that declare one (rows with ``wrong_site_touched`` set).
+
+    Per-task rates enter ``stats.estimate_mean`` (task-clustered; Wilson-bounded at 0/n and n/n, its
+    effective size capped by the episodes). None when no such task was played.
+    """
+    wanted = set(task_ids)
+    per_task: dict[str, list[int]] = {}
+    for row in rows:
+        if row.arm == arm and row.instance_id in wanted and row.wrong_site_touched is not None:
+            per_task.setdefault(row.instance_id, []).append(int(row.wrong_site_touched))
+    if not per_task:
+        return None
+    rates = np.array([sum(v) / len(v) for v in per_task.values()])
+    episodes = sum(len(v) for v in per_task.values())
+    return {"rate": stats.estimate_mean(rates, confidence, max_n=episodes).to_dict(),
+            "touched": int(sum(sum(v) for v in per_task.values())), "episodes": episodes,
+            "tasks": sorted(per_task)}
+
+
 def summarize(
     rows: Sequence[EpisodeRow],
     arms: Sequence[str] | Mapping[str, str],
@@ -81,6 +103,7 @@ def summarize(
             "solved": int(sum(sum(m) for m in matrix)),
             "termination_reasons": {reason: reasons.get(reason, 0) for reason in REASONS}
             | {k: v for k, v in reasons.items() if k not in REASONS},
+            "wrong_site": wrong_site_block(rows, arm, complete, confidence),
         }
     for a, b in combinations(arms, 2):
         cmp = stats.paired_comparison(pass1[a], pass1[b], confidence, power)

@@ -59,6 +59,7 @@ def eval_command(
     max_context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens (then ctx_overflow)")] = D.max_context_tokens,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address ('local' starts one here)")] = None,
     k: Annotated[list[int] | None, typer.Option("--k", help="pass@k values that must be reportable (k <= runs)")] = None,
+    teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache: KL of each local-model arm to it")] = D.teacher_cache,
     budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
     context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
     ray: Annotated[str | None, typer.Option("--ray", hidden=True)] = None,
@@ -73,7 +74,8 @@ def eval_command(
     config = EvalConfig(arms=arm, tasks=tasks, runs=runs, split=split, splits=splits, out=out,
                         turn_budget=pick(turn_budget, budget), temperature=temperature, max_new_tokens=max_new_tokens,
                         max_context_tokens=pick(max_context_tokens, context_tokens), force=force, json_out=json_out,
-                        executor=ExecutorConfig(workers, pick(ray_address, ray)), ks=k or [])
+                        executor=ExecutorConfig(workers, pick(ray_address, ray)), ks=k or [],
+                        teacher_cache=teacher_cache)
     with episode_progress() as tick:
         outcome = run_evaluation(config, tick)
     for warning in outcome.warnings:

@@ -41,6 +41,8 @@ class EvalConfig:
         json_out: also write the machine summary here. Default None.
         ks: pass@k values that must be reportable (each k <= runs). Default none.
         title: the report's title; None makes one from ``tasks`` and ``split``.
+        teacher_cache: a teacher cache; each arm with a local model gets its KL to it (scored before any
+            episode, so a bad cache fails first; see ``evaluate.divergence_arms``). Default None.
     """
 
     arms: list[str]
@@ -58,6 +60,7 @@ class EvalConfig:
     json_out: Path | None = None
     ks: list[int] = field(default_factory=list)
     title: str | None = None
+    teacher_cache: Path | None = None
 
 
 @dataclass
@@ -76,6 +79,7 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
     bad arm, a bad split, and reporting an arm on the task set that selected it (unless ``force``).
     """
     from pdbgym.evaluate.analysis import summarize
+    from pdbgym.evaluate.divergence_arms import campaign_divergence
     from pdbgym.evaluate.report import write_report
     from pdbgym.evaluate.selection import check_reportable
     from pdbgym.evaluate.splitsel import tasks_for_split
@@ -93,8 +97,11 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
                               splits_file=str(config.splits) if config.splits else None,
                               turn_budget=config.turn_budget, temperature=config.temperature,
                               max_new_tokens=config.max_new_tokens, context_tokens=config.max_context_tokens)
+    divergence = (campaign_divergence({a.name: a.model for a in arms}, config.teacher_cache, config.out)
+                  if config.teacher_cache is not None else None)
     rows = run_campaign(campaign, tasks, config.out, executor=config.executor, on_episode=on_episode)
     summary = summarize(rows, {a.name: a.model for a in arms}, [t.instance_id for t in tasks], config.runs)
+    summary["divergence"] = divergence
     summary["selection_warnings"] = [w.text() for w in warnings]
     summary["expected_selection_inflation"] = {w.model: w.expected_inflation for w in warnings}
     title = config.title or f"pdbgym evaluation: {config.tasks}" + (f" ({config.split})" if config.split else "")
@@ -104,12 +111,14 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
 def rebuild_report(out: Path, json_out: Path | None = None) -> Path:
     """The report of a campaign folder rebuilt from its episodes (e.g. of one still running)."""
     from pdbgym.evaluate.analysis import summarize
+    from pdbgym.evaluate.divergence_arms import stored_divergence
     from pdbgym.evaluate.report import write_report
 
     store = ResultsStore(out)
     config = store.config()
     rows = store.rows()
     summary = summarize(rows, config["arms"], config["task_ids"], config["runs"])
+    summary["divergence"] = stored_divergence(out)
     return write_report(summary, rows, out, f"pdbgym evaluation: {config['tasks']}", json_out)
 
 

@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.evaluate.analysis import REASONS
+from pdbgym.evaluate.report_sections import (
+    explanation_lines,
+    html_sections,
+    machine_sections,
+    markdown_sections,
+)
 from pdbgym.evaluate.results import EpisodeRow
 from pdbgym.evaluate.stats import FALLBACK_VAR_DIFF
 from pdbgym.fileio import write_json_atomic
@@ -52,7 +58,7 @@ def explanations(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     arms = [f"{arm}: {describe_arm(models[arm]) if arm in models else 'policy not recorded'}"
             for arm in summary["arms"]]
     reasons = [f"{reason}: {TERMINATION_MEANINGS[reason]}" for reason in REASONS]
-    return [("Arms", arms), ("Intervals", [CI_EXPLANATION, COMPARISON_EXPLANATION]),
+    return [("Arms", arms), ("Intervals", [CI_EXPLANATION, COMPARISON_EXPLANATION, *explanation_lines(summary)]),
             ("Termination reasons", reasons)]
 
 
@@ -183,6 +189,7 @@ def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: 
     for arm in arms:
         reasons = summary["arm_results"][arm]["termination_reasons"]
         lines.append(f"| {arm} | " + " | ".join(str(reasons.get(r, 0)) for r in REASONS) + " |")
+    lines += markdown_sections(summary)
     lines += ["", "## Per task (each mark links to that run's transcript)", "",
               "| task | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     cells = _runs_by_cell(rows)
@@ -243,6 +250,7 @@ img{{max-width:100%;margin:1em 0}}.warn{{background:#fff3cd;padding:.5em}}</styl
 <h2>Paired comparisons (pass@1, A &minus; B)</h2>
 <table><tr><th>A</th><th>B</th><th>mean diff</th><th>CI</th><th>correlation</th><th>min. detectable diff</th></tr>
 {comparisons}</table>
+{html_sections(summary)}
 {_img(figures['pass_at_k'])}{_img(figures['outcomes'])}
 <h2>Per task</h2>{anchors}<p>Each mark links to that run's transcript.</p>
 <table><tr><th>task</th>{''.join(f'<th>{esc(a)}</th>' for a in arms)}</tr>{''.join(task_rows)}</table>
@@ -253,14 +261,18 @@ img{{max-width:100%;margin:1em 0}}.warn{{background:#fff3cd;padding:.5em}}</styl
 
 
 def machine_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """The ``--json`` summary: per arm ``pass@1``, ``pass@3``... each with mean and CI."""
+    """The ``--json`` summary: per arm ``pass@1``, ``pass@3``... each with mean and CI, its ``wrong_site``
+    rate (or null) and, with a teacher cache, its ``divergence`` entry; the cache's paired KL differences
+    under ``divergence``."""
+    arms = {arm: {k: v for k, v in block.items()} for arm, block in summary["arm_results"].items()}
     return {
         "selection_warnings": summary.get("selection_warnings", []),
         "warnings": summary.get("warnings", []),
         "tasks": summary["tasks"],
         "runs_per_task": summary["runs_per_task"],
-        "arms": {arm: {k: v for k, v in block.items()} for arm, block in summary["arm_results"].items()},
+        "arms": arms,
         "comparisons": summary["comparisons"],
+        **machine_sections(summary, arms),
     }
 
 

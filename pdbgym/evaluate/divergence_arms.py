@@ -1,0 +1,143 @@
+"""KL to a teacher cache for each arm of an evaluation (``pdbgym eval --teacher-cache DIR``).
+
+Every arm with a local model (a model folder or ``.gguf``, or ``embedded``: the de-quantized
+SmolLM2 folder) is force-decoded on the cache's teacher samples by the divergence library
+(``divergence.pipeline.run_divergence``, one arm at a time), and the arms' scores go through one
+``divergence.report.build_report``: the named estimators (``kl_teacher_student/<k1|k2|k3>/<aggregation>``)
+with task-level bootstrap CIs, the compatibility keys ``kl_fwd_mean``, ``kl_back_mean``, ``jsd_mean``
+(docs/metrics.md), and paired differences between arms (both arms resampled with the same tasks).
+
+No student samples are drawn (the cache's teacher model is not loaded), so ``kl_back_mean`` and
+``jsd_mean`` are null, as the divergence report documents. An arm is "n/a" with the reason when it has
+no local model (``scripted``, a server URL) or when the divergence library refuses it (a tokenizer
+whose fingerprint differs from the cache's, a vocabulary too small, a folder that does not load).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdbgym.divergence.loading import ModelLoadError, VocabMismatchError
+from pdbgym.divergence.report import ReportConfig
+from pdbgym.divergence.scoring import ScoringConfig
+from pdbgym.policyname import policy_kind
+
+SCRIPTED_REASON = ("the scripted oracle replays the task's reference fix: it samples no tokens, so it has "
+                   "no distribution to compare with the teacher's")
+SERVER_REASON = ("a model behind a server: KL needs the arm's log-probs of the cache's own token ids, "
+                 "computed locally; give its weights as a folder (or use `pdbgym divergence --student PATH`)")
+
+
+@dataclass
+class ArmDivergenceConfig:
+    """Where the teacher cache is and how to score against it.
+
+    Args:
+        cache: teacher-cache folder (``pdbgym cache build``); its ``logprob_semantics`` must be declared.
+        max_records: score only the first N records. Default None (all).
+        bootstrap: task-level bootstrap resamples. Default ``ReportConfig.n_resamples`` (2000).
+        device: ``cpu``, ``cuda``...; None picks cuda when available.
+        seed: bootstrap seed. Default 0.
+        work_dir: resume folder for scored arrays (a rerun loads no model twice). Default None.
+        show_progress: progress bars on stderr. Default False.
+    """
+
+    cache: Path
+    max_records: int | None = None
+    bootstrap: int = ReportConfig.n_resamples
+    device: str | None = None
+    seed: int = 0
+    work_dir: Path | None = None
+    show_progress: bool = False
+
+
+def local_model_of(model: str) -> tuple[str | None, str]:
+    """(path of the arm's local model, "") or (None, why the arm has none)."""
+    kind = policy_kind(model)
+    if kind in ("scripted", "human"):
+        return None, SCRIPTED_REASON
+    if kind == "url":
+        return None, SERVER_REASON
+    if kind == "embedded":
+        from pdbgym.agent.backends.embedded import embedded_model_dir
+
+        return str(embedded_model_dir()), ""
+    return str(Path(model).expanduser()), ""
+
+
+def _unavailable(reason: str) -> dict[str, Any]:
+    return {"available": False, "reason": reason,
+            "compat": {"kl_fwd_mean": None, "kl_back_mean": None, "jsd_mean": None}}
+
+
+def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict[str, Any]:
+    """Divergence of each arm (name -> model spec) against ``config.cache``, JSON-ready.
+
+    Returns ``{"cache", "n_records", "n_tasks", "semantics", "settings", "arms": {arm: entry},
+    "comparisons": [...]}``: an entry is ``{"available": True, "metrics", "compat", "teacher_samples",
+    "per_task"}`` (the divergence report's student entry) or ``{"available": False, "reason", "compat"}``
+    (compat values null);
+    comparisons are the report's ``paired_differences`` between available arms. A cache that is invalid,
+    empty or silent about its transform raises (``PdbgymError``) before any model loads.
+    """
+    from pdbgym.divergence.compare import load_records
+    from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
+    from pdbgym.divergence.report import build_report
+    from pdbgym.divergence.semantics import resolve_semantics
+
+    folder, records = load_records(config.cache, config.max_records)
+    semantics = resolve_semantics(records, None)
+    entries: dict[str, dict[str, Any]] = {}
+    scores = []
+    for arm, model in arms.items():
+        path, reason = local_model_of(model)
+        if path is None:
+            entries[arm] = _unavailable(reason)
+            continue
+        run = DivergenceRun(records, semantics, [path], device=config.device, work_dir=config.work_dir,
+                            seed=config.seed, scoring=ScoringConfig(show_progress=config.show_progress))
+        try:
+            (student,) = run_divergence(run)
+        except (VocabMismatchError, ModelLoadError) as exc:
+            entries[arm] = _unavailable(str(exc))
+            continue
+        scores.append(dataclasses.replace(student, name=arm))
+    context = {"cache": str(folder), "n_records": len(records), "semantics": semantics.to_dict()}
+    report_config = ReportConfig(n_resamples=config.bootstrap, seed=config.seed, context=context)
+    report = build_report(scores, report_config)
+    for student in report["students"]:
+        entries[student["name"]] = {"available": True, **{k: v for k, v in student.items() if k != "name"}}
+    return {
+        "cache": str(folder),
+        "n_records": len(records),
+        "n_tasks": len({r.instance_id for r in records}),
+        "semantics": semantics.to_dict(),
+        "settings": report["settings"],
+        "arms": {arm: entries[arm] for arm in arms},
+        "comparisons": report["paired_differences"],
+    }
+
+
+DIVERGENCE_FILE = "divergence.json"
+
+
+def campaign_divergence(arms: Mapping[str, str], cache: Path, out_dir: Path) -> dict[str, Any]:
+    """``arm_divergence`` for a campaign folder: scored arrays resume from ``OUT/divergence-work``, and the
+    result is kept as ``OUT/divergence.json`` so ``pdbgym eval report OUT`` shows it again."""
+    from pdbgym.fileio import write_json_atomic
+
+    result = arm_divergence(arms, ArmDivergenceConfig(cache, work_dir=Path(out_dir) / "divergence-work"))
+    write_json_atomic(Path(out_dir) / DIVERGENCE_FILE, result)
+    return result
+
+
+def stored_divergence(out_dir: Path) -> dict[str, Any] | None:
+    """The divergence a campaign folder keeps (``campaign_divergence``), or None."""
+    import json
+
+    path = Path(out_dir) / DIVERGENCE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None

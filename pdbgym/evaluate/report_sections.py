@@ -1,0 +1,164 @@
+"""Report sections beyond solve rates: wrong-site fixation and KL to a teacher cache, as Markdown and HTML.
+
+Both read the summary built by ``analysis.summarize`` (``arm_results[arm]["wrong_site"]``) and, for KL,
+``summary["divergence"]`` (``divergence_arms.arm_divergence``). A section is left out when the
+campaign has nothing for it (no task declares a wrong site; no ``--teacher-cache``).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+KL_COLUMNS = (
+    ("kl_fwd_mean", "kl_teacher_student/k3/token_mean", "KL(T||S) k3"),
+    (None, "kl_teacher_student/k1/token_mean", "KL(T||S) k1"),
+    (None, "kl_teacher_student/k3/sequence_sum", "KL(T||S) k3 per sequence"),
+)
+KL_DIFF_METRIC = "kl_teacher_student/k3/token_mean"
+WRONG_SITE_EXPLANATION = (
+    "Wrong-site rate: share of episodes whose final edits (the workspace at the end against the task's "
+    "original repo) touched the task's known wrong site, the tempting fix at the symptom (docs/task-format.md, "
+    "'Wrong-site information'). Only tasks that declare a wrong site count; the CI is clustered by task, "
+    "like pass@1's."
+)
+KL_EXPLANATION = (
+    "KL to the teacher cache: each arm with a local model is force-decoded on the cache's teacher samples; "
+    "KL(T||S) = KL(teacher || arm) in nats per scored token (k3 and k1 estimators, docs/metrics.md), "
+    "per sequence for 'per sequence'; 95% CIs from a task-level bootstrap. kl_fwd_mean is the k3 token "
+    "mean; kl_back_mean and jsd_mean need the arm's own samples scored by the teacher, which an "
+    "evaluation does not draw, so they are n/a. Paired KL differences resample both arms with the same tasks."
+)
+
+
+def explanation_lines(summary: dict[str, Any]) -> list[str]:
+    """Reading-guide lines for the sections this summary has."""
+    lines = []
+    if has_wrong_site(summary):
+        lines.append(WRONG_SITE_EXPLANATION)
+    if summary.get("divergence"):
+        lines.append(KL_EXPLANATION)
+    return lines
+
+
+def has_wrong_site(summary: dict[str, Any]) -> bool:
+    return any(block.get("wrong_site") for block in summary["arm_results"].values())
+
+
+def _pct(estimate: dict[str, Any]) -> str:
+    low, high = estimate["ci"]
+    return f"{100 * estimate['mean']:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _wrong_site_rows(summary: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for arm in summary["arms"]:
+        block = summary["arm_results"][arm].get("wrong_site")
+        if block is None:
+            rows.append([arm, "n/a (no task with a declared wrong site)", "", "", ""])
+            continue
+        rows.append([arm, _pct(block["rate"]), f"{block['touched']} / {block['episodes']}", str(len(block["tasks"])),
+                     block["rate"]["ci_method"]])
+    return rows
+
+
+def _nats(metric: dict[str, Any] | None) -> str:
+    if not metric or metric.get("value") is None:
+        return "n/a"
+    low, high = metric.get("ci_low"), metric.get("ci_high")
+    interval = f" [{low:.4f}, {high:.4f}]" if low is not None and high is not None else ""
+    return f"{metric['value']:.4f}{interval}"
+
+
+def _compat(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _kl_rows(divergence: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for arm, entry in divergence["arms"].items():
+        if not entry["available"]:
+            rows.append([arm] + ["n/a"] * (len(KL_COLUMNS) + 3) + [entry["reason"]])
+            continue
+        cells = [_nats(entry["metrics"].get(metric)) for _, metric, _ in KL_COLUMNS]
+        compat = entry["compat"]
+        tokens = entry["teacher_samples"]["n_tokens"]
+        rows.append([arm, *cells, _compat(compat["kl_back_mean"]), _compat(compat["jsd_mean"]), str(tokens), ""])
+    return rows
+
+
+KL_HEAD = ["arm", *(label for _, _, label in KL_COLUMNS), "kl_back_mean", "jsd_mean", "scored tokens", "note"]
+DIFF_HEAD = ["A", "B", "KL(T||S) k3 difference (nats/token)", "95% CI", "tasks", "per-task correlation"]
+
+
+def _diff_rows(divergence: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for c in divergence["comparisons"]:
+        if c["metric"] != KL_DIFF_METRIC:
+            continue
+        ci = "n/a" if c["ci_low"] is None else f"[{c['ci_low']:+.4f}, {c['ci_high']:+.4f}]"
+        corr = c.get("per_task_correlation")
+        rows.append([c["a"], c["b"], "n/a" if c["value"] is None else f"{c['value']:+.4f}", ci, str(c["n_tasks"]),
+                     "n/a" if corr is None else f"{corr:.2f}"])
+    return rows
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    def clean(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+
+    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(clean(c) for c in row) + " |" for row in rows])
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    esc = html.escape
+    return ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
+
+
+WS_HEAD = ["arm", "wrong-site rate (%)", "touched / episodes", "tasks", "CI method"]
+
+
+def markdown_sections(summary: dict[str, Any]) -> list[str]:
+    """Markdown lines of the wrong-site and KL sections (empty when the summary has neither)."""
+    lines: list[str] = []
+    if has_wrong_site(summary):
+        lines += ["", "## Wrong-site fixation", "", *_md_table(WS_HEAD, _wrong_site_rows(summary))]
+    divergence = summary.get("divergence")
+    if divergence:
+        lines += ["", f"## KL to the teacher cache ({divergence['n_records']} records, {divergence['n_tasks']} tasks)",
+                  "", f"Cache: `{divergence['cache']}`", "", *_md_table(KL_HEAD, _kl_rows(divergence))]
+        diffs = _diff_rows(divergence)
+        if diffs:
+            lines += ["", "### Paired KL differences (A - B)", "", *_md_table(DIFF_HEAD, diffs)]
+    return lines
+
+
+def html_sections(summary: dict[str, Any]) -> str:
+    """The same sections as HTML."""
+    parts = []
+    if has_wrong_site(summary):
+        parts.append("<h2>Wrong-site fixation</h2>" + _html_table(WS_HEAD, _wrong_site_rows(summary)))
+    divergence = summary.get("divergence")
+    if divergence:
+        parts.append(f"<h2>KL to the teacher cache ({divergence['n_records']} records, {divergence['n_tasks']} "
+                     f"tasks)</h2><p>Cache: <code>{html.escape(divergence['cache'])}</code></p>"
+                     + _html_table(KL_HEAD, _kl_rows(divergence)))
+        diffs = _diff_rows(divergence)
+        if diffs:
+            parts.append("<h3>Paired KL differences (A &minus; B)</h3>" + _html_table(DIFF_HEAD, diffs))
+    return "\n".join(parts)
+
+
+def machine_sections(summary: dict[str, Any], arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``--json`` additions: each arm's ``divergence`` entry put into ``arms`` (in place), and the
+    cache-level facts and paired KL differences, returned as the top-level ``divergence`` block."""
+    divergence = summary.get("divergence")
+    if not divergence:
+        return {"divergence": None}
+    for arm, entry in divergence["arms"].items():
+        if arm in arms:
+            arms[arm]["divergence"] = entry
+    return {"divergence": {k: divergence[k] for k in ("cache", "n_records", "n_tasks", "semantics", "settings",
+                                                       "comparisons")}}
