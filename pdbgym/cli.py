@@ -25,6 +25,7 @@ err_console = Console(stderr=True)
 
 def _mount() -> None:
     from pdbgym.adapters.commands import app as adapters_app
+    from pdbgym.adapters.stacked import register_store_refs
     from pdbgym.agent.commands import cache_build_command, run_command
     from pdbgym.divergence.commands import divergence_command
     from pdbgym.evaluate.commands import app as eval_app
@@ -33,6 +34,7 @@ def _mount() -> None:
     from pdbgym.tasks.commands import app as tasks_app
     from pdbgym.train.commands import app as train_app
 
+    register_store_refs()  # --policy, --arm and --student take adapter-store names
     app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")
     cache_app.command("build", help="Play tasks x runs with a policy and write a teacher cache (resumable).")(
         cache_build_command

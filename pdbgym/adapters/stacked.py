@@ -9,6 +9,7 @@ merged around. The tokenizer is the base folder's.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,45 @@ def load_stacked_model(ref: str, store: Store | None = None, device: str = "cpu"
         model = PeftModel.from_pretrained(model, str(store.object_dir(layer.node_id))).merge_and_unload()
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     return StackedModel(model.eval(), tokenizer, node_id, chain, base_path)
+
+
+def materialize_ref(ref: str, store: Store | None = None) -> Path:
+    """A model folder holding ``ref``'s merged chain: ``$PDBGYM_HOME/merged/<id>``, merged (lineage-checked,
+    streamed, hash-verified by ``pdbgym adapters merge``) on first use and reused while its manifest and
+    the store's record of it agree. A base reference is its registered folder."""
+    from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
+    from pdbgym.adapters.operations import merge_ref
+    from pdbgym.paths import pdbgym_home
+
+    store = store or Store()
+    node_id = store.resolve(ref)
+    record = store.get(node_id)
+    if record["kind"] == "model":
+        resolve_chain(node_id, store)  # refuses a base whose files went missing
+        return Path(record["model"]["path"])
+    resolve_chain(node_id, store)  # a broken lineage is refused even when an old merge is on disk
+    target = pdbgym_home() / "merged" / node_id
+    if (target / MANIFEST_FILE).is_file():
+        manifest = read_manifest(target)
+        recorded = {m["weights_hash"] for m in record.get("materializations", []) if m.get("path") == str(target.resolve())}
+        if manifest.get("target") == node_id and manifest.get("weights_hash") in recorded:
+            return target
+    if target.exists():  # our own cache folder, left by a merge that no longer matches the store
+        shutil.rmtree(target)
+    merge_ref(store, node_id, target)
+    return target
+
+
+_REGISTERED: dict[str | None, Any] = {}
+
+
+def register_store_refs(store_root: Path | None = None) -> None:
+    """Let ``--policy``, ``--arm NAME=REF`` and ``--student`` take names and hashes of this store
+    (default: ``$PDBGYM_HOME/adapters``). Registering one store twice is a no-op."""
+    from pdbgym.modelrefs import ModelRefResolver, register_model_refs
+
+    key = str(store_root) if store_root is not None else None
+    if key not in _REGISTERED:
+        _REGISTERED[key] = ModelRefResolver(lambda text: is_store_ref(text, Store(store_root)),
+                                            lambda text: materialize_ref(text, Store(store_root)))
+    register_model_refs(_REGISTERED[key])

@@ -16,6 +16,7 @@ from pdbgym.agent.backends.base import Backend, BackendError, SamplingParams
 from pdbgym.agent.policy import Policy
 from pdbgym.agent.toolcalls import FORMATS, detect_format
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns, TurnSource
+from pdbgym.modelrefs import is_model_ref, local_model_path
 from pdbgym.policyname import ACTION_POLICIES, POLICY_CHOICES, PolicyKind, policy_kind, runs_in_process
 
 SERVER_APIS = ("auto", "chat", "sglang")
@@ -55,6 +56,8 @@ def parse_policy(text: str, **options: Any) -> PolicySpec:
     if kind == "url":
         return PolicySpec(kind=kind, target=text, **options)
     if kind == "path":
+        if is_model_ref(text):  # an adapter-store name: its merged lineage, as a folder
+            return PolicySpec(kind=kind, target=local_model_path(text), **options)
         if not Path(text).expanduser().exists():
             raise BackendError(f"--policy {text!r} is not {POLICY_CHOICES}")
         return PolicySpec(kind=kind, target=str(Path(text).expanduser().resolve()), **options)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.modelrefs import local_model_path
 from pdbgym.rollouts.record import RolloutRecord, declared_fingerprints, tokenizer_fingerprint
 
 # Config fields that change logits after the lm_head; scoring without them would be silently wrong.
@@ -42,7 +43,7 @@ def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtyp
     import torch
     from transformers import AutoModelForCausalLM
 
-    path = Path(spec)
+    path = Path(local_model_path(str(spec)))  # an adapter-store name becomes its merged folder
     if not path.exists():
         raise ModelLoadError(
             f"model path {str(spec)!r} does not exist; give a local model folder (config.json + weights) "
@@ -97,7 +98,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> Any | None:
     """The tokenizer shipped beside a local model (its folder, or the .gguf file itself); None when it
     has none or it cannot be read (then only the vocabulary size can be checked)."""
-    path = Path(spec)
+    path = Path(local_model_path(str(spec)))
     folder, gguf = (path.parent, path.name) if path.is_file() else (path, None)
     if gguf is None and not any((folder / name).exists() for name in _TOKENIZER_FILES):
         return None
