@@ -1,0 +1,167 @@
+"""`pdbgym eval --teacher-cache`: KL of each local-model arm to a teacher cache, beside accuracy.
+
+The cache is made the way the divergence library reads caches: records of a tiny random teacher whose
+cached log-probs are that teacher's own scores (so the teacher scored as an arm has KL ~0), written by
+``rollouts.cache.write_cache`` with the tokenizer's fingerprint in each record.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from pdbgym.divergence.compare import DivergenceConfig, compare
+from pdbgym.divergence.loading import load_causal_lm
+from pdbgym.divergence.scoring import ScoringConfig, score_records
+from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.divergence_arms import (
+    SCRIPTED_REASON,
+    SERVER_REASON,
+    ArmDivergenceConfig,
+    arm_divergence,
+)
+from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord, tokenizer_fingerprint
+
+from modelfixtures import word_tokenizer
+
+pytestmark = pytest.mark.slow
+VOCAB = 64
+SEMANTICS = LogprobSemantics(engine="test", temperature=1.0, top_p=1.0, top_p_renormalized=False)
+SWAPPED = [1, 0, *range(2, VOCAB)]  # same tokens and size, two ids exchanged: another tokenizer
+HEADLINE = "kl_teacher_student/k3/token_mean"
+
+
+def _tiny_model(seed: int):
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         head_dim=16, intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=512)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8.0)  # peaked distributions, so students differ clearly
+    return model.eval()
+
+
+def _records(fingerprint: str) -> list[RolloutRecord]:
+    rng = np.random.default_rng(5)
+    records = []
+    for index in range(6):
+        prompt, response = 5, 10 + index
+        mask = [1] * 4 + [0] * 2 + [1] * (response - 6)
+        records.append(RolloutRecord(
+            instance_id=f"task{index % 3}", dataset="unit", tokens=rng.integers(2, VOCAB, prompt + response).tolist(),
+            prompt_len=prompt, response_length=response, loss_mask=mask, rollout_log_probs=[0.0] * response,
+            metadata={"instance_id": f"task{index % 3}", "_sample_idx": index // 3, "_termination_reason": "solved",
+                      "logprob_semantics": SEMANTICS.to_dict(),
+                      "tokenizer": {"name": "words", "vocab_size": VOCAB, "fingerprint": fingerprint}}))
+    return records
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Model folders (teacher, student, one with another tokenizer) and a cache of the teacher's samples."""
+    from pdbgym.rollouts.cache import write_cache
+
+    root = tmp_path_factory.mktemp("kl")
+    tokenizer = word_tokenizer(VOCAB)
+    for name, seed, order in (("teacher", 0, None), ("student", 1, None), ("othertok", 1, SWAPPED)):
+        _tiny_model(seed).save_pretrained(root / name)
+        word_tokenizer(VOCAB, order).save_pretrained(root / name)
+    records = _records(tokenizer_fingerprint(tokenizer))
+    teacher = load_causal_lm(root / "teacher", device="cpu")
+    for record, values in zip(records, score_records(teacher, records, SEMANTICS, ScoringConfig(show_progress=False)),
+                              strict=True):
+        logprobs = np.zeros(record.response_length)
+        logprobs[np.array(record.loss_mask) == 1] = values
+        record.rollout_log_probs = logprobs.tolist()
+    write_cache(root / "cache", records)
+    return root
+
+
+def _arms(root):
+    return {"base": str(root / "student"), "copy": str(root / "teacher"), "ref": "scripted",
+            "srv": "http://127.0.0.1:9", "wrongtok": str(root / "othertok")}
+
+
+def test_each_local_arm_gets_the_divergence_library_figures_and_others_say_why_not(setup):
+    result = arm_divergence(_arms(setup), ArmDivergenceConfig(setup / "cache", bootstrap=200, device="cpu"))
+    arms = result["arms"]
+    assert list(arms) == ["base", "copy", "ref", "srv", "wrongtok"]
+    assert result["n_records"] == 6 and result["n_tasks"] == 3 and result["semantics"]["temperature"] == 1.0
+
+    # The arm that is the teacher scores ~0; another model scores clearly above, with a real interval.
+    copy, base = arms["copy"], arms["base"]
+    assert copy["available"] and copy["compat"]["kl_fwd_mean"] == pytest.approx(0.0, abs=1e-5)
+    kl = base["metrics"][HEADLINE]
+    assert kl["value"] > 0.05 and kl["ci_low"] < kl["value"] < kl["ci_high"]
+    assert base["compat"]["kl_fwd_mean"] == kl["value"]
+    assert base["compat"]["kl_back_mean"] is None and base["compat"]["jsd_mean"] is None  # no student samples
+    assert {f"kl_teacher_student/{e}/{a}" for e in ("k1", "k2", "k3")
+            for a in ("token_mean", "sequence_mean", "sequence_sum")} == set(base["metrics"])
+    assert set(base["per_task"][HEADLINE]) == {"task0", "task1", "task2"}
+
+    # The same figures `pdbgym divergence` gives for that model alone: the library's numbers, not new ones.
+    alone = compare(DivergenceConfig(students=[str(setup / "student")], cache=setup / "cache", bootstrap=200,
+                                     device="cpu", show_progress=False)).report["students"][0]
+    assert alone["metrics"] == base["metrics"] and alone["compat"] == base["compat"]
+
+    # Arms without a local model, and one the library refuses, are n/a with the reason.
+    assert arms["ref"] == {"available": False, "reason": SCRIPTED_REASON,
+                           "compat": {"kl_fwd_mean": None, "kl_back_mean": None, "jsd_mean": None}}
+    assert arms["srv"]["reason"] == SERVER_REASON
+    assert not arms["wrongtok"]["available"] and "fingerprint" in arms["wrongtok"]["reason"]
+
+    # Paired difference base - copy on the shared tasks, task-bootstrapped: above 0 here.
+    (diff,) = [c for c in result["comparisons"] if c["metric"] == HEADLINE]
+    assert (diff["a"], diff["b"], diff["n_tasks"]) == ("base", "copy", 3)
+    assert diff["value"] == pytest.approx(kl["value"] - copy["metrics"][HEADLINE]["value"])
+    assert 0 < diff["ci_low"] <= diff["value"] <= diff["ci_high"]
+
+
+def test_eval_with_a_teacher_cache_puts_kl_in_json_and_report(setup, tiny_task, tmp_path, monkeypatch):
+    """Real campaign (scripted episodes through the executor) plus a model arm scored on the cache.
+
+    The model arm's episodes are replaced by in-process ones (a random 1-layer model cannot play), so
+    the KL part goes through ``run_evaluation``'s hook by rebuilding the report of a campaign folder."""
+    from pdbgym.cli import app
+    from pdbgym.evaluate.divergence_arms import campaign_divergence
+    from pdbgym.evaluate.procedures import rebuild_report
+
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    out = tmp_path / "campaign"
+    args = ["eval", "--tasks", str(tiny_task.path), "--arm", "ref=scripted", "--runs", "1", "--out", str(out),
+            "--json", str(tmp_path / "s.json"), "--teacher-cache", str(setup / "cache")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["arms"]["ref"]["pass@1"]["mean"] == 1.0
+    assert summary["arms"]["ref"]["divergence"]["reason"] == SCRIPTED_REASON
+    assert summary["divergence"]["n_records"] == 6 and summary["divergence"]["comparisons"] == []
+    assert "KL to the teacher cache" in (out / "report.md").read_text()
+
+    # Two model arms' KL in the same folder's report: table per arm, paired difference, n/a reasons.
+    campaign_divergence(_arms(setup), setup / "cache", out)
+    rebuild_report(out, tmp_path / "s2.json")
+    markdown = (out / "report.md").read_text()
+    section = markdown[markdown.index("## KL to the teacher cache"):]
+    assert "| base | " in section and "| copy | 0.0000" in section and "fingerprint" in section
+    assert "### Paired KL differences (A - B)" in section and "| base | copy | +" in section
+    page = (out / "report.html").read_text()
+    assert "KL to the teacher cache" in page and "Paired KL differences" in page
+
+
+def test_a_bad_teacher_cache_is_refused_before_any_episode(tiny_task, tmp_path, monkeypatch):
+    from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
+
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    (tmp_path / "empty").mkdir()
+    config = EvalConfig(arms=["ref=scripted"], tasks=str(tiny_task.path), runs=1, out=tmp_path / "c",
+                        teacher_cache=tmp_path / "empty")
+    with pytest.raises(PdbgymError):
+        run_evaluation(config)
+    assert not (tmp_path / "c" / "episodes.jsonl").exists()
