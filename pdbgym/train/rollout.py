@@ -115,8 +115,7 @@ class BatchedGenerator:
         with self.context() as model, torch.no_grad():
             model = model if model is not None else self.model
             out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                 generation_config=self._generation_config(params, max_new),
-                                 return_dict_in_generate=True, output_logits=True)
+                                 generation_config=self._generation_config(params, max_new))
         generated = out.sequences[:, width:].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()  # [B, steps, V], raw (before processors)
         scale = params.temperature if params.temperature > 0 else 1.0
@@ -148,7 +147,7 @@ class BatchedGenerator:
         return GenerationConfig(
             max_new_tokens=max_new, do_sample=sample, temperature=params.temperature if sample else None,
             top_p=params.top_p if sample else None, top_k=0 if sample else None, eos_token_id=self.stops,
-            pad_token_id=self.pad_id, use_cache=True)
+            pad_token_id=self.pad_id, use_cache=True, return_dict_in_generate=True, output_logits=True)
 
 
 class GroupTurns:

@@ -1,0 +1,25 @@
+"""`pdbgym train grpo` end to end on a builtin task: real episodes through TRL's rollout_func path."""
+
+import json
+
+from typer.testing import CliRunner
+
+
+def test_cli_grpo_step_on_a_builtin_task(tiny_model_dir, tmp_path, monkeypatch):
+    from pdbgym.cli import app
+
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [
+        "train", "grpo", "--policy", str(tiny_model_dir), "--tasks", "builtin__calc-lexer-hang", "--out", str(out),
+        "--group", "2", "--steps", "1", "--max-new-tokens", "6", "--context-tokens", "4096", "--curriculum", "fixed",
+        "--budget-start", "2", "--budget-end", "2", "--device", "cpu", "--save-steps", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["step"] == 1
+    # a random model never calls a tool: both episodes fail, nothing is tampered, and only model tokens count
+    # as completion tokens (at most 3 malformed turns of 6 ids; the malformed-call answers are env tokens)
+    assert rows[0]["rewards/outcome/mean"] == 0.0 and rows[0]["rewards/tampered/mean"] == 0.0
+    assert rows[0]["turn_budget"] == 2.0 and 0 < rows[0]["completions/max_length"] <= 3 * 6
+    record = json.loads((out / "grpo_run.json").read_text())
+    assert record["steps"] == 1 and record["chosen"] == "final" and len(record["store_id"]) == 64
