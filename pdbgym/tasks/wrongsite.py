@@ -17,7 +17,8 @@ later undone leaves no difference and does not count. The final edits touch a si
 * a replaced or deleted original line lies in the site's span, or
 * lines are inserted after original line ``i`` with ``first <= i < last`` (inside the definition),
   or ``i == last`` with the first inserted non-blank line indented deeper than the ``def`` line
-  (the body was extended at its end), or
+  (the body was extended at its end), or ``i == first - 1`` with the last inserted non-blank line a
+  decorator (``@...``: the definition was wrapped), or
 * the site's file is gone, is no longer a regular file (a link, a folder), or exceeds
   ``MAX_FILE_BYTES`` (it was rewritten wholesale; the agent's file is never followed or read whole).
 
@@ -153,6 +154,8 @@ def _touches(site: WrongSite, opcodes: list[tuple[str, int, int, int, int]], fin
             inserted = [line for line in final[j1:j2] if line.strip()]
             if i1 == site.last_line and inserted and _indent(inserted[0]) > site.def_indent:
                 return True
+            if i1 == site.first_line - 1 and inserted and inserted[-1].lstrip().startswith("@"):
+                return True  # a decorator put on the definition
     return False
 
 
