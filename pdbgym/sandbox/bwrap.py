@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
+import json
 import os
 import shutil
 import site
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -143,14 +146,38 @@ _ETC_FILES = {
 
 @functools.cache
 def _generated_etc() -> Path:
-    """A private host folder holding the generated /etc files (removed at exit by its creator)."""
-    folder = Path(tempfile.mkdtemp(prefix="pdbgym-sandbox-etc-"))
+    """The host folder holding the generated /etc files: one per uid and content, shared by every
+    process and kept (so no process, killed or forked, leaves copies behind); a private folder removed
+    at exit where the shared name is taken by someone else."""
+    digest = hashlib.sha256(json.dumps(_ETC_FILES, sort_keys=True).encode()).hexdigest()[:12]
+    shared = Path(tempfile.gettempdir()) / f"pdbgym-sandbox-etc-{os.getuid()}-{digest}"
+    if _holds_etc(shared):
+        return shared
+    staging = Path(tempfile.mkdtemp(prefix="pdbgym-sandbox-etc-new-"))
     for name, text in _ETC_FILES.items():
-        (folder / name).write_text(text)
-        (folder / name).chmod(0o644)
+        (staging / name).write_text(text)
+        (staging / name).chmod(0o644)
+    try:
+        os.rename(staging, shared)  # atomic; refused when another process (or user) made it first
+    except OSError:
+        pass
+    if _holds_etc(shared):
+        shutil.rmtree(staging, ignore_errors=True)
+        return shared
     creator = os.getpid()
-    atexit.register(lambda: shutil.rmtree(folder, ignore_errors=True) if os.getpid() == creator else None)
-    return folder
+    atexit.register(lambda: shutil.rmtree(staging, ignore_errors=True) if os.getpid() == creator else None)
+    return staging
+
+
+def _holds_etc(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder of ours, writable by nobody else, holding exactly the files."""
+    try:
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return False
+        return all((folder / name).read_text() == text for name, text in _ETC_FILES.items())
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _etc_args() -> list[str]:

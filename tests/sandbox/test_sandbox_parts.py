@@ -77,3 +77,26 @@ def test_mounted_python_roots_never_include_the_working_folder():
     cwd = Path.cwd().resolve()
     assert not any(cwd.is_relative_to(root) for root in roots if root != Path("/")), roots
     assert Path("/root") not in roots and Path("/home") not in roots and Path("/tmp") not in roots
+
+
+def test_generated_etc_folder_is_shared_and_a_foreign_one_is_not_trusted(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from pdbgym.sandbox import bwrap
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    bwrap._generated_etc.cache_clear()
+    try:
+        first = bwrap._generated_etc()
+        bwrap._generated_etc.cache_clear()
+        assert bwrap._generated_etc() == first  # a second process finds and reuses it
+        assert first.parent == tmp_path and f"-{os.getuid()}-" in first.name
+        assert "sandbox:x:1000:1000" in (first / "passwd").read_text()
+        (first / "passwd").write_text("root::0:0::/:/bin/sh\n")  # tampered, or not ours: not used
+        first.chmod(0o777)
+        bwrap._generated_etc.cache_clear()
+        private = bwrap._generated_etc()
+        assert private != first and "sandbox:x:1000:1000" in (private / "passwd").read_text()
+    finally:
+        bwrap._generated_etc.cache_clear()
