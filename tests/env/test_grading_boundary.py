@@ -213,3 +213,23 @@ def test_records_must_agree_with_pytests_own_summary():
     assert any("summary says 1 failed" in t for t in tampered)
     # A line printed by a test is not pytest's summary unless it is the last one.
     assert judge(forged, NODES, 0, False, "1 failed in 0.1s\nmore\n2 passed in 0.10s\n")[1] == []
+
+
+@needs_bwrap
+def test_decorated_and_class_tests_are_not_taken_for_forgery(tmp_path):
+    """A test wrapped by a library decorator (mock.patch) runs code from outside the project: honest."""
+    from pdbgym.tasks.testrun import run_tests
+
+    root = tmp_path / "task"
+    repo = root / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "app.py").write_text("import os\n\n\ndef cwd():\n    return os.getcwd()\n")
+    (repo / "tests" / "test_m.py").write_text(
+        "from unittest import mock\n\nimport app\n\n\n@mock.patch('os.getcwd', return_value='/x')\n"
+        "def test_m(m):\n    assert app.cwd() == '/x'\n\n\nclass TestK:\n    def test_k(self):\n        assert 1\n")
+    nodes = ["tests/test_m.py::test_m", "tests/test_m.py::TestK::test_k"]
+    (root / "task.json").write_text(json.dumps({
+        "instance_id": "decorated", "FAIL_TO_PASS": nodes[:1], "PASS_TO_PASS": nodes[1:],
+        "patch": "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-import os\n+import os  # noqa\n"}))
+    run = run_tests(get_sandbox("bwrap"), repo, load_task(root), nodes)
+    assert run.all_passed(nodes) and not run.tampered, (run.tampered, run.output[-800:])
