@@ -122,6 +122,20 @@ def _check_containment(task: Task, report: ValidationReport) -> bool:
     return not escaping and report.checks["patch_stays_inside"]
 
 
+def _check_wrong_site(task: Task, report: ValidationReport) -> None:
+    """A declared wrong site (``wrong_site`` or ``wrong_site_patch``) names code that exists in ``repo/``."""
+    from pdbgym.tasks.wrongsite import has_wrong_site_info, wrong_sites
+
+    if not has_wrong_site_info(task):
+        return
+    try:
+        wrong_sites(task)
+        report.checks["wrong_site_resolves"] = True
+    except PdbgymError as exc:
+        report.checks["wrong_site_resolves"] = False
+        report.problems.append(str(exc))
+
+
 def validate_task(task: Task, sandbox: Sandbox | None = None, *, check_debugger: bool = True) -> ValidationReport:
     started = time.perf_counter()
     sandbox = sandbox or get_sandbox()
@@ -129,6 +143,7 @@ def validate_task(task: Task, sandbox: Sandbox | None = None, *, check_debugger:
     if not _check_containment(task, report):  # nothing that escapes its folder is copied or applied
         report.duration_s = time.perf_counter() - started
         return report
+    _check_wrong_site(task, report)
     _check_runs(task, sandbox, report)
     if check_debugger:
         _check_debugger(task, sandbox, report)

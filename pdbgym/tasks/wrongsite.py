@@ -71,7 +71,13 @@ def _site_of(node: ast.FunctionDef | ast.AsyncFunctionDef, path: str) -> WrongSi
 
 
 def _parse(task: Task, path: str) -> ast.Module:
+    parts = Path(path).parts
+    # task.json is input like any other: a site path may not leave repo/ (nor, later, the workspace).
+    if not parts or Path(path).is_absolute() or ".." in parts or "\\" in path:
+        raise TaskFormatError(f"{task.instance_id}: wrong site path {path!r} must be relative to repo/, without '..'")
     source = task.repo / path
+    if source.is_symlink() or not source.resolve().is_relative_to(task.repo.resolve()):
+        raise TaskFormatError(f"{task.instance_id}: wrong site file {path} leads outside the task's repo/")
     if not source.is_file():
         raise TaskFormatError(f"{task.instance_id}: wrong site file {path} is not in the task's repo/")
     try:

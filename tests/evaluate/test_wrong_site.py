@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -196,3 +197,56 @@ def test_eval_through_the_executor_keeps_wrong_site_in_row_record_and_transcript
     assert transcript["env"]["result"]["wrong_site"]["touched_sites"] == ["calc/ops.py:5-6 (sub)"]
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["arms"]["ref"]["wrong_site"]["touched"] == 1
+
+
+@pytest.mark.parametrize("task", REGRESSION, ids=lambda t: t.instance_id)
+def test_every_regression_task_declares_a_site_its_reference_fix_leaves_alone(task, tmp_path):
+    assert has_wrong_site_info(task)
+    assert wrong_site_outcome(task, _copy(task, tmp_path, task.patch))["touched"] is False
+
+
+_FRAME = re.compile(r"^(?P<path>\S+\.py):(?P<line>\d+): in \S+$", re.MULTILINE)
+
+
+def _innermost_code_frame(output: str, task: Task) -> tuple[str, int]:
+    """(repo-relative file, line) of the last traceback frame outside the test files (pytest --tb=short)."""
+    frames = []
+    for frame in _FRAME.finditer(output):
+        parts = Path(frame["path"]).parts
+        relative = next((Path(*parts[i:]).as_posix() for i in range(len(parts))
+                         if (task.repo / Path(*parts[i:])).is_file()), None)
+        if relative is not None and relative not in task.test_files:
+            frames.append((relative, int(frame["line"])))
+    assert frames, output[-2000:]
+    return frames[-1]
+
+
+EXPLICIT = [t for t in REGRESSION if "wrong_site" in t.extra]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", EXPLICIT, ids=lambda t: t.instance_id)
+def test_an_explicit_wrong_site_is_where_the_failing_test_raises(task):
+    """The declared site holds the innermost frame of the first failing test: where pdb lands first."""
+    from pdbgym.sandbox import Workspace, get_sandbox
+    from pdbgym.tasks.testrun import run_tests
+
+    short = replace(task, test_command=f"{task.test_command} --tb=short")
+    with Workspace.create(task.repo) as workspace:
+        run = run_tests(get_sandbox(), workspace.path, short, task.FAIL_TO_PASS[:1])
+    path, line = _innermost_code_frame(run.output, task)
+    (site,) = wrong_sites(task)
+    assert (path, site.first_line <= line <= site.last_line) == (site.path, True), (path, line, site)
+
+
+@pytest.mark.parametrize("declared", [
+    [{"path": "../outside.py", "function": "add"}],
+    [{"path": "/etc/hostname", "function": "add"}],
+    [{"path": "calc/link.py", "function": "add"}],
+])
+def test_a_site_path_that_leaves_the_repo_is_refused(tiny_task, tmp_path, declared):
+    (tiny_task.path / "outside.py").write_text("def add(a, b):\n    return a\n")
+    os.symlink(tiny_task.path / "outside.py", tiny_task.repo / "calc" / "link.py")
+    task = replace(tiny_task, extra={"wrong_site": declared})
+    outcome = wrong_site_outcome(task, _copy(task, tmp_path))
+    assert outcome["touched"] is None and ("relative to repo/" in outcome["error"] or "outside" in outcome["error"])
