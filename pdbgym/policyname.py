@@ -26,8 +26,20 @@ def is_server_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
 
 
+CONSTRAINED_PREFIX = "constrained:"
+"""``constrained:MODEL``: the local model ``MODEL`` with grammar-constrained tool calls (``pdbgym.agent.constrained``)."""
+
+
+def split_constrained(text: str) -> tuple[str, bool]:
+    """``(the policy string without the constrained: prefix, whether it had one)``."""
+    if text.startswith(CONSTRAINED_PREFIX):
+        return text[len(CONSTRAINED_PREFIX):], True
+    return text, False
+
+
 def policy_kind(text: str) -> PolicyKind:
-    """The kind of policy ``text`` names; a path is not checked for existence here."""
+    """The kind of policy ``text`` names (a ``constrained:`` prefix aside); a path is not checked here."""
+    text, _ = split_constrained(text)
     if text in ACTION_POLICIES or text == "embedded":
         return text  # type: ignore[return-value]
     return "url" if is_server_url(text) else "path"

@@ -17,7 +17,15 @@ from pdbgym.agent.policy import Policy
 from pdbgym.agent.toolcalls import FORMATS, detect_format
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns, TurnSource
 from pdbgym.modelrefs import is_model_ref, local_model_path
-from pdbgym.policyname import ACTION_POLICIES, POLICY_CHOICES, PolicyKind, policy_kind, runs_in_process
+from pdbgym.policyname import (
+    ACTION_POLICIES,
+    CONSTRAINED_PREFIX,
+    POLICY_CHOICES,
+    PolicyKind,
+    policy_kind,
+    runs_in_process,
+    split_constrained,
+)
 
 SERVER_APIS = ("auto", "chat", "sglang")
 _BACKENDS: dict[PolicySpec, Backend] = {}
@@ -39,6 +47,7 @@ class PolicySpec:
     logprob_mode: str = "raw"
     device: str = "cpu"
     tool_format: str | None = None
+    constrained: bool = False  # grammar-constrained tool calls (``constrained:MODEL``; local models only)
 
     @property
     def generates_tokens(self) -> bool:
@@ -52,6 +61,12 @@ class PolicySpec:
 
 def parse_policy(text: str, **options: Any) -> PolicySpec:
     """A spec from a ``--policy`` value; a ``BackendError`` that lists the choices otherwise."""
+    text, constrained = split_constrained(text)
+    if constrained:
+        if not runs_in_process(policy_kind(text)):
+            raise BackendError(f"{CONSTRAINED_PREFIX}{text}: constrained tool calls need a local model "
+                               "('embedded' or a model folder); a server applies its own structured outputs")
+        options = {**options, "constrained": True}
     kind = policy_kind(text)
     if kind == "url":
         return PolicySpec(kind=kind, target=text, **options)
@@ -140,7 +155,12 @@ def build_turns(spec: PolicySpec, params: SamplingParams) -> tuple[TurnSource, s
         fmt = tool_format_for(spec, tokenizer)
         return ActionPolicyTurns(_action_policy(spec.kind), tokenizer, fmt, spec.kind), fmt
     backend = build_backend(spec)
-    return ModelTurns(backend, params), tool_format_for(spec, backend.tokenizer)
+    fmt = tool_format_for(spec, backend.tokenizer)
+    if spec.constrained:
+        from pdbgym.agent.constrained import constrain
+
+        constrain(backend, fmt, params.max_new_tokens)
+    return ModelTurns(backend, params), fmt
 
 
 

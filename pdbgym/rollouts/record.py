@@ -115,15 +115,23 @@ class LogprobSemantics:
     log p(y) = log_softmax(z / temperature)[y], restricted to the top-p nucleus and renormalized over it
     when ``top_p_renormalized`` is true. ``temperature == 1`` with ``top_p_renormalized`` false is the raw
     distribution. ``engine`` names the producer (``hf``, ``sglang``, ``vllm:raw_logprobs``, ...).
+    ``engine == "none"`` means the producer gave no log-probs (the values are 0.0 placeholders).
+    ``constrained`` means tokens were drawn after a grammar masked the logits (``grammar`` names it):
+    the log-probs are then of that masked, renormalized distribution, not of the model's own.
     """
 
     engine: str
     temperature: float
     top_p: float = 1.0
     top_p_renormalized: bool = False
+    constrained: bool = False
+    grammar: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.constrained:  # unconstrained records keep the four-field form
+            del data["constrained"], data["grammar"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LogprobSemantics:
@@ -132,6 +140,8 @@ class LogprobSemantics:
             temperature=float(data["temperature"]),
             top_p=float(data.get("top_p", 1.0)),
             top_p_renormalized=bool(data.get("top_p_renormalized", False)),
+            constrained=bool(data.get("constrained", False)),
+            grammar=str(data.get("grammar", "")),
         )
 
 

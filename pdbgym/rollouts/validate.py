@@ -150,6 +150,10 @@ def _semantics_problems(label: str, semantics: Any) -> list[str]:
         problems.append(f"{where}['top_p'] is {top_p!r}, expected a number in (0, 1]")
     if not isinstance(semantics.get("top_p_renormalized", False), bool):
         problems.append(f"{where}['top_p_renormalized'] must be true or false")
+    if not isinstance(semantics.get("constrained", False), bool):
+        problems.append(f"{where}['constrained'] must be true or false")
+    if semantics.get("constrained") and not isinstance(semantics.get("grammar"), str):
+        problems.append(f"{where}['grammar'] must name the grammar the constrained log-probs were masked by")
     return problems
 
 

@@ -68,12 +68,12 @@ def _dequantize_into(target: Path) -> None:
         raise
 
 
-def load_embedded_backend(device: str = "cpu"):
-    """The embedded model as an ``HFBackend`` (loaded once per process)."""
+def load_embedded_backend(device: str = "cpu", constrained_format: str | None = None):
+    """The embedded model as an ``HFBackend`` (loaded once per process); ``constrained_format``: see HFBackend."""
     from pdbgym.agent.backends.hf import HFBackend, load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(embedded_model_dir(), device)
-    return HFBackend(model, tokenizer, name=EMBEDDED_NAME)
+    return HFBackend(model, tokenizer, name=EMBEDDED_NAME, constrained_format=constrained_format)
 
 
 def load_embedded_tokenizer():

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.agent.backends.base import (
     BackendError,
@@ -24,6 +24,9 @@ from pdbgym.agent.backends.base import (
     stop_token_ids,
 )
 from pdbgym.rollouts.record import LogprobSemantics
+
+if TYPE_CHECKING:
+    from pdbgym.agent.constrained import TurnMask
 
 _LOADED: dict[tuple[str, str], tuple[Any, Any]] = {}
 _LOAD_LOCK = threading.Lock()
@@ -61,11 +64,13 @@ class PrefixCache:
 
 def sample_turn(model: Any, prompt_ids: list[int], params: SamplingParams, stops: set[int],
                 logprob_mode: str = "tempered", prefix: PrefixCache | None = None,
-                ) -> tuple[list[int], list[float], str, PrefixCache]:
+                mask: TurnMask | None = None) -> tuple[list[int], list[float], str, PrefixCache]:
     """Sample up to ``params.max_new_tokens`` ids after ``prompt_ids``; stop after a stop id.
 
     Returns ``(ids, logprobs, finish_reason, prefix)``; ``logprobs[i]`` is the reported log-prob of
     ``ids[i]``; ``prefix`` covers ``prompt_ids + ids[:-1]`` and may be passed to the next call.
+    ``mask`` (a grammar's state for this turn) sets forbidden logits to -inf before each draw, so ids
+    and log-probs then come from the grammar-constrained distribution.
     """
     import torch
 
@@ -85,8 +90,12 @@ def sample_turn(model: Any, prompt_ids: list[int], params: SamplingParams, stops
         for _ in range(params.max_new_tokens):
             out = model(input_ids=torch.tensor([feed], device=device), use_cache=True, **{cache_arg: past})
             past = out.get("cache", None) if cache_arg == "cache" else out.past_key_values
-            token, logprob = draw_token(out.logits[0, -1].to("cpu"), params.temperature, params.top_p, generator,
-                                        logprob_mode)
+            logits = out.logits[0, -1].to("cpu", torch.float32)
+            if mask is not None:
+                logits = mask.apply(logits)
+            token, logprob = draw_token(logits, params.temperature, params.top_p, generator, logprob_mode)
+            if mask is not None:
+                mask.accept(token)
             ids.append(token)
             logprobs.append(logprob)
             if token in stops:
@@ -102,11 +111,16 @@ def _cache_argument(model: Any) -> str:
 
 
 class HFBackend:
-    """A transformers model in this process. ``generate`` runs in a worker thread, one call at a time."""
+    """A transformers model in this process. ``generate`` runs in a worker thread, one call at a time.
+
+    ``constrained_format`` (a tool-call format) makes every turn one grammar-valid tool call of that
+    format (``pdbgym.agent.constrained``); the records' semantics then say ``constrained``.
+    """
 
     def __init__(self, model: Any, tokenizer: Any, name: str, logprob_mode: str = "tempered",
-                 reuse_prefix: bool = True):
+                 reuse_prefix: bool = True, constrained_format: str | None = None):
         self.model = model
+        self.constrained_format = constrained_format
         self.reuse_prefix = reuse_prefix
         self._prefix: PrefixCache | None = None
         self.tokenizer = tokenizer
@@ -120,19 +134,33 @@ class HFBackend:
                                f"{len(tokenizer)} tokens: tokenizer and weights do not belong together")
 
     @classmethod
-    def from_path(cls, path: str | Path, device: str = "cpu") -> HFBackend:
+    def from_path(cls, path: str | Path, device: str = "cpu", constrained_format: str | None = None) -> HFBackend:
         model, tokenizer = load_model_and_tokenizer(path, device)
-        return cls(model, tokenizer, name=Path(path).name)
+        return cls(model, tokenizer, name=Path(path).name, constrained_format=constrained_format)
 
     def semantics(self, params: SamplingParams) -> LogprobSemantics:
-        return LogprobSemantics(engine=f"hf:{self.logprob_mode}",
-                                **semantics_fields(self.logprob_mode, params.temperature, params.top_p))
+        fields = semantics_fields(self.logprob_mode, params.temperature, params.top_p)
+        if self.constrained_format is not None:
+            grammar = self._constraint(params.max_new_tokens).label
+            return LogprobSemantics(engine=f"hf:{self.logprob_mode}", constrained=True, grammar=grammar, **fields)
+        return LogprobSemantics(engine=f"hf:{self.logprob_mode}", **fields)
+
+    def _constraint(self, max_new_tokens: int) -> Any:
+        from pdbgym.agent.constrained import compile_constraint
+
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        return compile_constraint(self.tokenizer, vocab, self.stops, str(self.constrained_format), max_new_tokens)
 
     def _generate_sync(self, request: GenerationRequest) -> Generation:
+        mask = None
+        if self.constrained_format is not None:
+            from pdbgym.agent.constrained import TurnMask
+
+            mask = TurnMask(self._constraint(request.params.max_new_tokens))
         with self._lock:
             started = time.perf_counter()
             ids, logprobs, finish, prefix = sample_turn(self.model, request.prompt_ids, request.params,
-                                                        self.stops, self.logprob_mode, self._prefix)
+                                                        self.stops, self.logprob_mode, self._prefix, mask)
             self._prefix = prefix if self.reuse_prefix else None
             elapsed = time.perf_counter() - started
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
