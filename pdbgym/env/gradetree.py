@@ -39,10 +39,10 @@ def _skipped_silently(rel: str) -> bool:
     return parts[0] == SANDBOX_HOME_DIR or parts[-1].startswith(".pdbgym-") or "__pycache__" in parts
 
 
-def _entries(root: Path) -> dict[str, tuple[str, int, str]]:
-    """Every entry under ``root`` as ``rel -> (kind, dir_fd placeholder, link target)``: kinds are
-    file, dir, link, other. Read with lstat only; nothing is opened or followed."""
-    found: dict[str, tuple[str, int, str]] = {}
+def _entries(root: Path) -> dict[str, tuple[str, str]]:
+    """Every entry under ``root`` as ``rel -> (kind, link target)``; kinds are file, dir, link, other.
+    Read with lstat only; nothing is opened or followed."""
+    found: dict[str, tuple[str, str]] = {}
     for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
         base = os.path.relpath(dirpath, root)
         for name in [*dirnames, *filenames]:
@@ -56,7 +56,7 @@ def _entries(root: Path) -> dict[str, tuple[str, int, str]]:
                 continue  # vanished while walking
             kind = ("dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode)
                     else "link" if stat.S_ISLNK(mode) else "other")
-            found[rel] = (kind, 0, target)
+            found[rel] = (kind, target)
         dirnames[:] = [d for d in dirnames if not _skipped_silently(d if base == "." else f"{base}/{d}")
                        and found.get(d if base == "." else f"{base}/{d}", ("",))[0] == "dir"]
     return found
@@ -109,11 +109,11 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def copy_pristine(repo: Path, tree: Path, plan: TreePlan) -> dict[str, tuple[str, int, str]]:
+def copy_pristine(repo: Path, tree: Path, plan: TreePlan) -> dict[str, tuple[str, str]]:
     """Copy the task's repo into ``tree`` without following links; return its entries."""
     tree.mkdir(parents=True)
     entries = _entries(repo)
-    for rel, (kind, _, target) in sorted(entries.items()):
+    for rel, (kind, target) in sorted(entries.items()):
         if not _parent_ok(tree, rel):
             continue
         if kind == "dir":
@@ -138,11 +138,11 @@ def overlay_agent_changes(task_repo: Path, workspace: Path, tree: Path) -> TreeP
         return init in pristine or current.get(init, ("",))[0] == "file"
 
     budget = MAX_TAKEN_BYTES
-    for rel, (kind, _, target) in sorted(current.items()):
+    for rel, (kind, target) in sorted(current.items()):
         before = pristine.get(rel)
         if kind == "dir":
             continue
-        if before is not None and before[0] == kind == "link" and before[2] == target:
+        if before is not None and before == (kind, target) and kind == "link":
             continue
         if kind == "file" and before is not None and before[0] == "file":
             try:
@@ -166,8 +166,8 @@ def overlay_agent_changes(task_repo: Path, workspace: Path, tree: Path) -> TreeP
         if kind == "file":
             budget -= (tree / rel).stat().st_size
         plan.changed.append(rel)
-    for rel, (kind, _, _) in sorted(pristine.items()):
-        if kind == "dir" or rel in current or any(rel.startswith(d + "/") for d in plan.deleted):
+    for rel, (kind, _) in sorted(pristine.items()):
+        if kind == "dir" or rel in current:
             continue
         reason = ignore_reason(rel, is_package)
         if reason is not None:
