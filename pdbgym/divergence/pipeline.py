@@ -24,6 +24,7 @@ from pdbgym.divergence.loading import check_vocab, load_causal_lm, load_tokenize
 from pdbgym.divergence.report import SampleSet, StudentScores
 from pdbgym.divergence.sampling import sample_continuations
 from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, score_records
+from pdbgym.divergence.semantics import check_teacher_logprobs
 from pdbgym.divergence.server_teacher import check_server_semantics, score_records_with_server
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import atomic_target
@@ -164,6 +165,8 @@ def run_divergence(run: DivergenceRun) -> list[StudentScores]:
         )
     if run.teacher_is_server:
         check_server_semantics(run.semantics)
+    # The cached values stand for the teacher unless the teacher re-scores the cache and no row uses them.
+    check_teacher_logprobs(run.semantics, rescored=run.rescore_teacher and not run.noise_floor)
     store = ScoreStore(run.work_dir)
     cache_teacher = [masked_rollout_logprobs(r) for r in run.records]
     task_ids = [r.instance_id for r in run.records]

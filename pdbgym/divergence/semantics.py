@@ -24,6 +24,32 @@ class SemanticsError(PdbgymError):
     """The log-prob transform is unknown, contradictory or unusable."""
 
 
+class NotModelLogprobsError(SemanticsError):
+    """The cached log-probs are not a model's own: drawn under a grammar, or absent (engine ``none``)."""
+
+
+def check_teacher_logprobs(semantics: LogprobSemantics, *, rescored: bool = False) -> None:
+    """Refuse a cache whose log-probs cannot stand for the teacher's (``NotModelLogprobsError``).
+
+    Constrained log-probs are of a grammar-masked, renormalized distribution: the samples were not
+    drawn from the model, so no re-scoring helps. Engine ``none`` log-probs are 0.0 placeholders (a
+    text-only server, scripted or human turns); ``rescored`` (the teacher model re-scores the cache
+    and the cached values are not used) lets such a cache through.
+    """
+    if semantics.constrained:
+        raise NotModelLogprobsError(
+            f"the cache's tokens were drawn under a grammar ({semantics.grammar or 'unnamed'}): its log-probs "
+            "are of the grammar-masked, renormalized distribution, not the model's own, and its samples are "
+            "not the model's, so a KL against it measures the grammar. Build the teacher cache without the "
+            "constrained: prefix (--policy MODEL) to compare models")
+    if semantics.engine == "none" and not rescored:
+        raise NotModelLogprobsError(
+            "the cache's producer returned no log-probs (engine 'none': a text-only server such as "
+            "transformers serve, or scripted/human turns); its 0.0 values are placeholders, not the teacher's "
+            "log-probs. Build the cache with a backend that returns log-probs (a local model, SGLang, vLLM), "
+            "or give the teacher model and --rescore-teacher (without --noise-floor)")
+
+
 def declared_semantics(records: Sequence[RolloutRecord]) -> LogprobSemantics | None:
     """The one transform the records declare, None if none declares one; error if they disagree."""
     seen = {r.logprob_semantics for r in records} - {None}

@@ -9,7 +9,8 @@ with task-level bootstrap CIs, the compatibility keys ``kl_fwd_mean``, ``kl_back
 
 No student samples are drawn (the cache's teacher model is not loaded), so ``kl_back_mean`` and
 ``jsd_mean`` are null, as the divergence report documents. An arm is "n/a" with the reason when it has
-no local model (``scripted``, a server URL) or when the divergence library refuses it (a tokenizer
+no local model (``scripted``, a server URL), when its tool calls are grammar-constrained
+(``constrained:MODEL``: not the model's own distribution), or when the divergence library refuses it (a tokenizer
 whose fingerprint differs from the cache's, a vocabulary too small, a folder that does not load).
 """
 
@@ -24,10 +25,13 @@ from typing import Any
 from pdbgym.divergence.loading import ModelLoadError, VocabMismatchError
 from pdbgym.divergence.report import ReportConfig
 from pdbgym.divergence.scoring import ScoringConfig
-from pdbgym.policyname import policy_kind
+from pdbgym.policyname import policy_kind, split_constrained
 
 SCRIPTED_REASON = ("the scripted oracle replays the task's reference fix: it samples no tokens, so it has "
                    "no distribution to compare with the teacher's")
+CONSTRAINED_REASON = ("a constrained arm samples from its model's logits masked by a tool-call grammar; the "
+                      "model's own log-probs on the cache are not that policy's, and the masked ones are -inf "
+                      "wherever the teacher left the grammar")
 SERVER_REASON = ("a model behind a server: KL needs the arm's log-probs of the cache's own token ids, "
                  "computed locally; give its weights as a folder (or use `pdbgym divergence --student PATH`)")
 
@@ -58,6 +62,8 @@ class ArmDivergenceConfig:
 def local_model_of(model: str) -> tuple[str | None, str]:
     """(path of the arm's local model, "") or (None, why the arm has none)."""
     kind = policy_kind(model)
+    if split_constrained(model)[1]:
+        return None, CONSTRAINED_REASON
     if kind in ("scripted", "human"):
         return None, SCRIPTED_REASON
     if kind == "url":
@@ -87,10 +93,11 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
     from pdbgym.divergence.compare import load_records
     from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
     from pdbgym.divergence.report import build_report
-    from pdbgym.divergence.semantics import resolve_semantics
+    from pdbgym.divergence.semantics import check_teacher_logprobs, resolve_semantics
 
     folder, records = load_records(config.cache, config.max_records)
     semantics = resolve_semantics(records, None)
+    check_teacher_logprobs(semantics)  # a constrained or log-prob-less cache, before any model loads
     entries: dict[str, dict[str, Any]] = {}
     scores = []
     for arm, model in arms.items():
