@@ -20,7 +20,7 @@ from pathlib import Path
 from pdbgym.env.gradetree import TreePlan, overlay_agent_changes
 from pdbgym.sandbox import Sandbox
 from pdbgym.tasks.model import Task
-from pdbgym.tasks.protect import is_protected_path
+from pdbgym.tasks.protect import is_protected_path, protected_digests
 from pdbgym.tasks.testrun import run_tests
 
 __all__ = ["GradeResult", "grade", "grading_plan", "is_protected_path"]
@@ -71,6 +71,10 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
         tree = Path(tmp) / "repo"
         plan = overlay_agent_changes(task.repo, workspace, tree)
         run = run_tests(sandbox, tree, task, task.all_tests)
+        # Checked from outside the run: the code under test could write the tree's test files.
+        after, before = protected_digests(str(tree)), protected_digests(str(task.repo))
+        run.tampered += [f"the run changed test file {rel}" for rel in sorted(set(before) | set(after))
+                         if before.get(rel) != after.get(rel) and rel not in plan.ignored]
     outcome = {n: run.outcomes.get(n, "missing") for n in task.all_tests}
     return GradeResult(
         final_test_passed=run.all_passed(task.all_tests),

@@ -10,6 +10,8 @@ pdbgym when their folder is on ``sys.path`` (``json.py``, ``pytest.py``, ``_pyte
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from collections.abc import Callable
 from pathlib import PurePosixPath
@@ -69,3 +71,24 @@ def ignore_reason(rel_path: str, is_package: Callable[[str], bool]) -> str | Non
             return (f"'{part}' at {where} would shadow the module '{import_name(part)}' that Python or the "
                     "test runner imports: never taken")
     return None
+
+
+def protected_digests(root: str, limit_bytes: int = 64 * 1024**2) -> dict[str, str]:
+    """sha256 of every test file and test configuration under ``root`` (repo-relative keys), read before
+    any project code runs; a tree holding more than ``limit_bytes`` of them is hashed up to that."""
+    digests: dict[str, str] = {}
+    budget = limit_bytes
+    for folder, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("__pycache__", ".sandbox_home", ".git"))
+        for name in sorted(filenames):
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root)
+            if not is_protected_path(rel) or os.path.islink(path) or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as handle:
+                data = handle.read(budget + 1)
+            if len(data) > budget:
+                return digests
+            budget -= len(data)
+            digests[rel] = hashlib.sha256(data).hexdigest()
+    return digests

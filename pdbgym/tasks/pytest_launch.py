@@ -27,6 +27,7 @@ def main(argv: list[str]) -> int:
     for name in [n for n in os.environ if n.startswith("PYTEST_")]:
         del os.environ[name]  # PYTEST_ADDOPTS, PYTEST_PLUGINS: only the arguments given here count
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    os.environ["PDBGYM_TEST_ROOT"] = root  # read (and removed) by the report plugin when it loads
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != root]
     if importlib.util.find_spec("pdbgym") is None:  # a source checkout, not installed
         sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import fcntl
+import hashlib
 import json
 import os
 import sys
@@ -28,9 +29,10 @@ from typing import Any
 
 import pytest
 
-from pdbgym.tasks.protect import is_protected_path
+from pdbgym.tasks.protect import is_protected_path, protected_digests
 
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
+ROOT_ENV = "PDBGYM_TEST_ROOT"  # set by the launcher: the project folder whose test files are hashed
 _PRIVATE_FD_MIN = 850  # the channel's descriptor lives far above what a project usually opens
 _WATCHED_PACKAGES = ("_pytest", "pytest", "pluggy", "pytest_timeout")
 _WATCHED_HOOKS = (
@@ -59,7 +61,7 @@ def _open_channel() -> int | None:
     return private
 
 
-def _build(fd: int | None) -> types.SimpleNamespace:  # noqa: C901 - one closure scope on purpose
+def _build(fd: int | None, root: str | None) -> types.SimpleNamespace:  # noqa: C901 - one closure scope
     """The plugin object; every name its hooks use is bound here, once, before project code runs."""
     write, dumps, getpid = os.write, json.dumps, os.getpid
     modules, builtin_names = sys.modules, vars(builtins)
@@ -70,7 +72,21 @@ def _build(fd: int | None) -> types.SimpleNamespace:  # noqa: C901 - one closure
     getattr_, isinstance_, callable_, vars_, type_ = getattr, isinstance, callable, vars, type
     descriptors = (property, staticmethod, classmethod)
     protected = is_protected_path
-    state: dict[str, Any] = {"seq": 0, "phases": 0, "tests": {}}
+    state: dict[str, Any] = {"seq": 0, "phases": 0, "tests": {}, "changed": []}
+    sha256, join, isfile = hashlib.sha256, os.path.join, os.path.isfile
+    digests = protected_digests(root) if root else {}
+
+    def digest_now(rel: str) -> str | None:
+        path = join(root or "", rel)
+        if not isfile(path):
+            return None
+        with open(path, "rb") as handle:
+            return sha256(handle.read()).hexdigest()
+
+    def check_files(rels: list[str], when: str) -> None:
+        for rel in rels:
+            if rel in digests and digest_now(rel) != digests[rel]:
+                state["changed"].append(f"test file {rel} changed {when}")
 
     def send(record: dict[str, Any]) -> None:
         if fd is None:
@@ -164,6 +180,14 @@ def _build(fd: int | None) -> types.SimpleNamespace:  # noqa: C901 - one closure
         state["snap"] = {**snapshot(), **state["snap"]}
 
     @pytest.hookimpl(tryfirst=True)
+    def pytest_collectstart(collector: Any) -> None:
+        # A test module or conftest is read right after this; the project's code may have run since.
+        path = str_(getattr_(collector, "path", "") or "")
+        if root and path.startswith(root + sep):
+            rel = relpath(path, root)
+            check_files([rel, join(rel, "conftest.py")], "before pytest read it")
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(report: Any) -> None:
         state["phases"] += 1
         send({"kind": "phase", "nodeid": str_(report.nodeid), "when": str_(report.when),
@@ -172,15 +196,17 @@ def _build(fd: int | None) -> types.SimpleNamespace:  # noqa: C901 - one closure
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(session: Any) -> None:
         root = str_(session.config.rootpath)
-        problems = check_snapshot() + check_hooks(session, root) + check_tests(root)
+        check_files(list_(digests), "during the run")
+        problems = state["changed"] + check_snapshot() + check_hooks(session, root) + check_tests(root)
         send({"kind": "end", "exitstatus": int_(session.exitstatus), "phases": state["phases"],
               "selfcheck": problems[:20]})
 
     state["snap"] = snapshot()
     send({"kind": "start", "pid": getpid()})
     return types.SimpleNamespace(pytest_collection_finish=pytest_collection_finish,
+                                 pytest_collectstart=pytest_collectstart,
                                  pytest_runtest_logreport=pytest_runtest_logreport,
                                  pytest_sessionfinish=pytest_sessionfinish)
 
 
-PLUGIN = _build(_open_channel())
+PLUGIN = _build(_open_channel(), os.environ.pop(ROOT_ENV, None))

@@ -233,3 +233,43 @@ def test_decorated_and_class_tests_are_not_taken_for_forgery(tmp_path):
         "patch": "--- a/app.py\n+++ b/app.py\n@@ -1 +1 @@\n-import os\n+import os  # noqa\n"}))
     run = run_tests(get_sandbox("bwrap"), repo, load_task(root), nodes)
     assert run.all_passed(nodes) and not run.tampered, (run.tampered, run.output[-800:])
+
+
+REWRITER = """
+import os
+_path = os.path.join(os.getcwd(), "tests", "test_ops.py")
+with open(_path) as _fh:
+    _original = _fh.read()
+_forged = _original.replace("def test_sub():", "def test_sub():\\n    return\\n")
+if RESTORE:
+    _forged += "\\nwith open(__file__, 'w') as _fh:\\n    _fh.write(" + repr(_original) + ")\\n"
+with open(_path, "w") as _fh:
+    _fh.write(_forged)
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("restore", [False, True])
+def test_a_test_file_rewritten_by_the_code_under_test_is_tampered(tmp_path, restore):
+    """The task's own conftest imports the project, so project code runs before the tests are read: it
+    rewrites a test file in the grading tree (and, with ``restore``, the rewritten file puts the original
+    back when imported). A plain run passes; grading sees the change and ends tampered."""
+    import sys
+
+    from pdbgym.sandbox import Limits, sandbox_env
+
+    from taskfixtures import make_task
+
+    root = make_task(tmp_path / "task")
+    (root / "repo" / "conftest.py").write_text("import calc.ops  # noqa: F401\n")
+    task = load_task(root)
+    sandbox = get_sandbox("bwrap")
+    with Workspace.create(task.repo) as ws:
+        (ws.path / "calc" / "__init__.py").write_text(f"RESTORE = {restore}\n" + REWRITER)
+        plain = sandbox.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.all_tests],
+                            ws.path, Limits(wall_time_s=60), env=sandbox_env(ws.path))
+        assert plain.returncode == 0, plain.output[-800:]  # the attack works on a plain run
+        (ws.path / "tests" / "test_ops.py").write_text((task.repo / "tests" / "test_ops.py").read_text())
+        graded = grade(task, ws.path, sandbox)
+    assert graded.tampered and not graded.final_test_passed
+    assert any("test_ops.py changed" in t for t in graded.tampered), graded.tampered
