@@ -140,8 +140,9 @@ CONNECT = """
 import json, socket, sys
 family, address = sys.argv[1], sys.argv[2]
 try:
-    if family == "unix":
-        s = socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(address)
+    if family == "unix":  # a leading @ names an abstract socket
+        s = socket.socket(socket.AF_UNIX); s.settimeout(3)
+        s.connect("\\0" + address[1:] if address.startswith("@") else address)
     else:
         s = socket.create_connection(("127.0.0.1", int(address)), timeout=3)
     print(json.dumps({"reply": s.recv(4).decode()}))
@@ -154,6 +155,33 @@ except OSError as exc:
 def test_host_unix_socket_is_unreachable(workspace, unix_server):
     assert _inside(CONNECT, workspace, "unix", str(unix_server), kind="plain") == {"reply": "pong"}  # it works
     found = _inside(CONNECT, workspace, "unix", str(unix_server))
+    assert "reply" not in found, found
+
+
+@needs_bwrap
+def test_host_abstract_unix_socket_is_unreachable(workspace):
+    # Abstract sockets have no file to hide: they belong to the network namespace.
+    name = f"\0pdbgym-escape-{os.getpid()}"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(name)
+    server.listen()
+    server.settimeout(10)
+
+    def serve() -> None:
+        try:
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.sendall(b"pong")
+        except OSError:
+            return
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        assert _inside(CONNECT, workspace, "unix", "@" + name[1:], kind="plain") == {"reply": "pong"}  # it works
+        found = _inside(CONNECT, workspace, "unix", "@" + name[1:])
+    finally:
+        server.close()
     assert "reply" not in found, found
 
 
