@@ -252,6 +252,7 @@ print(json.dumps({"held": held, "exits": [p.returncode for p in procs]}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [pytest.param("bwrap", marks=needs_bwrap), "plain"])
 def test_memory_limit_holds_for_the_whole_process_tree(workspace, kind):
     if not memory_cgroup_available():
