@@ -62,7 +62,8 @@ def bwrap_unavailable_reason() -> str | None:
     except (OSError, subprocess.TimeoutExpired, SandboxError) as exc:
         return f"bwrap could not run: {exc}"
     if result.returncode != 0:
-        return f"bwrap cannot create namespaces here: {result.stderr.strip() or result.returncode}"
+        return (f"bwrap cannot create namespaces or run {sys.executable} in them here: "
+                f"{result.stderr.strip() or result.returncode}")
     return None
 
 
