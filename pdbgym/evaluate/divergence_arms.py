@@ -25,6 +25,7 @@ from typing import Any
 from pdbgym.divergence.loading import ModelLoadError, VocabMismatchError
 from pdbgym.divergence.report import ReportConfig
 from pdbgym.divergence.scoring import ScoringConfig
+from pdbgym.errors import PdbgymError
 from pdbgym.policyname import policy_kind, split_constrained
 
 SCRIPTED_REASON = ("the scripted oracle replays the task's reference fix: it samples no tokens, so it has "
@@ -60,7 +61,11 @@ class ArmDivergenceConfig:
 
 
 def local_model_of(model: str) -> tuple[str | None, str]:
-    """(path of the arm's local model, "") or (None, why the arm has none)."""
+    """(path of the arm's local model, "") or (None, why the arm has none).
+
+    A model folder or ``.gguf`` is itself; ``embedded`` is the de-quantized SmolLM2 folder; a registered
+    model reference (``pdbgym.modelrefs``: adapter-store names) is materialized to its merged folder.
+    """
     kind = policy_kind(model)
     if split_constrained(model)[1]:
         return None, CONSTRAINED_REASON
@@ -72,7 +77,11 @@ def local_model_of(model: str) -> tuple[str | None, str]:
         from pdbgym.agent.backends.embedded import embedded_model_dir
 
         return str(embedded_model_dir()), ""
-    return str(Path(model).expanduser()), ""
+    from pdbgym.modelrefs import local_model_path
+
+    # An adapter-store reference becomes the folder of its merged lineage, named by the artifact's id, so
+    # scores stored under divergence-work/ can never be reused for another artifact given the same name.
+    return local_model_path(model), ""
 
 
 def _unavailable(reason: str) -> dict[str, Any]:
@@ -101,7 +110,10 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
     entries: dict[str, dict[str, Any]] = {}
     scores = []
     for arm, model in arms.items():
-        path, reason = local_model_of(model)
+        try:
+            path, reason = local_model_of(model)
+        except PdbgymError as exc:  # a reference whose lineage is broken: that arm only
+            path, reason = None, str(exc)
         if path is None:
             entries[arm] = _unavailable(reason)
             continue

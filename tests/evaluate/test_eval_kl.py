@@ -165,3 +165,45 @@ def test_a_bad_teacher_cache_is_refused_before_any_episode(tiny_task, tmp_path, 
     with pytest.raises(PdbgymError):
         run_evaluation(config)
     assert not (tmp_path / "c" / "episodes.jsonl").exists()
+
+
+def test_an_adapter_store_reference_is_scored_as_the_model_it_names(setup, tmp_path, monkeypatch):
+    """A store name, resolved by the store's real resolver, gives the numbers of the folder it stands for."""
+    from pdbgym import modelrefs
+    from pdbgym.adapters.operations import register_path
+    from pdbgym.adapters.stacked import register_store_refs
+    from pdbgym.adapters.store import Store
+
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(modelrefs, "_RESOLVERS", [])
+    register_path(Store(tmp_path / "store"), setup / "student", None, ["kl-student"], None)
+    register_store_refs(tmp_path / "store")
+    result = arm_divergence({"stored": "kl-student", "folder": str(setup / "student"), "gone": "no-such-name"},
+                            ArmDivergenceConfig(setup / "cache", bootstrap=200, device="cpu"))
+    stored, folder = result["arms"]["stored"], result["arms"]["folder"]
+    assert stored["available"] and stored["metrics"] == folder["metrics"]
+    assert not result["arms"]["gone"]["available"] and "does not exist" in result["arms"]["gone"]["reason"]
+
+
+def test_the_embedded_arm_scores_zero_against_a_cache_of_its_own_log_probs(tmp_path):
+    """The embedded SmolLM2 (the de-quantized folder its backend runs) on a cache it scored itself, recorded
+    with the tokenizer fingerprint the agent writes into records: the fingerprints agree and KL is ~0."""
+    from pdbgym.agent.backends.base import tokenizer_info
+    from pdbgym.agent.backends.embedded import embedded_model_dir, load_embedded_tokenizer
+    from pdbgym.rollouts.cache import write_cache
+
+    info = tokenizer_info(load_embedded_tokenizer())
+    records = _records(info["fingerprint"])
+    for record in records:
+        record.metadata["tokenizer"] = info
+        record.tokens = [t * 700 + 11 for t in record.tokens]  # spread over the 49k vocabulary
+    model = load_causal_lm(embedded_model_dir(), device="cpu")
+    for record, values in zip(records, score_records(model, records, SEMANTICS, ScoringConfig(show_progress=False)),
+                              strict=True):
+        logprobs = np.zeros(record.response_length)
+        logprobs[np.array(record.loss_mask) == 1] = values
+        record.rollout_log_probs = logprobs.tolist()
+    write_cache(tmp_path / "cache", records)
+    result = arm_divergence({"emb": "embedded"}, ArmDivergenceConfig(tmp_path / "cache", bootstrap=100, device="cpu"))
+    assert result["arms"]["emb"]["available"], result["arms"]["emb"]
+    assert result["arms"]["emb"]["compat"]["kl_fwd_mean"] == pytest.approx(0.0, abs=1e-5)
