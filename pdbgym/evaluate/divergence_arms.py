@@ -149,7 +149,8 @@ def campaign_divergence(arms: Mapping[str, str], cache: Path, out_dir: Path) -> 
     result is kept as ``OUT/divergence.json`` so ``pdbgym eval report OUT`` shows it again."""
     from pdbgym.fileio import write_json_atomic
 
-    result = arm_divergence(arms, ArmDivergenceConfig(cache, work_dir=Path(out_dir) / "divergence-work"))
+    result = arm_divergence(arms, ArmDivergenceConfig(cache, work_dir=Path(out_dir) / "divergence-work",
+                                                      show_progress=True))
     write_json_atomic(Path(out_dir) / DIVERGENCE_FILE, result)
     return result
 
