@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,8 +16,8 @@ app = typer.Typer(no_args_is_help=True)
 console = Console()
 err_console = Console(stderr=True)
 
-STORE_OPTION = typer.Option(None, "--store", help="Store folder (default: $PDBGYM_HOME/adapters, ~/.pdbgym).")
-JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+StoreOption = Annotated[Path | None, typer.Option("--store", help="Store folder (default: $PDBGYM_HOME/adapters, ~/.pdbgym).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
 def _store(root: Path | None) -> Any:
@@ -46,19 +46,19 @@ def _byte_progress(description: str, enabled: bool):
 
 @app.command("register")
 def register_command(
-    path: Path = typer.Argument(..., help="Adapter folder (PEFT) or model folder (a base reference)."),
-    parent: str | None = typer.Option(None, "--parent", help="What it was trained against: name, hash or folder."),
-    name: list[str] = typer.Option([], "--name", help="Alias to refer to it by (repeatable)."),
-    recipe: Path | None = typer.Option(None, "--recipe", help="JSON with corpus_hash, seed, rank, epochs, lr, ..."),
-    corpus_hash: str | None = typer.Option(None, help="Recipe: hash of the training corpus."),
-    seed: int | None = typer.Option(None, help="Recipe: random seed."),
-    rank: int | None = typer.Option(None, help="Recipe: LoRA rank."),
-    epochs: float | None = typer.Option(None, help="Recipe: epochs."),
-    lr: float | None = typer.Option(None, help="Recipe: learning rate."),
-    effective_batch: int | None = typer.Option(None, help="Recipe: effective batch size (sequences)."),
-    context: int | None = typer.Option(None, help="Recipe: context length (tokens)."),
-    store: Path | None = STORE_OPTION,
-    as_json: bool = JSON_OPTION,
+    path: Annotated[Path, typer.Argument(help="Adapter folder (PEFT) or model folder (a base reference).")],
+    parent: Annotated[str | None, typer.Option("--parent", help="What it was trained against: name, hash or folder.")] = None,
+    name: Annotated[list[str] | None, typer.Option("--name", help="Alias to refer to it by (repeatable).")] = None,
+    recipe: Annotated[Path | None, typer.Option("--recipe", help="JSON with corpus_hash, seed, rank, epochs, lr, ...")] = None,
+    corpus_hash: Annotated[str | None, typer.Option(help="Recipe: hash of the training corpus.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Recipe: random seed.")] = None,
+    rank: Annotated[int | None, typer.Option(help="Recipe: LoRA rank.")] = None,
+    epochs: Annotated[float | None, typer.Option(help="Recipe: epochs.")] = None,
+    lr: Annotated[float | None, typer.Option(help="Recipe: learning rate.")] = None,
+    effective_batch: Annotated[int | None, typer.Option(help="Recipe: effective batch size (sequences).")] = None,
+    context: Annotated[int | None, typer.Option(help="Recipe: context length (tokens).")] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Store an adapter with the exact weights it was trained against, or a base model reference."""
     from pdbgym.adapters.operations import load_recipe, register_path
@@ -67,7 +67,7 @@ def register_command(
                                        "lr": lr, "effective_batch": effective_batch, "context": context})
     target = _store(store)
     with _byte_progress("hashing", not as_json) as on_bytes:
-        result = register_path(target, path, parent, name, recipe_data, on_bytes)
+        result = register_path(target, path, parent, name or [], recipe_data, on_bytes)
     lineage = target.lineage(result.record["id"])
     if as_json:
         _emit_json({"record": result.record, "notes": result.notes, "servable": lineage.servable,
@@ -88,9 +88,9 @@ def register_command(
 
 @app.command("lineage")
 def lineage_command(
-    ref: str = typer.Argument(..., help="Name, hash prefix or registered folder."),
-    store: Path | None = STORE_OPTION,
-    as_json: bool = JSON_OPTION,
+    ref: Annotated[str, typer.Argument(help="Name, hash prefix or registered folder.")],
+    store: StoreOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Print the chain base -> ... -> REF with hashes, and whether every layer is present (exit 1 if not)."""
     from pdbgym.adapters.operations import describe_recipe, lookup
@@ -124,7 +124,7 @@ def lineage_command(
 
 
 @app.command("list")
-def list_command(store: Path | None = STORE_OPTION, as_json: bool = JSON_OPTION) -> None:
+def list_command(store: StoreOption = None, as_json: JsonOption = False) -> None:
     """List everything in the store."""
     target = _store(store)
     nodes = target.all_nodes()
@@ -144,12 +144,12 @@ def list_command(store: Path | None = STORE_OPTION, as_json: bool = JSON_OPTION)
 
 @app.command("merge")
 def merge_command(
-    ref: str = typer.Argument(..., help="The adapter to merge: name, hash prefix or registered folder."),
-    out: Path = typer.Option(..., "--out", help="New folder for the merged model."),
-    onto: Path | None = typer.Option(None, "--onto", help="Merge REF alone onto this model folder (checked by hash)."),
-    verify: bool = typer.Option(True, "--verify/--no-verify", help="Compare logits with PEFT's stacking after."),
-    store: Path | None = STORE_OPTION,
-    as_json: bool = JSON_OPTION,
+    ref: Annotated[str, typer.Argument(help="The adapter to merge: name, hash prefix or registered folder.")],
+    out: Annotated[Path, typer.Option("--out", help="New folder for the merged model.")],
+    onto: Annotated[Path | None, typer.Option("--onto", help="Merge REF alone onto this model folder (checked by hash).")] = None,
+    verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Compare logits with PEFT's stacking after.")] = True,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Merge REF's whole recorded chain (base, SFT, delta) into a model folder with a lineage manifest."""
     from pdbgym.adapters.operations import merge_ref
@@ -182,8 +182,8 @@ def _print_verification(result: Any) -> None:
 
 @app.command("verify")
 def verify_command(
-    folder: Path = typer.Argument(..., help="A folder produced by `pdbgym adapters merge`."),
-    as_json: bool = JSON_OPTION,
+    folder: Annotated[Path, typer.Argument(help="A folder produced by `pdbgym adapters merge`.")],
+    as_json: JsonOption = False,
 ) -> None:
     """Rerun the merged-vs-stacked logit comparison recorded in FOLDER's manifest."""
     from pdbgym.adapters.verify import verify_folder
@@ -199,12 +199,12 @@ def verify_command(
 
 @app.command("accept")
 def accept_command(
-    candidate: Path = typer.Argument(..., help="Retrained adapter folder (with trainer_state.json or --metrics)."),
-    targets: Path = typer.Option(..., "--targets", help="JSON targets, see docs/adapters.md."),
-    metrics: Path | None = typer.Option(None, "--metrics", help="trainer_state.json or JSONL of step/val_loss."),
-    lineage: str | None = typer.Option(None, "--lineage", help="The unservable adapter whose lost layer this replaces."),
-    store: Path | None = STORE_OPTION,
-    as_json: bool = JSON_OPTION,
+    candidate: Annotated[Path, typer.Argument(help="Retrained adapter folder (with trainer_state.json or --metrics).")],
+    targets: Annotated[Path, typer.Option("--targets", help="JSON targets, see docs/adapters.md.")],
+    metrics: Annotated[Path | None, typer.Option("--metrics", help="trainer_state.json or JSONL of step/val_loss.")] = None,
+    lineage: Annotated[str | None, typer.Option("--lineage", help="The unservable adapter whose lost layer this replaces.")] = None,
+    store: StoreOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Compare a retrained adapter with the recorded targets of a lost layer."""
     from pdbgym.adapters.accept import evaluate, load_targets, relate_to_lineage

@@ -6,6 +6,7 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -26,20 +27,19 @@ def register(app: typer.Typer) -> None:
 
 
 def synth_command(
-    sources: list[str] = typer.Argument(..., help="Project folders and/or pypi:NAME==VERSION specs."),
-    out: Path = typer.Option(..., "--out", help="Folder to write task folders into (state kept in OUT/.synth)."),
-    max_tasks: int = typer.Option(20, "--max", min=1, help="Tasks to keep per source."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the candidate order; same seed, same tasks."),
-    workers: int = typer.Option(max(1, os.cpu_count() or 1), "--workers", min=1, help="Parallel processes."),
-    baseline_runs: int = typer.Option(3, "--baseline-runs", min=1, help="Clean-suite runs to find flaky tests."),
-    timeout: float = typer.Option(5.0, "--timeout", min=0.1, help="Per-test timeout in seconds."),
-    operators: str = typer.Option("", "--operators", help="Comma-separated operator names (default: all)."),
-    max_candidates: int = typer.Option(0, "--max-candidates", min=0, help="Stop after this many candidates (0: no cap)."),
-    all_tests: bool = typer.Option(False, "--all-tests", help="Rerun the whole suite per candidate (slow baseline)."),
-    no_hot: bool = typer.Option(False, "--no-hot", help="Run every mutant from files, never in a collected session."),
-    recheck_fixed: bool = typer.Option(False, "--recheck-fixed",
-                                       help="Also rerun each kept task's tests on its patched repo."),
-    as_json: bool = typer.Option(False, "--json", help="Print the per-source report as JSON."),
+    sources: Annotated[list[str], typer.Argument(help="Project folders and/or pypi:NAME==VERSION specs.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write task folders into (state kept in OUT/.synth).")],
+    max_tasks: Annotated[int, typer.Option("--max", min=1, help="Tasks to keep per source.")] = 20,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the candidate order; same seed, same tasks.")] = 0,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Parallel processes.")] = max(1, os.cpu_count() or 1),
+    baseline_runs: Annotated[int, typer.Option("--baseline-runs", min=1, help="Clean-suite runs to find flaky tests.")] = 3,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Per-test timeout in seconds.")] = 5.0,
+    operators: Annotated[str, typer.Option("--operators", help="Comma-separated operator names (default: all).")] = "",
+    max_candidates: Annotated[int, typer.Option("--max-candidates", min=0, help="Stop after this many candidates (0: no cap).")] = 0,
+    all_tests: Annotated[bool, typer.Option("--all-tests", help="Rerun the whole suite per candidate (slow baseline).")] = False,
+    no_hot: Annotated[bool, typer.Option("--no-hot", help="Run every mutant from files, never in a collected session.")] = False,
+    recheck_fixed: Annotated[bool, typer.Option("--recheck-fixed", help="Also rerun each kept task's tests on its patched repo.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the per-source report as JSON.")] = False,
 ) -> None:
     from pdbgym.progress import progress
     from pdbgym.tasks.synth.engine import SynthConfig, synthesize_source
@@ -100,14 +100,13 @@ def _print_reports(reports: list) -> None:
 
 
 def split_command(
-    task_dir: Path = typer.Argument(..., help="Folder of task folders (or a suite name)."),
-    val: float = typer.Option(0.3, "--val", help="Fraction of tasks for the val split."),
-    test: float = typer.Option(0.0, "--test", help="Fraction of tasks for the test split."),
-    group_by: str = typer.Option("source-module", "--group-by",
-                                 help="Unit kept within one split: source-module, function, source or task."),
-    seed: int = typer.Option(0, "--seed", help="Seed for dealing groups to splits."),
-    out: Path = typer.Option(..., "--out", help="Split file to write (JSON)."),
-    as_json: bool = typer.Option(False, "--json", help="Print split sizes as JSON."),
+    task_dir: Annotated[Path, typer.Argument(help="Folder of task folders (or a suite name).")],
+    out: Annotated[Path, typer.Option("--out", help="Split file to write (JSON).")],
+    val: Annotated[float, typer.Option("--val", help="Fraction of tasks for the val split.")] = 0.3,
+    test: Annotated[float, typer.Option("--test", help="Fraction of tasks for the test split.")] = 0.0,
+    group_by: Annotated[str, typer.Option("--group-by", help="Unit kept within one split: source-module, function, source or task.")] = "source-module",
+    seed: Annotated[int, typer.Option("--seed", help="Seed for dealing groups to splits.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print split sizes as JSON.")] = False,
 ) -> None:
     from pdbgym.tasks.splits import check_splits, make_splits, split_warnings, write_splits
 
@@ -140,8 +139,8 @@ def _print_overlaps(overlaps: list) -> None:
 
 
 def check_splits_command(
-    split_file: Path = typer.Argument(..., help="Split file written by `pdbgym tasks split`."),
-    as_json: bool = typer.Option(False, "--json", help="Print overlaps as JSON."),
+    split_file: Annotated[Path, typer.Argument(help="Split file written by `pdbgym tasks split`.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print overlaps as JSON.")] = False,
 ) -> None:
     from pdbgym.tasks.splits import check_splits, load_splits
 
@@ -157,10 +156,10 @@ def check_splits_command(
 
 
 def import_swebench_command(
-    jsonl: Path = typer.Argument(..., help="SWE-bench-style JSONL (FAIL_TO_PASS/PASS_TO_PASS lists or JSON strings)."),
-    out: Path = typer.Option(..., "--out", help="Folder to write task folders into."),
-    repos: Path = typer.Option(None, "--repos", help="Folder holding <instance_id>/ checkouts for rows without repo_path."),
-    as_json: bool = typer.Option(False, "--json", help="Print per-row outcomes as JSON."),
+    jsonl: Annotated[Path, typer.Argument(help="SWE-bench-style JSONL (FAIL_TO_PASS/PASS_TO_PASS lists or JSON strings).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write task folders into.")],
+    repos: Annotated[Path, typer.Option("--repos", help="Folder holding <instance_id>/ checkouts for rows without repo_path.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print per-row outcomes as JSON.")] = False,
 ) -> None:
     from pdbgym.tasks.swebench import import_swebench
 
@@ -178,9 +177,9 @@ def import_swebench_command(
 
 
 def export_swebench_command(
-    tasks: str = typer.Argument(..., help="Suite name, task folder or folder of tasks."),
-    out: Path = typer.Option(..., "--out", help="JSONL file to write."),
-    lists: bool = typer.Option(False, "--lists", help="Write FAIL_TO_PASS/PASS_TO_PASS as lists, not JSON strings."),
+    tasks: Annotated[str, typer.Argument(help="Suite name, task folder or folder of tasks.")],
+    out: Annotated[Path, typer.Option("--out", help="JSONL file to write.")],
+    lists: Annotated[bool, typer.Option("--lists", help="Write FAIL_TO_PASS/PASS_TO_PASS as lists, not JSON strings.")] = False,
 ) -> None:
     from pdbgym.tasks.suites import resolve_tasks
     from pdbgym.tasks.swebench import export_swebench
