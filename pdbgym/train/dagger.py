@@ -225,6 +225,17 @@ def _resolve_tasks(config: DaggerConfig) -> tuple[list[Any], list[Any]]:
     return train, val
 
 
+def _check_names_free(config: DaggerConfig, prefix: str) -> None:
+    """Refuse before any episode when an iterate's store name is taken (a rerun into the same store)."""
+    from pdbgym.adapters.store import Store
+
+    store = Store(config.store)
+    taken = [f"{prefix}-iter{i}" for i in range(config.iterations) if f"{prefix}-iter{i}" in store.names()]
+    if taken:
+        raise DaggerError(f"the store at {store.root} already holds {', '.join(taken)}; pass --name-prefix or "
+                          "another --store")
+
+
 def train_dagger(config: DaggerConfig, on_event: Event | None = None) -> DaggerResult:
     """Run ``config.iterations`` DAgger iterations (module docstring); returns the iterations table."""
     from pdbgym.agent.backends.base import SamplingParams
@@ -235,6 +246,7 @@ def train_dagger(config: DaggerConfig, on_event: Event | None = None) -> DaggerR
     out, device = Path(config.out), pick_device(config.device)
     prefix = config.name_prefix or out.name
     train_tasks, val_tasks = _resolve_tasks(config)
+    _check_names_free(config, prefix)
     teacher = load_policy(config.teacher, config, device)
     student = load_policy(config.student, config, device)
     fingerprint = check_tokenizers(student, teacher)

@@ -38,7 +38,7 @@ def test_two_iterations_label_student_states_and_record_lineage(tmp_path, tiny_m
     from pdbgym.adapters.store import Store
     from pdbgym.rollouts.cache import read_cache
     from pdbgym.train.corpus import load_corpus
-    from pdbgym.train.dagger import kl_to_cache, load_policy, train_dagger, turn_spans
+    from pdbgym.train.dagger import DaggerError, kl_to_cache, load_policy, train_dagger, turn_spans
 
     config = _config(tmp_path, tiny_model_dir, teacher_dir)
     result = train_dagger(config)
@@ -78,6 +78,8 @@ def test_two_iterations_label_student_states_and_record_lineage(tmp_path, tiny_m
     kl_initial = kl_to_cache(load_policy(str(tiny_model_dir), config, "cpu"), cache)
     kl_iterate = kl_to_cache(load_policy("dagger-iter1", config, "cpu"), cache)
     assert kl_initial == pytest.approx(0.0, abs=1e-5) and kl_iterate > max(1e-5, 10 * kl_initial)
+    with pytest.raises(DaggerError, match="already holds dagger-iter0, dagger-iter1"):
+        train_dagger(config)  # a rerun into the same store is refused before any episode
 
 
 def test_turn_spans_are_runs_of_generated_ids():

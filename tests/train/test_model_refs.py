@@ -58,8 +58,8 @@ def test_unknown_names_and_broken_lineage_are_refused(trained):
     from pdbgym.adapters.store import Store
     from pdbgym.agent.backends.base import BackendError
     from pdbgym.agent.policies import parse_policy
-    from pdbgym.evaluate.campaign import Arm
     from pdbgym.errors import PdbgymError
+    from pdbgym.evaluate.campaign import Arm
 
     config, result = trained
     with pytest.raises(BackendError, match="is not"):
