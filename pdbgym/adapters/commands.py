@@ -93,7 +93,7 @@ def lineage_command(
     as_json: JsonOption = False,
 ) -> None:
     """Print the chain base -> ... -> REF with hashes, and whether every layer is present (exit 1 if not)."""
-    from pdbgym.adapters.operations import describe_recipe, lookup
+    from pdbgym.adapters.operations import lookup
 
     target = _store(store)
     lineage = target.lineage(lookup(target, ref))
@@ -104,6 +104,18 @@ def lineage_command(
         if not lineage.servable:
             raise typer.Exit(1)
         return
+    console.print(_lineage_table(target, lineage, ref))
+    if lineage.servable:
+        console.print("[green]servable[/]: every layer is present.")
+    else:
+        console.print("[bold red]unservable[/]: " + escape(" ".join(lineage.problems)))
+        raise typer.Exit(1)
+
+
+def _lineage_table(target: Any, lineage: Any, ref: str) -> Table:
+    """One row per layer, base first: label, kind (method and rank for adapters), hash, status, recipe."""
+    from pdbgym.adapters.operations import describe_recipe
+
     table = Table(title=f"lineage of {escape(ref)}")
     for column in ("#", "layer", "kind", "hash", "status", "recipe"):
         table.add_column(column)
@@ -115,12 +127,7 @@ def lineage_command(
         status = "[green]present[/]" if layer.problem is None else "[red]MISSING[/]" if not record else "[red]broken[/]"
         table.add_row(str(depth), escape(target.label(layer.node_id)) if record else "?", kind, layer.node_id[:16],
                       status, escape(describe_recipe(record.get("recipe"))))
-    console.print(table)
-    if lineage.servable:
-        console.print("[green]servable[/]: every layer is present.")
-    else:
-        console.print("[bold red]unservable[/]: " + escape(" ".join(lineage.problems)))
-        raise typer.Exit(1)
+    return table
 
 
 @app.command("list")

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pdbgym.progress import progress
+from pdbgym.rollouts.summary import CacheSummary
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -95,6 +96,11 @@ def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> 
     if as_json:
         print(json.dumps(_json_safe({"cache_dir": str(folder), **summary.to_dict()}), indent=2))
         return
+    console.print(_summary_table(folder, summary))
+
+
+def _summary_table(folder: Path, summary: CacheSummary) -> Table:
+    """The cache summary as a two-column table (what, value)."""
     table = Table(title=f"teacher cache {folder}", show_header=False)
     table.add_column("what")
     table.add_column("value")
@@ -117,7 +123,7 @@ def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> 
     ]
     for name, value in rows:
         table.add_row(name, value)
-    console.print(table)
+    return table
 
 
 @app.command("convert")
