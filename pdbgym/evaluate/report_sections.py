@@ -107,7 +107,7 @@ def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
     def clean(cell: str) -> str:
         return cell.replace("|", "\\|").replace("\n", " ")
 
-    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return (["| " + " | ".join(clean(h) for h in head) + " |", "|" + "---|" * len(head)]
             + ["| " + " | ".join(clean(c) for c in row) + " |" for row in rows])
 
 

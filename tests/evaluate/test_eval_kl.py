@@ -150,6 +150,7 @@ def test_eval_with_a_teacher_cache_puts_kl_in_json_and_report(setup, tiny_task, 
     markdown = (out / "report.md").read_text()
     section = markdown[markdown.index("## KL to the teacher cache"):]
     assert "| base | " in section and "| copy | 0.0000" in section and "fingerprint" in section
+    assert "| arm | KL(T\\|\\|S) k3 |" in section  # pipes in a header are escaped: the table keeps its columns
     assert "### Paired KL differences (A - B)" in section and "| base | copy | +" in section
     page = (out / "report.html").read_text()
     assert "KL to the teacher cache" in page and "Paired KL differences" in page
