@@ -34,7 +34,20 @@ from pdbgym.tasks.model import Task
 
 @dataclass
 class AgentConfig:
-    """Agent-side limits. Token counts are tokens of the trajectory (prompt + response)."""
+    """Agent-side settings of one episode. Token counts are tokens of the trajectory (prompt + response).
+
+    Args:
+        tool_format: how turns write tool calls: ``text``, ``qwen3_xml`` or ``hermes``
+            (``agent.toolcalls.FORMATS``); callers usually take it from the tokenizer's chat template.
+        max_context_tokens: trajectory cap; a turn may use only the room left, and none left ends the
+            episode as ``ctx_overflow``. Default 32768.
+        sampling: temperature, top_p, max_new_tokens (per turn), seed. Default ``SamplingParams()``.
+        max_malformed: malformed tool calls in a row that end the episode as ``other``. Default 3.
+        dataset: the record's ``_eval_dataset_name``. Default ``"pdbgym"``.
+        sample_idx: the record's ``_sample_idx`` (which sample of this task). Default 0.
+        check_trajectory: decode the ids at the end and compare them with the transcript text
+            (``TrajectoryDriftError`` on a mismatch). Default True.
+    """
 
     tool_format: str = "text"
     max_context_tokens: int = 32768
@@ -42,7 +55,7 @@ class AgentConfig:
     max_malformed: int = 3
     dataset: str = "pdbgym"
     sample_idx: int = 0
-    check_trajectory: bool = True  # decode the ids and compare with the transcript at the end
+    check_trajectory: bool = True
 
 
 @dataclass
