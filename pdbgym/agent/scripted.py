@@ -33,6 +33,7 @@ class ScriptedPolicy:
     """Replays ``scripted_actions``; ``submit`` once the script is exhausted."""
 
     name = "scripted"
+    deterministic = True  # the same state always gives the same action: a point-mass teacher
 
     def __init__(self, task: Task | None = None) -> None:
         self._actions: Iterator[Action] = iter(())

@@ -3,7 +3,9 @@
 ``ModelTurns`` asks a backend to sample each turn (ids and log-probs as sampled). ``ActionPolicyTurns``
 wraps a policy that returns ``Action`` objects (scripted, human): each action is written in the
 tool-call format, tokenized with the chosen tokenizer and closed with its end-of-turn token; these ids
-carry loss_mask 1 and log-prob 0.0 under semantics ``engine="none"``, so such trajectories can seed SFT.
+carry loss_mask 1 and log-prob 0.0, so such trajectories can seed SFT. A deterministic policy (scripted)
+records semantics ``engine="deterministic"``: its turns have probability 1, so 0.0 is exact; a person's
+turns record ``engine="none"``: no distribution, 0.0 is a placeholder.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from pdbgym.rollouts.record import LogprobSemantics
 from pdbgym.tasks.model import Task
 
 NO_LOGPROBS = LogprobSemantics(engine="none", temperature=1.0)
+# A policy that writes the same turn in the same state (``deterministic = True``, e.g. scripted) is a
+# point mass: log p = 0 is its exact log-prob, not a placeholder.
+POINT_MASS = LogprobSemantics(engine="deterministic", temperature=1.0)
 
 
 class TurnSource(Protocol):
@@ -60,7 +65,7 @@ class ActionPolicyTurns:
         self.tokenizer = tokenizer
         self.tool_format = tool_format
         self.name = name
-        self.semantics = NO_LOGPROBS
+        self.semantics = POINT_MASS if getattr(policy, "deterministic", False) else NO_LOGPROBS
         if tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {name} has no eos token to close an assistant turn with")
 

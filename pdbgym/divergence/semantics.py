@@ -31,6 +31,10 @@ class NotModelLogprobsError(SemanticsError):
 def check_teacher_logprobs(semantics: LogprobSemantics, *, rescored: bool = False) -> None:
     """Refuse a cache whose log-probs cannot stand for the teacher's (``NotModelLogprobsError``).
 
+    Engine ``deterministic`` (a scripted teacher) passes: its log-prob 0.0 is exact, so KL(T||S) per
+    token is -log S(y), the student's cross-entropy on the teacher's tokens, which k1 gives exactly
+    (k3 assumes the student's support lies in the teacher's and reads low there).
+
     Constrained log-probs are of a grammar-masked, renormalized distribution: the samples were not
     drawn from the model, so no re-scoring helps. Engine ``none`` log-probs are 0.0 placeholders (a
     text-only server, scripted or human turns); ``rescored`` (the teacher model re-scores the cache

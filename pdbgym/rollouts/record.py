@@ -116,6 +116,8 @@ class LogprobSemantics:
     when ``top_p_renormalized`` is true. ``temperature == 1`` with ``top_p_renormalized`` false is the raw
     distribution. ``engine`` names the producer (``hf``, ``sglang``, ``vllm:raw_logprobs``, ...).
     ``engine == "none"`` means the producer gave no log-probs (the values are 0.0 placeholders).
+    ``engine == "deterministic"`` means a deterministic policy (scripted) wrote the turns: each has
+    probability 1 under that policy, so log-prob 0.0 is exact.
     ``constrained`` means tokens were drawn after a grammar masked the logits (``grammar`` names it):
     the log-probs are then of that masked, renormalized distribution, not of the model's own.
     """

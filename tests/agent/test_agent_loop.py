@@ -27,7 +27,7 @@ def test_scripted_policy_yields_sft_ready_record_and_transcript(tiny_task, smol_
         "instance_id": "demo__sub", "_eval_dataset_name": "unit", "_sample_idx": 3, "task_type": "pdb_debug"}
     assert record.metadata["tokenizer"] == {"name": "SmolLM2-135M-Instruct", "vocab_size": 49152,
                                             "fingerprint": tokenizer_fingerprint(smol_tokenizer)}
-    assert record.logprob_semantics == LogprobSemantics("none", 1.0)
+    assert record.logprob_semantics == LogprobSemantics("deterministic", 1.0)  # a point mass: 0.0 is exact
     assert len(record.tokens) == record.prompt_len + record.response_length
     assert set(record.rollout_log_probs) == {0.0}
     # Each action's ids end with <|im_end|> under loss 1; template deltas sit between them under loss 0.

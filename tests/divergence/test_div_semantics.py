@@ -59,3 +59,13 @@ def test_command_line_options_build_the_transform_or_explain_what_is_missing():
         explicit_semantics(0.7, 0.9, None)
     with pytest.raises(SemanticsError, match="needs --top-p"):
         explicit_semantics(0.7, None, True)
+
+
+def test_deterministic_teacher_passes_and_absent_logprobs_do_not():
+    """A scripted teacher's 0.0 log-probs are exact (a point mass); a producer without log-probs is refused."""
+    from pdbgym.divergence.semantics import NotModelLogprobsError, check_teacher_logprobs
+    from pdbgym.rollouts.record import LogprobSemantics
+
+    check_teacher_logprobs(LogprobSemantics("deterministic", 1.0))
+    with pytest.raises(NotModelLogprobsError, match="engine 'none'"):
+        check_teacher_logprobs(LogprobSemantics("none", 1.0))
