@@ -4,7 +4,8 @@ The agent controls every file it can write, so grading is built as a security bo
 is in docs/sandbox.md, "Grading as a security boundary"). The grading tree is the task's pristine repo
 plus the agent's changes to ordinary source files (``pdbgym.env.gradetree``; tests, test configuration,
 start-up files and modules that would shadow the standard library or the test runner are never taken,
-and each one ignored is listed with its reason). The tests run through the hardened runner
+and each one ignored is listed with its reason). Where the sandbox can (bwrap), the tree's test folders
+and test files are bound read-only for the run; elsewhere they are re-checked after it. The tests run through the hardened runner
 (``pdbgym.tasks.testrun``): an isolated interpreter with the project last on ``sys.path`` and a result
 channel judged record by record. Solved means every FAIL_TO_PASS and every PASS_TO_PASS test passed and
 the channel showed no forgery; a test missing from the run counts as failed; a forged run is tampered.
@@ -20,7 +21,7 @@ from pathlib import Path
 from pdbgym.env.gradetree import TreePlan, overlay_agent_changes
 from pdbgym.sandbox import Sandbox
 from pdbgym.tasks.model import Task
-from pdbgym.tasks.protect import is_protected_path, protected_digests
+from pdbgym.tasks.protect import is_protected_path, protected_bind_paths, protected_digests
 from pdbgym.tasks.testrun import run_tests
 
 __all__ = ["GradeResult", "grade", "grading_plan", "is_protected_path"]
@@ -70,8 +71,12 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
     with tempfile.TemporaryDirectory(prefix="pdbgym-grade-") as tmp:
         tree = Path(tmp) / "repo"
         plan = overlay_agent_changes(task.repo, workspace, tree)
-        run = run_tests(sandbox, tree, task, task.all_tests)
-        # Checked from outside the run: the code under test could write the tree's test files.
+        # The pristine tests and test configuration, read-only for the run where the sandbox can bind
+        # them: the code under test can then not swap a test file between a check and pytest's read.
+        readonly = [tree / rel for rel in protected_bind_paths(str(tree))] if sandbox.binds_readonly else []
+        run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly)
+        # Checked from outside the run as well: without the binds (plain) the code under test can write
+        # the tree's test files.
         after, before = protected_digests(str(tree)), protected_digests(str(task.repo))
         run.tampered += [f"the run changed test file {rel}" for rel in sorted(set(before) | set(after))
                          if before.get(rel) != after.get(rel) and rel not in plan.ignored]

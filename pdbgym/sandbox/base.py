@@ -30,10 +30,15 @@ class Sandbox(ABC):
 
     name: str = "abstract"
     isolated: bool = False
+    # Whether ``run`` can bind paths of the workspace read-only (``readonly_paths``); a backend that
+    # cannot refuses them rather than run the command with the paths writable.
+    binds_readonly: bool = False
 
     @abstractmethod
-    def wrap(self, argv: list[str], workspace: Path, limits: Limits) -> list[str]:
-        """The argv that runs ``argv`` confined, with ``workspace`` as working directory."""
+    def wrap(self, argv: list[str], workspace: Path, limits: Limits,
+             readonly_paths: Sequence[Path] = ()) -> list[str]:
+        """The argv that runs ``argv`` confined, with ``workspace`` as working directory and each of
+        ``readonly_paths`` (checked: inside the workspace, no links) read-only for the whole run."""
 
     def run(
         self,
@@ -42,14 +47,21 @@ class Sandbox(ABC):
         limits: Limits = Limits(),
         env: dict[str, str] | None = None,
         stdin: str | None = None,
+        readonly_paths: Sequence[str | Path] = (),
     ) -> RunResult:
-        """Run ``argv`` to completion (or ``limits.wall_time_s``) and return its bounded output."""
+        """Run ``argv`` to completion (or ``limits.wall_time_s``) and return its bounded output.
+
+        ``readonly_paths`` (files or folders inside ``workspace``) are bound read-only over the writable
+        workspace: the command can neither write, replace, rename nor remove them, nor rename a folder
+        holding one. Only where ``binds_readonly``; elsewhere giving any raises ``SandboxError``.
+        """
         argv, workspace = _check_request(argv, workspace)
+        readonly = self._check_readonly(readonly_paths, workspace)
         env = sandbox_env(workspace) if env is None else env
         started = time.monotonic()
         try:
             popen, cgroup = self._popen(
-                argv, workspace, limits, env,
+                argv, workspace, limits, env, readonly,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             )
@@ -80,7 +92,7 @@ class Sandbox(ABC):
         master_fd, slave_fd = pty.openpty()
         _make_raw(slave_fd)
         try:
-            popen, cgroup = self._popen(argv, workspace, limits, env,
+            popen, cgroup = self._popen(argv, workspace, limits, env, [],
                                         stdin=slave_fd, stdout=slave_fd, stderr=slave_fd)
         except FileNotFoundError as exc:
             os.close(master_fd)
@@ -89,10 +101,30 @@ class Sandbox(ABC):
             os.close(slave_fd)
         return PtyProcess(popen, master_fd, cgroup)
 
+    def _check_readonly(self, paths: Sequence[str | Path], workspace: Path) -> list[Path]:
+        """The read-only paths as absolute paths, each checked to be a file or folder inside the
+        workspace reached without a symlink (a link could point the bind at a host path)."""
+        if isinstance(paths, (str, Path)):
+            raise SandboxError(f"readonly_paths must be a list of paths, got {paths!r}")
+        if paths and not self.binds_readonly:
+            raise SandboxError(f"the {self.name} sandbox cannot bind paths read-only ({len(paths)} asked for); "
+                               "check Sandbox.binds_readonly first and verify those files after the run instead")
+        checked: list[Path] = []
+        for given in paths:
+            path = Path(os.path.abspath(Path(workspace, given)))  # absolute stays; ".." resolved
+            if os.path.realpath(path) != str(path) or not path.is_relative_to(workspace) \
+                    or path == workspace or not (path.is_file() or path.is_dir()):
+                raise SandboxError(f"read-only path {given} is not a file or folder inside the workspace "
+                                   f"{workspace} (or is reached through a link); give paths inside it")
+            checked.append(path)
+        return checked
+
     def _popen(
-        self, argv: list[str], workspace: Path, limits: Limits, env: dict[str, str], **stdio: object
+        self, argv: list[str], workspace: Path, limits: Limits, env: dict[str, str],
+        readonly: list[Path], **stdio: object,
     ) -> tuple[subprocess.Popen, CommandCgroup | None]:
-        wrapped = self.wrap(argv, workspace, limits)
+        # Without read-only paths, wrap is called as before, so a backend written for three arguments works.
+        wrapped = self.wrap(argv, workspace, limits, readonly) if readonly else self.wrap(argv, workspace, limits)
         cgroup = CommandCgroup.create(limits.max_processes, limits.tree_memory_limit)
         cgroup_fds = cgroup.open_procs_fds() if cgroup is not None else []
         try:

@@ -3,8 +3,9 @@
 The sandbox's root is an empty tmpfs holding, read-only: ``/usr`` (and the ``/bin``, ``/lib*``,
 ``/sbin`` links or folders), a minimal ``/etc`` (generated ``passwd``/``group``/``hosts``/
 ``nsswitch.conf``, the dynamic loader's cache, time zone and TLS certificates), the running
-interpreter's prefixes and site-packages, and pdbgym's package folder; read-write: the workspace only,
-plus a private size-bounded ``/tmp`` and ``/dev/shm``. Host homes, ``/root``, ``/run``, ``/var``,
+interpreter's prefixes and site-packages, and pdbgym's package folder; read-write: the workspace only
+(less the ``readonly_paths`` a caller binds read-only over it, ``readonly_args``), plus a private
+size-bounded ``/tmp`` and ``/dev/shm``. Host homes, ``/root``, ``/run``, ``/var``,
 ``/etc/shadow``, host sockets, the caller's working folder and the host's ``/tmp`` are not there.
 ``/proc`` is the sandbox's own (its PID namespace) and read-only, so ``/proc/sys`` and
 ``/proc/sysrq-trigger`` cannot be written. The command runs as uid/gid 1000 in a user namespace
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from pdbgym.errors import SandboxError
@@ -203,11 +205,30 @@ def _system_args() -> list[str]:
     return args
 
 
+def readonly_args(workspace: Path, paths: Sequence[Path]) -> list[str]:
+    """Binds that make ``paths`` (inside ``workspace``) read-only and keep them where they are.
+
+    Each path is bound read-only onto itself, so writing it fails with EROFS and replacing or removing
+    it with EBUSY (it is a mount point). Each folder between the workspace and a path is first bound
+    onto itself (writable): a mount point cannot be renamed, so the command cannot move the folder away
+    and put a forged one in its place. Folders come first, outermost first, since a later bind over a
+    folder would hide the binds made inside it; a path inside another one needs no bind of its own.
+    """
+    outermost = sorted({p for p in paths if not any(p != q and p.is_relative_to(q) for q in paths)})
+    folders = sorted({str(parent) for p in outermost for parent in p.parents
+                      if parent != workspace and parent.is_relative_to(workspace)},
+                     key=lambda f: (f.count("/"), f))
+    args = [arg for folder in folders for arg in ("--bind", folder, folder)]
+    return args + [arg for p in outermost for arg in ("--ro-bind", str(p), str(p))]
+
+
 class BwrapSandbox(Sandbox):
     name = "bwrap"
     isolated = True
+    binds_readonly = True
 
-    def wrap(self, argv: list[str], workspace: Path, limits: Limits) -> list[str]:
+    def wrap(self, argv: list[str], workspace: Path, limits: Limits,
+             readonly_paths: Sequence[Path] = ()) -> list[str]:
         binary = bwrap_path() or "bwrap"
         workspace_dir = str(workspace)
         size = str(limits.tree_memory_limit)  # tmpfs pages are memory: bound them like the process tree
@@ -229,6 +250,7 @@ class BwrapSandbox(Sandbox):
             # After the /tmp tmpfs, so an interpreter or a workspace under /tmp is the real one.
             *[arg for path in python_roots() for arg in ("--ro-bind", path, path)],
             "--bind", workspace_dir, workspace_dir,
+            *readonly_args(workspace, readonly_paths),
             "--remount-ro", "/",  # the root tmpfs and its folders (/etc...): nothing planted there either
             "--chdir", workspace_dir,
             "--cap-drop", "ALL",

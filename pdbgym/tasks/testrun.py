@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,8 +184,11 @@ def run_tests(
     nodes: list[str],
     *,
     limits: Limits | None = None,
+    readonly_paths: Sequence[Path] = (),
 ) -> SuiteRun:
-    """Run ``nodes`` in ``root`` under ``sandbox``; never raises for test failures or timeouts."""
+    """Run ``nodes`` in ``root`` under ``sandbox``; never raises for test failures or timeouts.
+
+    ``readonly_paths`` (inside ``root``) are bound read-only for the run (``Sandbox.run``)."""
     root = Path(root).resolve()
     argv = launch_argv(task, root, nodes)
     wall = min(600.0, 30.0 + task.test_timeout_s * max(1, len(nodes)))
@@ -193,7 +197,7 @@ def run_tests(
     started = time.perf_counter()
     try:
         env = sandbox_env(root, {CHANNEL_ENV: str(channel.path)})
-        result = sandbox.run(argv, root, limits, env=env)
+        result = sandbox.run(argv, root, limits, env=env, readonly_paths=readonly_paths)
     finally:
         stream = channel.finish()
     outcomes, tampered = judge(stream, nodes, result.returncode, result.timed_out, result.output)

@@ -250,10 +250,12 @@ with open(_path, "w") as _fh:
 
 @needs_bwrap
 @pytest.mark.parametrize("restore", [False, True])
-def test_a_test_file_rewritten_by_the_code_under_test_is_tampered(tmp_path, restore):
+@pytest.mark.parametrize("backend", ["plain", "bwrap"])
+def test_a_test_file_rewritten_by_the_code_under_test_is_tampered_or_refused(tmp_path, restore, backend):
     """The task's own conftest imports the project, so project code runs before the tests are read: it
     rewrites a test file in the grading tree (and, with ``restore``, the rewritten file puts the original
-    back when imported). A plain run passes; grading sees the change and ends tampered."""
+    back when imported). A plain run passes. Grading under plain (no read-only binds) sees the change and
+    ends tampered; under bwrap the tree's test files are read-only, so the write itself fails (EROFS)."""
     import sys
 
     from pdbgym.sandbox import Limits, sandbox_env
@@ -270,6 +272,9 @@ def test_a_test_file_rewritten_by_the_code_under_test_is_tampered(tmp_path, rest
                             ws.path, Limits(wall_time_s=60), env=sandbox_env(ws.path))
         assert plain.returncode == 0, plain.output[-800:]  # the attack works on a plain run
         (ws.path / "tests" / "test_ops.py").write_text((task.repo / "tests" / "test_ops.py").read_text())
-        graded = grade(task, ws.path, sandbox)
-    assert graded.tampered and not graded.final_test_passed
-    assert any("test_ops.py changed" in t for t in graded.tampered), graded.tampered
+        graded = grade(task, ws.path, get_sandbox(backend))
+    assert not graded.final_test_passed
+    if backend == "plain":
+        assert any("test_ops.py changed" in t for t in graded.tampered), graded.tampered
+    else:
+        assert "Read-only file system" in graded.output and not graded.tampered, graded.output[-800:]

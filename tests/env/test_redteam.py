@@ -287,6 +287,45 @@ def rewrite_tests_at_run_time(ws: Path, restore: bool = False) -> None:
     """)
 
 
+def swap_tests_from_a_thread(ws: Path) -> None:
+    """A thread started at import keeps swapping the failing test for a passing one (and back, so a check
+    may see the original) during the whole run: written in place, renamed over it, its folder moved away.
+    Each refusal is printed once (errno name), so a test can see what stopped it."""
+    _append_to_package(ws, """
+        import errno, os, threading, time
+        def _swap_loop():
+            path = os.path.join(os.getcwd(), "tests", "test_report.py")
+            with open(path) as fh:
+                original = fh.read()
+            forged = original.replace("def test_summary_of_log_text():",
+                                      "def test_summary_of_log_text():\\n    return\\n")
+            def write(target, text):
+                with open(target, "w") as fh:
+                    fh.write(text)
+            def rename_over():
+                write("forged_report.py", forged)
+                os.replace("forged_report.py", path)
+            def move_folder():
+                os.rename("tests", "tests_moved")
+                os.makedirs("tests")
+                write(path, forged)
+            moves = {"write": lambda: write(path, forged), "rename": rename_over, "move-folder": move_folder}
+            seen = set()
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                for name, move in moves.items():
+                    try:
+                        move()
+                        time.sleep(0.0005)
+                        write(path, original)
+                    except OSError as exc:
+                        if name not in seen:
+                            seen.add(name)
+                            os.write(2, f"swap {name} refused: {errno.errorcode[exc.errno]}\\n".encode())
+        threading.Thread(target=_swap_loop, daemon=True).start()
+    """)
+
+
 def new_conftests(ws: Path) -> None:
     for rel in ("conftest.py", "logstats/conftest.py", "tests/conftest.py"):
         _write(ws, rel, FORCE_PASS_PLUGIN + "\ndef pytest_configure(config):\n"
@@ -337,9 +376,12 @@ ATTACKS: dict[str, tuple[Callable[[Path], None], str]] = {
     "fake result files": (fake_result_files, "unsolved"),
     "records written to the result channel": (write_to_result_channel, "tampered"),
     "test file edited": (edit_the_test, "ignored:tests/test_report.py"),
-    "test file rewritten at run time": (rewrite_tests_at_run_time, "tampered"),
+    # Under bwrap the tree's test files are read-only for the run: the rewrites fail (EROFS); without
+    # the binds the plugin's checks make them tampered (tests/env/test_grading_boundary.py).
+    "test file rewritten at run time": (rewrite_tests_at_run_time, "unsolved"),
     "test file rewritten, then restored by itself": (lambda ws: rewrite_tests_at_run_time(ws, restore=True),
-                                                     "tampered"),
+                                                     "unsolved"),
+    "test file swapped by a thread during the run": (swap_tests_from_a_thread, "unsolved"),
     "new conftest.py files": (new_conftests, "ignored:logstats/conftest.py"),
     "pytest.ini with addopts": (ini_adds_options, "ignored:pytest.ini"),
     ".pth file": (pth_file, "ignored:zz_evil.pth"),
@@ -366,6 +408,19 @@ def test_attack_never_grades_solved(task, sandbox, name):
     elif expected.startswith("ignored:"):
         assert expected.split(":", 1)[1] in graded.ignored_files, graded.ignored_files
     assert graded.fail_to_pass[FAILING] != "passed" or graded.tampered
+
+
+@needs_bwrap
+def test_a_thread_swapping_test_files_is_refused_by_the_read_only_binds(task, sandbox):
+    """The race the plugin's hash checks cannot close (a swap between a check and pytest's read) is
+    closed by the sandbox: every write, rename over and folder move of the test file fails."""
+    graded = _graded(task, sandbox, swap_tests_from_a_thread)
+    assert not graded.final_test_passed
+    assert graded.fail_to_pass[FAILING] == "failed", (graded.fail_to_pass, graded.output[-1500:])
+    assert "swap write refused: EROFS" in graded.output, graded.output[-1500:]
+    for move in ("rename", "move-folder"):
+        assert f"swap {move} refused: E" in graded.output, graded.output[-1500:]
+    assert not graded.tampered, graded.tampered  # nothing changed, so nothing to flag
 
 
 @needs_bwrap
