@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,10 @@ from pdbgym.errors import TaskFormatError
 TASK_FILE = "task.json"
 REPO_DIR = "repo"
 DEFAULT_TEST_COMMAND = "python -m pytest"
+# What ``test_command`` may start with: grading runs pytest itself (``pdbgym.tasks.testrun``) and takes
+# only the options that follow.
+TEST_COMMAND_PREFIXES = (("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("pytest",))
+TEST_COMMAND_SHAPE = "'python -m pytest [options]' (or 'python3 -m pytest [options]', 'pytest [options]')"
 SPLITS = ("train", "val", "test")
 DIFFICULTIES = ("easy", "medium", "hard")
 
@@ -35,6 +40,27 @@ _OPTIONAL: dict[str, type] = {
     "difficulty": str,
     "test_timeout_s": (int, float),  # type: ignore[dict-item]
 }
+
+
+def pytest_options(command: str) -> list[str] | None:
+    """The pytest options of ``command`` when it has the accepted shape (``TEST_COMMAND_SHAPE``), else None
+    (another program, a shell pipeline, unbalanced quotes)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    for prefix in TEST_COMMAND_PREFIXES:
+        if tuple(argv[: len(prefix)]) == prefix:
+            return argv[len(prefix):]
+    return None
+
+
+def bad_test_command(instance_id: object, command: str) -> str | None:
+    """Why ``command`` cannot be a task's ``test_command`` (naming the task), or None when it can."""
+    if pytest_options(command) is not None:
+        return None
+    return (f"task {instance_id!r}: field 'test_command' must run pytest as {TEST_COMMAND_SHAPE}, got "
+            f"{command!r}; grading starts pytest itself and keeps only the options after it")
 
 
 @dataclass(frozen=True)
@@ -111,6 +137,9 @@ def _check_fields(data: dict[str, Any], where: Path) -> None:
             absolute = [v for v in value if isinstance(v, str) and (v.startswith("/") or ".." in v.split("::")[0])]
             if absolute:
                 problems.append(f"field '{name}' node ids must be relative to repo/, found {absolute[:3]!r}")
+    if isinstance(data.get("test_command"), str) and \
+            (problem := bad_test_command(data.get("instance_id"), data["test_command"])) is not None:
+        problems.append(problem)
     if isinstance(data.get("FAIL_TO_PASS"), list) and not data["FAIL_TO_PASS"]:
         problems.append("field 'FAIL_TO_PASS' is empty: a task needs at least one failing test")
     if isinstance(data.get("patch"), str) and "@@" not in data["patch"]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import select
-import shlex
 import sys
 import threading
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from pdbgym.errors import TaskFormatError
 from pdbgym.sandbox import Limits, Sandbox, sandbox_env
-from pdbgym.tasks.model import Task
+from pdbgym.tasks.model import Task, bad_test_command, pytest_options
 from pdbgym.tasks.verdict import judge
 
 # The plugin reads the FIFO's path from this variable (pytest_report.CHANNEL_ENV; not imported here,
@@ -90,12 +89,10 @@ def failure_reason(run: SuiteRun, failing: list[str], tail_chars: int = 1500) ->
 
 def pytest_extra_args(task: Task) -> list[str]:
     """The task author's pytest options from ``test_command`` ('python -m pytest [options]')."""
-    argv = shlex.split(task.test_command)
-    for prefix in (["python", "-m", "pytest"], ["python3", "-m", "pytest"], ["pytest"]):
-        if argv[: len(prefix)] == prefix:
-            return argv[len(prefix):]
-    raise TaskFormatError(f"{task.instance_id}: test_command {task.test_command!r} must run pytest, as "
-                          "'python -m pytest [options]'")
+    options = pytest_options(task.test_command)
+    if options is None:  # loading refuses such a task; a Task built in code can still hold one
+        raise TaskFormatError(str(bad_test_command(task.instance_id, task.test_command)))
+    return options
 
 
 def pristine_config(root: Path, nodes: list[str]) -> Path | None:

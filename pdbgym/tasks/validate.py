@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pdbgym.errors import PdbgymError
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.sandbox.workspace import escaping_links
-from pdbgym.tasks.model import Task
+from pdbgym.tasks.model import Task, bad_test_command
 from pdbgym.tasks.patches import PatchEditsTestsError, UnsafePatchError, apply_patch, check_patch
 from pdbgym.tasks.testrun import SuiteRun, failure_reason, run_tests
 
@@ -140,6 +140,12 @@ def validate_task(task: Task, sandbox: Sandbox | None = None, *, check_debugger:
     started = time.perf_counter()
     sandbox = sandbox or get_sandbox()
     report = ValidationReport(task.instance_id)
+    if (problem := bad_test_command(task.instance_id, task.test_command)) is not None:
+        # Loading refuses this; a Task built in code is stopped here, before any run.
+        report.checks["test_command_runs_pytest"] = False
+        report.problems.append(problem)
+        report.duration_s = time.perf_counter() - started
+        return report
     if not _check_containment(task, report):  # nothing that escapes its folder is copied or applied
         report.duration_s = time.perf_counter() - started
         return report

@@ -66,3 +66,38 @@ def test_one_broken_folder_is_one_failed_row(tmp_path):
     rows = {r["instance_id"]: r for r in json.loads(result.output)}
     assert rows["demo__sub"]["ok"] is True
     assert rows["broken"]["ok"] is False and "missing required field" in rows["broken"]["problems"][0]
+
+
+def test_a_test_command_that_is_not_pytest_is_refused_at_load_and_by_validate(tmp_path):
+    """Grading can only run 'python -m pytest [options]'; any other test_command is named when the task
+    loads (and by `tasks validate`), not found out at grading time."""
+    import dataclasses
+
+    import pytest as pytest_module
+
+    from pdbgym.errors import TaskFormatError
+
+    for command in ("bash -c 'pytest'", "python run_tests.py", "tox -e py311", "python -m unittest", "pytest 'unclosed"):
+        folder = make_task(tmp_path / f"t{len(list(tmp_path.iterdir()))}", instance_id="demo__shell",
+                           test_command=command)
+        with pytest_module.raises(TaskFormatError) as caught:
+            load_task(folder)
+        message = str(caught.value)
+        assert "'demo__shell'" in message and "python -m pytest [options]" in message and repr(command) in message
+    for command in ("python -m pytest", "python3 -m pytest -x --tb=short", "pytest -q"):
+        assert load_task(make_task(tmp_path / f"ok{len(command)}", test_command=command)).test_command == command
+
+    # The CLI names it in its report, as a folder that does not load.
+    make_task(tmp_path / "cli" / "shell", instance_id="demo__shell", test_command="make test")
+    result = CliRunner().invoke(app, ["tasks", "validate", str(tmp_path / "cli"), "--no-debugger", "--json"])
+    assert result.exit_code == 1
+    assert "python -m pytest [options]" in result.output and "make test" in result.output
+
+    # A Task built in code (not loaded) is stopped by validate before any run, and by the runner.
+    from pdbgym.tasks.testrun import pytest_extra_args
+
+    built = dataclasses.replace(load_task(make_task(tmp_path / "built")), test_command="make test")
+    report = validate_task(built, check_debugger=False)
+    assert report.checks == {"test_command_runs_pytest": False} and "make test" in report.problems[0]
+    with pytest_module.raises(TaskFormatError, match="python -m pytest"):
+        pytest_extra_args(built)
