@@ -176,7 +176,10 @@ def _figures(name: str, times: list[float], length: int, flops: float, device: s
 
 def run_sft(args: argparse.Namespace) -> dict:
     ids, mask = example(args.shape, args.length, args.loss_share)
-    arms = [baseline(args, ids, mask), pdbgym_sft(args, ids, mask)]
+    arms = []
+    for arm in (baseline, pdbgym_sft):
+        arms.append(arm(args, ids, mask))
+        print(json.dumps(arms[-1]), flush=True)  # each arm as it finishes: a later failure keeps it
     result = {"phase": "sft", "shape": args.shape, "length": args.length, "adapter": "LoRA" if args.lora else "DoRA",
               "rank": args.rank, "loss_share": args.loss_share, "arms": arms,
               "speedup_vs_baseline": round(arms[1]["tokens_per_s"] / arms[0]["tokens_per_s"], 3)}
