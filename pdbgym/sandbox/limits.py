@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 from pdbgym.errors import SandboxError
 
+# The least the tree's memory limit exceeds one process's: room for the other processes a command may
+# have (up to ``max_processes`` interpreters or forks of a few MB each) and its ``/tmp`` files, so a single
+# process at its own limit gets MemoryError, deterministically, rather than the OOM killer.
+MIN_TREE_HEADROOM_BYTES = 512 * 1024**2
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -17,9 +22,11 @@ class Limits:
 
     ``memory_bytes`` bounds each process's address space (RLIMIT_AS: a process past it gets MemoryError).
     ``tree_memory_bytes`` bounds the memory (resident, page cache, tmpfs, no swap) of all the command's
-    processes together, through a memory cgroup where one can be made (see docs/sandbox.md); None means
-    1.5 x ``memory_bytes``, so one process reaching its own limit fails with MemoryError rather than
-    meeting the kernel's OOM killer, while several large processes together are still stopped.
+    processes together, through a memory cgroup where one can be made (see docs/sandbox.md). It must
+    exceed ``memory_bytes`` by at least ``MIN_TREE_HEADROOM_BYTES``: the difference (the headroom) is what
+    the rest of the tree (other processes, ``/tmp`` files) may hold while one process grows to its own
+    limit and gets MemoryError; only beyond that does the kernel's OOM killer end a process. None means
+    ``memory_bytes`` plus the larger of half of it and ``MIN_TREE_HEADROOM_BYTES`` (3 GiB for 2 GiB).
     """
 
     wall_time_s: float = 30.0  # whole command, wall clock, seconds
@@ -36,6 +43,13 @@ class Limits:
                 raise SandboxError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
         if self.tree_memory_bytes is not None and self.tree_memory_bytes <= 0:
             raise SandboxError(f"Limits.tree_memory_bytes must be positive or None, got {self.tree_memory_bytes!r}")
+        if self.tree_memory_bytes is not None and \
+                self.tree_memory_bytes < self.memory_bytes + MIN_TREE_HEADROOM_BYTES:
+            raise SandboxError(
+                f"Limits.tree_memory_bytes ({self.tree_memory_bytes}) must exceed memory_bytes "
+                f"({self.memory_bytes}) by at least {MIN_TREE_HEADROOM_BYTES} bytes, so that one process "
+                "reaching its own limit gets MemoryError rather than the OOM killer; raise it or leave it None"
+            )
         if self.output_limit_bytes < 64:
             raise SandboxError(
                 f"Limits.output_limit_bytes must be at least 64 bytes, got {self.output_limit_bytes}"
@@ -43,8 +57,11 @@ class Limits:
 
     @property
     def tree_memory_limit(self) -> int:
-        """Bytes the whole process tree may use (``tree_memory_bytes``, or 1.5 x ``memory_bytes``)."""
-        return self.tree_memory_bytes if self.tree_memory_bytes is not None else self.memory_bytes * 3 // 2
+        """Bytes the whole process tree may use (``tree_memory_bytes``, or ``memory_bytes`` plus the larger
+        of half of it and ``MIN_TREE_HEADROOM_BYTES``)."""
+        if self.tree_memory_bytes is not None:
+            return self.tree_memory_bytes
+        return self.memory_bytes + max(self.memory_bytes // 2, MIN_TREE_HEADROOM_BYTES)
 
 
 @dataclass

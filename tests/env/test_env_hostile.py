@@ -129,6 +129,9 @@ def test_hostile_tests_are_contained(hostile_task):
         obs, done, _ = env.step(Action("run_tests", {"which": "all"}))
         assert not done
         assert "1/6 passed" in obs, obs[:2000]
+        # The allocating test meets its own limit (MemoryError, a failed test) beside the fork test's
+        # sleeping children, never the OOM killer (which would leave it incomplete and the rest missing).
+        assert "  failed  tests/test_hostile.py::test_allocate_without_end" in obs, obs[:2000]
         assert len(obs) <= env.config.observation_max_chars + 200
         # The session survives it all and still answers.
         assert "7" in env.step(Action("pdb", {"command": "p 3 + 4"})).observation

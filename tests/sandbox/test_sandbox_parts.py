@@ -56,11 +56,19 @@ def test_workspace_from_missing_folder_is_a_clear_error(tmp_path: Path):
         Workspace.create(tmp_path / "nope")
 
 
-def test_tree_memory_limit_defaults_to_one_and_a_half_times_the_process_limit():
+def test_tree_memory_limit_leaves_headroom_above_the_process_limit():
     from pdbgym.sandbox import Limits
+    from pdbgym.sandbox.limits import MIN_TREE_HEADROOM_BYTES
 
-    assert Limits(memory_bytes=1000).tree_memory_limit == 1500
-    assert Limits(memory_bytes=1000, tree_memory_bytes=800).tree_memory_limit == 800
+    gib, mib = 1024**3, 1024**2
+    assert Limits(memory_bytes=2 * gib).tree_memory_limit == 3 * gib  # 1.5x where that is more
+    assert Limits(memory_bytes=256 * mib).tree_memory_limit == 256 * mib + MIN_TREE_HEADROOM_BYTES
+    assert Limits(memory_bytes=gib, tree_memory_bytes=4 * gib).tree_memory_limit == 4 * gib
+    # A tree limit at or under the process limit would let the OOM killer end a single process before
+    # its own limit: refused, naming both.
+    for tree in (gib, gib + MIN_TREE_HEADROOM_BYTES - 1, gib // 2):
+        with pytest.raises(SandboxError, match=r"must exceed memory_bytes \(1073741824\) by at least"):
+            Limits(memory_bytes=gib, tree_memory_bytes=tree)
     with pytest.raises(SandboxError, match="tree_memory_bytes must be positive"):
         Limits(tree_memory_bytes=0)
 

@@ -152,6 +152,37 @@ def test_memory_hog_is_stopped(workspace):
     assert "MemoryError" in result.output
 
 
+CROWDED_HOG = """
+import os, time
+children = []
+for _ in range(50):  # siblings holding memory (4 MiB each, plus their copied pages) while one grows
+    pid = os.fork()
+    if pid == 0:
+        held = bytearray(4 * 1024**2)
+        time.sleep(60)
+        os._exit(0)
+    children.append(pid)
+time.sleep(1)
+hoard = []
+try:
+    while True:
+        hoard.append(bytearray(32 * 1024**2))
+except MemoryError:
+    print("MemoryError after", 32 * len(hoard), "MiB")
+"""
+
+
+@pytest.mark.parametrize("kind", [pytest.param("bwrap", marks=needs_bwrap), "plain"])
+def test_a_process_at_its_own_limit_gets_memory_error_beside_many_others(workspace, kind):
+    """The tree's memory limit leaves headroom above one process's: a process that reaches its own
+    limit while 50 siblings hold memory gets MemoryError and goes on, never the OOM killer (which a tree
+    limit equal to the process limit gave: the hostile debuggee's allocating test died instead)."""
+    limits = Limits(memory_bytes=512 * 1024**2, wall_time_s=60)
+    assert limits.tree_memory_limit == 1024**3
+    result = get_sandbox(kind).run([PY, "-c", CROWDED_HOG], workspace, limits)
+    assert result.returncode == 0 and "MemoryError after" in result.output, (result.returncode, result.output)
+
+
 @needs_bwrap
 def test_output_flood_is_bounded_with_a_note(workspace):
     flood = "import sys\nchunk = b'y' * 65536\nfor _ in range(3200):\n    sys.stdout.buffer.write(chunk)\n"
