@@ -73,7 +73,7 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
         plan = overlay_agent_changes(task.repo, workspace, tree)
         # The pristine tests and test configuration, read-only for the run where the sandbox can bind
         # them: the code under test can then not swap a test file between a check and pytest's read.
-        readonly = [tree / rel for rel in protected_bind_paths(str(tree))] if sandbox.binds_readonly else []
+        readonly = protected_bind_paths(str(tree)) if sandbox.binds_readonly else []  # relative to the tree
         run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly)
         # Checked from outside the run as well: without the binds (plain) the code under test can write
         # the tree's test files.

@@ -181,11 +181,12 @@ def run_tests(
     nodes: list[str],
     *,
     limits: Limits | None = None,
-    readonly_paths: Sequence[Path] = (),
+    readonly_paths: Sequence[str | Path] = (),
 ) -> SuiteRun:
     """Run ``nodes`` in ``root`` under ``sandbox``; never raises for test failures or timeouts.
 
-    ``readonly_paths`` (inside ``root``) are bound read-only for the run (``Sandbox.run``)."""
+    ``readonly_paths`` (relative to ``root``, or absolute inside it) are bound read-only for the run
+    (``Sandbox.run``)."""
     root = Path(root).resolve()
     argv = launch_argv(task, root, nodes)
     wall = min(600.0, 30.0 + task.test_timeout_s * max(1, len(nodes)))

@@ -83,6 +83,18 @@ def test_protection_rules():
         assert ignore_reason(path, flat), path
 
 
+def test_read_only_binds_cover_each_test_folder_whole_and_other_test_files_one_by_one(tmp_path):
+    from pdbgym.tasks.protect import protected_bind_paths
+
+    for rel in ("tests/test_a.py", "tests/data/input.txt", "pkg/tests/test_b.py", "pkg/test_c.py", "pkg/conftest.py",
+                "pkg/mod.py", "pyproject.toml", "setup.py", ".sandbox_home/tests/test_d.py", ".git/tests/x"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    os.symlink(tmp_path / "tests", tmp_path / "pkg" / "testing")  # a link is never bound (its target would be)
+    assert sorted(protected_bind_paths(str(tmp_path))) == ["pkg/conftest.py", "pkg/test_c.py", "pkg/tests",
+                                                           "pyproject.toml", "tests"]
+
+
 def test_no_original_source_file_of_the_corpus_is_ignored():
     """The rules must not cost a real fix: every non-test file of the built-in and regression repos passes."""
     hits = []
