@@ -29,10 +29,10 @@ def _mount() -> None:
     from pdbgym.agent.commands import cache_build_command, run_command
     from pdbgym.divergence.commands import divergence_command
     from pdbgym.evaluate.commands import app as eval_app
-    from pdbgym.evaluate.commands import demo_command
     from pdbgym.rollouts.commands import app as cache_app
     from pdbgym.tasks.commands import app as tasks_app
     from pdbgym.train.commands import app as train_app
+    from pdbgym.train.demo_commands import demo_command
 
     register_store_refs()  # --policy, --arm and --student take adapter-store names
     app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")

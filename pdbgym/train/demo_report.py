@@ -1,0 +1,256 @@
+"""The demo's figures beyond the campaign summary, and its one report (HTML + Markdown).
+
+- ``oracle_kl``: KL(oracle || arm) on a held-out cache of a deterministic teacher (``scripted``). Such a
+  teacher puts probability 1 on each token it writes, so KL(teacher || arm) at a token is
+  ``-log q_arm(token | context)`` exactly; the figure is its mean over the cache's scored (loss_mask 1)
+  tokens, per task, then over tasks (nats/token), with a task-bootstrap 95% CI.
+- ``tool_call_validity``: per arm, the share of model turns that parse as a tool call in the episode's
+  tool-call format (``agent.toolcalls.parse_tool_call``, the loop's own parser), from the transcripts.
+- ``write_demo_report``: ``OUT/demo_report.{html,md}``, with the training curve, pass@k with CIs, the
+  valid tool-call rate, the termination breakdown with each reason's meaning, KL per arm, what each arm is
+  and where the time went.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pdbgym.fileio import write_json_atomic, write_text_atomic
+from pdbgym.termination import TERMINATION_MEANINGS, TERMINATION_REASONS
+
+ORACLE_LABEL = "scripted oracle: replays the task's reference fix (not a model; an upper bound)"
+
+
+def _cut(record: Any, max_ids: int) -> Any:
+    """``record`` cut to its first ``max_ids`` ids (0: whole), its mask and log-probs with it."""
+    import dataclasses
+
+    if not max_ids or len(record.tokens) <= max_ids:
+        return record
+    keep = max(0, max_ids - record.prompt_len)
+    return dataclasses.replace(record, tokens=record.tokens[:max_ids], response_length=keep,
+                               loss_mask=record.loss_mask[:keep], rollout_log_probs=record.rollout_log_probs[:keep])
+
+
+def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int = 0) -> dict[str, Any]:
+    """KL(oracle || arm) per arm with a local model (see the module docstring); kept in ``out_file``.
+
+    ``max_ids`` (0: whole episodes) scores only the first ids of each episode: the prompt and the first
+    tool calls, the window the demo's SFT trains on (scoring cost grows with the ids scored).
+
+    An arm already scored with the same model path is reused. Arms without local weights (scripted, a
+    URL, a grammar-constrained arm) get ``{"available": False, "reason"}``.
+    """
+    from pdbgym.divergence.compare import load_records
+    from pdbgym.divergence.loading import load_causal_lm
+    from pdbgym.divergence.scoring import ScoringConfig, score_records
+    from pdbgym.divergence.semantics import resolve_semantics
+    from pdbgym.evaluate.divergence_arms import local_model_of
+    from pdbgym.evaluate.stats import bootstrap_ci
+
+    folder, records = load_records(cache, None)
+    semantics = resolve_semantics(records, None)
+    records = [r for r in (_cut(r, max_ids) for r in records) if any(r.loss_mask)]
+    old = json.loads(out_file.read_text()) if out_file.is_file() else {}
+    done = old.get("arms", {}) if old.get("max_ids") == max_ids else {}
+    result: dict[str, Any] = {}
+    for arm, model in arms.items():
+        path, reason = local_model_of(model)
+        if path is None:
+            result[arm] = {"available": False, "reason": reason}
+            continue
+        if done.get(arm, {}).get("path") == path:
+            result[arm] = done[arm]
+            continue
+        logprobs = score_records(load_causal_lm(path, device="cpu", dtype="float32"), records, semantics,
+                                 ScoringConfig(show_progress=False))
+        per_task: dict[str, list[float]] = {}
+        for record, values in zip(records, logprobs, strict=True):
+            per_task.setdefault(record.instance_id, []).append(float(-np.mean(values)))
+        means = np.array([np.mean(v) for v in per_task.values()])
+        low, high = bootstrap_ci(means, seed=0)
+        result[arm] = {"available": True, "path": path, "kl_per_token": float(means.mean()), "ci_low": low,
+                       "ci_high": high, "tasks": len(per_task), "tokens": int(sum(len(v) for v in logprobs))}
+    data = {"cache": str(folder), "records": len(records), "max_ids": max_ids, "arms": result,
+            "meaning": "KL(oracle || arm) in nats per oracle token = the arm's mean -log q of the oracle's tokens"}
+    write_json_atomic(out_file, data, indent=1)
+    return data
+
+
+def tool_call_validity(campaign: Path, arms: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """arm -> ``{"turns", "valid", "rate", "episodes_with_valid"}`` over the campaign's transcripts."""
+    from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
+    from pdbgym.evaluate.results import ResultsStore
+
+    counts: dict[str, Counter[str]] = {arm: Counter() for arm in arms}
+    for row in ResultsStore(campaign).rows():
+        transcript = json.loads((Path(campaign) / row.transcript).read_text())
+        valid = turns = 0
+        for message in transcript.get("messages", []):
+            if message.get("role") != "assistant":
+                continue
+            turns += 1
+            try:
+                parse_tool_call(str(message.get("content") or ""), transcript.get("tool_format") or "text")
+                valid += 1
+            except ToolCallError:
+                pass
+        tally = counts.setdefault(row.arm, Counter())
+        tally.update(turns=turns, valid=valid, episodes=1, episodes_with_valid=int(valid > 0))
+    return {arm: {**dict(c), "rate": c["valid"] / c["turns"] if c["turns"] else None} for arm, c in counts.items()}
+
+
+def arm_meaning(name: str, model: str) -> str:
+    """What an arm of the demo is, in words (by its role: base, sft, oracle, base-constrained)."""
+    if model == "scripted":
+        return ORACLE_LABEL
+    if model.startswith("constrained:"):
+        return "the base model with its tool calls forced by a grammar built from the tool schemas (xgrammar)"
+    if name == "sft":
+        return f"the base plus the demo's LoRA SFT adapter, merged into one folder ({model})"
+    if model == "embedded":
+        return "SmolLM2-135M-Instruct as shipped (the embedded GGUF, de-quantized), free-form tool calls"
+    return f"the base model as given ({model}), free-form tool calls"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _tables(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str, dict[str, Any]],
+            kl: dict[str, Any] | None) -> dict[str, list[list[str]]]:
+    """Section -> rows (the first row is the header)."""
+    results = summary.get("arm_results", {})
+    ks = sorted({k for r in results.values() for k in r if k.startswith("pass@")})
+    tables: dict[str, list[list[str]]] = {"What each arm is": [["arm", "what it is"]]}
+    tables["What each arm is"] += [[a, arm_meaning(a, m)] for a, m in arms.items()]
+    rows = [["arm", "episodes", "solved"] + [f"{k} (95% CI)" for k in ks]]
+    for arm in arms:
+        r = results.get(arm, {})
+        cells = [f"{_pct(r[k]['mean'])} [{_pct(r[k]['ci'][0])}, {_pct(r[k]['ci'][1])}] ({r[k].get('ci_method', '')})"
+                 if k in r else "-" for k in ks]
+        rows.append([arm, str(r.get("episodes", 0)), str(r.get("solved", 0))] + cells)
+    tables["Pass@k on the held-out tasks"] = rows
+    rows = [["arm", "model turns", "valid tool calls", "rate", "episodes with >= 1 valid call"]]
+    rows += [[a, str(v.get("turns", 0)), str(v.get("valid", 0)), _pct(v.get("rate")),
+              f"{v.get('episodes_with_valid', 0)} of {v.get('episodes', 0)}"] for a, v in validity.items()]
+    tables["Valid tool-call rate"] = rows
+    reasons = [r for r in TERMINATION_REASONS if any(results.get(a, {}).get("termination_reasons", {}).get(r)
+                                                     for a in arms)] or list(TERMINATION_REASONS[:1])
+    rows = [["reason", "what it means"] + list(arms)]
+    rows += [[r, TERMINATION_MEANINGS[r]] + [str(results.get(a, {}).get("termination_reasons", {}).get(r, 0))
+                                            for a in arms] for r in reasons]
+    tables["How episodes ended"] = rows
+    tables["KL to the teacher on the held-out tasks"] = _kl_rows(arms, summary, kl)
+    return tables
+
+
+def _kl_rows(arms: Mapping[str, str], summary: dict[str, Any], kl: dict[str, Any] | None) -> list[list[str]]:
+    rows = [["arm", "KL (nats/token)", "95% CI", "note"]]
+    if kl is not None:  # a scripted teacher: KL(oracle || arm) computed by oracle_kl
+        window = f" in the first {kl['max_ids']} ids of each episode" if kl.get("max_ids") else ""
+        for arm in arms:
+            e = kl["arms"].get(arm, {})
+            rows.append([arm, f"{e['kl_per_token']:.3f}", f"[{e['ci_low']:.3f}, {e['ci_high']:.3f}]",
+                         f"{e['tasks']} tasks, {e['tokens']} oracle tokens" + window] if e.get("available")
+                        else [arm, "n/a", "-", e.get("reason", "")])
+        return rows
+    from pdbgym.divergence.report import HEADLINE
+
+    for arm, e in ((summary.get("divergence") or {}).get("arms") or {}).items():
+        m = (e.get("metrics") or {}).get(HEADLINE, {})
+        rows.append([arm, f"{m['value']:.3f}", f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]", HEADLINE]
+                    if e.get("available") and m.get("value") is not None else [arm, "n/a", "-", e.get("reason", "")])
+    return rows
+
+
+def _facts(config: Any, record: dict[str, Any], corpus: dict[str, Any], caches: dict[str, Any],
+           kl: dict[str, Any] | None, phases: dict[str, dict[str, Any]]) -> list[list[str]]:
+    teacher = ORACLE_LABEL if config.teacher == "scripted" else config.teacher
+    recipe = record.get("recipe", {})
+    held_done = caches["test"].get("episodes_skipped_already_done", 0)
+    rows = [["", ""], ["teacher", teacher],
+            ["teacher caches", f"train: {corpus.get('records_read')} episodes, {corpus.get('examples_kept')} solved "
+                               f"(kept for SFT); held-out: {caches['test'].get('episodes_run', 0) + held_done} episodes "
+                               "(for KL only)"],
+            ["SFT corpus", f"{corpus.get('examples_kept')} examples cut to the first {config.sft_tokens} ids "
+                           f"({corpus.get('tokens')} ids, {corpus.get('loss_tokens')} loss ids)"],
+            ["SFT", f"LoRA r{recipe.get('rank')} alpha {recipe.get('lora_alpha')} on {recipe.get('target_modules')}, "
+                    f"lr {recipe.get('lr')}, {record.get('steps')} steps of 1 example, "
+                    f"best val loss {record.get('best_val_loss')} at step {record.get('best_step')} "
+                    f"({len(record.get('corpus', {}).get('val_tasks', []))} val tasks of the train split)"],
+            ["held-out episodes", f"{config.eval_runs} run(s) per task, turn budget {config.turn_budget}, "
+                                  f"{config.max_new_tokens} tokens per turn, T=0.7"]]
+    for name, p in phases.items():
+        note = f" (reused; first run {p['first_seconds']} s)" if p.get("reused") and p.get("first_seconds") else ""
+        rows.append([f"phase {name}", f"{p['seconds']} s{note}"])
+    rows.append(["wall time, all phases", f"{sum(p['seconds'] for p in phases.values()):.0f} s"])
+    return rows
+
+
+def _curve(out: Path, history: list[dict[str, Any]]) -> Path | None:
+    from pdbgym.train.report import plot_metrics
+
+    rows = [{k: v for k, v in row.items() if k in ("step", "loss", "eval_loss")} for row in history]
+    figures = plot_metrics([r for r in rows if len(r) > 1], out)
+    return figures.get("loss")
+
+
+def write_demo_report(config: Any, out: Path, arms: Mapping[str, str], summary: dict[str, Any],
+                      record: dict[str, Any], corpus: dict[str, Any], caches: dict[str, Any],
+                      kl: dict[str, Any] | None, phases: dict[str, dict[str, Any]]) -> Path:
+    """``OUT/demo_report.html`` and ``.md`` (plus ``demo_report.json``); returns the HTML path."""
+    from pdbgym.train.sft import METRICS_FILE
+
+    metrics = out / "sft" / METRICS_FILE
+    history = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
+    curve = _curve(out, history)
+    validity = tool_call_validity(out / "eval", arms)
+    tables = {"The run": _facts(config, record, corpus, caches, kl, phases), **_tables(arms, summary, validity, kl)}
+    title = "pdbgym demo: teacher cache -> SFT of SmolLM2-135M -> held-out evaluation"
+    notes = [f"Held-out tasks: {summary.get('tasks', 0)} (the split's test tasks; none is in the SFT corpus).",
+             "The full evaluation report, with per-task results and paired comparisons: eval/report.html; "
+             "the training report: sft/training_report.html."] + list(summary.get("warnings", []))
+    write_json_atomic(out / "demo_report.json", {"title": title, "tables": tables, "notes": notes,
+                                                 "validity": validity, "kl": kl, "history": history}, indent=1)
+    write_text_atomic(out / "demo_report.md", _markdown(title, tables, notes, curve))
+    page = out / "demo_report.html"
+    write_text_atomic(page, _html(title, tables, notes, curve))
+    return page
+
+
+def _markdown(title: str, tables: dict[str, list[list[str]]], notes: list[str], curve: Path | None) -> str:
+    lines = [f"# {title}", ""]
+    for heading, rows in tables.items():
+        lines += [f"## {heading}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows[1:]] + [""]
+        if heading == "The run":
+            lines += ["## Training curve", "", f"![SFT loss per step]({curve.name})" if curve else "(no steps logged)", ""]
+    return "\n".join(lines + [f"- {n}" for n in notes]) + "\n"
+
+
+def _html(title: str, tables: dict[str, list[list[str]]], notes: list[str], curve: Path | None) -> str:
+    esc = html.escape
+    blocks = []
+    for heading, rows in tables.items():
+        head = "".join(f"<th>{esc(c)}</th>" for c in rows[0])
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows[1:])
+        slug = heading.split()[0].lower()
+        blocks.append(f"<h2>{esc(heading)}</h2><table id='{slug}'><tr>{head}</tr>{body}</table>")
+        if heading == "The run":
+            image = (f"<img id='curve' alt='SFT loss per step' src='data:image/png;base64,"
+                     f"{base64.b64encode(curve.read_bytes()).decode()}'>" if curve else "<p>(no steps logged)</p>")
+            blocks.append(f"<h2>Training curve (loss per step, val loss)</h2>{image}")
+    style = ("body{font-family:sans-serif;max-width:72em;margin:1em auto}table{border-collapse:collapse;margin-bottom:1em}"
+             "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}img{max-width:36em}")
+    items = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{style}</style>"
+            f"</head><body><h1>{esc(title)}</h1>{''.join(blocks)}<ul>{items}</ul></body></html>\n")

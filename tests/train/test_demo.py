@@ -1,0 +1,119 @@
+"""The demo's loop end to end on 3 built-in tasks with a tiny random Llama as the student: a real split,
+a real scripted cache through the sandbox, a real (2-step) LoRA SFT, real KL scoring and real held-out
+episodes; then a rerun that reuses every phase, and the report rendered by headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from pdbgym.progress import progress
+from pdbgym.tasks.suites import SUITES
+from pdbgym.termination import TERMINATION_MEANINGS
+from pdbgym.train.demo import DemoConfig, run_demo
+
+TASKS = ("billing-invoice-totals", "logstats-level-counts", "latency-percentiles")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("demo")
+    for name in TASKS:
+        shutil.copytree(SUITES["builtin"] / name, root / "tasks" / name)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("PDBGYM_HOME", str(root / "home"))  # store, merged folders and ledger stay in the test
+    config = DemoConfig(out=root / "out", base=str(tiny_model_dir), tasks=str(root / "tasks"), held_out=0.34,
+                        sft_steps=2, sft_tokens=1024, turn_budget=2, max_new_tokens=16, workers=1, threads=1)
+    lines: list[str] = []
+    with progress(disable=True) as bars:
+        first = run_demo(config, lines.append, bars)
+        started = time.perf_counter()
+        second = run_demo(config, lines.append, bars)
+        rerun_s = time.perf_counter() - started
+    yield config, first, second, rerun_s, lines
+    patch.undo()
+
+
+def test_every_phase_runs_and_the_split_keeps_held_out_tasks_out_of_training(demo):
+    config, first, _, _, lines = demo
+    out = config.out
+    assert set(first.phases) == {"split", "teacher", "corpus", "sft", "kl", "eval"}
+    assert not any(p["reused"] for p in first.phases.values())
+    splits = json.loads((out / "splits.json").read_text())["splits"]
+    train = {i["instance_id"] for i in splits["train"]}
+    test = {i["instance_id"] for i in splits["test"]}
+    assert len(train) == 2 and len(test) == 1 and not train & test
+    corpus_tasks = {json.loads(line)["instance_id"] for line in (out / "corpus" / "examples.jsonl").open()}
+    assert corpus_tasks == train
+    examples = [json.loads(line) for line in (out / "corpus" / "examples.jsonl").open()]
+    assert all(len(e["input_ids"]) <= config.sft_tokens and sum(e["assistant_masks"]) > 0 for e in examples)
+    episodes = [json.loads(line) for line in (out / "eval" / "episodes.jsonl").open()]
+    assert {e["instance_id"] for e in episodes} == test and {e["arm"] for e in episodes} == {"base", "sft", "oracle"}
+    assert any(line.startswith("[sft] done in") for line in lines)
+
+
+def test_kl_to_the_oracle_is_the_arms_negative_log_prob_of_its_tokens(demo):
+    config, *_ = demo
+    kl = json.loads((config.out / "kl.json").read_text())["arms"]
+    assert not kl["oracle"]["available"] and "reference fix" in kl["oracle"]["reason"]
+    base, sft = kl["base"], kl["sft"]
+    # A random 1-layer model is near uniform over the 49,152-id vocabulary: about ln(49152) = 10.8 nats.
+    assert 8 < base["kl_per_token"] < 14 and base["ci_low"] <= base["kl_per_token"] <= base["ci_high"]
+    assert sft["kl_per_token"] != base["kl_per_token"]  # the merged adapter changed the weights
+    assert base["tokens"] > 0 and np.isfinite(sft["kl_per_token"])
+
+
+def test_report_holds_validity_terminations_with_meanings_and_the_curve(demo):
+    config, first, *_ = demo
+    report = json.loads((config.out / "demo_report.json").read_text())
+    validity = report["validity"]
+    assert validity["oracle"]["rate"] == 1.0 and validity["oracle"]["turns"] > 0
+    assert validity["base"]["valid"] == 0 < validity["base"]["turns"]  # random weights write no tool call
+    ended = report["tables"]["How episodes ended"]
+    for row in ended[1:]:
+        assert row[1] == TERMINATION_MEANINGS[row[0]]
+    assert any("oracle" in cell and "reference fix" in cell for row in report["tables"]["What each arm is"]
+               for cell in row)
+    assert [r["step"] for r in report["history"] if "loss" in r] == [1, 2]
+    text = first.markdown.read_text()
+    assert "train_loss.png" in text and "KL to the teacher" in text and "pass@1" in text
+
+
+def test_a_rerun_reuses_every_finished_phase(demo):
+    config, first, second, rerun_s, _ = demo
+    assert all(second.phases[name]["reused"] for name in ("split", "teacher", "corpus", "sft", "kl"))
+    assert second.phases["sft"]["first_seconds"] == first.phases["sft"]["seconds"]
+    assert second.phases["sft"]["seconds"] < 10 and rerun_s < first_total(first) / 2
+    state = json.loads((config.out / "demo.json").read_text())
+    assert state["phases"]["sft"]["reused"] and len(state["load_average"]) == 3
+
+
+def first_total(outcome) -> float:
+    return sum(p["seconds"] for p in outcome.phases.values())
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (.ci/run installs it)")
+def test_report_renders_in_chromium_with_the_curve_and_the_kl_table_visible(demo, tmp_path):
+    from PIL import Image
+
+    page = demo[1].page
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "id=\"curve\"" in dom and "id=\"kl\"" in dom
+    kl_table = dom[dom.index("id=\"kl\""):].split("</table>")[0]
+    assert "base" in kl_table and "sft" in kl_table and "n/a" in kl_table  # oracle: n/a with its reason
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,2400", page.as_uri()],
+                   capture_output=True, timeout=120)
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).astype(int)
+    # matplotlib's first two line colours: the train loss (#1f77b4) and the val loss (#ff7f0e) are on screen.
+    for colour in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
+        assert (np.abs(pixels - colour).sum(axis=1) < 30).sum() > 20, colour
