@@ -92,7 +92,7 @@ def sample_turn(model: Any, prompt_ids: list[int], params: SamplingParams, stops
             past = out.get("cache", None) if cache_arg == "cache" else out.past_key_values
             logits = out.logits[0, -1].to("cpu", torch.float32)
             if mask is not None:
-                logits = mask.apply(logits)
+                logits = mask.apply(logits, params.max_new_tokens - len(ids))
             token, logprob = draw_token(logits, params.temperature, params.top_p, generator, logprob_mode)
             if mask is not None:
                 mask.accept(token)
