@@ -1,4 +1,4 @@
-"""`pdbgym eval ...`: campaigns, planning, checkpoint selection; `pdbgym demo`.
+"""`pdbgym eval ...`: campaigns, planning, checkpoint selection (`pdbgym demo` lives in ``train.demo_commands``).
 
 Each command parses its flags into a config (``EvalConfig``, ``SelectConfig``; the flags read their
 defaults from them), calls one library function (``pdbgym.evaluate.procedures``) and prints.
@@ -122,31 +122,6 @@ def select_command(
         outcome = select_checkpoint(config, tick)
     console.print(f"chose {outcome.chosen.name} ({100 * outcome.score:.1f}% pass@1 on {select_on})")
     console.print(f"report: {outcome.page}")
-
-
-def demo_command(
-    out: Annotated[Path, typer.Option(help="Campaign folder (a rerun resumes it)")] = Path("runs/demo"),
-    runs: Annotated[int, typer.Option(help="Runs per task per arm")] = D.runs,
-    tasks: Annotated[str, typer.Option(help="Suite or folder of tasks")] = D.tasks,
-    turn_budget: Annotated[int, typer.Option(help="Tool calls per episode before 'budget'")] = 12,
-    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = 32,
-    budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
-) -> None:
-    """The main job: the embedded SmolLM2-135M-Instruct and the scripted policy, evaluated on the built-in
-    tasks (2 runs each, CPU), ending in a report."""
-    import torch
-
-    from pdbgym.evaluate.procedures import run_evaluation
-
-    # The model shares two cores with sandboxed pytest runs; one torch thread avoids oversubscription.
-    torch.set_num_threads(1)
-    config = EvalConfig(arms=["embedded=embedded", "scripted=scripted"], tasks=tasks, runs=runs, out=out,
-                        turn_budget=pick(turn_budget, budget), max_new_tokens=max_new_tokens,
-                        executor=ExecutorConfig(workers=3), json_out=out / "summary-machine.json",
-                        title=f"pdbgym demo: embedded vs scripted on {tasks}")
-    with episode_progress() as tick:
-        page = run_evaluation(config, tick).page
-    console.print(f"report: {page}  (also {page.with_suffix('.md')})")
 
 
 @app.command("report")
