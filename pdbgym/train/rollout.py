@@ -59,6 +59,7 @@ class BatchedGenerator:
         self._live = 0
         self._running = False
         self._pending: list[tuple[GenerationRequest, asyncio.Future[Generation]]] = []
+        self._serving: asyncio.Future[None] | None = None
 
     # -- episode bookkeeping ---------------------------------------------------------------------
     def join(self) -> None:
@@ -80,7 +81,7 @@ class BatchedGenerator:
             return
         batch, self._pending = self._pending, []
         self._running = True
-        asyncio.ensure_future(self._serve(batch))
+        self._serving = asyncio.ensure_future(self._serve(batch))  # held: the loop keeps only weak references
 
     async def _serve(self, batch: list[tuple[GenerationRequest, asyncio.Future[Generation]]]) -> None:
         try:
