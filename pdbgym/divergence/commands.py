@@ -45,6 +45,7 @@ def divergence_command(
     bootstrap: Annotated[int, typer.Option(help="Task-level bootstrap resamples")] = D.bootstrap,
     extreme_threshold: Annotated[float, typer.Option(help="|log-ratio| (nats) counted as extreme")] = D.extreme_threshold,
     seed: Annotated[int, typer.Option(help="Seed of student sampling and the bootstrap")] = D.seed,
+    devices: Annotated[int, typer.Option(help="Data-parallel ranks: GPUs (one each) or CPU processes")] = D.devices,
 ) -> None:
     """Score students on a teacher cache: KL(teacher||student) from the cache's samples; with --teacher,
     also KL(student||teacher) and JSD from student samples. Formulas: docs/metrics.md."""
@@ -56,9 +57,11 @@ def divergence_command(
         top_p=top_p, renormalized=renormalized, max_records=max_records, device=device,
         student_samples=student_samples, max_new_tokens=max_new_tokens, noise_floor=noise_floor,
         rescore_teacher=rescore_teacher, token_budget=token_budget, bootstrap=bootstrap,
-        extreme_threshold=extreme_threshold, seed=seed, show_progress=not to_stdout,
+        extreme_threshold=extreme_threshold, seed=seed, show_progress=not to_stdout, devices=devices,
         work_dir=work_dir or (None if to_stdout else json_out.with_name(json_out.name + ".work")))
-    _show(compare(config), json_out, plot, to_stdout)
+    outcome = compare(config)
+    if outcome is not None:  # None: a torchrun rank other than 0
+        _show(outcome, json_out, plot, to_stdout)
 
 
 def _show(outcome: DivergenceOutcome, json_out: Path, plot: Path | None, to_stdout: bool) -> None:

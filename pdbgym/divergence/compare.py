@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.divergence.report import ReportConfig
 from pdbgym.divergence.scoring import ScoringConfig
 from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+
+if TYPE_CHECKING:
+    from pdbgym.divergence.pipeline import Execution
 
 
 @dataclass
@@ -39,6 +42,8 @@ class DivergenceConfig:
         extreme_threshold: |log-ratio| in nats counted as extreme. Default 20.0.
         seed: seed of student sampling and of the bootstrap. Default 0.
         show_progress: progress bars on stderr. Default True.
+        devices: data-parallel ranks (one GPU each, or CPU processes); records are sharded by token
+            count and the report is the one-process report. Default 1. See ``divergence.distributed``.
     """
 
     students: list[str]
@@ -60,6 +65,7 @@ class DivergenceConfig:
     extreme_threshold: float = ReportConfig.extreme_threshold
     seed: int = 0
     show_progress: bool = True
+    devices: int = 1
 
 
 @dataclass
@@ -92,14 +98,31 @@ def load_records(cache: Path | None, max_records: int | None) -> tuple[Path, lis
     return folder, records
 
 
-def compare(config: DivergenceConfig) -> DivergenceOutcome:
+def compare(config: DivergenceConfig) -> DivergenceOutcome | None:
     """Score ``config.students`` against the cache (and teacher); the report with its context.
 
     The transform comes from the cache's declaration or, for a silent cache, from the explicit
     ``temperature``/``top_p``/``renormalized``; both present and different is a ``SemanticsError``.
+    With ``devices`` > 1, or inside a torchrun world, the scoring is data-parallel and the outcome is
+    rank 0's (None on torchrun's other ranks).
     """
-    from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
-    from pdbgym.divergence.report import build_report
+    from pdbgym.divergence.distributed import compare_on_devices, launched_by_torchrun
+
+    if config.devices < 1:
+        raise PdbgymError(f"--devices must be >= 1, got {config.devices}")
+    if config.devices > 1 or launched_by_torchrun():
+        return compare_on_devices(config)
+    outcome = compare_here(config)
+    assert outcome is not None
+    return outcome
+
+
+def compare_here(config: DivergenceConfig, execution: Execution | None = None,
+                 build_report: bool = True) -> DivergenceOutcome | None:
+    """``compare`` in this process; ``execution`` spreads its scoring (one rank's hooks), and
+    ``build_report=False`` (ranks other than 0) scores without building the report (returns None)."""
+    from pdbgym.divergence.pipeline import DivergenceRun, Execution, run_divergence
+    from pdbgym.divergence.report import build_report as make_report
     from pdbgym.divergence.semantics import explicit_semantics, resolve_semantics
 
     folder, records = load_records(config.cache, config.max_records)
@@ -111,10 +134,13 @@ def compare(config: DivergenceConfig) -> DivergenceOutcome:
         max_new_tokens=config.max_new_tokens, noise_floor=config.noise_floor,
         rescore_teacher=config.rescore_teacher, device=config.device, work_dir=config.work_dir, seed=config.seed,
         scoring=ScoringConfig(token_budget=config.token_budget, show_progress=config.show_progress),
+        execution=execution or Execution(),
     )
     scores = run_divergence(run)
+    if not build_report:
+        return None
     context = {"cache": str(folder), "n_records": len(records), "semantics": semantics.to_dict(),
                "teacher": config.teacher, "students": list(config.students)}
-    report = build_report(scores, ReportConfig(extreme_threshold=config.extreme_threshold,
-                                               n_resamples=config.bootstrap, seed=config.seed, context=context))
+    report = make_report(scores, ReportConfig(extreme_threshold=config.extreme_threshold,
+                                              n_resamples=config.bootstrap, seed=config.seed, context=context))
     return DivergenceOutcome(report, semantics, folder)

@@ -37,6 +37,30 @@ class DivergenceInputError(PdbgymError):
     """A divergence run was asked for something it cannot do."""
 
 
+Scorer = Callable[[Any, Sequence[RolloutRecord], LogprobSemantics, ScoringConfig], list[np.ndarray]]
+Sampler = Callable[..., list[RolloutRecord]]  # sample_continuations' signature
+
+
+def _same(found: bool) -> bool:
+    return found
+
+
+@dataclass
+class Execution:
+    """Where scoring and sampling run: in this process (the default) or over data-parallel ranks.
+
+    score/sample: ``score_records`` / ``sample_continuations`` or drop-ins with their signatures that
+    return the same values. writes: this process writes ``work_dir`` (one rank of several does).
+    agree: turns this process's "result already stored?" into the answer every process acts on (rank
+    0's), so all ranks enter the same collectives.
+    """
+
+    score: Scorer = score_records
+    sample: Sampler = sample_continuations
+    writes: bool = True
+    agree: Callable[[bool], bool] = _same
+
+
 @dataclass
 class DivergenceRun:
     """What to compare. ``students`` and a non-URL ``teacher`` are local model paths (folder or .gguf).
@@ -60,6 +84,7 @@ class DivergenceRun:
     work_dir: Path | None = None
     seed: int = 0
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    execution: Execution = field(default_factory=Execution)
 
     @property
     def teacher_is_server(self) -> bool:
@@ -78,8 +103,9 @@ def records_digest(records: Sequence[RolloutRecord]) -> str:
 class ScoreStore:
     """Scored arrays and sample caches under one folder, keyed by what produced them (None: no saving)."""
 
-    def __init__(self, folder: Path | None) -> None:
+    def __init__(self, folder: Path | None, execution: Execution | None = None) -> None:
         self.folder = Path(folder) if folder is not None else None
+        self.execution = execution or Execution()
 
     @staticmethod
     def key(**parts: Any) -> str:
@@ -89,21 +115,25 @@ class ScoreStore:
         if self.folder is None:
             return compute()
         path = self.folder / f"scores-{key}.npz"
-        if path.exists():
+        if self.execution.agree(path.exists()):
             with np.load(path) as data:
                 return [data[f"arr_{i}"] for i in range(len(data.files))]
         arrays = compute()
-        with atomic_target(path) as tmp, open(tmp, "wb") as handle:
-            np.savez(handle, *arrays)
+        if self.execution.writes:
+            with atomic_target(path) as tmp, open(tmp, "wb") as handle:
+                np.savez(handle, *arrays)
         return arrays
 
     def samples(self, key: str, compute: Callable[[], list[RolloutRecord]]) -> list[RolloutRecord]:
         if self.folder is None:
             return compute()
         folder = self.folder / f"samples-{key}"
-        if (folder / MANIFEST_NAME).exists():  # the manifest is written last: present means complete
+        # The manifest is written last: present means complete.
+        if self.execution.agree((folder / MANIFEST_NAME).exists()):
             return read_cache(folder)
         samples = compute()
+        if not self.execution.writes:
+            return samples
         write_cache(folder, samples, overwrite=True)
         return read_cache(folder)
 
@@ -151,7 +181,7 @@ def _score_with_model(run: DivergenceRun, store: ScoreStore, role: str, model: L
     key = store.key(role=role, model=str(Path(model.spec).resolve()), semantics=run.semantics.to_dict(),
                     records=records_digest(records))
     run.scoring.progress_label = f"{model.label}: {role}"
-    return store.arrays(key, lambda: score_records(model.get(), records, run.semantics, run.scoring))
+    return store.arrays(key, lambda: run.execution.score(model.get(), records, run.semantics, run.scoring))
 
 
 def run_divergence(run: DivergenceRun) -> list[StudentScores]:
@@ -167,7 +197,7 @@ def run_divergence(run: DivergenceRun) -> list[StudentScores]:
         check_server_semantics(run.semantics)
     # The cached values stand for the teacher unless the teacher re-scores the cache and no row uses them.
     check_teacher_logprobs(run.semantics, rescored=run.rescore_teacher and not run.noise_floor)
-    store = ScoreStore(run.work_dir)
+    store = ScoreStore(run.work_dir, run.execution)
     cache_teacher = [masked_rollout_logprobs(r) for r in run.records]
     task_ids = [r.instance_id for r in run.records]
     wants_samples = run.teacher is not None and run.student_samples
@@ -181,7 +211,7 @@ def run_divergence(run: DivergenceRun) -> list[StudentScores]:
             key = store.key(role="student-samples", model=str(Path(spec).resolve()), seed=run.seed,
                             semantics=run.semantics.to_dict(), max_new_tokens=run.max_new_tokens,
                             records=records_digest(run.records))
-            samples[name] = store.samples(key, lambda m=model, n=name: sample_continuations(
+            samples[name] = store.samples(key, lambda m=model, n=name: run.execution.sample(
                 m.get(), run.records, run.semantics, run.max_new_tokens, f"student:{n}", run.seed, run.scoring))
         model.release()
     teacher_on_samples, teacher_on_cache = _teacher_scores(run, store, samples)

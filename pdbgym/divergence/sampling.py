@@ -45,6 +45,25 @@ def sample_continuations(
     ``prompts[i].tokens[:prompt_len]`` is the prompt; the sample keeps instance_id, dataset and the
     sample index of its prompt record, so task-level statistics pair it with the teacher's samples.
     """
+    samples = generate_samples(model, prompts, semantics, max_new_tokens, sampler_name, seed)
+    return with_own_logprobs(samples, score_records(model, samples, semantics, scoring))
+
+
+def generate_samples(
+    model: Any,
+    prompts: Sequence[RolloutRecord],
+    semantics: LogprobSemantics,
+    max_new_tokens: int,
+    sampler_name: str,
+    seed: int = 0,
+    indices: Sequence[int] | None = None,
+) -> list[RolloutRecord]:
+    """The unscored samples of ``prompts[i]`` for i in ``indices`` (default all), in that order.
+
+    Sample i is drawn under seed ``seed * 1_000_003 + i`` whatever else is sampled, so a shard of the
+    prompts samples exactly what the whole run would. ``rollout_log_probs`` are zeros until
+    ``with_own_logprobs``.
+    """
     import torch
 
     if max_new_tokens < 1:
@@ -53,13 +72,18 @@ def sample_continuations(
     device = next(model.parameters()).device
     samples = []
     with torch.inference_mode():
-        for index, prompt_record in enumerate(prompts):
+        for index in range(len(prompts)) if indices is None else indices:
+            prompt_record = prompts[index]
             prompt = prompt_record.tokens[: prompt_record.prompt_len]
             torch.manual_seed(seed * 1_000_003 + index)
             output = model.generate(torch.tensor([prompt], device=device), generation_config=config)
             generated = output[0, len(prompt):].tolist()
             samples.append(_sample_record(prompt_record, prompt, generated, semantics, sampler_name, config))
-    own = score_records(model, samples, semantics, scoring)
+    return samples
+
+
+def with_own_logprobs(samples: list[RolloutRecord], own: Sequence[Any]) -> list[RolloutRecord]:
+    """``samples`` with ``rollout_log_probs`` set to the sampler's own scores (one array per sample)."""
     for record, values in zip(samples, own, strict=True):
         record.rollout_log_probs = values.tolist()
     return samples

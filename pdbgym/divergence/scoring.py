@@ -87,6 +87,16 @@ def plan_batches(lengths: Sequence[int], token_budget: int, max_padding_share: f
     return batches
 
 
+def record_lengths(records: Sequence[RolloutRecord]) -> list[int]:
+    """Tokens each record runs through the model (up to its last scored position); 0: nothing scored."""
+    return [int(p[-1]) if len(p) else 0 for p in map(scored_positions, records)]
+
+
+def plan_record_batches(records: Sequence[RolloutRecord], config: ScoringConfig) -> list[list[int]]:
+    """``plan_batches`` over ``records`` under ``config``: the forward batches ``score_records`` runs."""
+    return plan_batches(record_lengths(records), config.token_budget, config.max_padding_share)
+
+
 def _forward_inputs(records: Sequence[RolloutRecord], lengths: Sequence[int], device: Any) -> tuple:
     """Right-padded input ids [B, L] and attention mask (None when no row is padded)."""
     import torch
@@ -132,12 +142,17 @@ def score_records(
     semantics: LogprobSemantics,
     config: ScoringConfig | None = None,
     on_batch: Callable[[int], None] | None = None,
+    batches: Sequence[Sequence[int]] | None = None,
 ) -> list[np.ndarray]:
     """Log-probs (float64 nats) of each record's scored tokens under ``model`` and ``semantics``.
 
     Returns one array per record, aligned with ``scored_positions(record)`` (length sum(loss_mask));
     -inf where a renormalized top-p nucleus excludes the token. ``model`` is a loaded HF causal LM
-    (see ``loading.load_causal_lm``); its dtype and device are used as they are.
+    (see ``loading.load_causal_lm``); its dtype and device are used as they are. ``batches``: score
+    only these forward batches of record indices (a data-parallel shard of ``plan_record_batches``);
+    records outside them get empty arrays. A record's values depend on the batch it ran in (padding
+    width changes the kernels' rounding), so a shard of whole planned batches scores exactly as the
+    whole cache would.
     """
     import torch
 
@@ -152,10 +167,12 @@ def score_records(
                 "loss_mask[0] to 0 or include the prompt"
             )
     chunk = config.chunk_positions(lm_head_and_decoder(model)[0].weight.shape[0])
-    lengths = [int(p[-1]) if len(p) else 0 for p in map(scored_positions, records)]
+    lengths = record_lengths(records)
     results: list[np.ndarray] = [np.zeros(0) for _ in records]
-    batches = plan_batches(lengths, config.token_budget, config.max_padding_share)
-    with torch.inference_mode(), _progress(config, sum(lengths)) as advance:
+    if batches is None:
+        batches = plan_batches(lengths, config.token_budget, config.max_padding_share)
+    total = sum(lengths[i] for batch in batches for i in batch)
+    with torch.inference_mode(), _progress(config, total) as advance:
         for batch in batches:
             scored = _score_batch(model, [records[i] for i in batch], semantics, chunk)
             for index, values in zip(batch, scored, strict=True):
