@@ -247,7 +247,7 @@ class TurnMask:
         import xgrammar as xgr
 
         if self.forced is None and left is not None and left <= self.reserve and not self.matcher.is_completed():
-            self.forced = self._ending_ids()
+            self.forced = self._ending_ids(left)
         if self.forced:
             keep = logits[self.forced[0]].clone()
             logits.fill_(-torch.inf)
@@ -263,8 +263,9 @@ class TurnMask:
         if self.forced:
             self.forced.pop(0)
 
-    def _ending_ids(self) -> list[int]:
-        """Ids of the shortest candidate ending the grammar accepts from here (each checked on a fork)."""
+    def _ending_ids(self, left: int) -> list[int]:
+        """Ids of the shortest candidate ending the grammar accepts from here (each checked on a fork)
+        that leaves room for the end-of-turn id within ``left``."""
         tokenizer = self.constraint.tokenizer
         for ending in self.constraint.candidates:
             if not ending:
@@ -272,7 +273,7 @@ class TurnMask:
             for ids in (tokenizer.encode(ending, add_special_tokens=False),
                         [i for ch in ending for i in tokenizer.encode(ch, add_special_tokens=False)]):
                 fork = self.matcher.fork()
-                if all(fork.accept_token(i) for i in ids) and fork.is_completed():
+                if len(ids) < left and all(fork.accept_token(i) for i in ids) and fork.is_completed():
                     return list(ids)
         raise ConstrainedError("no ending of the tool call fits the grammar state; please report this")
 
