@@ -9,9 +9,14 @@ For each sequence length, in the same process and on the same random-weight mode
 
 Prints tokens/s and the peak memory above the weights for each, and the ratios against ``bare``.
 ``--cache-records N`` also scores an N-record synthetic cache of realistic lengths end to end (write
-cache -> read_cache -> score -> report) and a bare forward over the same sequences.
+cache -> read_cache -> score -> report) and a bare forward over the same sequences. ``--devices N``
+(with ``--cache-records``) runs ``pdbgym divergence``'s library call (``compare``) on that cache with 1
+and with N data-parallel ranks in the same run, wall clock of the whole call each (process start, model
+load, scoring, gather, report), and prints the speed-up and scaling efficiency (speed-up / N).
 
   GPU: python bench/divergence_scoring.py --shape qwen3-4b --lengths 8192,32768 --cache-records 100
+  GPU, 4 ranks, ~4M tokens: python bench/divergence_scoring.py --shape qwen3-4b --phases bare --lengths 1024 \
+       --cache-records 240 --devices 4
   CPU: python bench/divergence_scoring.py --shape small --lengths 1024,4096
 On CPU each measurement runs in a child process and memory is the peak RSS growth.
 """
@@ -174,6 +179,33 @@ def cache_end_to_end(model, n_records: int, lengths: tuple[int, int], device: st
             "kl_fwd_mean": report["students"][0]["compat"]["kl_fwd_mean"]}
 
 
+def data_parallel(shape: str, devices: int, n_records: int, lengths: tuple[int, int], device: str) -> dict:
+    """Seconds of ``compare`` on one synthetic cache with 1 rank and with ``devices`` ranks; same report?"""
+    from pdbgym.divergence.compare import DivergenceConfig, compare
+    from pdbgym.rollouts.cache import read_cache
+    from pdbgym.rollouts.synthetic import make_synthetic_cache
+
+    with tempfile.TemporaryDirectory() as folder:
+        model = build_model(shape, device)
+        model.save_pretrained(f"{folder}/model")
+        vocab = model.config.vocab_size
+        del model
+        cache = make_synthetic_cache(f"{folder}/cache", n_instances=n_records, vocab=vocab, lengths=lengths)
+        tokens = sum(len(r.tokens) for r in read_cache(cache))
+        seconds, reports = {}, {}
+        for ranks in (1, devices):
+            config = DivergenceConfig(students=[f"{folder}/model"], cache=cache, bootstrap=200,
+                                      show_progress=False, devices=ranks)
+            start = time.perf_counter()
+            outcome = compare(config)
+            seconds[ranks] = time.perf_counter() - start
+            reports[ranks] = outcome.report if outcome is not None else None
+    speedup = seconds[1] / seconds[devices]
+    return {"devices": devices, "records": n_records, "tokens": tokens, "one_rank_s": seconds[1],
+            "n_ranks_s": seconds[devices], "speedup": speedup, "scaling_efficiency": speedup / devices,
+            "same_report": reports[1] == reports[devices]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
@@ -182,6 +214,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cache-records", type=int, default=0)
     parser.add_argument("--cache-lengths", default="2048,32768", help="shortest,longest record (tokens)")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="with --cache-records: also score it on N data-parallel ranks vs 1")
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--child-length", type=int, default=0, help=argparse.SUPPRESS)
@@ -216,6 +250,13 @@ def main() -> None:
         results["cache"] = cache_end_to_end(model, args.cache_records,
                                             tuple(map(int, args.cache_lengths.split(","))), device)
         print("cache end to end:", json.dumps(results["cache"]), flush=True)
+    if args.cache_records and args.devices > 1:
+        del model
+        lengths = tuple(map(int, args.cache_lengths.split(",")))
+        results["data_parallel"] = row = data_parallel(args.shape, args.devices, args.cache_records, lengths, device)
+        print(f"data parallel: {row['tokens']} tokens, 1 rank {row['one_rank_s']:.1f} s, {args.devices} ranks "
+              f"{row['n_ranks_s']:.1f} s: x{row['speedup']:.2f} ({row['scaling_efficiency']:.0%} efficiency), "
+              f"same report: {row['same_report']}", flush=True)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=1)

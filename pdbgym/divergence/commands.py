@@ -46,6 +46,7 @@ def divergence_command(
     extreme_threshold: Annotated[float, typer.Option(help="|log-ratio| (nats) counted as extreme")] = D.extreme_threshold,
     seed: Annotated[int, typer.Option(help="Seed of student sampling and the bootstrap")] = D.seed,
     devices: Annotated[int, typer.Option(help="Data-parallel ranks: GPUs (one each) or CPU processes")] = D.devices,
+    teacher_device_map: Annotated[str | None, typer.Option(help="'auto': spread a local teacher over all GPUs")] = D.teacher_device_map,
 ) -> None:
     """Score students on a teacher cache: KL(teacher||student) from the cache's samples; with --teacher,
     also KL(student||teacher) and JSD from student samples. Formulas: docs/metrics.md."""
@@ -58,6 +59,7 @@ def divergence_command(
         student_samples=student_samples, max_new_tokens=max_new_tokens, noise_floor=noise_floor,
         rescore_teacher=rescore_teacher, token_budget=token_budget, bootstrap=bootstrap,
         extreme_threshold=extreme_threshold, seed=seed, show_progress=not to_stdout, devices=devices,
+        teacher_device_map=teacher_device_map,
         work_dir=work_dir or (None if to_stdout else json_out.with_name(json_out.name + ".work")))
     outcome = compare(config)
     if outcome is not None:  # None: a torchrun rank other than 0

@@ -42,6 +42,8 @@ class DivergenceConfig:
         extreme_threshold: |log-ratio| in nats counted as extreme. Default 20.0.
         seed: seed of student sampling and of the bootstrap. Default 0.
         show_progress: progress bars on stderr. Default True.
+        teacher_device_map: ``auto`` (or another ``loading.DEVICE_MAPS`` name) spreads a local teacher too
+            large for one GPU over every visible GPU; needs ``devices`` 1. Default None (one device).
         devices: data-parallel ranks (one GPU each, or CPU processes); records are sharded by token
             count and the report is the one-process report. Default 1. See ``divergence.distributed``.
     """
@@ -65,6 +67,7 @@ class DivergenceConfig:
     extreme_threshold: float = ReportConfig.extreme_threshold
     seed: int = 0
     show_progress: bool = True
+    teacher_device_map: str | None = None
     devices: int = 1
 
 
@@ -133,7 +136,7 @@ def compare_here(config: DivergenceConfig, execution: Execution | None = None,
         server_model=config.server_model, student_samples=config.student_samples,
         max_new_tokens=config.max_new_tokens, noise_floor=config.noise_floor,
         rescore_teacher=config.rescore_teacher, device=config.device, work_dir=config.work_dir, seed=config.seed,
-        scoring=ScoringConfig(token_budget=config.token_budget, show_progress=config.show_progress),
+        teacher_device_map=config.teacher_device_map, scoring=ScoringConfig(token_budget=config.token_budget, show_progress=config.show_progress),
         execution=execution or Execution(),
     )
     scores = run_divergence(run)

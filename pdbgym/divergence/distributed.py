@@ -140,6 +140,9 @@ def _check(config: DivergenceConfig) -> None:
 
     if config.teacher is not None and is_server_url(config.teacher):
         raise DevicesError("a teacher server scores on its own machines; run a server teacher with --devices 1")
+    if config.teacher_device_map is not None:
+        raise DevicesError("--teacher-device-map spreads one teacher over every GPU, which data-parallel ranks "
+                           "(one GPU each) cannot share; use it with --devices 1")
 
 
 def _rank_main(config: DivergenceConfig) -> DivergenceOutcome | None:

@@ -34,11 +34,17 @@ def default_dtype(device: str) -> str:
     return "bfloat16" if str(device).startswith("cuda") else "float32"
 
 
-def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtype: str | None = None) -> Any:
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtype: str | None = None,
+                   device_map: str | None = None) -> Any:
     """Load a local HF causal LM: a model folder, or a ``.gguf`` file (de-quantized by transformers).
 
     Never reaches a hub: a path that does not exist is an error. ``dtype`` defaults to bf16 on CUDA,
-    fp32 on CPU; attention is sdpa. The model is returned in eval mode on ``device``.
+    fp32 on CPU; attention is sdpa. The model is returned in eval mode on ``device``, or with
+    ``device_map`` (one of ``DEVICE_MAPS``) its layers spread by accelerate over every visible GPU (then
+    CPU memory) for a model too large for one GPU.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -49,9 +55,13 @@ def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtyp
             f"model path {str(spec)!r} does not exist; give a local model folder (config.json + weights) "
             "or a .gguf file (models are never downloaded)"
         )
+    if device_map is not None and device_map not in DEVICE_MAPS:
+        raise ModelLoadError(f"device map {device_map!r} is not one of {', '.join(DEVICE_MAPS)}")
     device = device or default_device()
     torch_dtype = getattr(torch, dtype or default_dtype(device))
     kwargs: dict[str, Any] = {"dtype": torch_dtype, "attn_implementation": "sdpa", "local_files_only": True}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
     folder = path
     if path.is_file():
         if path.suffix != ".gguf":
@@ -61,7 +71,7 @@ def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtyp
         model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load a causal LM from {path}: {exc}") from exc
-    return model.to(device).eval()
+    return (model if device_map is not None else model.to(device)).eval()
 
 
 def lm_head_and_decoder(model: Any) -> tuple[Any, Any]:

@@ -69,6 +69,7 @@ class DivergenceRun:
         http(s) URL of an OpenAI-compatible server (``server_model`` names its model).
     noise_floor: also score the teacher model against the cache, as a row named ``teacher:<name>``.
     rescore_teacher: use the teacher model's own log-probs instead of the cached ones as lT.
+    teacher_device_map: load a local teacher spread over the visible GPUs (``loading.DEVICE_MAPS``).
     """
 
     records: list[RolloutRecord]
@@ -81,6 +82,7 @@ class DivergenceRun:
     noise_floor: bool = False
     rescore_teacher: bool = False
     device: str | None = None
+    teacher_device_map: str | None = None
     work_dir: Path | None = None
     seed: int = 0
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
@@ -155,13 +157,15 @@ def unique_names(specs: Sequence[str]) -> list[str]:
 class LazyModel:
     """Loads the model at first use, so a resumed run whose results are all stored loads nothing."""
 
-    def __init__(self, spec: str, device: str | None, label: str, records: Sequence[RolloutRecord]) -> None:
+    def __init__(self, spec: str, device: str | None, label: str, records: Sequence[RolloutRecord],
+                 device_map: str | None = None) -> None:
         self.spec, self.device, self.label, self.records = spec, device, label, records
+        self.device_map = device_map
         self._model: Any = None
 
     def get(self) -> Any:
         if self._model is None:
-            self._model = load_causal_lm(self.spec, self.device)
+            self._model = load_causal_lm(self.spec, self.device, device_map=self.device_map)
             check_vocab(self._model, self.records, self.label, load_tokenizer_if_any(self.spec))
         return self._model
 
@@ -244,7 +248,7 @@ def _teacher_scores(
             scored[name] = store.arrays(key, lambda r=recs: score_records_with_server(
                 run.teacher or "", run.server_model, r, run.semantics))
         return scored, None
-    model = LazyModel(run.teacher, run.device, "the teacher", run.records)
+    model = LazyModel(run.teacher, run.device, "the teacher", run.records, run.teacher_device_map)
     scored = {name: _score_with_model(run, store, f"on {name} samples", model, recs)
               for name, recs in samples.items()}
     on_cache = _score_with_model(run, store, "on cache", model, run.records) if wants_cache else None

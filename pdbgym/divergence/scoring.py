@@ -125,7 +125,9 @@ def _score_batch(
     width = ids.shape[1]
     rows = np.concatenate([row * width + p - 1 for row, p in enumerate(positions)])
     targets = torch.tensor(np.concatenate([np.asarray(r.tokens)[p] for r, p in zip(records, positions, strict=True)]))
-    gathered = hidden.reshape(-1, hidden.shape[-1]).index_select(0, torch.from_numpy(rows).to(device))
+    # With a device map the last hidden states may sit on another GPU than the lm_head.
+    gathered = hidden.reshape(-1, hidden.shape[-1]).index_select(0, torch.from_numpy(rows).to(hidden.device))
+    gathered = gathered.to(device)
     del hidden
     targets = targets.to(device)
     pieces = [

@@ -138,3 +138,23 @@ def test_bad_device_requests_are_refused_before_any_process_starts(setup):
     with pytest.raises(PdbgymError, match="--devices 1"):
         compare(DivergenceConfig(students=[str(setup / "student")], cache=setup / "cache", devices=2,
                                  teacher="http://127.0.0.1:9"))
+    with pytest.raises(PdbgymError, match="--teacher-device-map"):
+        compare(DivergenceConfig(students=[str(setup / "student")], cache=setup / "cache", devices=2,
+                                 teacher=str(setup / "teacher"), teacher_device_map="auto"))
+
+
+def test_a_device_mapped_teacher_loads_through_accelerate_and_scores_the_same(setup):
+    """On this CPU-only machine accelerate's map puts every layer on the CPU: the loading path and the
+    scorer's cross-device handling run, the split over several GPUs itself cannot."""
+    from pdbgym.divergence.loading import ModelLoadError, load_causal_lm
+    from pdbgym.divergence.scoring import ScoringConfig, score_records
+
+    records, config = _records()[:4], ScoringConfig(show_progress=False)
+    mapped = load_causal_lm(setup / "teacher", "cpu", device_map="auto")
+    assert next(mapped.parameters()).device.type == "cpu"
+    plain = load_causal_lm(setup / "teacher", "cpu")
+    for got, want in zip(score_records(mapped, records, SEMANTICS, config),
+                         score_records(plain, records, SEMANTICS, config), strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ModelLoadError, match="not one of auto"):
+        load_causal_lm(setup / "teacher", "cpu", device_map="everywhere")
