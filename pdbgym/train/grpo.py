@@ -217,8 +217,7 @@ class PdbgymRollout:
         self.recipe.budget_now = budget
         slots: list[EpisodeSample | None] = []
         to_play: list[Any] = []
-        for start in range(0, len(prompts), self.config.group):
-            group = prompts[start:start + self.config.group]
+        for group in _runs(prompts):  # TRL repeats each prompt G times in a row (fewer per process with DDP)
             task = self._task(group[0])
             replayed = self._replayed(task.instance_id, step, len(group))
             slots.extend(replayed + [None] * (len(group) - len(replayed)))
@@ -246,6 +245,17 @@ class PdbgymRollout:
         self.recipe.tampered_total += sum(s.facts["termination_reason"] == "tampered" for s in on_policy)
         if on_policy:
             self.curriculum.observe(sum(s.facts["final_test_passed"] for s in on_policy) / len(on_policy))
+
+
+def _runs(prompts: list[str]) -> list[list[str]]:
+    """Consecutive runs of the same task id: the groups of the batch."""
+    runs: list[list[str]] = []
+    for prompt in prompts:
+        if runs and runs[-1][0] == prompt:
+            runs[-1].append(prompt)
+        else:
+            runs.append([prompt])
+    return runs
 
 
 def rollout_output(samples: list[EpisodeSample]) -> dict[str, list[Any]]:
