@@ -9,7 +9,12 @@ MFU = tokens/s x FLOPs per token / peak, FLOPs per token = 6 N + 6 L d T (N para
 d = heads x head_dim, T the sequence length: causal attention's forward and backward), peak 790 TFLOP/s
 (bf16 dense, H200). Both arms checkpoint activations (without it 16k tokens do not fit the baseline).
 
+``--devices N`` adds a third arm: the same trainer under ``accelerate launch`` with the shipped DDP config
+on N processes (one sequence per process per step), and prints the scaling against the one-process
+pdbgym arm of the same run (tokens/s ratio, and efficiency = ratio / N).
+
     GPU: python bench/train_throughput.py --phase sft --shape qwen3-4b --length 16384 --steps 3
+    GPU, 2 ranks: python bench/train_throughput.py --phase sft --shape qwen3-4b --length 16384 --devices 2
     CPU: python bench/train_throughput.py --phase sft --shape tiny --length 256 --steps 2 --device cpu
 """
 
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,32 +135,51 @@ def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int]) -> dic
     from pdbgym.train.config import SFTTrainConfig
     from pdbgym.train.sft import BaseModel, build_trainer
 
-    _reset(args.device)
-    model = make_model(args.shape, args.device)
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # > 1 under accelerate launch (--devices)
+    device = f"cuda:{os.environ['LOCAL_RANK']}" if world > 1 and args.device.startswith("cuda") else args.device
+    _reset(device)
+    model = make_model(args.shape, device)
     flops = flops_per_token(model, len(ids))
     times: list[float] = []
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, *a, **k) -> None:
-            _sync(args.device)
+            _sync(device)
             self.started = time.perf_counter()
 
         def on_step_end(self, *a, **k) -> None:
-            _sync(args.device)
+            _sync(device)
             times.append(time.perf_counter() - self.started)
 
     with tempfile.TemporaryDirectory() as out:
         config = SFTTrainConfig(base="bench", data=Path(out), out=Path(out), rank=args.rank, use_dora=not args.lora,
-                                effective_batch=1, max_steps=args.warmup + args.steps, max_length=len(ids),
+                                effective_batch=world, max_steps=args.warmup + args.steps, max_length=len(ids),
                                 val_fraction=0.0, gradient_checkpointing=True, register=False, lr=1e-4,
                                 extra={"save_strategy": "no", "logging_steps": 1000})
         base = BaseModel(model, _tokenizer(), "bench", "bench", None)
-        trainer = build_trainer(config, base, [{"input_ids": ids, "assistant_masks": mask}], [], args.device,
+        trainer = build_trainer(config, base, [{"input_ids": ids, "assistant_masks": mask}] * world, [], device,
                                 [StepClock()])
         trainer.train()
-    result = _figures("pdbgym train sft (TRL SFTTrainer)", times[args.warmup:], len(ids), flops, args.device)
+    name = "pdbgym train sft (TRL SFTTrainer)" + (f", DDP x{world}" if world > 1 else "")
+    result = _figures(name, times[args.warmup:], len(ids) * world, flops, device, world)
     del trainer, model
     return result
+
+
+def data_parallel_arm(args: argparse.Namespace) -> dict:
+    """The pdbgym arm under ``accelerate launch`` (shipped ddp.yaml) on ``args.devices`` processes."""
+    config = Path(__file__).resolve().parents[1] / "pdbgym" / "train" / "configs" / "ddp.yaml"
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "arm.json"
+        launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+                  "--num_processes", str(args.devices)]
+        if not args.device.startswith("cuda"):
+            launch += ["--mixed_precision", "no"]
+        child = [__file__, "--phase", "sft", "--dp-child", str(out), "--device", args.device, "--shape", args.shape,
+                 "--length", str(args.length), "--rank", str(args.rank), "--loss-share", str(args.loss_share),
+                 "--warmup", str(args.warmup), "--steps", str(args.steps)] + (["--lora"] if args.lora else [])
+        subprocess.run(launch + child, check=True)
+        return json.loads(out.read_text())
 
 
 def _tokenizer():
@@ -166,11 +192,12 @@ def _tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="[EOS]", pad_token="[EOS]")
 
 
-def _figures(name: str, times: list[float], length: int, flops: float, device: str) -> dict:
+def _figures(name: str, times: list[float], tokens: int, flops: float, device: str, gpus: int = 1) -> dict:
+    """``tokens`` per step over all ``gpus``; MFU is per GPU."""
     seconds = sum(times) / len(times)
-    tokens_per_s = length / seconds
+    tokens_per_s = tokens / seconds
     return {"arm": name, "seconds_per_step": round(seconds, 3), "tokens_per_s": round(tokens_per_s, 1),
-            "mfu": round(tokens_per_s * flops / PEAK_FLOPS, 4) if device.startswith("cuda") else None,
+            "mfu": round(tokens_per_s / gpus * flops / PEAK_FLOPS, 4) if device.startswith("cuda") else None,
             "flops_per_token": flops, "peak_gpu_gib": _memory(device), "steps_timed": len(times)}
 
 
@@ -183,6 +210,12 @@ def run_sft(args: argparse.Namespace) -> dict:
     result = {"phase": "sft", "shape": args.shape, "length": args.length, "adapter": "LoRA" if args.lora else "DoRA",
               "rank": args.rank, "loss_share": args.loss_share, "arms": arms,
               "speedup_vs_baseline": round(arms[1]["tokens_per_s"] / arms[0]["tokens_per_s"], 3)}
+    if args.devices > 1:
+        arms.append(data_parallel_arm(args))
+        print(json.dumps(arms[-1]), flush=True)
+        scaling = arms[2]["tokens_per_s"] / arms[1]["tokens_per_s"]
+        result.update(devices=args.devices, scaling_vs_one_process=round(scaling, 3),
+                      scaling_efficiency=round(scaling / args.devices, 3))
     return result
 
 
@@ -197,6 +230,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--loss-share", type=float, default=0.3, help="share of ids with loss (assistant turns)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--devices", type=int, default=1, help="also the pdbgym arm on N DDP processes vs 1")
+    p.add_argument("--dp-child", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path, default=None)
     return p
 
@@ -210,6 +245,11 @@ def main(argv: list[str] | None = None) -> None:
         rollout_main(rest)
         return
     args = parser().parse_args(argv)
+    if args.dp_child is not None:  # one rank of data_parallel_arm; rank 0 reports
+        row = pdbgym_sft(args, *example(args.shape, args.length, args.loss_share))
+        if os.environ.get("RANK", "0") == "0":
+            args.dp_child.write_text(json.dumps(row))
+        return
     result = run_sft(args)
     text = json.dumps(result, indent=1)
     print(text)
