@@ -43,7 +43,7 @@ def _mount() -> None:
     app.add_typer(adapters_app, name="adapters", help="Adapter stacks with lineage: register, merge, verify.")
     app.add_typer(eval_app, name="eval", help="Evaluation campaigns, planning and checkpoint selection.")
     app.command("run", help="Run one episode on a task with a policy.")(run_command)
-    app.command("demo", help="The main job on the embedded default.")(demo_command)
+    app.command("demo", help="The research loop in miniature on CPU: teacher cache, SFT, held-out eval, one report.")(demo_command)
     app.command("divergence", help="KL/JSD of students against a teacher cache.")(divergence_command)
     app.add_typer(train_app, name="train", help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +28,10 @@ from pdbgym.fileio import write_json_atomic, write_text_atomic
 from pdbgym.termination import TERMINATION_MEANINGS, TERMINATION_REASONS
 
 ORACLE_LABEL = "scripted oracle: replays the task's reference fix (not a model; an upper bound)"
+KL_NOTE = ("KL(oracle || arm): the scripted oracle is deterministic (probability 1 on each token it wrote), so "
+           "the KL at each of its tokens is exactly the arm's -log q(token | context); shown is the mean over "
+           "the oracle's tokens per held-out task, then over tasks, in nats per token, with a task-bootstrap "
+           "95% CI. Lower is closer to the teacher.")
 
 
 def _cut(record: Any, max_ids: int) -> Any:
@@ -121,6 +126,10 @@ def arm_meaning(name: str, model: str) -> str:
     return f"the base model as given ({model}), free-form tool calls"
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -185,14 +194,16 @@ def _facts(config: Any, record: dict[str, Any], corpus: dict[str, Any], caches: 
                            f"({corpus.get('tokens')} ids, {corpus.get('loss_tokens')} loss ids)"],
             ["SFT", f"LoRA r{recipe.get('rank')} alpha {recipe.get('lora_alpha')} on {recipe.get('target_modules')}, "
                     f"lr {recipe.get('lr')}, {record.get('steps')} steps of 1 example, "
-                    f"best val loss {record.get('best_val_loss')} at step {record.get('best_step')} "
+                    f"best val loss {_num(record.get('best_val_loss'))} at step {record.get('best_step')} "
                     f"({len(record.get('corpus', {}).get('val_tasks', []))} val tasks of the train split)"],
             ["held-out episodes", f"{config.eval_runs} run(s) per task, turn budget {config.turn_budget}, "
                                   f"{config.max_new_tokens} tokens per turn, T=0.7"]]
     for name, p in phases.items():
         note = f" (reused; first run {p['first_seconds']} s)" if p.get("reused") and p.get("first_seconds") else ""
-        rows.append([f"phase {name}", f"{p['seconds']} s{note}"])
+        rows.append([f"phase {name}", f"{p['seconds']} s wall, {p.get('cpu_seconds', '-')} s CPU{note}"])
     rows.append(["wall time, all phases", f"{sum(p['seconds'] for p in phases.values()):.0f} s"])
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    rows.append(["load average at the end (1, 5, 15 min)", f"{load} on {os.cpu_count()} CPUs"])
     return rows
 
 
@@ -217,6 +228,11 @@ def write_demo_report(config: Any, out: Path, arms: Mapping[str, str], summary: 
     tables = {"The run": _facts(config, record, corpus, caches, kl, phases), **_tables(arms, summary, validity, kl)}
     title = "pdbgym demo: teacher cache -> SFT of SmolLM2-135M -> held-out evaluation"
     notes = [f"Held-out tasks: {summary.get('tasks', 0)} (the split's test tasks; none is in the SFT corpus).",
+             "Valid tool-call rate: the share of the arm's turns that the episode loop's own parser "
+             "(agent.toolcalls.parse_tool_call) reads as one tool call; three malformed turns in a row end an "
+             "episode as 'other'.",
+             KL_NOTE if kl is not None else "KL: the divergence library's estimator named in the note column, "
+             "on the held-out teacher cache (eval --teacher-cache).",
              "The full evaluation report, with per-task results and paired comparisons: eval/report.html; "
              "the training report: sft/training_report.html."] + list(summary.get("warnings", []))
     write_json_atomic(out / "demo_report.json", {"title": title, "tables": tables, "notes": notes,
@@ -237,6 +253,13 @@ def _markdown(title: str, tables: dict[str, list[list[str]]], notes: list[str], 
     return "\n".join(lines + [f"- {n}" for n in notes]) + "\n"
 
 
+def _linked(text: str) -> str:
+    """The two sibling reports named in a note become links."""
+    for target in ("eval/report.html", "sft/training_report.html"):
+        text = text.replace(target, f"<a href='{target}'>{target}</a>")
+    return text
+
+
 def _html(title: str, tables: dict[str, list[list[str]]], notes: list[str], curve: Path | None) -> str:
     esc = html.escape
     blocks = []
@@ -251,6 +274,6 @@ def _html(title: str, tables: dict[str, list[list[str]]], notes: list[str], curv
             blocks.append(f"<h2>Training curve (loss per step, val loss)</h2>{image}")
     style = ("body{font-family:sans-serif;max-width:72em;margin:1em auto}table{border-collapse:collapse;margin-bottom:1em}"
              "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}img{max-width:36em}")
-    items = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    items = "".join(f"<li>{_linked(esc(n))}</li>" for n in notes)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{style}</style>"
             f"</head><body><h1>{esc(title)}</h1>{''.join(blocks)}<ul>{items}</ul></body></html>\n")

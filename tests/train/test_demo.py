@@ -4,6 +4,7 @@ episodes; then a rerun that reuses every phase, and the report rendered by headl
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from pdbgym.progress import progress
 from pdbgym.tasks.suites import SUITES
@@ -31,11 +33,14 @@ def demo(tmp_path_factory, tiny_model_dir):
     config = DemoConfig(out=root / "out", base=str(tiny_model_dir), tasks=str(root / "tasks"), held_out=0.34,
                         sft_steps=2, sft_tokens=1024, turn_budget=2, max_new_tokens=16, workers=1, threads=1)
     lines: list[str] = []
-    with progress(disable=True) as bars:
+    log = io.StringIO()  # not a terminal: plain progress lines, a heartbeat every second here
+    with progress(Console(file=log, width=200), heartbeat_s=1.0) as bars:
         first = run_demo(config, lines.append, bars)
-        started = time.perf_counter()
+    lines += log.getvalue().splitlines()
+    started = time.perf_counter()
+    with progress(disable=True) as bars:
         second = run_demo(config, lines.append, bars)
-        rerun_s = time.perf_counter() - started
+    rerun_s = time.perf_counter() - started
     yield config, first, second, rerun_s, lines
     patch.undo()
 
@@ -56,6 +61,8 @@ def test_every_phase_runs_and_the_split_keeps_held_out_tasks_out_of_training(dem
     episodes = [json.loads(line) for line in (out / "eval" / "episodes.jsonl").open()]
     assert {e["instance_id"] for e in episodes} == test and {e["arm"] for e in episodes} == {"base", "sft", "oracle"}
     assert any(line.startswith("[sft] done in") for line in lines)
+    for phase in ("teacher episodes", "sft steps", "held-out episodes"):  # progress lines when piped
+        assert any(line.startswith(f"[{phase}]") for line in lines), phase
 
 
 def test_kl_to_the_oracle_is_the_arms_negative_log_prob_of_its_tokens(demo):
@@ -83,11 +90,12 @@ def test_report_holds_validity_terminations_with_meanings_and_the_curve(demo):
     assert [r["step"] for r in report["history"] if "loss" in r] == [1, 2]
     text = first.markdown.read_text()
     assert "train_loss.png" in text and "KL to the teacher" in text and "pass@1" in text
+    assert "deterministic" in text and "parse_tool_call" in text
 
 
 def test_a_rerun_reuses_every_finished_phase(demo):
     config, first, second, rerun_s, _ = demo
-    assert all(second.phases[name]["reused"] for name in ("split", "teacher", "corpus", "sft", "kl"))
+    assert all(second.phases[name]["reused"] for name in ("split", "teacher", "corpus", "sft", "kl", "eval"))
     assert second.phases["sft"]["first_seconds"] == first.phases["sft"]["seconds"]
     assert second.phases["sft"]["seconds"] < 10 and rerun_s < first_total(first) / 2
     state = json.loads((config.out / "demo.json").read_text())
