@@ -213,3 +213,11 @@ def test_embedded_smollm2_constrained_episode_is_all_valid_calls(builtin_task):
     assert turns and all(valid_call(turn, "text") for turn in turns), turns
     assert RolloutRecord.from_dict(result.record).logprob_semantics.constrained
     assert time.perf_counter() - started < 90
+
+
+def test_eval_reports_a_constrained_arm_as_not_comparable():
+    from pdbgym.evaluate.divergence_arms import CONSTRAINED_REASON, local_model_of
+    from pdbgym.policyname import policy_kind
+
+    assert local_model_of("constrained:embedded") == (None, CONSTRAINED_REASON)
+    assert policy_kind("constrained:embedded") == "embedded"  # still an in-process model for the executor
