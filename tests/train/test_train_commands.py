@@ -35,3 +35,16 @@ def test_refusals_are_named_errors(tmp_path, smol_tokenizer):
     cache = write_records(tmp_path / "cache", [episode_record(smol_tokenizer, "t0", [("submit", "ok")])])
     run = CliRunner().invoke(app, ["corpus", "--cache", str(cache), "--out", str(tmp_path / "c"), "--splits", str(splits)])
     assert run.exit_code != 0 and "t0 (test)" in str(run.exception)
+
+
+def test_shipped_accelerate_configs_load_with_accelerate():
+    from pathlib import Path
+
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    import pdbgym.train
+
+    folder = Path(pdbgym.train.__file__).parent / "configs"
+    kinds = {path.stem: load_config_from_file(str(path)).distributed_type for path in sorted(folder.glob("*.yaml"))}
+    assert {name: str(kind).split(".")[-1] for name, kind in kinds.items()} == {
+        "ddp": "MULTI_GPU", "fsdp": "FSDP", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED"}
