@@ -117,3 +117,17 @@ def test_val_tasks_in_training_are_refused(tmp_path, tiny_model_dir, teacher_dir
     splits.write_text(json.dumps({"splits": {"val": [{"instance_id": "builtin__latency-percentiles"}]}}))
     with pytest.raises(CorpusError, match="builtin__latency-percentiles \\(val\\)"):
         train_dagger(_config(tmp_path, tiny_model_dir, teacher_dir, splits=splits))
+
+
+def test_val_pass1_comes_from_real_episodes_and_evaluate_statistics(tmp_path, tiny_model_dir):
+    from pdbgym.tasks.suites import resolve_tasks
+    from pdbgym.train.dagger import load_policy, val_pass1
+
+    config = _config(tmp_path, tiny_model_dir, tiny_model_dir, eval_runs=1)
+    task = resolve_tasks(str(tmp_path / "tasks" / TRAIN_TASKS[0]))
+    mean, interval = val_pass1(load_policy(str(tiny_model_dir), config, "cpu"), task, config, tmp_path / "val")
+    assert mean == 0.0  # random weights never fix the bug
+    low, high = (float(x) for x in interval.strip("[]").split(","))
+    assert low == 0.0 and 0.0 < high < 1.0  # a Wilson bound keeps a width at 0%
+    assert len(list((tmp_path / "val").glob("*.json"))) == 1
+    assert val_pass1(load_policy(str(tiny_model_dir), config, "cpu"), [], config, tmp_path / "none") is None
