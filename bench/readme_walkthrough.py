@@ -2,8 +2,10 @@
 
 The ```bash block(s) between "## Using it" and the next "## " heading are read from the clone's
 README.md, one command per line (a trailing backslash continues it, ``#`` starts a comment), and run
-in order by bash in a fresh temporary folder, with ``pdbgym`` taken from this checkout's ``.venv`` and
-the package imported from the clone (``PYTHONPATH``). Placeholders are replaced by real things built
+in order by bash in a fresh temporary folder with this checkout's ``.venv`` first on PATH: the README
+and task files are the clone's, the code run is the ``pdbgym`` installed in ``.venv`` (an editable
+install of this checkout; PYTHONPATH is left alone, since a PYTHONPATH naming a clone changes what the
+sandboxed test runs of ``tasks synth`` see). Placeholders are replaced by real things built
 first (``SUBSTITUTIONS``): a random-weight 1-layer Llama saved over the embedded SmolLM2 tokenizer for
 ``path/to/model``, and a ``transformers serve`` of that model on loopback for the server URL. A line
 that needs a person (``--policy human``) is skipped with its reason. ``--quick`` shrinks the costly
@@ -266,9 +268,8 @@ def main() -> int:
     clone = clone.resolve()
     work = tmp / "work"
     work.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(clone), "PDBGYM_HOME": str(tmp / "home"), "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, "PDBGYM_HOME": str(tmp / "home"), "HF_HUB_OFFLINE": "1",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    sys.path.insert(0, str(clone))
     values = {"model": str(build_model(tmp / "tiny-model")), "server": SERVER_URL,
               "quick_tasks": str(quick_tasks(clone, tmp / "quick-tasks")) if args.quick else "builtin"}
     print(f"clone {clone}  work {work}  model {values['model']}" + ("  --quick" if args.quick else ""), flush=True)
