@@ -37,6 +37,27 @@ def token_ids_from_choice(choice: dict[str, Any]) -> list[int] | None:
     return None
 
 
+def chat_body(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              params: SamplingParams, **extra: Any) -> dict[str, Any]:
+    """A chat-completions request: the OpenAI fields, then ``extra`` (vendor fields such as vLLM's)."""
+    body: dict[str, Any] = {"model": model, "messages": messages, "temperature": params.temperature,
+                            "top_p": params.top_p, "max_tokens": params.max_new_tokens, **extra}
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = "none"  # tool calls stay in the text, which pdbgym parses itself
+    if params.seed is not None:
+        body["seed"] = params.seed
+    return body
+
+
+def served_models(root: str, api_key: str | None) -> list[dict[str, Any]]:
+    """The server's ``/v1/models`` entries; an error naming the fix when it serves none."""
+    models = request_json(f"{root}/v1/models", api_key=api_key).get("data") or []
+    if not models:
+        raise BackendError(f"{root}/v1/models lists no model; start the server with a model")
+    return models
+
+
 class OpenAIChatBackend:
     """Chat completions on ``base_url`` (``http://host:port``, with or without ``/v1``)."""
 
@@ -54,9 +75,7 @@ class OpenAIChatBackend:
     def connect(cls, base_url: str, tokenizer: Any, require_logprobs: bool = True, **kwargs: Any) -> OpenAIChatBackend:
         """Check before any episode that the server answers, serves a model, and returns ids + log-probs."""
         root = base_url.rstrip("/").removesuffix("/v1")
-        models = request_json(f"{root}/v1/models", api_key=kwargs.get("api_key")).get("data") or []
-        if not models:
-            raise BackendError(f"{root}/v1/models lists no model; start the server with a model")
+        models = served_models(root, kwargs.get("api_key"))
         backend = cls(root, tokenizer, kwargs.pop("model", None) or models[0]["id"], **kwargs)
         probe = request_json(f"{root}/v1/chat/completions", backend._body(
             [{"role": "user", "content": "hi"}], None, SamplingParams(1.0, 1.0, 2, 0)), api_key=backend.api_key)
@@ -73,17 +92,8 @@ class OpenAIChatBackend:
 
     def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
               params: SamplingParams) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.name, "messages": messages, "temperature": params.temperature, "top_p": params.top_p,
-            "max_tokens": params.max_new_tokens, "logprobs": True, "return_tokens_as_token_ids": True,
-            "return_token_ids": True, "skip_special_tokens": False,
-        }
-        if tools:
-            body["tools"] = tools
-            body["tool_choice"] = "none"  # tool calls stay in the text, which pdbgym parses itself
-        if params.seed is not None:
-            body["seed"] = params.seed
-        return body
+        return chat_body(self.name, messages, tools, params, logprobs=True, return_tokens_as_token_ids=True,
+                         return_token_ids=True, skip_special_tokens=False)
 
     async def generate(self, request: GenerationRequest) -> Generation:
         started = time.perf_counter()

@@ -17,6 +17,7 @@ from typing import Any
 
 from pdbgym.agent.backends.base import BackendError, Generation, GenerationRequest, SamplingParams
 from pdbgym.agent.backends.http import AsyncJsonClient, ServerUnreachableError, request_json
+from pdbgym.agent.backends.openai_server import chat_body, served_models
 from pdbgym.rollouts.record import LogprobSemantics
 
 TEXT_ONLY_SEMANTICS = LogprobSemantics(engine="none", temperature=1.0)
@@ -47,9 +48,7 @@ class OpenAITextChatBackend:
                 api_key: str | None = None) -> OpenAITextChatBackend:
         """Check that the server lists a model and answers a one-token chat request with standard fields."""
         root = base_url.rstrip("/").removesuffix("/v1")
-        models = request_json(f"{root}/v1/models", api_key=api_key).get("data") or []
-        if not models:
-            raise BackendError(f"{root}/v1/models lists no model; start the server with a model")
+        models = served_models(root, api_key)
         backend = cls(root, tokenizer, model or models[0]["id"], api_key)
         probe = request_json(f"{root}/v1/chat/completions", backend.body(
             [{"role": "user", "content": "hi"}], None, SamplingParams(1.0, 1.0, 1, 0)), api_key=api_key)
@@ -63,14 +62,7 @@ class OpenAITextChatBackend:
     def body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
              params: SamplingParams) -> dict[str, Any]:
         """Only fields of the OpenAI chat API (strict servers refuse vendor extensions with HTTP 422)."""
-        body: dict[str, Any] = {"model": self.name, "messages": messages, "temperature": params.temperature,
-                                "top_p": params.top_p, "max_tokens": params.max_new_tokens}
-        if tools:
-            body["tools"] = tools
-            body["tool_choice"] = "none"  # tool calls stay in the text, which pdbgym parses itself
-        if params.seed is not None:
-            body["seed"] = params.seed
-        return body
+        return chat_body(self.name, messages, tools, params)
 
     async def generate(self, request: GenerationRequest) -> Generation:
         started = time.perf_counter()
