@@ -22,3 +22,18 @@ def word_tokenizer(size: int, order: list[int] | None = None) -> Any:
     core = Tokenizer(WordLevel({name: order[i] for i, name in enumerate(names)}, unk_token="[UNK]"))
     core.pre_tokenizer = Whitespace()
     return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", eos_token="[EOS]")
+
+
+def save_tiny_llama(folder: Any, tokenizer: Any, seed: int = 0, hidden: int = 16) -> Any:
+    """A random-weight 1-layer Llama over ``tokenizer``'s vocabulary saved as a HF folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=16384, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -1,4 +1,4 @@
-"""Rollout records shaped like pdbgym episodes (real chat-template text) and tiny model folders."""
+"""Rollout records shaped like pdbgym episodes (real chat-template text)."""
 
 from __future__ import annotations
 
@@ -31,19 +31,4 @@ def episode_record(tokenizer: Any, instance_id: str, turns: list[tuple[str, str]
 
 def write_records(folder: Path, records: list[RolloutRecord]) -> Path:
     write_cache(folder, records, overwrite=True)
-    return folder
-
-
-def save_tiny_llama(folder, tokenizer, seed: int = 0, hidden: int = 16):
-    """A random-weight 1-layer Llama over ``tokenizer``'s vocabulary saved as a HF folder."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                         max_position_embeddings=4096, tie_word_embeddings=True,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
     return folder

@@ -7,10 +7,11 @@ import json
 import shutil
 
 import pytest
-from recordfixtures import save_tiny_llama
 
 from pdbgym.tasks.suites import SUITES
 from pdbgym.train.config import DaggerConfig
+
+from modelfixtures import save_tiny_llama
 
 TRAIN_TASKS = ("logstats-level-counts", "latency-percentiles")
 SFT = {"rank": 4, "lr": 5e-2, "effective_batch": 1, "max_steps": 1}
