@@ -106,11 +106,13 @@ class _Phases:
         started, cpu = time.perf_counter(), _cpu_seconds()
         yield
         seconds = round(time.perf_counter() - started, 1)
-        first = self.first.get(name, {}).get("first_seconds") if reused else None
+        earlier = self.first.get(name, {}) if reused else {}
         # CPU seconds (this process and its finished children) say what the phase costs on a quiet
         # machine; wall seconds on a shared one depend on everyone else's load.
-        self.now[name] = {"seconds": seconds, "cpu_seconds": round(_cpu_seconds() - cpu, 1), "reused": reused,
-                          "first_seconds": first if reused else seconds}
+        cpu = round(_cpu_seconds() - cpu, 1)
+        self.now[name] = {"seconds": seconds, "cpu_seconds": cpu, "reused": reused,
+                          "first_seconds": earlier.get("first_seconds") if reused else seconds,
+                          "first_cpu_seconds": earlier.get("first_cpu_seconds") if reused else cpu}
         self.say(f"[{name}] done in {seconds:.1f} s")
 
     def save(self, config: DemoConfig) -> None:
@@ -243,12 +245,14 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
     bar = bars.add_task("teacher episodes", total=len(ids["train"]) + len(ids["test"]))
     with phases.run("teacher", (out / "cache-test" / "manifest.json").is_file()):
         caches = build_caches(config, lambda: bars.advance(bar))
+        bars.update(bar, completed=len(ids["train"]) + len(ids["test"]))  # episodes an earlier run played
     with phases.run("corpus", (out / "corpus" / "corpus.json").is_file()):
         corpus = build_demo_corpus(config)
     bar = bars.add_task("sft steps", total=config.sft_steps)
     with phases.run("sft", sft_done(config)):
         record = train_demo_sft(config, lambda row, total: bars.update(bar, completed=row["step"]))
         sft_folder = sft_model_folder(config)
+        bars.update(bar, completed=record["steps"])
     arms = demo_arms(config, sft_folder)
     kl: dict[str, Any] | None = None
     if config.teacher == "scripted":
@@ -267,6 +271,7 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
     played = out / "eval" / "episodes.jsonl"
     with phases.run("eval", played.is_file() and len(played.read_text().splitlines()) >= episodes):
         summary = run_evaluation(evaluation, lambda row: bars.advance(bar)).summary
+        bars.update(bar, completed=episodes)
     phases.save(config)
     page = write_demo_report(config, out, arms, summary, record, corpus, caches, kl, phases.now)
     phases.save(config)

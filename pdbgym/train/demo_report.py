@@ -202,6 +202,10 @@ def _facts(config: Any, record: dict[str, Any], corpus: dict[str, Any], caches: 
         note = f" (reused; first run {p['first_seconds']} s)" if p.get("reused") and p.get("first_seconds") else ""
         rows.append([f"phase {name}", f"{p['seconds']} s wall, {p.get('cpu_seconds', '-')} s CPU{note}"])
     rows.append(["wall time, all phases", f"{sum(p['seconds'] for p in phases.values()):.0f} s"])
+    if any(p.get("reused") for p in phases.values()):
+        first = [p.get("first_seconds") for p in phases.values()]
+        rows.append(["wall time of each phase's first run, summed",
+                     f"{sum(first):.0f} s" if None not in first else "- (a phase ran before timings were kept)"])
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     rows.append(["load average at the end (1, 5, 15 min)", f"{load} on {os.cpu_count()} CPUs"])
     return rows
