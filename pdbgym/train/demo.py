@@ -94,9 +94,15 @@ class DemoOutcome:
 class _Phases:
     """Phase timings kept in ``OUT/demo.json`` so a rerun can say which phases it reused."""
 
-    def __init__(self, out: Path, say: Say) -> None:
+    def __init__(self, out: Path, say: Say, config: DemoConfig) -> None:
         self.path, self.say = out / STATE_FILE, say
         old = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        now = _settings(config)
+        changed = {k: (v, now.get(k)) for k, v in old.get("config", {}).items() if k != "out" and now.get(k) != v}
+        if changed:  # reusing phases made with other settings would report them as this run's
+            listed = ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in changed.items())
+            raise PdbgymError(f"{out} holds a demo run with other settings ({listed}); give another --out or "
+                              "remove that folder")
         self.first = old.get("phases", {})
         self.now: dict[str, dict[str, Any]] = {}
 
@@ -116,8 +122,12 @@ class _Phases:
         self.say(f"[{name}] done in {seconds:.1f} s")
 
     def save(self, config: DemoConfig) -> None:
-        write_json_atomic(self.path, {"config": {k: str(v) for k, v in asdict(config).items()},
+        write_json_atomic(self.path, {"config": _settings(config),
                                       "phases": {**self.first, **self.now}, "load_average": list(os.getloadavg())})
+
+
+def _settings(config: DemoConfig) -> dict[str, str]:
+    return {k: str(v) for k, v in asdict(config).items()}
 
 
 def _cpu_seconds() -> float:
@@ -238,7 +248,7 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    phases = _Phases(out, say)
+    phases = _Phases(out, say, config)
     with phases.run("split", (out / "splits.json").is_file()):
         ids = split_tasks(config)
     say(f"[split] {len(ids['train'])} train tasks, {len(ids['test'])} held-out tasks")

@@ -102,6 +102,18 @@ def test_a_rerun_reuses_every_finished_phase(demo):
     assert state["phases"]["sft"]["reused"] and len(state["load_average"]) == 3
 
 
+def test_a_rerun_with_other_settings_is_refused_before_any_phase(demo):
+    from dataclasses import replace
+
+    from pdbgym.errors import PdbgymError
+
+    config = demo[0]
+    before = (config.out / "demo.json").read_text()
+    with progress(disable=True) as bars, pytest.raises(PdbgymError, match="sft_steps: 2 -> 3"):
+        run_demo(replace(config, sft_steps=3), lambda text: None, bars)
+    assert (config.out / "demo.json").read_text() == before
+
+
 def first_total(outcome) -> float:
     return sum(p["seconds"] for p in outcome.phases.values())
 
