@@ -58,6 +58,7 @@ QUICK = [
     (r"--steps 10 --group 4\b", "--steps 1 --group 2 --max-new-tokens 6 --context-tokens 4096 --curriculum fixed "
                                "--budget-start 2 --budget-end 2 --save-steps 1 --device cpu"),
     (r"(pdbgym eval --tasks.*?)--runs 8\b", r"\1--runs 2 --max-new-tokens 16 --turn-budget 3"),
+    (r"(eval select .*?--out runs/select)", r"\1 --runs 1 --turn-budget 3"),
     (r"(--policy rl) --turn-budget 5", r"\1 --turn-budget 2 --max-new-tokens 16"),
 ]
 
@@ -83,7 +84,8 @@ def _check_cache(folder: str, solved: bool = False) -> Callable[[Path, str], str
         if _files(work / folder, "*/*.pt") == 0:
             return f"no .pt record files under {folder}"
         if solved:
-            summary = json.loads(subprocess.run(["pdbgym", "cache", "summary", folder, "--json"], cwd=work,
+            pdbgym = str(Path(sys.executable).parent / "pdbgym")
+            summary = json.loads(subprocess.run([pdbgym, "cache", "summary", folder, "--json"], cwd=work,
                                                 capture_output=True, text=True, check=True).stdout)
             text = json.dumps(summary)
             if '"solved"' not in text:
