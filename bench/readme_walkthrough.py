@@ -57,7 +57,7 @@ QUICK = [
     (r"--max-steps 20\b", "--max-steps 2 --rank 4 --eval-steps 1 --device cpu"),
     (r"--steps 10 --group 4\b", "--steps 1 --group 2 --max-new-tokens 6 --context-tokens 4096 --curriculum fixed "
                                "--budget-start 2 --budget-end 2 --save-steps 1 --device cpu"),
-    (r"(pdbgym eval --tasks.*?)--runs 8\b", r"\1--runs 2 --max-new-tokens 16 --turn-budget 3"),
+    (r"(pdbgym eval --tasks.*?)--runs 8\b", r"\1--runs 2 --max-new-tokens 160 --turn-budget 3"),  # constrained: >= 137
     (r"(eval select .*?--out runs/select)", r"\1 --runs 1 --turn-budget 3"),
     (r"(--policy rl) --turn-budget 5", r"\1 --turn-budget 2 --max-new-tokens 16"),
 ]
@@ -94,6 +94,12 @@ def _check_cache(folder: str, solved: bool = False) -> Callable[[Path, str], str
     return check
 
 
+def _reasons() -> tuple[str, ...]:
+    from pdbgym.termination import TERMINATION_REASONS
+
+    return tuple(TERMINATION_REASONS)
+
+
 def _expect(condition: Callable[[Path, str], bool], reason: str) -> Callable[[Path, str], str | None]:
     return lambda work, out: None if condition(work, out) else reason
 
@@ -115,12 +121,14 @@ CHECKS: list[tuple[str, Callable[[Path, str], str | None]]] = [
     ("train grpo", _expect(lambda w, o: _json(w / "runs/grpo/grpo_run.json").get("steps", 0) >= 1,
                            "grpo_run.json without a step")),
     ("divergence", _expect(lambda w, o: _json(w / "kl.json").get("students"), "kl.json has no students")),
-    ("eval plan", _expect(lambda w, o: "task" in o.lower(), "no task count printed")),
-    ("eval select", _expect(lambda w, o: (w / "runs/select").is_dir(), "runs/select missing")),
+    ("eval plan", _expect(lambda w, o: json.loads(o[o.index("{"):])["tasks_needed"] > 0, "no tasks_needed")),
+    ("eval select", _expect(lambda w, o: "chose " in o and (w / "runs/select/report-test/report.html").is_file(),
+                            "no choice printed or no report on test")),
     ("pdbgym eval ", _expect(lambda w, o: {"base", "sft", "guided"} <= set(_json(w / "summary.json")["arms"])
                              and (w / "runs/eval/report.html").is_file(), "arms or report missing")),
     ("adapters lineage", _expect(lambda w, o: "sft" in o, "sft not in the chain")),
-    ("--policy rl", _expect(lambda w, o: "termination" in o.lower() or "reason" in o.lower(), "no ending")),
+    ("--policy rl", _expect(lambda w, o: any(f" {reason} " in o for reason in _reasons()),
+                            "no termination reason printed")),
     ("adapters merge", _expect(lambda w, o: _files(w / "merged", "*.safetensors") > 0, "no merged weights")),
 ]
 
