@@ -23,7 +23,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
 from pdbgym.modelrefs import is_model_ref
-from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind
+from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind, split_constrained
 from pdbgym.sandbox.workspace import reap_stale_workspaces
 from pdbgym.tasks.model import Task
 
@@ -49,8 +49,9 @@ class Arm:
         arm = cls(name, model)
         if arm.kind in INTERACTIVE_POLICIES:
             raise PdbgymError(f"arm '{name}': the {model} policy reads a terminal; play it with `pdbgym run`")
-        if arm.kind == "path" and not Path(model).exists() and not is_model_ref(model):
-            raise PdbgymError(f"arm '{name}': model '{model}' is neither scripted, embedded, a URL, nor an existing folder")
+        target, _ = split_constrained(model)  # constrained:FOLDER names FOLDER
+        if arm.kind == "path" and not Path(target).exists() and not is_model_ref(target):
+            raise PdbgymError(f"arm '{name}': model '{target}' is neither scripted, embedded, a URL, nor an existing folder")
         return arm
 
 

@@ -144,3 +144,15 @@ def test_html_report_renders_in_chromium_and_links_resolve(tiny_task, tmp_path):
     subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000
+
+
+def test_a_constrained_arm_names_its_folder(tmp_path):
+    """``constrained:FOLDER`` is checked as FOLDER: an existing one is accepted, a missing one is named."""
+    from pdbgym.errors import PdbgymError
+    from pdbgym.evaluate.campaign import Arm
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    assert Arm.parse(f"guided=constrained:{folder}").model == f"constrained:{folder}"
+    with pytest.raises(PdbgymError, match=f"model '{tmp_path / 'missing'}' is neither"):
+        Arm.parse(f"guided=constrained:{tmp_path / 'missing'}")
