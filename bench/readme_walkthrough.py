@@ -55,7 +55,7 @@ QUICK = [
     (r"--max 30\b", "--max 10"),
     (r"(cache build --policy \{server\}.*?)--runs 4", r"\1--runs 1 --max-new-tokens 16 --turn-budget 3"),
     (r"--max-steps 20\b", "--max-steps 2 --rank 4 --eval-steps 1 --device cpu"),
-    (r"--steps 10 --group 4\b", "--steps 1 --group 2 --max-new-tokens 6 --context-tokens 4096 --curriculum fixed "
+    (r"--steps 10 --group 4\b", "--steps 1 --group 2 --max-new-tokens 6 --max-context-tokens 4096 --curriculum fixed "
                                "--budget-start 2 --budget-end 2 --save-steps 1 --device cpu"),
     (r"(pdbgym eval --tasks.*?)--runs 8\b", r"\1--runs 2 --max-new-tokens 160 --turn-budget 3"),  # constrained: >= 137
     (r"(eval select .*?--out runs/select)", r"\1 --runs 1 --turn-budget 3"),

@@ -16,16 +16,22 @@ from pdbgym.divergence.compare import DivergenceConfig
 from pdbgym.env import EnvConfig
 from pdbgym.evaluate.commands import eval_command, select_command
 from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
+from pdbgym.train.commands import dagger_command, sft_command
+from pdbgym.train.config import DaggerConfig, SFTTrainConfig
+from pdbgym.train.grpo import GRPORunConfig
+from pdbgym.train.grpo_commands import grpo
 
-# Flags whose config field has another name, or whose config is nested.
+# Flags whose config field has another name, is nested, or is given as text.
 RENAMED = {"json_output": None, "as_json": None, "json_out": "json_out", "k": None, "arm": None, "student": None,
            "checkpoints": None, "plot": None, "work_dir": None, "ctx": None, "ray": None, "budget": None,
-           "context_tokens": None, "transcript": None}
+           "context_tokens": None, "transcript": None,
+           "target_modules": None, "sft": None}  # the last two: text forms (a comma list, JSON) of the field
 
 
 @pytest.mark.parametrize("command,config", [
     (cache_build_command, CacheBuildConfig), (eval_command, EvalConfig), (select_command, SelectConfig),
     (divergence_command, DivergenceConfig), (run_command, EnvConfig),
+    (sft_command, SFTTrainConfig), (dagger_command, DaggerConfig), (grpo, GRPORunConfig),
 ])
 def test_flag_defaults_are_the_config_defaults(command, config):
     defaults = vars(defaults_of(config))

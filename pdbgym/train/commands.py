@@ -10,7 +10,11 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pdbgym.train.config import SEED_TARGET_MODULES
+from pdbgym.defaults import defaults_of, pick
+from pdbgym.train.config import DaggerConfig, SFTTrainConfig
+
+S = defaults_of(SFTTrainConfig)
+G = defaults_of(DaggerConfig)
 
 app = typer.Typer(no_args_is_help=True, help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
 console = Console(stderr=True)
@@ -45,31 +49,30 @@ def sft_command(
     base: Annotated[str, typer.Option(help="'embedded', a HF model folder, or an adapter-store reference")],
     data: Annotated[Path, typer.Option(help="Corpus folder (pdbgym train corpus)")],
     out: Annotated[Path, typer.Option(help="Run folder: checkpoints/, adapter/, metrics.jsonl, report")],
-    seed: Annotated[int, typer.Option(help="Seed of init, shuffling and the held-out slice")] = 42,
-    rank: Annotated[int, typer.Option(help="LoRA/DoRA rank r")] = 24,
-    lora_alpha: Annotated[int | None, typer.Option(help="alpha (scale alpha/r); default 2r")] = None,
-    lora: Annotated[bool, typer.Option("--lora", help="Plain LoRA instead of DoRA")] = False,
-    target_modules: Annotated[str, typer.Option(help="Comma-separated module names")] = ",".join(SEED_TARGET_MODULES),
-    epochs: Annotated[float, typer.Option(help="Passes over the training slice")] = 4.0,
-    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate (linear decay to 0)")] = 1e-4,
-    effective_batch: Annotated[int, typer.Option(help="Examples per optimizer step")] = 8,
-    micro_batch: Annotated[int, typer.Option(help="Examples per forward pass")] = 1,
-    max_length: Annotated[int, typer.Option(help="Most ids per example (the end is cut)")] = 16384,
-    max_steps: Annotated[int, typer.Option(help="Stop after this many optimizer steps (0: epochs decide)")] = 0,
-    max_tokens_per_example: Annotated[int, typer.Option(help="Cut examples to this many ids first (0: off)")] = 0,
-    val_fraction: Annotated[float, typer.Option(help="Share of task ids held out for validation loss")] = 0.1,
-    eval_steps: Annotated[int, typer.Option(help="Validation loss (and a checkpoint) every N steps")] = 10,
-    gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in backward")] = False,
-    packing: Annotated[bool, typer.Option(help="Pack examples padding-free (TRL bfd packing)")] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N")] = "auto",
-    name: Annotated[str | None, typer.Option(help="Store name of the adapter (default: the out folder's name)")] = None,
-    store: Annotated[Path | None, typer.Option(help="Adapter store root")] = None,
-    register: Annotated[bool, typer.Option(help="Register the adapter in the store with its parent")] = True,
-    report: Annotated[bool, typer.Option(help="Write training_report.html/.md with loss curves")] = False,
-    tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard under out/checkpoints")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of init, shuffling and the held-out slice")] = S.seed,
+    rank: Annotated[int, typer.Option(help="LoRA/DoRA rank r")] = S.rank,
+    lora_alpha: Annotated[int | None, typer.Option(help="alpha (scale alpha/r); default 2r")] = S.lora_alpha,
+    lora: Annotated[bool, typer.Option("--lora", help="Plain LoRA instead of DoRA")] = not S.use_dora,
+    target_modules: Annotated[str, typer.Option(help="Comma-separated module names")] = ",".join(S.target_modules),
+    epochs: Annotated[float, typer.Option(help="Passes over the training slice")] = S.epochs,
+    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate (linear decay to 0)")] = S.lr,
+    effective_batch: Annotated[int, typer.Option(help="Examples per optimizer step")] = S.effective_batch,
+    micro_batch: Annotated[int, typer.Option(help="Examples per forward pass")] = S.micro_batch,
+    max_length: Annotated[int, typer.Option(help="Most ids per example (the end is cut)")] = S.max_length,
+    max_steps: Annotated[int, typer.Option(help="Stop after this many optimizer steps (0: epochs decide)")] = S.max_steps,
+    max_tokens_per_example: Annotated[int, typer.Option(help="Cut examples to this many ids first (0: off)")] = S.max_tokens_per_example,
+    val_fraction: Annotated[float, typer.Option(help="Share of task ids held out for validation loss")] = S.val_fraction,
+    eval_steps: Annotated[int, typer.Option(help="Validation loss (and a checkpoint) every N steps")] = S.eval_steps,
+    gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in backward")] = S.gradient_checkpointing,
+    packing: Annotated[bool, typer.Option(help="Pack examples padding-free (TRL bfd packing)")] = S.packing,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N")] = S.device,
+    name: Annotated[str | None, typer.Option(help="Store name of the adapter (default: the out folder's name)")] = S.name,
+    store: Annotated[Path | None, typer.Option(help="Adapter store root")] = S.store,
+    register: Annotated[bool, typer.Option(help="Register the adapter in the store with its parent")] = S.register,
+    report: Annotated[bool, typer.Option(help="Write training_report.html/.md with loss curves")] = S.report,
+    tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard under out/checkpoints")] = S.tensorboard,
 ) -> None:
     """Train a LoRA/DoRA adapter with TRL's SFTTrainer; defaults are the seed recipe."""
-    from pdbgym.train.config import SFTTrainConfig
     from pdbgym.train.sft import train_sft
 
     config = SFTTrainConfig(base=base, data=data, out=out, seed=seed, rank=rank, lora_alpha=lora_alpha,
@@ -93,26 +96,27 @@ def dagger_command(
     teacher: Annotated[str, typer.Option(help="A model ('embedded', folder, store ref) or an SGLang URL")],
     tasks: Annotated[str, typer.Option(help="Training tasks: suite, task id or folder")],
     out: Annotated[Path, typer.Option(help="Run folder: iter0/, iter1/, ..., iterations.json, report")],
-    iterations: Annotated[int, typer.Option(help="DAgger iterations")] = 2,
-    runs: Annotated[int, typer.Option(help="Student episodes per training task per iteration")] = 1,
-    val_tasks: Annotated[str | None, typer.Option(help="Tasks for pass@1 of each iterate (held out)")] = None,
-    splits: Annotated[Path | None, typer.Option(help="Split file: refuse val/test tasks in --tasks")] = None,
-    teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache for KL(teacher||student)")] = None,
-    eval_runs: Annotated[int, typer.Option(help="Episodes per val task per iterate")] = 1,
-    budget: Annotated[int, typer.Option(help="Turn budget per episode")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one turn (student and teacher)")] = 64,
-    context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens")] = 4096,
-    temperature: Annotated[float, typer.Option(help="Student sampling temperature")] = 0.7,
-    teacher_temperature: Annotated[float, typer.Option(help="Teacher sampling temperature (0: greedy)")] = 0.0,
-    tokenizer: Annotated[str, typer.Option(help="Tokenizer of a URL teacher: 'embedded' or a folder")] = "embedded",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda")] = "auto",
-    seed: Annotated[int, typer.Option(help="Seed of sampling and training")] = 42,
-    name_prefix: Annotated[str | None, typer.Option(help="Store names PREFIX-iterN (default: out folder name)")] = None,
+    iterations: Annotated[int, typer.Option(help="DAgger iterations")] = G.iterations,
+    runs: Annotated[int, typer.Option(help="Student episodes per training task per iteration")] = G.runs,
+    val_tasks: Annotated[str | None, typer.Option(help="Tasks for pass@1 of each iterate (held out)")] = G.val_tasks,
+    splits: Annotated[Path | None, typer.Option(help="Split file: refuse val/test tasks in --tasks")] = G.splits,
+    teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache for KL(teacher||student)")] = G.teacher_cache,
+    eval_runs: Annotated[int, typer.Option(help="Episodes per val task per iterate")] = G.eval_runs,
+    turn_budget: Annotated[int, typer.Option(help="Tool calls per episode before 'budget'")] = G.turn_budget,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one turn (student and teacher)")] = G.max_new_tokens,
+    max_context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens")] = G.max_context_tokens,
+    temperature: Annotated[float, typer.Option(help="Student sampling temperature")] = G.temperature,
+    teacher_temperature: Annotated[float, typer.Option(help="Teacher sampling temperature (0: greedy)")] = G.teacher_temperature,
+    tokenizer: Annotated[str, typer.Option(help="Tokenizer of a URL teacher: 'embedded' or a folder")] = G.tokenizer,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda")] = G.device,
+    seed: Annotated[int, typer.Option(help="Seed of sampling and training")] = G.seed,
+    name_prefix: Annotated[str | None, typer.Option(help="Store names PREFIX-iterN (default: out folder name)")] = G.name_prefix,
     sft: Annotated[str, typer.Option(help="JSON of SFT fields for every iteration, e.g. '{\"max_steps\": 20}'")] = "{}",
-    store: Annotated[Path | None, typer.Option(help="Adapter store root")] = None,
+    store: Annotated[Path | None, typer.Option(help="Adapter store root")] = G.store,
+    budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
+    context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
 ) -> None:
     """Online DAgger: student rollouts, teacher labels on every student state, SFT on the aggregate."""
-    from pdbgym.train.config import DaggerConfig
     from pdbgym.train.dagger import train_dagger
 
     try:
@@ -121,7 +125,8 @@ def dagger_command(
         raise typer.BadParameter(f"--sft must be a JSON object ({exc})") from exc
     config = DaggerConfig(student=student, teacher=teacher, tasks=tasks, out=out, iterations=iterations, runs=runs,
                           val_tasks=val_tasks, splits=splits, teacher_cache=teacher_cache, eval_runs=eval_runs,
-                          turn_budget=budget, max_new_tokens=max_new_tokens, max_context_tokens=context_tokens,
+                          turn_budget=pick(turn_budget, budget), max_new_tokens=max_new_tokens,
+                          max_context_tokens=pick(max_context_tokens, context_tokens),
                           temperature=temperature, teacher_temperature=teacher_temperature, tokenizer=tokenizer,
                           device=device, seed=seed, name_prefix=name_prefix, sft=sft_fields, store=store)
     with console.status("DAgger") as status:

@@ -26,7 +26,7 @@ def grpo(
     lora: Annotated[bool, typer.Option("--lora", help="plain LoRA delta instead of DoRA")] = False,
     temperature: float = 1.0,
     max_new_tokens: Annotated[int, typer.Option(help="tokens per model turn")] = 512,
-    context_tokens: Annotated[int, typer.Option(help="tokens per episode (prompt + response)")] = 8192,
+    max_context_tokens: Annotated[int, typer.Option(help="tokens per episode (prompt + response)")] = 8192,
     kl_mode: Annotated[str, typer.Option(help="adaptive: beta <- beta(1 + clip(KL/target-1, +-0.2) n/horizon); fixed")] = "adaptive",
     beta: Annotated[float, typer.Option(help="initial (or fixed) KL coefficient, k3 KL to the SFT model")] = 0.04,
     target_kl: Annotated[float, typer.Option(help="adaptive leash target, nats/token")] = 0.05,
@@ -58,15 +58,17 @@ def grpo(
     resume: Annotated[bool, typer.Option("--resume", help="continue from the last checkpoint in --out")] = False,
     tensorboard: bool = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the run record as JSON")] = False,
+    context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
 ) -> None:
     """GRPO over a frozen SFT adapter with a fresh DoRA delta, on pdbgym episodes (see docs/training.md)."""
+    from pdbgym.defaults import pick
     from pdbgym.train.grpo import GRPORunConfig
     from pdbgym.train.grpo_run import train_grpo
 
     config = GRPORunConfig(
         policy=policy, tasks=tasks, out=out, group=group, tasks_per_step=tasks_per_step, steps=steps, seed=seed,
         lr=lr, rank=rank, alpha=alpha, use_dora=not lora, temperature=temperature, max_new_tokens=max_new_tokens,
-        max_context_tokens=context_tokens, kl_mode=kl_mode, beta=beta, target_kl=target_kl, kl_horizon=kl_horizon,
+        max_context_tokens=pick(max_context_tokens, context_tokens), kl_mode=kl_mode, beta=beta, target_kl=target_kl, kl_horizon=kl_horizon,
         curriculum=curriculum, budget_start=budget_start, budget_end=budget_end,
         budget_ramp_steps=budget_ramp_steps, budget_threshold=budget_threshold, budget_increment=budget_increment,
         anchor_data=anchor_data, anchor_weight=anchor_weight, anchor_decay_steps=anchor_decay_steps,

@@ -12,7 +12,7 @@ def test_cli_grpo_step_on_a_builtin_task(tiny_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
     result = CliRunner().invoke(app, [
         "train", "grpo", "--policy", str(tiny_model_dir), "--tasks", "builtin__calc-lexer-hang", "--out", str(out),
-        "--group", "2", "--steps", "1", "--max-new-tokens", "6", "--context-tokens", "4096", "--curriculum", "fixed",
+        "--group", "2", "--steps", "1", "--max-new-tokens", "6", "--max-context-tokens", "4096", "--curriculum", "fixed",
         "--budget-start", "2", "--budget-end", "2", "--device", "cpu", "--save-steps", "1", "--json"])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
