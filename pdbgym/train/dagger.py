@@ -193,22 +193,27 @@ def val_pass1(policy: Policy, tasks: list[Any], config: DaggerConfig, transcript
 
 
 def kl_to_cache(policy: Policy, cache: Path) -> float:
-    """Token-mean k3 estimate of KL(teacher || student) (nats/token) on the teacher cache's own samples."""
+    """Token-mean estimate of KL(teacher || student) (nats/token) on the teacher cache's own samples: k3, or
+    k1 (exact) for a deterministic teacher."""
     import numpy as np
 
     from pdbgym.divergence.estimators import kl_teacher_student_terms
     from pdbgym.divergence.loading import check_tokenizer
     from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, score_records
-    from pdbgym.divergence.semantics import declared_semantics
+    from pdbgym.divergence.semantics import check_teacher_logprobs, declared_semantics
     from pdbgym.rollouts.cache import read_cache
 
     records = read_cache(cache)
     semantics = declared_semantics(records)
     if semantics is None:
         raise DaggerError(f"{cache} records no logprob_semantics; KL against it would compare unlike log-probs")
+    check_teacher_logprobs(semantics)  # grammar-constrained or log-prob-less caches, before any scoring
     check_tokenizer(policy.tokenizer, records, policy.label)
     student = score_records(policy.backend.model, records, semantics, ScoringConfig(show_progress=False))
-    terms = [kl_teacher_student_terms(masked_rollout_logprobs(r), s, "k3") for r, s in zip(records, student, strict=True)]
+    # A deterministic (scripted) teacher is a point mass: k1 is its exact KL, k3 reads low (docs/metrics.md).
+    estimator = "k1" if semantics.engine == "deterministic" else "k3"
+    terms = [kl_teacher_student_terms(masked_rollout_logprobs(r), s, estimator)
+             for r, s in zip(records, student, strict=True)]
     return float(np.concatenate(terms).mean())
 
 

@@ -132,3 +132,17 @@ def test_val_pass1_comes_from_real_episodes_and_evaluate_statistics(tmp_path, ti
     assert low == 0.0 and 0.0 < high < 1.0  # a Wilson bound keeps a width at 0%
     assert len(list((tmp_path / "val").glob("*.json"))) == 1
     assert val_pass1(load_policy(str(tiny_model_dir), config, "cpu"), [], config, tmp_path / "none") is None
+
+
+def test_kl_to_cache_refuses_a_constrained_teacher_cache(tmp_path, smol_tokenizer):
+    """A cache drawn under a grammar is refused before any model scores it (same rule as divergence)."""
+    from recordfixtures import episode_record, write_records
+
+    from pdbgym.divergence.semantics import NotModelLogprobsError
+    from pdbgym.rollouts.record import LogprobSemantics
+    from pdbgym.train.dagger import kl_to_cache
+
+    record = episode_record(smol_tokenizer, "t1", [("call", "observation")])
+    record.metadata["logprob_semantics"] = LogprobSemantics("hf", 1.0, constrained=True, grammar="g").to_dict()
+    with pytest.raises(NotModelLogprobsError, match="drawn under a grammar"):
+        kl_to_cache(None, write_records(tmp_path / "cache", [record]))  # type: ignore[arg-type]
