@@ -10,11 +10,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from scipy import integrate, stats
 
 BOOTSTRAP_BELOW_TASKS = 200  # fewer tasks than this: task-level bootstrap CI; else the normal approximation
+
+
+def _norm() -> Any:
+    """The standard normal of scipy, imported on first use (every CLI start imports this module)."""
+    from scipy import stats
+
+    return stats.norm
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -86,7 +93,7 @@ def wilson_interval(p_hat: float, n_eff: float, confidence: float = 0.95) -> tup
     """
     if n_eff <= 0:
         return 0.0, 1.0
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    z = float(_norm().ppf(0.5 + confidence / 2))
     denom = 1 + z * z / n_eff
     centre = (p_hat + z * z / (2 * n_eff)) / denom
     half = z / denom * math.sqrt(p_hat * (1 - p_hat) / n_eff + z * z / (4 * n_eff * n_eff))
@@ -129,7 +136,7 @@ def estimate_mean(per_task: np.ndarray, confidence: float = 0.95, seed: int = 0,
         low, high = bootstrap_ci(values, confidence, seed=seed)
         method = "bootstrap"
     else:
-        z = stats.norm.ppf(0.5 + confidence / 2)
+        z = _norm().ppf(0.5 + confidence / 2)
         low, high, method = mean - z * se, mean + z * se, "normal"
     if values.size and values.min() >= 0 and values.max() <= 1:
         w_low, w_high = wilson_interval(mean, effective_tasks(values, max_n), confidence)
@@ -209,7 +216,7 @@ def paired_comparison(per_task_a: np.ndarray, per_task_b: np.ndarray, confidence
     if min(a.min(), b.min()) >= 0 and max(a.max(), b.max()) <= 1:
         low, high, method = *newcombe_interval(a, b, confidence), "newcombe"
     else:
-        z = float(stats.norm.ppf(0.5 + confidence / 2))
+        z = float(_norm().ppf(0.5 + confidence / 2))
         low, high, method = float(diff.mean()) - z * se, float(diff.mean()) + z * se, "normal (fallback sd)"
     mdd = minimum_detectable_difference(sd, diff.size, alpha=1 - confidence, power=power)
     return PairedComparison(float(diff.mean()), se, low, high, corr, diff.size, method, mdd,
@@ -223,7 +230,7 @@ def _check_sd(sd_diff: float) -> None:
 
 
 def _z_sum(alpha: float, power: float) -> float:
-    return float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
+    return float(_norm().ppf(1 - alpha / 2) + _norm().ppf(power))
 
 
 def minimum_detectable_difference(sd_diff: float, n_tasks: int, alpha: float = 0.05, power: float = 0.8) -> float:
@@ -260,7 +267,9 @@ def expected_max_standard_normal(k: int) -> float:
         raise ValueError("need at least one candidate")
     if k == 1:
         return 0.0
-    value, _ = integrate.quad(lambda x: x * k * stats.norm.pdf(x) * stats.norm.cdf(x) ** (k - 1), -12, 12)
+    from scipy import integrate
+
+    value, _ = integrate.quad(lambda x: x * k * _norm().pdf(x) * _norm().cdf(x) ** (k - 1), -12, 12)
     return float(value)
 
 
