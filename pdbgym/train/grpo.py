@@ -33,7 +33,14 @@ from pdbgym.train.recipe import (
     replayed_in_group,
 )
 from pdbgym.train.rewards import RewardConfig
-from pdbgym.train.rollout import BatchedGenerator, EpisodeSample, run_episodes, sample_from_outcome
+from pdbgym.train.rollout import (
+    BatchedGenerator,
+    EpisodeProgress,
+    EpisodeSample,
+    episode_metrics,
+    run_episodes,
+    sample_from_outcome,
+)
 
 RECIPE_STATE_FILE = "pdbgym_recipe_state.json"
 
@@ -191,6 +198,7 @@ class PdbgymRollout:
         self.tool_format = tool_format
         self.play = play or self.play_episodes
         self.trainer: Any = None
+        self.progress = EpisodeProgress()  # phase/episode hooks (grpo_progress.GRPOProgress shows them)
 
     def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float) -> list[EpisodeSample]:
         from trl.models.utils import unwrap_model_for_generation
@@ -208,7 +216,8 @@ class PdbgymRollout:
                             sampling=SamplingParams(temperature, 1.0, self.config.max_new_tokens, None),
                             dataset="pdbgym_grpo", check_trajectory=True)
         env = EnvConfig(turn_budget=turn_budget, command_timeout_s=self.config.command_timeout_s)
-        outcomes = run_episodes(tasks, generator, agent, lambda task: DebugEnv(task, env), name="grpo-policy")
+        outcomes = run_episodes(tasks, generator, agent, lambda task: DebugEnv(task, env), name="grpo-policy",
+                                on_episode=self.progress.episode_finished)
         return [sample_from_outcome(outcome, self.tool_format) for outcome in outcomes]
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list[Any]]:
@@ -222,9 +231,12 @@ class PdbgymRollout:
             replayed = self._replayed(task.instance_id, step, len(group))
             slots.extend(replayed + [None] * (len(group) - len(replayed)))
             to_play.extend([task] * (len(group) - len(replayed)))
-        played = iter(self.play(to_play, trainer, budget, self.config.temperature) if to_play else [])
+        with self.progress.phase("rollouts", step + 1, len(to_play)):
+            played = iter(self.play(to_play, trainer, budget, self.config.temperature) if to_play else [])
         samples = [slot if slot is not None else next(played) for slot in slots]
         self._account(samples)
+        for key, value in episode_metrics(samples).items():
+            trainer._metrics["train"][key].append(value)
         return rollout_output(samples)
 
     def _task(self, instance_id: str) -> Any:
@@ -319,7 +331,8 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
             def play(tasks: list[Any]) -> list[EpisodeSample]:
                 return rollout.play(tasks, trainer, config.budget_end, config.temperature)
 
-            append_gate(gates, gate_on_val(play, val_tasks, config.val_runs, config.val_k, state.global_step, name))
+            with rollout.progress.phase("val gate", state.global_step, len(val_tasks) * config.val_runs):
+                append_gate(gates, gate_on_val(play, val_tasks, config.val_runs, config.val_k, state.global_step, name))
 
     callbacks: list[Any] = [StepLog()]
     if controller is not None:

@@ -85,7 +85,7 @@ def _forget_steps_after(path: Path, step: int) -> None:
 
 
 def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
-          play: Callable[..., Any] | None = None) -> tuple[Any, Any, list[Any]]:
+          play: Callable[..., Any] | None = None, progress: Any = None) -> tuple[Any, Any, list[Any]]:
     """(trainer, base model record, val tasks): everything checked before the first episode runs."""
     from datasets import Dataset
     from peft import LoraConfig
@@ -128,17 +128,22 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
     for callback in make_callbacks(trainer, config, controller, rollout, val_tasks,
                                    StepLogCallback(config.out / STEPS_FILE, on_log)):
         trainer.add_callback(callback)
+    if progress is not None:  # a rollout.EpisodeProgress: phases, episodes and optimizer steps shown
+        rollout.progress = progress
+        callback = progress.trainer_callback()
+        if callback is not None:
+            trainer.add_callback(callback)
     return trainer, base, val_tasks
 
 
 def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
-               play: Callable[..., Any] | None = None) -> dict[str, Any]:
+               play: Callable[..., Any] | None = None, progress: Any = None) -> dict[str, Any]:
     """Run (or resume) GRPO; return the run record (also written to ``out/grpo_run.json``)."""
     from pdbgym.fileio import write_json_atomic
 
     config.out = Path(config.out)
     resume_from = _checkpoint_to_resume(config)
-    trainer, base, val_tasks = build(config, on_log, play)
+    trainer, base, val_tasks = build(config, on_log, play, progress)
     trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model(str(config.out / "final"))
     chosen, gate = _choose(config, val_tasks, config.name or f"grpo-{config.out.name}")

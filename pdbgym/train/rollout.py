@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -179,19 +179,28 @@ async def gather_with_threads(jobs: Sequence[Callable[[], Awaitable[Any]]], thre
         executor.shutdown(wait=False)
 
 
+EpisodeHook = Callable[[int, EpisodeOutcome], None]  # (index in the batch, the finished episode)
+
+
 def run_episodes(tasks: Sequence[Any], generator: BatchedGenerator, agent: AgentConfig,
-                 make_env: Callable[[Any], Any], name: str = "policy") -> list[EpisodeOutcome]:
+                 make_env: Callable[[Any], Any], name: str = "policy",
+                 on_episode: EpisodeHook | None = None) -> list[EpisodeOutcome]:
     """Play one episode per entry of ``tasks`` (repeat a task G times for a group), all together.
 
     Returns the outcomes in the order of ``tasks``. ``make_env(task)`` builds a fresh env per episode.
+    ``on_episode(index, outcome)`` runs as each episode finishes (progress, saving its transcript), in
+    finishing order, on the event loop's thread.
     """
     async def one(index: int, task: Any) -> EpisodeOutcome:
         turns = GroupTurns(generator, name, agent.sampling.temperature, agent.sampling.top_p)
         config = replace(agent, sample_idx=index)
         try:
-            return await run_episode(task, turns, make_env(task), config)
+            outcome = await run_episode(task, turns, make_env(task), config)
         finally:
             generator.leave()
+        if on_episode is not None:
+            on_episode(index, outcome)
+        return outcome
 
     for _ in tasks:
         generator.join()
@@ -200,9 +209,13 @@ def run_episodes(tasks: Sequence[Any], generator: BatchedGenerator, agent: Agent
 
 
 def run_one_at_a_time(tasks: Sequence[Any], generator: BatchedGenerator, agent: AgentConfig,
-                      make_env: Callable[[Any], Any], name: str = "policy") -> list[EpisodeOutcome]:
+                      make_env: Callable[[Any], Any], name: str = "policy",
+                      on_episode: EpisodeHook | None = None) -> list[EpisodeOutcome]:
     """The baseline: the same episodes, each played alone (batch size 1 on every turn)."""
-    return [run_episodes([task], generator, agent, make_env, name)[0] for task in tasks]
+    def hook(index: int) -> EpisodeHook | None:
+        return None if on_episode is None else (lambda _, outcome: on_episode(index, outcome))
+
+    return [run_episodes([task], generator, agent, make_env, name, hook(i))[0] for i, task in enumerate(tasks)]
 
 
 def valid_tool_call_rate(messages: list[dict[str, Any]], tool_format: str) -> float:
@@ -244,3 +257,39 @@ def sample_from_outcome(outcome: EpisodeOutcome, tool_format: str) -> EpisodeSam
     }
     return EpisodeSample(list(record.tokens[:record.prompt_len]), list(record.tokens[record.prompt_len:]),
                          list(record.rollout_log_probs), list(record.loss_mask), facts)
+
+
+def episode_metrics(samples: Sequence[EpisodeSample]) -> dict[str, float]:
+    """One rollout batch's episode counts, logged beside TRL's metrics each step.
+
+    ``episodes/solve_rate``: share of on-policy episodes whose final tests passed (replayed corpus
+    trajectories are solved by construction and left out); ``episodes/tampered`` and
+    ``episodes/replayed``: how many episodes of the batch were graded tampered / came from the corpus.
+    """
+    on_policy = [s for s in samples if not s.facts.get("replayed")]
+    metrics = {"episodes/tampered": float(sum(s.facts["termination_reason"] == "tampered" for s in on_policy)),
+               "episodes/replayed": float(len(samples) - len(on_policy))}
+    if on_policy:
+        metrics["episodes/solve_rate"] = sum(bool(s.facts["final_test_passed"]) for s in on_policy) / len(on_policy)
+    return metrics
+
+
+class EpisodeProgress:
+    """The hooks GRPO calls around its phases; this one does nothing (``pdbgym.train.grpo_progress`` shows
+    them as progress bars and keeps each episode's transcript).
+
+    ``phase(kind, step, total)`` wraps a batch of ``total`` episodes: kind ``rollouts`` (optimizer step
+    ``step``'s groups) or ``val gate`` (the checkpoint saved at ``step``); ``episode_finished`` is the
+    ``on_episode`` hook of ``run_episodes`` inside it; ``trainer_callback()`` is a ``TrainerCallback``
+    that follows the optimizer steps (or None).
+    """
+
+    @contextmanager
+    def phase(self, kind: str, step: int, total: int) -> Iterator[None]:
+        yield
+
+    def episode_finished(self, index: int, outcome: EpisodeOutcome) -> None:
+        return None
+
+    def trainer_callback(self) -> Any | None:
+        return None
