@@ -117,7 +117,7 @@ def grpo_arguments(config: GRPORunConfig, device: str) -> Any:
         importance_sampling_level=config.importance_sampling_level,
         reward_weights=RewardConfig(config.format_weight).functions()[1],
         logging_steps=1, save_strategy="steps", save_steps=config.save_steps, disable_tqdm=True,
-        report_to=["tensorboard"] if config.tensorboard else [], bf16=device.startswith("cuda"),
+        report_to=[], bf16=device.startswith("cuda"),
         use_cpu=device == "cpu", log_completions=False, max_completion_length=config.max_context_tokens,
     )
     kwargs.update(config.extra)

@@ -7,6 +7,7 @@ Output folder::
     gates.jsonl                 val pass@1 / pass@k (CIs over tasks) of every checkpoint
     adapter/                    the chosen delta (PEFT DoRA folder), registered with its parent
     grpo_run.json               recipe, parent, chosen checkpoint, store id
+    tensorboard/                TensorBoard event files (with --tensorboard)
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.train.checkpoints import (
+    TENSORBOARD_DIR,
+    checkpoint_step,
+    forget_steps_after,
+    last_complete_checkpoint,
+    tensorboard_callback,
+)
 from pdbgym.train.grpo import (
     GATES_FILE,
+    RECIPE_STATE_FILE,
     STEPS_FILE,
     GRPORunConfig,
     PdbgymRollout,
@@ -50,38 +59,17 @@ def _load_tasks(config: GRPORunConfig) -> tuple[list[Any], list[Any]]:
     return train, val
 
 
-def last_complete_checkpoint(folder: Path) -> str | None:
-    """The highest ``checkpoint-N`` holding the recipe state and ``trainer_state.json`` (a kill during a
-    save leaves a folder without them, which is skipped)."""
-    from pdbgym.train.grpo import RECIPE_STATE_FILE
-
-    found = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
-             and (p / RECIPE_STATE_FILE).is_file() and (p / "trainer_state.json").is_file()] if folder.is_dir() else []
-    return str(max(found, key=lambda p: int(p.name.split("-")[-1]))) if found else None
-
-
 def _checkpoint_to_resume(config: GRPORunConfig) -> str | None:
     folder = config.out / "checkpoints"
-    last = last_complete_checkpoint(folder)
+    last = last_complete_checkpoint(folder, RECIPE_STATE_FILE)
     if config.resume:
         if last is None:
             raise PdbgymError(f"--resume: {folder} holds no checkpoint to resume from; run without --resume")
-        _forget_steps_after(config.out / STEPS_FILE, int(Path(last).name.rsplit("-", 1)[1]))
+        forget_steps_after(config.out / STEPS_FILE, int(Path(last).name.rsplit("-", 1)[1]))
         return last
     if last is not None or (config.out / STEPS_FILE).exists():
         raise PdbgymError(f"{config.out} already holds a GRPO run; pass --resume to continue it or choose a new --out")
     return None
-
-
-def _forget_steps_after(path: Path, step: int) -> None:
-    """Drop logged steps the checkpoint does not hold: a killed run's unsaved steps are played again."""
-    import json
-
-    from pdbgym.fileio import write_text_atomic
-
-    if path.is_file():
-        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
 def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
@@ -144,6 +132,9 @@ def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] |
     config.out = Path(config.out)
     resume_from = _checkpoint_to_resume(config)
     trainer, base, val_tasks = build(config, on_log, play, progress)
+    if config.tensorboard:  # event files in out/tensorboard; a resume hides the killed run's later steps
+        trainer.add_callback(tensorboard_callback(config.out / TENSORBOARD_DIR,
+                                                  checkpoint_step(resume_from) + 1 if resume_from else None))
     trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model(str(config.out / "final"))
     chosen, gate = _choose(config, val_tasks, config.name or f"grpo-{config.out.name}")

@@ -1,0 +1,82 @@
+"""Run-folder helpers shared by SFT and GRPO: the checkpoint to resume from, logs cut back to it, TensorBoard.
+
+A TRL checkpoint ``checkpoint-N`` is complete once ``trainer_state.json`` is in it: transformers writes
+that file after the weights, optimizer, scheduler and RNG state, so a kill during a save leaves a folder
+without it. Rows a killed run logged after its last complete checkpoint describe steps the resumed run
+plays again; they are dropped so that every step appears once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_text_atomic
+
+TRAINER_STATE = "trainer_state.json"
+TENSORBOARD_DIR = "tensorboard"
+
+
+def checkpoint_step(path: Path | str) -> int:
+    """The optimizer step N of a ``checkpoint-N`` folder."""
+    return int(Path(path).name.rsplit("-", 1)[1])
+
+
+def _checkpoints(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.glob("checkpoint-*") if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()]
+
+
+def last_complete_checkpoint(folder: Path, *required: str) -> str | None:
+    """The highest ``checkpoint-N`` under ``folder`` holding ``trainer_state.json`` and every file named in
+    ``required`` (files a trainer subclass writes before transformers' own), or None."""
+    found = [p for p in _checkpoints(folder) if all((p / name).is_file() for name in (TRAINER_STATE, *required))]
+    return str(max(found, key=checkpoint_step)) if found else None
+
+
+def drop_checkpoints_after(folder: Path, step: int) -> list[Path]:
+    """Remove ``checkpoint-M`` folders with M > ``step`` (a save cut short by a kill); returns them.
+
+    transformers rotates checkpoints by modification time, so a stale half-written folder left beside the
+    resumed run's new ones could count as the most recent and protect itself from rotation."""
+    stale = [p for p in _checkpoints(folder) if checkpoint_step(p) > step]
+    for path in stale:
+        shutil.rmtree(path)
+    return stale
+
+
+def forget_steps_after(path: Path, step: int) -> None:
+    """Drop JSONL rows whose ``step`` exceeds ``step``: a killed run's unsaved steps are played again."""
+    if path.is_file():
+        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def logged_history(checkpoint: Path | str) -> list[dict[str, Any]]:
+    """TRL's log history as saved in a checkpoint: one dict per ``Trainer.log`` call before the save."""
+    state = json.loads((Path(checkpoint) / TRAINER_STATE).read_text())
+    return list(state.get("log_history", []))
+
+
+def tensorboard_callback(folder: Path, purge_step: int | None = None) -> Any:
+    """A transformers ``TensorBoardCallback`` writing event files to ``folder`` (main process only).
+
+    ``purge_step``: on resume from checkpoint N, N + 1. TensorBoard then hides the events a killed run
+    wrote for steps >= N + 1, which the resumed run logs again (``SummaryWriter(purge_step=...)``).
+    Tags are transformers' ``train/<metric>`` and ``eval/<metric>``."""
+    from transformers.integrations import TensorBoardCallback, is_tensorboard_available
+
+    if not is_tensorboard_available():
+        raise PdbgymError("--tensorboard needs the tensorboard package: pip install 'pdbgym[train]' (or tensorboard)")
+
+    class FolderTensorBoard(TensorBoardCallback):
+        def _init_summary_writer(self, args: Any) -> None:
+            self.tb_writer = self._SummaryWriter(log_dir=str(folder), purge_step=purge_step)
+
+    callback = FolderTensorBoard()
+    callback.logging_dir = str(folder)
+    return callback
