@@ -162,7 +162,9 @@ def _choose(config: GRPORunConfig, val_tasks: list[Any], name: str) -> tuple[str
     if not val_tasks or not gates:
         return "final", None
     best = max(gates, key=lambda g: (g["pass_at_1"]["mean"], g["step"]))
-    scores = {(name if g is best else f"{name}@{g['checkpoint']}"): g["pass_at_1"]["mean"] for g in gates}
+    # The best goes first: record_selection takes the first of equal scores, and a tie must record this choice.
+    scores = {name: best["pass_at_1"]["mean"]} | {f"{name}@{g['checkpoint']}": g["pass_at_1"]["mean"]
+                                                 for g in gates if g is not best}
     se = best["pass_at_1"]["se"]
     record_selection(SELECTION_SPLIT, [t.instance_id for t in val_tasks], scores, se if se == se else 0.0,
                      SelectionLedger(config.ledger) if config.ledger else SelectionLedger())
