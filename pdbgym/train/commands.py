@@ -156,9 +156,10 @@ class _step_progress:
 
 
 def _mount_grpo() -> None:
-    from pdbgym.train.grpo_commands import grpo
+    from pdbgym.train.grpo_commands import grpo, report
 
     app.command("grpo", help="GRPO of a DoRA delta over a frozen SFT adapter (seed recipe).")(grpo)
+    app.command("report", help="(Re)write a GRPO run's training report from its folder.")(report)
 
 
 _mount_grpo()

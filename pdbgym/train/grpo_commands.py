@@ -1,13 +1,22 @@
-"""`pdbgym train grpo`: the command function, mounted by ``pdbgym.train.commands`` (``app.command("grpo")(grpo)``)."""
+"""`pdbgym train grpo` and `pdbgym train report`: command functions mounted by ``pdbgym.train.commands``.
+
+``grpo`` shows every phase as progress (``grpo_progress``), keeps each episode's transcript under
+``OUT/episodes/`` and writes the training report (``grpo_report``) when the run ends, also when it fails.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from pdbgym.train.grpo import GRPORunConfig
 
 console = Console(stderr=True)
 
@@ -57,13 +66,13 @@ def grpo(
     device: str = "auto",
     resume: Annotated[bool, typer.Option("--resume", help="continue from the last checkpoint in --out")] = False,
     tensorboard: bool = False,
+    keep_episodes: Annotated[bool, typer.Option(help="write every episode's transcript under OUT/episodes/")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="print the run record as JSON")] = False,
     context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
 ) -> None:
     """GRPO over a frozen SFT adapter with a fresh DoRA delta, on pdbgym episodes (see docs/training.md)."""
     from pdbgym.defaults import pick
     from pdbgym.train.grpo import GRPORunConfig
-    from pdbgym.train.grpo_run import train_grpo
 
     config = GRPORunConfig(
         policy=policy, tasks=tasks, out=out, group=group, tasks_per_step=tasks_per_step, steps=steps, seed=seed,
@@ -82,10 +91,61 @@ def grpo(
         console.print(f"step {row['step']}: reward {row.get('reward', 0):.3f}  kl {row.get('kl', 0):.4f}  "
                       f"beta {row.get('beta', 0):.4f}  turn budget {int(row.get('turn_budget', 0))}")
 
-    record = train_grpo(config, on_log=show)
+    record = _train_with_progress(config, show, keep_episodes)
     if json_out:
         typer.echo(json.dumps(record, indent=2, sort_keys=True))
     else:
         console.print(f"[bold green]done[/]: {record['steps']} steps; chosen {record['chosen']}; adapter "
                       f"{record['adapter']} registered as {record['name']} ({str(record['store_id'])[:12]}) over "
                       f"{record['parent_id'][:12]}")
+
+
+def _main_process() -> bool:
+    """True unless this is a non-zero rank of a multi-process launch (only rank 0 shows and reports)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _train_with_progress(config: GRPORunConfig, show: Callable[[dict[str, Any]], None],
+                         keep_episodes: bool) -> dict[str, Any]:
+    """``train_grpo`` with its phases shown; the report is written at the end, also after a failure."""
+    from pdbgym.progress import progress
+    from pdbgym.train.grpo_progress import EPISODES_DIR, GRPOProgress
+    from pdbgym.train.grpo_run import train_grpo
+
+    main = _main_process()
+    out = Path(config.out)
+    with progress(console, disable=not main) as bars:
+        hooks = GRPOProgress(bars, out / EPISODES_DIR if keep_episodes and main else None)
+        try:
+            record = train_grpo(config, on_log=show, progress=hooks)
+        except BaseException:
+            _report(out, quiet_failure=True)
+            raise
+    _report(out)
+    return record
+
+
+def _report(out: Path, quiet_failure: bool = False) -> None:
+    """Write the run's report; after a failed run, a report that cannot be written must not hide the cause."""
+    from pdbgym.train.grpo_report import write_grpo_report
+
+    if not _main_process() or (quiet_failure and not (out / "steps.jsonl").is_file()):
+        return  # a run refused before its first step has nothing to report
+    try:
+        page = write_grpo_report(out)
+    except Exception as exc:
+        if not quiet_failure:
+            raise
+        console.print(f"[yellow]no training report[/]: {exc}")
+        return
+    console.print(f"report: {page}")
+
+
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="the --out folder of a pdbgym train grpo run (finished or not)")],
+    ledger: Annotated[Path | None, typer.Option(help="selection ledger the run wrote to (default $PDBGYM_HOME's)")] = None,
+) -> None:
+    """(Re)write a GRPO run's training report (HTML, Markdown, JSON, plots) from its folder alone."""
+    from pdbgym.train.grpo_report import write_grpo_report
+
+    typer.echo(str(write_grpo_report(run_dir, ledger)))

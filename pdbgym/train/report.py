@@ -1,10 +1,13 @@
-"""Training reports (SFT, DAgger, GRPO): Markdown, a self-contained HTML page and PNG plots.
+"""Training reports (SFT, DAgger, GRPO): Markdown, a self-contained HTML page, a JSON twin and PNG plots.
 
 Input is what a run logged: ``history`` (one dict per logged step: ``step`` plus numeric metrics such as
 ``loss``, ``eval_loss``, ``learning_rate``, ``reward``, ``kl``, ``beta``), a ``summary`` (name -> value)
-and optional ``tables`` (title -> rows of equal keys, e.g. one row per DAgger iteration, each row able to
-carry a ``checkpoint`` and a ``transcripts`` link). Each metric gets one plot against the step; a
-metric and its ``eval_`` twin share a plot.
+and optional ``tables`` (title -> rows of equal keys, e.g. one row per DAgger iteration or val gate; a
+cell may be a :class:`Link` or a list of them: a checkpoint folder, transcripts).
+
+Without ``panels`` each metric gets one plot against the step and a metric and its ``eval_`` twin share
+a plot (SFT, DAgger). With ``panels`` (GRPO) the named panels come first, each several metrics on one
+plot with its meaning written under it, and the metrics no panel names follow as one plot each.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +26,37 @@ _SKIP = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_seco
          "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"}
 
 
+@dataclass(frozen=True)
+class Link:
+    """A table cell that links to a file or folder, ``href`` relative to the report's folder."""
+
+    text: str
+    href: str
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One named plot: ``keys`` of the history against the step, plus optional marks.
+
+    ``points``: label -> [(step, value, ci_low, ci_high)], drawn as markers with error bars (e.g. val
+    pass@1 of each checkpoint); ``hline``: (label, y) drawn dashed (e.g. the KL target).
+    """
+
+    name: str
+    title: str
+    keys: tuple[str, ...]
+    meaning: str
+    ylabel: str = ""
+    points: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
+    hline: tuple[str, float] | None = None
+
+
 def metric_series(history: Sequence[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
     """metric -> [(step, value)] for every numeric metric logged more than zero times."""
     series: dict[str, list[tuple[int, float]]] = {}
     for row in history:
         for key, value in row.items():
-            if key in _SKIP or isinstance(value, bool) or not isinstance(value, int | float):
+            if key in _SKIP or isinstance(value, bool) or not isinstance(value, int | float) or value != value:
                 continue
             series.setdefault(key, []).append((int(row.get("step", 0)), float(value)))
     return series
@@ -42,14 +71,26 @@ def _groups(series: dict[str, list[tuple[int, float]]]) -> dict[str, list[str]]:
     return groups
 
 
-def plot_metrics(history: Sequence[dict[str, Any]], out_dir: Path) -> dict[str, Path]:
-    """One PNG per metric group, named ``train_<group>.png``."""
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = metric_series(history)
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_metrics(history: Sequence[dict[str, Any]], out_dir: Path, skip: Sequence[str] = ()) -> dict[str, Path]:
+    """One PNG per metric group, named ``train_<group>.png`` (metrics in ``skip`` left out)."""
+    plt = _pyplot()
+    series = {k: v for k, v in metric_series(history).items() if k not in set(skip)}
     figures: dict[str, Path] = {}
     for group, keys in _groups(series).items():
         fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -61,11 +102,40 @@ def plot_metrics(history: Sequence[dict[str, Any]], out_dir: Path) -> dict[str, 
         ax.set_title(group)
         if len(keys) > 1:
             ax.legend()
-        fig.tight_layout()
-        path = out_dir / f"train_{group.replace('/', '_')}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        figures[group] = path
+        figures[group] = _save(plt, fig, out_dir / f"train_{group.replace('/', '_')}.png")
+    return figures
+
+
+def plot_panels(history: Sequence[dict[str, Any]], panels: Sequence[Panel], out_dir: Path) -> dict[str, Path]:
+    """One PNG per panel, ``plot_<name>.png``, drawn even when none of its metrics was logged (it says so)."""
+    plt = _pyplot()
+    series = metric_series(history)
+    figures: dict[str, Path] = {}
+    for panel in panels:
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        drawn = 0
+        for key in panel.keys:
+            if key in series:
+                steps, values = zip(*series[key], strict=True)
+                ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=key)
+                drawn += 1
+        for label, marks in panel.points.items():
+            if marks:
+                xs, ys, lows, highs = zip(*marks, strict=True)
+                errors = [[max(0.0, y - lo) for y, lo in zip(ys, lows, strict=True)],
+                          [max(0.0, hi - y) for y, hi in zip(ys, highs, strict=True)]]
+                ax.errorbar(xs, ys, yerr=errors, fmt="s", capsize=3, label=label)
+                drawn += 1
+        if panel.hline is not None:
+            ax.axhline(panel.hline[1], linestyle="--", color="grey", label=panel.hline[0])
+        if not drawn:
+            ax.text(0.5, 0.5, "not logged by this run", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(panel.ylabel or panel.name)
+        ax.set_title(panel.title)
+        if drawn > 1 or (drawn and panel.hline is not None):
+            ax.legend(fontsize="small")
+        figures[panel.name] = _save(plt, fig, out_dir / f"plot_{panel.name}.png")
     return figures
 
 
@@ -75,17 +145,55 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def _md_cell(value: Any) -> str:
+    if isinstance(value, Link):
+        return f"[{value.text}]({value.href})"
+    if isinstance(value, list) and value and all(isinstance(v, Link) for v in value):
+        return " ".join(_md_cell(v) for v in value)
+    return _cell(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _html_cell(value: Any) -> str:
+    esc = html.escape
+    if isinstance(value, Link):
+        return f'<a href="{esc(value.href)}">{esc(value.text)}</a>'
+    if isinstance(value, list) and value and all(isinstance(v, Link) for v in value):
+        return " ".join(_html_cell(v) for v in value)
+    return esc(_cell(value))
+
+
+def _plain(value: Any) -> Any:
+    """JSON form of a cell: a link becomes {text, href}."""
+    if isinstance(value, Link):
+        return {"text": value.text, "href": value.href}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def markdown_report(title: str, summary: dict[str, Any], tables: dict[str, list[dict[str, Any]]],
-                    figures: dict[str, Path]) -> str:
+                    figures: dict[str, Path], panels: Sequence[Panel] = (),
+                    notes: dict[str, list[str]] | None = None) -> str:
     lines = [f"# {title}", "", "| | |", "|---|---|"]
-    lines += [f"| {key} | {_cell(value)} |" for key, value in summary.items()]
+    lines += [f"| {key} | {_md_cell(value)} |" for key, value in summary.items()]
+    named = {p.name for p in panels}
+    if panels:
+        lines += ["", "## Over steps", ""]
+        for panel in panels:
+            lines += [f"### {panel.title}", "", f"![{panel.name}]({figures[panel.name].name})", "", panel.meaning, ""]
     for heading, rows in tables.items():
         if not rows:
             continue
         keys = list(rows[0])
         lines += ["", f"## {heading}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        lines += ["| " + " | ".join(_cell(row.get(k)) for k in keys) + " |" for row in rows]
-    lines += ["", "## Metrics per step", ""] + [f"![{name}]({path.name})" for name, path in figures.items()]
+        lines += ["| " + " | ".join(_md_cell(row.get(k)) for k in keys) + " |" for row in rows]
+    rest = [f"![{name}]({path.name})" for name, path in figures.items() if name not in named]
+    if rest:
+        lines += ["", "## Other logged metrics" if panels else "## Metrics per step", ""] + rest
+    for heading, items in (notes or {}).items():
+        lines += ["", f"## {heading}", ""] + [f"- {item}" for item in items]
     return "\n".join(lines) + "\n"
 
 
@@ -95,34 +203,51 @@ def _img(path: Path) -> str:
 
 
 def html_report(title: str, summary: dict[str, Any], tables: dict[str, list[dict[str, Any]]],
-                figures: dict[str, Path]) -> str:
+                figures: dict[str, Path], panels: Sequence[Panel] = (),
+                notes: dict[str, list[str]] | None = None) -> str:
     esc = html.escape
-    head = "".join(f"<tr><th>{esc(str(k))}</th><td>{esc(_cell(v))}</td></tr>" for k, v in summary.items())
-    blocks = []
+    head = "".join(f"<tr><th>{esc(str(k))}</th><td>{_html_cell(v)}</td></tr>" for k, v in summary.items())
+    named = {p.name for p in panels}
+    over = "".join(f'<figure id="plot-{esc(p.name)}">{_img(figures[p.name])}<figcaption><b>{esc(p.title)}</b>: '
+                   f"{esc(p.meaning)}</figcaption></figure>" for p in panels)
+    blocks = [f"<h2>Over steps</h2><div class='panels'>{over}</div>"] if panels else []
     for heading, rows in tables.items():
         if not rows:
             continue
         keys = list(rows[0])
-        body = "".join("<tr>" + "".join(f"<td>{esc(_cell(row.get(k)))}</td>" for k in keys) + "</tr>" for row in rows)
+        body = "".join("<tr>" + "".join(f"<td>{_html_cell(row.get(k))}</td>" for k in keys) + "</tr>" for row in rows)
         blocks.append(f"<h2>{esc(heading)}</h2><table><tr>{''.join(f'<th>{esc(k)}</th>' for k in keys)}</tr>{body}</table>")
-    plots = "".join(_img(path) for path in figures.values())
-    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}img{max-width:32em;margin:.5em}")
+    rest = "".join(_img(path) for name, path in figures.items() if name not in named)
+    if rest:
+        blocks.append(f"<h2>{'Other logged metrics' if panels else 'Metrics per step'}</h2>{rest}")
+    blocks += [f"<h2>{esc(heading)}</h2><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
+               for heading, items in (notes or {}).items()]
+    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}img{max-width:32em;margin:.5em}"
+             ".panels{display:flex;flex-wrap:wrap}figure{width:34em;margin:.5em}figure img{max-width:100%}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{style}</style>"
-            f"</head><body><h1>{esc(title)}</h1><table>{head}</table>{''.join(blocks)}"
-            f"<h2>Metrics per step</h2>{plots}</body></html>\n")
+            f"</head><body><h1>{esc(title)}</h1><table>{head}</table>{''.join(blocks)}</body></html>\n")
 
 
 def write_training_report(out_dir: Path, title: str, history: Sequence[dict[str, Any]], summary: dict[str, Any],
-                          tables: dict[str, list[dict[str, Any]]] | None = None) -> Path:
-    """Write ``training_report.{html,md,json}`` and the plots into ``out_dir``; return the HTML path."""
+                          tables: dict[str, list[dict[str, Any]]] | None = None, *,
+                          panels: Sequence[Panel] = (), notes: dict[str, list[str]] | None = None) -> Path:
+    """Write ``training_report.{html,md,json}`` and the plots into ``out_dir``; return the HTML path.
+
+    The JSON holds ``plots`` (name -> PNG file name, every one written), the summary, tables (links as
+    ``{text, href}``), notes and the history.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = tables or {}
-    figures = plot_metrics(history, out_dir)
-    write_text_atomic(out_dir / f"{REPORT_NAME}.md", markdown_report(title, summary, tables, figures))
-    write_json_atomic(out_dir / f"{REPORT_NAME}.json", {"title": title, "summary": summary, "tables": tables,
-                                                        "history": list(history)}, indent=1)
+    figures = plot_panels(history, panels, out_dir) if panels else {}
+    figures.update(plot_metrics(history, out_dir, skip=[k for p in panels for k in p.keys]))
+    write_text_atomic(out_dir / f"{REPORT_NAME}.md", markdown_report(title, summary, tables, figures, panels, notes))
+    write_json_atomic(out_dir / f"{REPORT_NAME}.json", {
+        "title": title, "summary": _plain(summary), "plots": {name: path.name for name, path in figures.items()},
+        "panels": [{"name": p.name, "title": p.title, "keys": list(p.keys), "meaning": p.meaning} for p in panels],
+        "tables": _plain(tables),
+        "notes": notes or {}, "history": list(history)}, indent=1)
     page = out_dir / f"{REPORT_NAME}.html"
-    write_text_atomic(page, html_report(title, summary, tables, figures))
+    write_text_atomic(page, html_report(title, summary, tables, figures, panels, notes))
     return page

@@ -1,0 +1,160 @@
+"""The GRPO training report and progress: a real `pdbgym train grpo` run on builtin tasks (real pdb episodes,
+a tiny random model), its report's files, plots, gate rows tied to checkpoint folders and transcripts, the
+progress lines of every phase, a report re-created from a killed run's folder, and the page in Chromium."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+TRAIN_TASK, VAL_TASK = "builtin__calc-lexer-hang", "builtin__billing-invoice-totals"
+PANELS = {"reward", "solve_rate", "kl", "beta", "turn_budget", "loss", "bc_weight", "episodes"}
+GATE_TABLE = "Val gate (one row per checkpoint)"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model_dir):
+    from pdbgym.cli import app
+
+    root = tmp_path_factory.mktemp("grpo-report")
+    out = root / "run"
+    env = {"PDBGYM_HOME": str(root / "home"), "PDBGYM_PROGRESS_HEARTBEAT_S": "1"}
+    result = CliRunner().invoke(app, [
+        "train", "grpo", "--policy", str(tiny_model_dir), "--tasks", TRAIN_TASK, "--val-tasks", VAL_TASK,
+        "--out", str(out), "--group", "2", "--steps", "2", "--save-steps", "1", "--val-runs", "2", "--val-k", "2",
+        "--max-new-tokens", "6", "--max-context-tokens", "4096", "--curriculum", "fixed", "--budget-start", "2",
+        "--budget-end", "2", "--device", "cpu", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    return out, result.output, root
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "training_report.json").read_text())
+
+
+def test_every_phase_shows_progress(run):
+    _, output, _ = run
+    lines = output.splitlines()
+    # not a terminal: plain lines; each phase ends with its full count
+    for done in ("[step 1 rollouts] 2/2", "[step 2 rollouts] 2/2", "[updates] 2/2",
+                 "[val gate checkpoint-1] 2/2", "[val gate checkpoint-2] 2/2"):
+        assert any(line.startswith(done) for line in lines), (done, output[-3000:])
+    # episodes were counted one by one as they finished (a line with 1 of 2 done, or the bar jumped)
+    assert any(line.startswith("[updates] 0/2") for line in lines)
+    assert "report: " in output and output.rstrip().endswith("}")
+
+
+def test_report_files_plots_and_gate_rows_tied_to_checkpoints(run):
+    out, _, _ = run
+    report = _report(out)
+    for suffix in ("html", "md", "json"):
+        assert (out / f"training_report.{suffix}").is_file()
+    assert PANELS <= set(report["plots"])
+    for name, file in report["plots"].items():
+        assert (out / file).is_file() and (out / file).stat().st_size > 5_000, name
+    markdown = (out / "training_report.md").read_text()
+    for file in report["plots"].values():
+        assert f"]({file})" in markdown
+    record = json.loads((out / "grpo_run.json").read_text())
+    gates = report["tables"][GATE_TABLE]
+    assert [g["step"] for g in gates] == [1, 2]
+    for row in gates:
+        link = row["checkpoint"]
+        assert link["href"] == f"checkpoints/checkpoint-{row['step']}" and (out / link["href"]).is_dir()
+        assert len(row["transcripts"]) == 2  # --val-runs 2 on one val task, each a saved file
+        for transcript in row["transcripts"]:
+            saved = json.loads((out / transcript["href"]).read_text())
+            assert saved["instance_id"] == VAL_TASK
+            assert transcript["text"] == ("✓" if saved["final_test_passed"] else "✗")
+        assert row["val pass@1 % [95% CI]"].startswith("0.0 [")  # a random model solves nothing
+    assert [row["chosen"] for row in gates].count("yes: adapter/") == 1
+    chosen = next(row for row in gates if row["chosen"])
+    assert chosen["checkpoint"]["href"].endswith(record["chosen"])
+    assert report["summary"]["chosen checkpoint"] == record["chosen"]
+    # both gates score 0 (a tie): the ledger must record the checkpoint that became the adapter
+    assert [row["ledger chose"] for row in gates] == ["yes" if row["chosen"] else "" for row in gates]
+    ledger_line = report["summary"]["selection ledger"]
+    assert ledger_line.startswith(f"{record['chosen']} chosen among 2 candidates on split val") and "differs" not in ledger_line
+
+
+def test_step_rows_carry_their_numbers_weights_and_episodes(run):
+    out, _, _ = run
+    report = _report(out)
+    logged = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    steps = report["tables"]["Steps"]
+    assert [s["step"] for s in steps] == [1, 2]
+    for row, raw in zip(steps, logged, strict=True):
+        assert row["reward"] == raw["reward"] and row["KL"] == raw["kl"] and row["beta"] == raw["beta"]
+        assert raw["episodes/solve_rate"] == 0.0 and raw["episodes/tampered"] == 0 and raw["episodes/replayed"] == 0
+        assert row["weights after the step"]["href"] == f"checkpoints/checkpoint-{row['step']}"
+        assert len(row["episodes"]) == 2 and all((out / e["href"]).is_file() for e in row["episodes"])
+    assert report["summary"]["status"].startswith("finished: 2")
+
+
+def test_report_of_a_killed_run_folder(run, tmp_path):
+    """A kill leaves no grpo_run.json, maybe a torn last line: the report says so and keeps what was logged."""
+    from pdbgym.cli import app
+
+    out, _, root = run
+    killed = tmp_path / "killed"
+    shutil.copytree(out, killed, ignore=shutil.ignore_patterns("training_report.*", "*.png"))
+    for gone in ("grpo_run.json", "adapter", "final", "checkpoints/checkpoint-2"):
+        path = killed / gone
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    with open(killed / "steps.jsonl", "a") as handle:
+        handle.write('{"step": 3, "rew')
+    result = CliRunner().invoke(app, ["train", "report", str(killed)], env={"PDBGYM_HOME": str(root / "home")})
+    assert result.exit_code == 0, result.output
+    report = _report(killed)
+    assert report["summary"]["status"].startswith("not finished") and report["summary"]["unreadable lines skipped"] == 1
+    steps = report["tables"]["Steps"]
+    assert steps[0]["weights after the step"]["href"] == "checkpoints/checkpoint-1"
+    assert steps[1]["weights after the step"] == "not saved yet"  # its checkpoint was lost with the kill
+    assert report["tables"][GATE_TABLE][1]["checkpoint"] == "checkpoints/checkpoint-2 (folder gone)"
+    assert PANELS <= set(report["plots"])
+
+
+def test_report_of_a_folder_without_a_run_is_refused(tmp_path):
+    from pdbgym.cli import app
+
+    result = CliRunner().invoke(app, ["train", "report", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "holds no GRPO run" in str(result.exception) + result.output
+
+
+def test_per_step_counts_come_from_running_totals_when_only_totals_were_logged():
+    from pdbgym.train.grpo_report import _with_counts
+
+    rows = [{"step": 2, "episodes/tampered_total": 3.0}, {"step": 1, "episodes/tampered_total": 1.0},
+            {"step": 4, "episodes/tampered_total": 7.0}, {"step": 5, "episodes/tampered_total": 7.0}]
+    counts = [r.get("episodes/tampered") for r in _with_counts(rows)]
+    assert counts == [1.0, 2.0, None, 0.0]  # step 3 missing: step 4's own count is unknown
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (.ci/run installs it)")
+def test_report_renders_in_chromium_with_the_plots_visible(run, tmp_path):
+    from PIL import Image
+
+    out, _, _ = run
+    page = out / "training_report.html"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    for name in PANELS:
+        assert f'id="plot-{name}"' in dom, name
+    assert dom.count("<img") == len(_report(out)["plots"])
+    for href in (h for h in __import__("re").findall(r'href="([^"]+)"', dom)):
+        assert (out / href).exists(), href
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,1400", page.as_uri()],
+                   capture_output=True, timeout=120)
+    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).astype(int)
+    # matplotlib's first two line colours: the total reward (#1f77b4) and the outcome term (#ff7f0e) on screen
+    for colour in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
+        assert (np.abs(pixels - colour).sum(axis=1) < 30).sum() > 20, colour
