@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.train.grpo_data import AnchorBatches, ReplayPool, anchor_nll
+from pdbgym.train.grpo_data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
 from pdbgym.train.recipe import (
     AdaptiveKLController,
     RecipeState,
@@ -104,14 +104,31 @@ class GRPORunConfig:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}
 
 
-def grpo_arguments(config: GRPORunConfig, device: str) -> Any:
-    """TRL ``GRPOConfig``: one optimizer step = ``tasks_per_step`` groups of ``group`` episodes."""
+def per_process_groups(tasks_per_step: int, processes: int) -> int:
+    """Groups each training process plays a step: ``tasks_per_step / processes``, whole groups only.
+
+    A group never straddles two processes, so its G episodes are generated together on one process and
+    the replay seed picks a group's replayed slots in one place; ``--tasks-per-step`` stays the global
+    count of groups per optimizer step.
+    """
+    if processes < 1 or tasks_per_step < 1 or tasks_per_step % processes:
+        fit = max(processes, tasks_per_step - tasks_per_step % processes)
+        raise PdbgymError(f"--tasks-per-step {tasks_per_step} is not a multiple of the {processes} training "
+                          "processes: each process plays whole groups, tasks_per_step / processes of them a step. "
+                          f"Pass a multiple of {processes} (e.g. --tasks-per-step {fit}) or launch fewer processes")
+    return tasks_per_step // processes
+
+
+def grpo_arguments(config: GRPORunConfig, device: str, processes: int = 1) -> Any:
+    """TRL ``GRPOConfig``: one optimizer step = ``tasks_per_step`` groups of ``group`` episodes over all
+    ``processes`` (each plays ``tasks_per_step / processes`` whole groups)."""
     from trl import GRPOConfig
 
+    groups = per_process_groups(config.tasks_per_step, processes)
     kwargs: dict[str, Any] = dict(
         output_dir=str(config.out / "checkpoints"), seed=config.seed, data_seed=config.seed,
         max_steps=config.steps, learning_rate=config.lr, lr_scheduler_type="constant",
-        per_device_train_batch_size=config.group * config.tasks_per_step, gradient_accumulation_steps=1,
+        per_device_train_batch_size=config.group * groups, gradient_accumulation_steps=1,
         num_generations=config.group, steps_per_generation=1, num_iterations=config.num_iterations,
         temperature=config.temperature, beta=config.beta, loss_type=config.loss_type, epsilon=config.epsilon,
         importance_sampling_level=config.importance_sampling_level,
@@ -226,17 +243,28 @@ class PdbgymRollout:
         self.recipe.budget_now = budget
         slots: list[EpisodeSample | None] = []
         to_play: list[Any] = []
-        for group in _runs(prompts):  # TRL repeats each prompt G times in a row (fewer per process with DDP)
+        taken: dict[str, int] = {}
+        for group in _runs(prompts):  # TRL repeats each prompt G times in a row; whole groups per process
             task = self._task(group[0])
             replayed = self._replayed(task.instance_id, step, len(group))
+            taken[task.instance_id] = taken.get(task.instance_id, 0) + len(replayed)
             slots.extend(replayed + [None] * (len(group) - len(replayed)))
             to_play.extend([task] * (len(group) - len(replayed)))
         with self.progress.phase("rollouts", step + 1, len(to_play)):
             played = iter(self.play(to_play, trainer, budget, self.config.temperature) if to_play else [])
         samples = [slot if slot is not None else next(played) for slot in slots]
-        self._account(samples)
-        for key, value in episode_metrics(samples).items():
+        # Every process accounts the episodes of ALL processes, so the curriculum, the counters, the replay
+        # rotation and the logged episode metrics are the same on every rank (one process: a list of one).
+        everyone = gather_ranks(trainer, ([s.facts for s in samples], taken))
+        if self.replay is not None:
+            for rank, (_, rank_taken) in enumerate(everyone):
+                if rank != trainer.accelerator.process_index:
+                    self.replay.skip(rank_taken)
+        step_facts = [EpisodeSample([], [], [], [], facts) for rank_facts, _ in everyone for facts in rank_facts]
+        self._account(step_facts)
+        for key, value in episode_metrics(step_facts).items():
             trainer._metrics["train"][key].append(value)
+        self._log_rank(trainer, step, len(samples), step_facts, budget)
         return rollout_output(samples)
 
     def _task(self, instance_id: str) -> Any:
@@ -257,6 +285,24 @@ class PdbgymRollout:
         self.recipe.tampered_total += sum(s.facts["termination_reason"] == "tampered" for s in on_policy)
         if on_policy:
             self.curriculum.observe(sum(s.facts["final_test_passed"] for s in on_policy) / len(on_policy))
+
+    def _log_rank(self, trainer: Any, step: int, episodes: int, step_facts: list[EpisodeSample],
+                  budget: int) -> None:
+        """With several processes, each appends the episodes it played and the recipe state it now holds to
+        ``ranks/rank-R.jsonl``: the rows of a step agree across ranks on everything but ``rank`` and
+        ``episodes`` (this rank's share of the step)."""
+        if trainer.accelerator.num_processes < 2:
+            return
+        rank = trainer.accelerator.process_index
+        on_policy = [s.facts["final_test_passed"] for s in step_facts if not s.facts.get("replayed")]
+        row = {"step": step + 1, "rank": rank, "episodes": episodes, "episodes_all_ranks": len(step_facts),
+               "solve_rate": sum(on_policy) / len(on_policy) if on_policy else None, "turn_budget": budget,
+               "next_turn_budget": self.curriculum.budget(step + 1), "beta": float(trainer.beta),
+               **{k: v for k, v in self.recipe.to_dict().items() if k.endswith("_total")}}
+        path = self.config.out / RANKS_DIR / f"rank-{rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
 
 
 def _runs(prompts: list[str]) -> list[list[str]]:
@@ -318,8 +364,10 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
     from pdbgym.train.recipe import AdaptiveKLCallback
 
     class StepLog(TrainerCallback):
+        # TRL's logged metrics are already reduced over processes: the main one writes them.
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            step_log(state.global_step, logs or {})
+            if state.is_world_process_zero:
+                step_log(state.global_step, logs or {})
 
     class ValGate(TrainerCallback):
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -328,11 +376,14 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
             if any(g["checkpoint"] == name for g in read_gates(gates)):
                 return
 
-            def play(tasks: list[Any]) -> list[EpisodeSample]:
-                return rollout.play(tasks, trainer, config.budget_end, config.temperature)
+            def play(tasks: list[Any]) -> list[dict[str, Any]]:  # every process plays its share (a collective)
+                return play_across_ranks(trainer, tasks, lambda mine: rollout.play(
+                    mine, trainer, config.budget_end, config.temperature))
 
             with rollout.progress.phase("val gate", state.global_step, len(val_tasks) * config.val_runs):
-                append_gate(gates, gate_on_val(play, val_tasks, config.val_runs, config.val_k, state.global_step, name))
+                result = gate_on_val(play, val_tasks, config.val_runs, config.val_k, state.global_step, name)
+            if state.is_world_process_zero:
+                append_gate(gates, result)
 
     callbacks: list[Any] = [StepLog()]
     if controller is not None:
@@ -344,3 +395,4 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
 
 GATES_FILE = "gates.jsonl"
 STEPS_FILE = "steps.jsonl"
+RANKS_DIR = "ranks"  # several processes: ranks/rank-R.jsonl, each rank's view of every step

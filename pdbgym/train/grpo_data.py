@@ -63,7 +63,11 @@ def anchor_nll(model: Any, batch: tuple[Any, Any, Any]) -> Any:
 
 
 class ReplayPool:
-    """Solved corpus trajectories by task, handed out in a fixed rotation."""
+    """Solved corpus trajectories by task, handed out in a fixed rotation.
+
+    With several training processes each holds a pool; after every step each ``skip``s what the others
+    took, so the rotation is the one a single process would follow.
+    """
 
     def __init__(self, examples: list[dict[str, Any]]):
         self.by_task: dict[str, list[dict[str, Any]]] = {}
@@ -81,6 +85,12 @@ class ReplayPool:
             taken.append(replay_sample(found[position % len(found)]))
         return taken
 
+    def skip(self, taken: dict[str, int]) -> None:
+        """Advance the rotation past ``taken`` (instance id -> count) handed out elsewhere."""
+        for instance_id, count in taken.items():
+            if self.by_task.get(instance_id):
+                self._next[instance_id] = self._next.get(instance_id, 0) + count
+
 
 def replay_sample(example: dict[str, Any]) -> EpisodeSample:
     """A solved corpus example as a GRPO sample: prompt = ids before the first loss id."""
@@ -93,6 +103,26 @@ def replay_sample(example: dict[str, Any]) -> EpisodeSample:
     # The corpus' own sampler log-probs are not the policy's; 0.0 marks them unknown (TRL recomputes).
     return EpisodeSample(list(ids[:prompt_len]), list(ids[prompt_len:]), [0.0] * len(response_mask), response_mask,
                          facts)
+
+
+def gather_ranks(trainer: Any, value: Any) -> list[Any]:
+    """``value`` of every training process, in rank order (a collective: every process must call it)."""
+    if trainer.accelerator.num_processes < 2:
+        return [value]
+    from accelerate.utils import gather_object
+
+    return list(gather_object([value]))
+
+
+def play_across_ranks(trainer: Any, episodes: list[Any], play: Callable[[list[Any]], list[EpisodeSample]]
+                      ) -> list[dict[str, Any]]:
+    """The facts of every episode of ``episodes``, in order, on every process: episode i is played by
+    rank i mod N (each rank's share in one batched ``play``) and the facts are gathered."""
+    processes, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+    mine = episodes[rank::processes]
+    local = [sample.facts for sample in play(mine)] if mine else []
+    everyone = gather_ranks(trainer, local)
+    return [everyone[i % processes][i // processes] for i in range(len(episodes))]
 
 
 @dataclass
@@ -132,15 +162,16 @@ def read_gates(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def gate_on_val(play: Callable[[list[Any]], list[Any]], val_tasks: list[Any], runs: int, k: int, step: int,
-                checkpoint: str) -> GateResult:
-    """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> samples) and score them."""
+def gate_on_val(play: Callable[[list[Any]], list[dict[str, Any]]], val_tasks: list[Any], runs: int, k: int,
+                step: int, checkpoint: str) -> GateResult:
+    """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> each episode's facts:
+    ``final_test_passed``, ``termination_reason``) and score them."""
     episodes = [task for task in val_tasks for _ in range(runs)]
-    samples = play(episodes)
+    played = play(episodes)
     outcomes: dict[str, list[int]] = {task.instance_id: [] for task in val_tasks}
     reasons: dict[str, int] = {}
-    for task, sample in zip(episodes, samples, strict=True):
-        outcomes[task.instance_id].append(int(sample.facts["final_test_passed"]))
-        reason = sample.facts["termination_reason"]
+    for task, facts in zip(episodes, played, strict=True):
+        outcomes[task.instance_id].append(int(facts["final_test_passed"]))
+        reason = facts["termination_reason"]
         reasons[reason] = reasons.get(reason, 0) + 1
     return score_outcomes(step, checkpoint, outcomes, k, reasons)

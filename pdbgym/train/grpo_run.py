@@ -7,11 +7,13 @@ Output folder::
     gates.jsonl                 val pass@1 / pass@k (CIs over tasks) of every checkpoint
     adapter/                    the chosen delta (PEFT DoRA folder), registered with its parent
     grpo_run.json               recipe, parent, chosen checkpoint, store id
+    ranks/rank-R.jsonl          several processes: each one's view of every step (its episodes, budget, counters)
     tensorboard/                TensorBoard event files (with --tensorboard)
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +29,7 @@ from pdbgym.train.checkpoints import (
 )
 from pdbgym.train.grpo import (
     GATES_FILE,
+    RANKS_DIR,
     RECIPE_STATE_FILE,
     STEPS_FILE,
     GRPORunConfig,
@@ -59,13 +62,18 @@ def _load_tasks(config: GRPORunConfig) -> tuple[list[Any], list[Any]]:
     return train, val
 
 
-def _checkpoint_to_resume(config: GRPORunConfig) -> str | None:
+def _checkpoint_to_resume(config: GRPORunConfig, main: bool = True) -> str | None:
+    """The checkpoint to resume from (None for a fresh run); the main process drops the logged steps
+    after it. Every process reads; nothing is written before the first step, which needs them all."""
     folder = config.out / "checkpoints"
     last = last_complete_checkpoint(folder, RECIPE_STATE_FILE)
     if config.resume:
         if last is None:
             raise PdbgymError(f"--resume: {folder} holds no checkpoint to resume from; run without --resume")
-        forget_steps_after(config.out / STEPS_FILE, int(Path(last).name.rsplit("-", 1)[1]))
+        if main:
+            saved = int(Path(last).name.rsplit("-", 1)[1])
+            for log in [config.out / STEPS_FILE, *sorted((config.out / RANKS_DIR).glob("rank-*.jsonl"))]:
+                forget_steps_after(log, saved)
         return last
     if last is not None or (config.out / STEPS_FILE).exists():
         raise PdbgymError(f"{config.out} already holds a GRPO run; pass --resume to continue it or choose a new --out")
@@ -80,10 +88,11 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
 
     from pdbgym.adapters.store import Store
     from pdbgym.agent.toolcalls import detect_format
-    from pdbgym.train.sft import pick_device, resolve_base
+    from pdbgym.train.sft import pick_device, resolve_base, world_size
 
     set_quiet_trl()
     device = pick_device(config.device)
+    arguments = grpo_arguments(config, device, world_size())  # refuses groups that would straddle processes
     train_tasks, val_tasks = _load_tasks(config)
     base = resolve_base(config.policy, Store(config.store) if config.store else Store(), device)
     tokenizer = base.tokenizer
@@ -109,9 +118,10 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
                       target_modules="all-linear", task_type="CAUSAL_LM", bias="none")
     config.out.mkdir(parents=True, exist_ok=True)
     trainer = _trainer_class()(
-        model=base.model, reward_funcs=functions, args=grpo_arguments(config, device),
+        model=base.model, reward_funcs=functions, args=arguments,
         train_dataset=Dataset.from_dict({"prompt": [t.instance_id for t in train_tasks]}),
         processing_class=tokenizer, peft_config=lora, rollout_func=rollout)
+    _refuse_sharded_parameters(trainer)
     trainer.setup_recipe(recipe, config, anchor, curriculum)
     for callback in make_callbacks(trainer, config, controller, rollout, val_tasks,
                                    StepLogCallback(config.out / STEPS_FILE, on_log)):
@@ -124,19 +134,47 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
     return trainer, base, val_tasks
 
 
+def _refuse_sharded_parameters(trainer: Any) -> None:
+    """GRPO's episodes end at different turns on different processes, so each process calls ``generate``
+    a different number of times; under FSDP or ZeRO-3 every forward (or every unwrap) gathers parameters
+    collectively and the processes would wait on each other forever. DDP (and ZeRO-2) keep whole weights."""
+    from trl.distributed import DistributedBackend
+
+    backend = DistributedBackend(trainer.accelerator)
+    if backend.is_fsdp or backend.is_zero3:
+        raise PdbgymError("pdbgym train grpo cannot run under FSDP or DeepSpeed ZeRO-3: processes play episodes of "
+                          "different lengths, and sharded weights would make every generate call a collective that "
+                          "the others never join. Launch it with pdbgym/train/configs/ddp.yaml")
+
+
 def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
                play: Callable[..., Any] | None = None, progress: Any = None) -> dict[str, Any]:
-    """Run (or resume) GRPO; return the run record (also written to ``out/grpo_run.json``)."""
-    from pdbgym.fileio import write_json_atomic
+    """Run (or resume) GRPO; return the run record (also written to ``out/grpo_run.json``).
+
+    Under ``accelerate launch`` every process trains; the main one chooses, copies, registers and writes
+    the record, and every process returns that record."""
+    import json
 
     config.out = Path(config.out)
-    resume_from = _checkpoint_to_resume(config)
+    resume_from = _checkpoint_to_resume(config, main=os.environ.get("RANK", "0") == "0")
     trainer, base, val_tasks = build(config, on_log, play, progress)
     if config.tensorboard:  # event files in out/tensorboard; a resume hides the killed run's later steps
         trainer.add_callback(tensorboard_callback(config.out / TENSORBOARD_DIR,
                                                   checkpoint_step(resume_from) + 1 if resume_from else None))
     trainer.train(resume_from_checkpoint=resume_from)
-    trainer.save_model(str(config.out / "final"))
+    trainer.save_model(str(config.out / "final"))  # a collective under FSDP / ZeRO-3; saved by the main process
+    if trainer.is_world_process_zero():
+        record = _finish(config, trainer, base, val_tasks)
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.is_world_process_zero():
+        record = json.loads((config.out / RUN_FILE).read_text())
+    return record
+
+
+def _finish(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[Any]) -> dict[str, Any]:
+    """Choose the checkpoint, copy its delta to ``adapter/``, register it, write ``grpo_run.json``."""
+    from pdbgym.fileio import write_json_atomic
+
     chosen, gate = _choose(config, val_tasks, config.name or f"grpo-{config.out.name}")
     adapter_dir = config.out / "adapter"
     if adapter_dir.exists():
