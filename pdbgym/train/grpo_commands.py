@@ -92,6 +92,8 @@ def grpo(
                       f"beta {row.get('beta', 0):.4f}  turn budget {int(row.get('turn_budget', 0))}")
 
     record = _train_with_progress(config, show, keep_episodes)
+    if not _main_process():
+        return  # every process returns the same record: one prints it
     if json_out:
         typer.echo(json.dumps(record, indent=2, sort_keys=True))
     else:

@@ -111,12 +111,13 @@ def test_cli_grpo_on_two_processes_plays_real_episodes(tmp_path, tiny_model_dir)
     tasks = make_toy_tasks(tmp_path / "toy-tasks")
     val = make_toy_tasks(tmp_path / "val-tasks", count=1, prefix="toyval")
     out = tmp_path / "run"
-    _launch(["-m", "pdbgym.cli", "train", "grpo", "--policy", str(tiny_model_dir), "--tasks", str(tasks),
+    result = _launch(["-m", "pdbgym.cli", "train", "grpo", "--policy", str(tiny_model_dir), "--tasks", str(tasks),
              "--val-tasks", str(val), "--out", str(out), "--group", "2", "--tasks-per-step", "2", "--steps", "2",
              "--save-steps", "2", "--val-runs", "2", "--max-new-tokens", "4", "--max-context-tokens", "2048",
              "--curriculum", "fixed", "--budget-start", "1", "--budget-end", "1", "--device", "cpu",
              "--store", str(tmp_path / "store"), "--json"], tmp_path / "home")
     _check_one_writer_and_agreeing_ranks(out, steps=2, group=2, tasks_per_step=2)
+    assert result.stdout.count('"store_id"') == 1  # --json: one record printed, by the main process
     gates = _jsonl(out / "gates.jsonl")
     assert [g["checkpoint"] for g in gates] == ["checkpoint-2"] and gates[0]["runs"] == 2
     from pdbgym.adapters.store import Store
