@@ -128,7 +128,9 @@ class RecipeState:
 class AdaptiveKLCallback(TrainerCallback):
     """Adapts ``trainer.beta`` from each logged step's ``kl`` (TRL logs the k3 mean as ``kl``).
 
-    Needs ``logging_steps == 1`` so every optimizer step is seen once.
+    Needs ``logging_steps == 1`` so every optimizer step is seen once. With several processes the
+    callback runs on each, and TRL's ``kl`` is the masked k3 sum and token count all-reduced over them
+    (``global_masked_mean``), the same float everywhere: every process computes the same beta.
     """
 
     def __init__(self, trainer: Any, controller: AdaptiveKLController, sequences_per_step: int):
