@@ -62,7 +62,9 @@ def sft_command(
     max_steps: Annotated[int, typer.Option(help="Stop after this many optimizer steps (0: epochs decide)")] = S.max_steps,
     max_tokens_per_example: Annotated[int, typer.Option(help="Cut examples to this many ids first (0: off)")] = S.max_tokens_per_example,
     val_fraction: Annotated[float, typer.Option(help="Share of task ids held out for validation loss")] = S.val_fraction,
-    eval_steps: Annotated[int, typer.Option(help="Validation loss (and a checkpoint) every N steps")] = S.eval_steps,
+    eval_steps: Annotated[int, typer.Option(help="Validation loss every N steps")] = S.eval_steps,
+    save_steps: Annotated[int, typer.Option(help="A checkpoint every N steps (0: every --eval-steps); must divide "
+                                                 "--eval-steps")] = S.save_steps,
     gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in backward")] = S.gradient_checkpointing,
     packing: Annotated[bool, typer.Option(help="Pack examples padding-free (TRL bfd packing)")] = S.packing,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N")] = S.device,
@@ -70,7 +72,9 @@ def sft_command(
     store: Annotated[Path | None, typer.Option(help="Adapter store root")] = S.store,
     register: Annotated[bool, typer.Option(help="Register the adapter in the store with its parent")] = S.register,
     report: Annotated[bool, typer.Option(help="Write training_report.html/.md with loss curves")] = S.report,
-    tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard under out/checkpoints")] = S.tensorboard,
+    tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard: event files in OUT/tensorboard")] = S.tensorboard,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the killed run in --out from its last checkpoint")] = S.resume,
+    restart: Annotated[bool, typer.Option("--restart", help="Delete the run in --out and start over")] = S.restart,
 ) -> None:
     """Train a LoRA/DoRA adapter with TRL's SFTTrainer; defaults are the seed recipe."""
     from pdbgym.train.sft import train_sft
@@ -79,9 +83,10 @@ def sft_command(
                             use_dora=not lora, target_modules=tuple(m for m in target_modules.split(",") if m),
                             epochs=epochs, lr=lr, effective_batch=effective_batch, micro_batch=micro_batch,
                             max_length=max_length, max_steps=max_steps, max_tokens_per_example=max_tokens_per_example,
-                            val_fraction=val_fraction, eval_steps=eval_steps,
+                            val_fraction=val_fraction, eval_steps=eval_steps, save_steps=save_steps,
                             gradient_checkpointing=gradient_checkpointing, packing=packing, device=device, name=name,
-                            store=store, register=register, report=report, tensorboard=tensorboard)
+                            store=store, register=register, report=report, tensorboard=tensorboard,
+                            resume=resume, restart=restart)
     with _step_progress() as on_log:
         result = train_sft(config, on_log=on_log)
     typer.echo(json.dumps({"adapter": str(result.adapter_dir), "store_id": result.node_id, "name": result.name,

@@ -36,9 +36,16 @@ class SFTTrainConfig:
     ``max_tokens_per_example`` (0: off) cuts examples to that many ids before training (for small runs).
 
     Validation: ``val_fraction`` of the corpus's task ids (whole tasks, drawn with ``seed``) are held
-    out; their mean loss is measured every ``eval_steps`` steps, a checkpoint saved each time, and the
-    lowest-loss checkpoint is the adapter written (TRL ``load_best_model_at_end``). The choice is
-    recorded in the selection ledger as a selection on that slice.
+    out; their mean loss is measured every ``eval_steps`` steps and the lowest-loss checkpoint is the
+    adapter written (transformers' best-checkpoint tracking on ``eval_loss``, earliest step on a tie).
+    The choice is recorded in the selection ledger as a selection on that slice.
+
+    Checkpoints (``out/checkpoints/checkpoint-N``: adapter, optimizer, scheduler, RNG, trainer state)
+    every ``save_steps`` optimizer steps (0: every ``eval_steps``), the latest and the best kept;
+    ``eval_steps`` must be a multiple of ``save_steps`` so that every evaluated step has its checkpoint.
+    ``resume`` continues a killed run from its last complete checkpoint; ``restart`` deletes a previous
+    run's checkpoints, logs and adapter in ``out`` and starts over. Without either, an ``out`` holding a
+    run is refused. ``tensorboard``: event files in ``out/tensorboard``.
     """
 
     base: str
@@ -58,6 +65,7 @@ class SFTTrainConfig:
     max_tokens_per_example: int = 0
     val_fraction: float = 0.1
     eval_steps: int = 10
+    save_steps: int = 0  # 0: eval_steps
     gradient_checkpointing: bool = False
     packing: bool = False
     device: str = "auto"  # auto: cuda when available
@@ -67,7 +75,14 @@ class SFTTrainConfig:
     report: bool = False
     tensorboard: bool = False
     register: bool = True
+    resume: bool = False
+    restart: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # passed to TRL's SFTConfig as given
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Optimizer steps between checkpoints."""
+        return self.save_steps if self.save_steps > 0 else self.eval_steps
 
     @property
     def alpha(self) -> int:
@@ -76,7 +91,8 @@ class SFTTrainConfig:
     def recipe(self) -> dict[str, Any]:
         """The recipe recorded beside the adapter and in the store (store field names where they exist)."""
         data = asdict(self)
-        for key in ("base", "data", "out", "store", "ledger", "report", "tensorboard", "register", "device"):
+        for key in ("base", "data", "out", "store", "ledger", "report", "tensorboard", "register", "device",
+                    "save_steps", "resume", "restart"):
             data.pop(key)
         data["target_modules"] = list(self.target_modules)
         data["lora_alpha"] = self.alpha

@@ -4,8 +4,17 @@ pdbgym supplies what TRL does not: the base resolved from a folder, the embedded
 adapter-store reference (its stack merged in memory); the corpus's tokenizer checked against the base's;
 a held-out slice by task id; the best checkpoint's choice written to the selection ledger; the recipe,
 corpus hash and base fingerprint beside the adapter (``pdbgym_train.json``); the adapter registered in
-the store with its parent. Training itself (loop, optimizer, checkpointing, best-model reload,
+the store with its parent; a killed run resumed from its last complete checkpoint (``sft_resume``).
+Training itself (loop, optimizer, checkpointing, best-checkpoint tracking, resume,
 accelerate/DeepSpeed/FSDP) is TRL's and transformers' own.
+
+Output folder::
+
+    pdbgym_sft_run.json     what the run is (recipe, base, corpus, name): a resume must match it
+    checkpoints/checkpoint-N  TRL checkpoints every --save-steps (the latest and the best kept)
+    metrics.jsonl           one row per Trainer.log call (train loss, eval loss, lr, ...) with its step
+    tensorboard/            event files (with --tensorboard)
+    adapter/                the best checkpoint's adapter, trainer_state.json, pdbgym_train.json (last)
 """
 
 from __future__ import annotations
@@ -17,20 +26,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.train.checkpoints import TENSORBOARD_DIR, TRAINER_STATE, tensorboard_callback
 from pdbgym.train.config import SFTTrainConfig
 from pdbgym.train.corpus import check_corpus_tokenizer, load_corpus, split_by_task
+from pdbgym.train.sft_resume import (
+    ADAPTER_DIR,
+    CHECKPOINTS_DIR,
+    METRICS_FILE,
+    TRAIN_RECORD,
+    Start,
+    TrainError,
+    check_out,
+    is_finished,
+    name_is_ours,
+    open_run,
+    read_rows,
+)
 
-ADAPTER_DIR = "adapter"
-TRAIN_RECORD = "pdbgym_train.json"
-METRICS_FILE = "metrics.jsonl"
 SELECTION_SPLIT = "sft-val"
 LogHook = Callable[[dict[str, Any], int], None]  # (logged row with its step, total optimizer steps)
-
-
-class TrainError(PdbgymError):
-    """A training run cannot start or its output cannot be recorded."""
 
 
 @dataclass
@@ -121,20 +136,25 @@ def prepare_examples(examples: list[dict[str, Any]], max_tokens: int) -> list[di
     return rows
 
 
-def _progress_callback(metrics_path: Path, on_log: LogHook | None) -> Any:
+def log_row(step: int, logs: dict[str, Any]) -> dict[str, Any]:
+    """The metrics.jsonl row of one ``Trainer.log`` call: its step and the numeric values logged."""
+    return {"step": int(step), **{k: v for k, v in logs.items() if k != "step" and isinstance(v, int | float)}}
+
+
+def _progress_callback(metrics_path: Path, on_log: LogHook | None, rows: list[dict[str, Any]]) -> Any:
     from transformers import TrainerCallback
 
     class PdbgymLog(TrainerCallback):
-        """Every logged row (train loss, eval loss, lr, ...) appended to metrics.jsonl with its step."""
+        """Every logged row (train loss, eval loss, lr, ...) appended to metrics.jsonl with its step;
+        ``rows`` starts with those a resumed checkpoint already holds."""
 
         def __init__(self) -> None:
-            self.rows: list[dict[str, Any]] = []
+            self.rows: list[dict[str, Any]] = list(rows)
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
             if not state.is_world_process_zero:
                 return
-            row = {"step": int(state.global_step), **{k: v for k, v in (logs or {}).items()
-                                                       if isinstance(v, int | float)}}
+            row = log_row(state.global_step, logs or {})
             self.rows.append(row)
             with open(metrics_path, "a") as handle:
                 handle.write(json.dumps(row) + "\n")
@@ -144,27 +164,39 @@ def _progress_callback(metrics_path: Path, on_log: LogHook | None) -> Any:
     return PdbgymLog()
 
 
-def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool, processes: int = 1) -> Any:
-    """TRL ``SFTConfig`` for the run (see ``SFTTrainConfig`` for what each field means)."""
-    from trl import SFTConfig
-
+def check_steps(config: SFTTrainConfig, has_val: bool, processes: int) -> None:
+    """Batch and step settings TRL would refuse later, or that would lose the best checkpoint."""
     per_step = config.micro_batch * processes
     if config.effective_batch % per_step:
         raise TrainError(f"--effective-batch {config.effective_batch} is not a multiple of micro batch x processes "
                          f"({per_step}); pick one that divides")
-    evaluation = "steps" if has_val else "no"
+    if has_val and config.eval_steps % config.checkpoint_every:
+        raise TrainError(f"--eval-steps {config.eval_steps} is not a multiple of --save-steps {config.save_steps}: "
+                         "every evaluated step needs its checkpoint for the best one to be kept; pick one that divides")
+
+
+def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool, processes: int = 1) -> Any:
+    """TRL ``SFTConfig`` for the run (see ``SFTTrainConfig`` for what each field means)."""
+    from trl import SFTConfig
+
+    check_steps(config, has_val, processes)
+    per_step = config.micro_batch * processes
+    save_steps = config.checkpoint_every
     kwargs: dict[str, Any] = dict(
-        output_dir=str(out / "checkpoints"), seed=config.seed, data_seed=config.seed,
+        output_dir=str(out / CHECKPOINTS_DIR), seed=config.seed, data_seed=config.seed,
         num_train_epochs=config.epochs, max_steps=config.max_steps if config.max_steps > 0 else -1,
         learning_rate=config.lr, lr_scheduler_type="linear", warmup_steps=0,
         per_device_train_batch_size=config.micro_batch, per_device_eval_batch_size=config.micro_batch,
         gradient_accumulation_steps=config.effective_batch // per_step,
         max_length=config.max_length, packing=config.packing, padding_free=config.packing,
         activation_checkpointing=config.gradient_checkpointing,
-        eval_strategy=evaluation, eval_steps=config.eval_steps, save_strategy=evaluation, save_steps=config.eval_steps,
-        load_best_model_at_end=has_val, metric_for_best_model="eval_loss", greater_is_better=False,
-        save_total_limit=2 if has_val else None, logging_steps=1, disable_tqdm=True,
-        report_to=["tensorboard"] if config.tensorboard else [], bf16=device.startswith("cuda"),
+        eval_strategy="steps" if has_val else "no", eval_steps=config.eval_steps,
+        # Checkpoints more often than evaluations: transformers' load_best_model_at_end forbids that, so the
+        # best checkpoint is tracked (metric_for_best_model) and loaded by train_sft after training.
+        save_strategy="steps", save_steps=save_steps, save_total_limit=2,
+        metric_for_best_model="eval_loss" if has_val else None, greater_is_better=False,
+        logging_steps=1, disable_tqdm=True,
+        report_to=[], bf16=device.startswith("cuda"),  # TensorBoard: a callback writing to out/tensorboard
         use_cpu=device == "cpu", dataset_num_proc=None,
     )
     if config.packing:
@@ -197,7 +229,8 @@ def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[dict
 
 def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
               base: BaseModel | None = None) -> SFTResult:
-    """Train, keep the best checkpoint, write the adapter and its record, register it, record the selection.
+    """Train (or resume), keep the best checkpoint, write the adapter and its record, register it, record
+    the selection. An ``out`` holding a run needs ``resume`` or ``restart`` (``sft_resume``).
 
     ``base`` may be given already loaded (DAgger trains every iteration from one parent)."""
     from pdbgym.adapters.store import Store
@@ -205,7 +238,10 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     out = Path(config.out)
     store = Store(config.store)
     name = config.name or out.name
-    if config.register and name in store.names():
+    check_out(config, out, name)
+    if config.resume and is_finished(out):
+        return _finished(config, out)
+    if config.register and name in store.names() and not (config.resume and name_is_ours(store.names(), name, out)):
         raise TrainError(f"the store at {store.root} already has an artifact named {name!r}; pass --name")
     corpus = load_corpus(config.data)
     device = pick_device(config.device)
@@ -216,11 +252,14 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     val_rows = prepare_examples(val_examples, config.max_tokens_per_example)
     if not train_rows:
         raise TrainError(f"{config.data}: no training example left after the held-out slice and length cut")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / METRICS_FILE).unlink(missing_ok=True)
-    logger = _progress_callback(out / METRICS_FILE, on_log)
-    trainer = build_trainer(config, base, train_rows, val_rows, device, [logger])
-    trainer.train()
+    check_steps(config, bool(val_rows), world_size())  # flag errors before the folder changes
+    start = open_run(config, out, name, log_row)
+    logger = _progress_callback(out / METRICS_FILE, on_log, start.rows)
+    callbacks = [logger]
+    if config.tensorboard:
+        callbacks.append(tensorboard_callback(out / TENSORBOARD_DIR, start.step + 1 if config.resume else None))
+    trainer = build_trainer(config, base, train_rows, val_rows, device, callbacks)
+    _train(trainer, start)
     adapter_dir = out / ADAPTER_DIR
     trainer.save_model(str(adapter_dir))  # a collective under FSDP / ZeRO-3: every process calls it
     best_loss, best_step = _best(trainer.state)
@@ -232,16 +271,55 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     result.tensor_count = _tensor_count(adapter_dir)
     val_tasks = sorted({e["instance_id"] for e in val_examples})
     record = _train_record(config, corpus, base, result, val_tasks, len(train_rows), len(val_rows))
-    write_json_atomic(adapter_dir / TRAIN_RECORD, record, indent=2)
     if config.register:
         result.node_id = _register(store, adapter_dir, base.parent_id, name, record["recipe"])
     if val_tasks and best_step is not None and config.register:
         _record_selection(config, name, logger.rows, best_step, val_tasks)
+    record.update(store_id=result.node_id, name=result.name)
+    write_json_atomic(adapter_dir / TRAIN_RECORD, record, indent=2)  # last: its presence marks the run finished
     if config.report:
-        from pdbgym.train.report import write_training_report
-
-        result.report = write_training_report(out, f"pdbgym SFT: {name}", logger.rows, _summary(result, record))
+        result.report = _report(out, name, result, record)
     return result
+
+
+def _train(trainer: Any, start: Start) -> None:
+    """``trainer.train`` from ``start``, then the best checkpoint's weights loaded (when there was a val slice).
+
+    TRL's token counter (``num_tokens``) is not in its checkpoints: a resumed run continues it from the
+    last logged value instead of restarting it at 0."""
+    if start.checkpoint is not None and hasattr(trainer, "_total_train_tokens"):
+        counts = [row["num_tokens"] for row in start.rows if "num_tokens" in row and "loss" in row]
+        trainer._total_train_tokens = int(counts[-1]) if counts else 0
+    state = json.loads((Path(start.checkpoint) / TRAINER_STATE).read_text()) if start.checkpoint else {}
+    if state and state["global_step"] >= state["max_steps"]:
+        # The killed run had trained every step. transformers resumed at max_steps plays the rest of the
+        # epoch's batches up to one more step, so the checkpoint is loaded instead of resumed.
+        from transformers import TrainerState
+
+        trainer.state = TrainerState.load_from_json(str(Path(start.checkpoint) / TRAINER_STATE))
+        trainer._load_from_checkpoint(start.checkpoint)
+    else:
+        trainer.train(resume_from_checkpoint=start.checkpoint)
+    if trainer.args.metric_for_best_model and trainer.state.best_model_checkpoint:
+        # What load_best_model_at_end does, which transformers allows only when saves are as rare as evaluations.
+        trainer._load_best_model()
+
+
+def _finished(config: SFTTrainConfig, out: Path) -> SFTResult:
+    """The result of a run that finished before (``--resume`` of it changes nothing)."""
+    record = json.loads((out / ADAPTER_DIR / TRAIN_RECORD).read_text())
+    result = SFTResult(out, out / ADAPTER_DIR, record.get("store_id"), record.get("name"), record["base"]["parent_id"],
+                       record["best_val_loss"], record["best_step"], record["steps"], record["tensor_count"],
+                       read_rows(out))
+    if config.report:
+        result.report = _report(out, record.get("name") or out.name, result, record)
+    return result
+
+
+def _report(out: Path, name: str, result: SFTResult, record: dict[str, Any]) -> Path:
+    from pdbgym.train.report import write_training_report
+
+    return write_training_report(out, f"pdbgym SFT: {name}", result.history, _summary(result, record))
 
 
 def _best(state: Any) -> tuple[float | None, int | None]:
@@ -292,11 +370,15 @@ def _record_selection(config: SFTTrainConfig, name: str, rows: list[dict[str, An
 
     The ledger's ``score_se`` is in solve-rate units; a loss-based choice has none, so 0 is recorded:
     a later report of this adapter on these tasks is still refused, with no inflation estimate."""
-    from pdbgym.evaluate.selection import SelectionLedger, record_selection
+    from pdbgym.evaluate.selection import SelectionLedger, record_selection, task_set_id
 
     scores = {(name if int(r["step"]) == best_step else f"{name}@step{r['step']}"): -float(r["eval_loss"])
               for r in rows if "eval_loss" in r}
-    record_selection(SELECTION_SPLIT, val_tasks, scores, 0.0, SelectionLedger(config.ledger))
+    ledger = SelectionLedger(config.ledger)
+    done = [e for e in ledger.entries() if e.split == SELECTION_SPLIT and e.task_set == task_set_id(val_tasks)
+            and e.chosen == name and e.scores == scores]
+    if not done:  # a resumed run that recorded it before its kill records it once
+        record_selection(SELECTION_SPLIT, val_tasks, scores, 0.0, ledger)
 
 
 def _summary(result: SFTResult, record: dict[str, Any]) -> dict[str, Any]:
