@@ -16,6 +16,7 @@ run plays real pdbgym episodes of the toy task suite on both processes.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,16 @@ def test_toy_grpo_on_two_processes_splits_the_groups_and_keeps_the_ranks_in_step
     records = [json.loads((out / f"record-{rank}.json").read_text()) for rank in (0, 1)]
     assert len(adapters) == 1 and records[0] == records[1] and records[0]["store_id"] == adapters[0]["id"]
 
+    # A kill during the last save: checkpoint-3 is gone but step 3 was logged. Resumed on 2 processes, the
+    # main one cuts steps.jsonl and both rank logs back to step 2, every process restores the recipe state
+    # of checkpoint-2, and step 3 is played once more with the budget and beta it had.
+    shutil.rmtree(out / "checkpoints" / "checkpoint-3")
+    _launch([str(Path(__file__).resolve()), str(out), "--resume"], tmp_path / "home")
+    again = _check_one_writer_and_agreeing_ranks(out, TOY["steps"], TOY["group"], TOY["tasks_per_step"])
+    assert again[:2] == ranks[:2]  # the rows of the kept steps, untouched
+    for key in ("turn_budget", "beta", "replayed_total"):
+        assert again[2][key] == ranks[2][key], key
+
 
 @pytest.mark.slow
 def test_cli_grpo_on_two_processes_plays_real_episodes(tmp_path, tiny_model_dir):
@@ -154,7 +165,7 @@ def test_a_replay_pool_skips_what_the_other_processes_handed_out():
     assert [s.completion_ids for s in rank0.take("t", 1)] == [s.completion_ids for s in alone.take("t", 1)]
     rank0.skip({"unknown": 3})  # a task without solved examples: nothing to rotate
 
-def main(out: Path) -> None:
+def main(out: Path, resume: bool) -> None:
     """One process of the toy run (launched twice by accelerate); writes what ``train_grpo`` returned."""
     import os
 
@@ -166,10 +177,11 @@ def main(out: Path) -> None:
     torch.set_num_threads(1)
     root = out.parent
     config = toy_config(out, root / "toy-model", root / "toy-tasks", val_tasks=str(root / "val-tasks"),
-                        anchor_data=root / "corpus", replay_data=root / "corpus", **TOY)
+                        anchor_data=root / "corpus", replay_data=root / "corpus",
+                        **{**TOY, "name": "toy-ddp-resumed" if resume else TOY["name"]}, resume=resume)
     record = train_grpo(config, play=toy_play)
     write_json_atomic(out / f"record-{os.environ['RANK']}.json", record)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), "--resume" in sys.argv[2:])
