@@ -244,6 +244,8 @@ class PdbgymRollout:
         slots: list[EpisodeSample | None] = []
         to_play: list[Any] = []
         taken: dict[str, int] = {}
+        if self.replay is not None:  # the recipe state holds the rotation: a resumed run continues it
+            self.replay.restore(self.recipe.replay_next)
         for group in _runs(prompts):  # TRL repeats each prompt G times in a row; whole groups per process
             task = self._task(group[0])
             replayed = self._replayed(task.instance_id, step, len(group))
@@ -260,6 +262,7 @@ class PdbgymRollout:
             for rank, (_, rank_taken) in enumerate(everyone):
                 if rank != trainer.accelerator.process_index:
                     self.replay.skip(rank_taken)
+            self.recipe.replay_next = self.replay.positions()
         step_facts = [EpisodeSample([], [], [], [], facts) for rank_facts, _ in everyone for facts in rank_facts]
         self._account(step_facts)
         for key, value in episode_metrics(step_facts).items():
@@ -298,6 +301,7 @@ class PdbgymRollout:
         row = {"step": step + 1, "rank": rank, "episodes": episodes, "episodes_all_ranks": len(step_facts),
                "solve_rate": sum(on_policy) / len(on_policy) if on_policy else None, "turn_budget": budget,
                "next_turn_budget": self.curriculum.budget(step + 1), "beta": float(trainer.beta),
+               "replay_next": self.recipe.replay_next,
                **{k: v for k, v in self.recipe.to_dict().items() if k.endswith("_total")}}
         path = self.config.out / RANKS_DIR / f"rank-{rank}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)

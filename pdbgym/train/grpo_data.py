@@ -85,6 +85,13 @@ class ReplayPool:
             taken.append(replay_sample(found[position % len(found)]))
         return taken
 
+    def positions(self) -> dict[str, int]:
+        """The rotation: instance id -> how many examples of it were handed out (saved with checkpoints)."""
+        return dict(self._next)
+
+    def restore(self, positions: dict[str, int]) -> None:
+        self._next = dict(positions)
+
     def skip(self, taken: dict[str, int]) -> None:
         """Advance the rotation past ``taken`` (instance id -> count) handed out elsewhere."""
         for instance_id, count in taken.items():

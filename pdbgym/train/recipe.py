@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from transformers import TrainerCallback
@@ -120,6 +120,8 @@ class RecipeState:
     tampered_total: int = 0
     episodes_total: int = 0
     replayed_total: int = 0
+    replay_next: dict[str, int] = field(default_factory=dict)  # the replay rotation: task -> next example
+
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -90,6 +90,7 @@ def test_toy_grpo_on_two_processes_splits_the_groups_and_keeps_the_ranks_in_step
         assert row["next_turn_budget"] == budget
     replayed = sum(TOY["tasks_per_step"] * replayed_in_group(step, TOY["group"], 0.5, 4) for step in range(3))
     assert ranks[-1]["replayed_total"] == replayed > 0
+    assert sum(ranks[-1]["replay_next"].values()) == replayed  # both ranks hold the rotation of all takes
     assert ranks[-1]["episodes_total"] == 3 * TOY["group"] * TOY["tasks_per_step"] - replayed
     # beta: every step moved by the leash on TRL's KL, reduced over processes (n = all sequences of a step)
     rows = _jsonl(out / "steps.jsonl")
@@ -113,7 +114,7 @@ def test_toy_grpo_on_two_processes_splits_the_groups_and_keeps_the_ranks_in_step
     _launch([str(Path(__file__).resolve()), str(out), "--resume"], tmp_path / "home")
     again = _check_one_writer_and_agreeing_ranks(out, TOY["steps"], TOY["group"], TOY["tasks_per_step"])
     assert again[:2] == ranks[:2]  # the rows of the kept steps, untouched
-    for key in ("turn_budget", "beta", "replayed_total"):
+    for key in ("turn_budget", "beta", "replayed_total", "replay_next"):
         assert again[2][key] == ranks[2][key], key
 
 
