@@ -69,7 +69,7 @@ class GRPOProgress(EpisodeProgress):
             with self._lock:
                 self._bar = self._folder = None
                 finished = self._finished
-        if finished < total:  # a play function without the per-episode hook still ends its bar full
+        if finished < total or not total:  # a play function without the per-episode hook still ends full
             self.bars.update(bar, completed=total)
         self.bars.update(bar, visible=False)  # rich: only the running phases stay on screen
 

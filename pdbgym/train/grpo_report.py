@@ -32,9 +32,10 @@ MEANINGS = {
     "beta": "The KL coefficient in the loss; the adaptive leash moves it by beta (1 + clip(KL/target - 1, "
             "+-0.2) n / horizon) after every step.",
     "turn_budget": "Tool calls an episode may make this step (the turn-budget curriculum).",
-    "loss": "loss: what the optimizer stepped on (RL loss + bc/weight x bc/nll); policy_loss: TRL's GRPO loss "
-            "(clipped surrogate + beta x KL); bc/nll: the behaviour-cloning anchor's mean NLL per assistant "
-            "token of an SFT-corpus batch (nats; only with --anchor-data).",
+    "loss": "loss: what the optimizer stepped on (RL loss + bc/weight x bc/nll, as the trainer logged it); "
+            "rl_loss: loss - bc/weight x bc/nll, TRL's GRPO loss (clipped surrogate + beta x KL); bc/nll: the "
+            "behaviour-cloning anchor's mean NLL per assistant token of an SFT-corpus batch (nats; only with "
+            "--anchor-data).",
     "bc_weight": "Weight of the behaviour-cloning anchor in the loss: w0 max(0, 1 - step / decay_steps).",
     "episodes": "Episodes of the step graded tampered (they get the lowest reward, -1) and solved SFT-corpus "
                 "trajectories replayed into the groups (the replay seed).",
@@ -55,7 +56,7 @@ def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
 
 def _with_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows sorted by step, with per-step tampered/replayed counts derived from the running totals when a run
-    logged only the totals."""
+    logged only the totals, and ``rl_loss`` = loss - bc/weight x bc/nll (the loss without the anchor)."""
     out: list[dict[str, Any]] = []
     for row in sorted(rows, key=lambda r: r["step"]):
         row, previous = dict(row), out[-1] if out and out[-1]["step"] == row["step"] - 1 else None
@@ -64,6 +65,8 @@ def _with_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             before = previous.get(total) if previous is not None else (0.0 if row["step"] == 1 else None)
             if count not in row and total in row and before is not None:
                 row[count] = row[total] - before
+        if isinstance(row.get("loss"), int | float):
+            row["rl_loss"] = row["loss"] - row.get("bc/weight", 0.0) * row.get("bc/nll", 0.0)
         out.append(row)
     return out
 
@@ -148,7 +151,7 @@ def _step_rows(out: Path, rows: list[dict[str, Any]], checkpoints: dict[int, Pat
         table.append({
             "step": row["step"], "reward": row.get("reward"), "solve rate": row.get("episodes/solve_rate"),
             "KL": row.get("kl"), "beta": row.get("beta"), "turn budget": row.get("turn_budget"),
-            "loss": row.get("loss"), "policy_loss": row.get("policy_loss"), "bc/nll": row.get("bc/nll"),
+            "loss": row.get("loss"), "rl_loss": row.get("rl_loss"), "bc/nll": row.get("bc/nll"),
             "bc/weight": row.get("bc/weight"), "tampered": row.get("episodes/tampered"),
             "replayed": row.get("episodes/replayed"),
             "weights after the step": _weights_of(row["step"], checkpoints, out, finished) or "not saved yet",
@@ -170,7 +173,7 @@ def grpo_panels(recipe: dict[str, Any], gates: list[dict[str, Any]]) -> list[Pan
         Panel("kl", "KL to the SFT model", ("kl",), MEANINGS["kl"], "nats / token", hline=target),
         Panel("beta", "KL coefficient beta", ("beta",), MEANINGS["beta"], "beta"),
         Panel("turn_budget", "Turn budget", ("turn_budget",), MEANINGS["turn_budget"], "turns"),
-        Panel("loss", "Loss terms", ("loss", "policy_loss", "bc/nll"), MEANINGS["loss"], "loss"),
+        Panel("loss", "Loss terms", ("loss", "rl_loss", "bc/nll"), MEANINGS["loss"], "loss"),
         Panel("bc_weight", "Behaviour-cloning anchor weight", ("bc/weight",), MEANINGS["bc_weight"], "weight"),
         Panel("episodes", "Tampered and replayed episodes", ("episodes/tampered", "episodes/replayed"),
               MEANINGS["episodes"], "episodes per step"),

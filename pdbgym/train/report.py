@@ -81,6 +81,10 @@ def _pyplot() -> Any:
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in fig.axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -158,3 +158,75 @@ def test_report_renders_in_chromium_with_the_plots_visible(run, tmp_path):
     # matplotlib's first two line colours: the total reward (#1f77b4) and the outcome term (#ff7f0e) on screen
     for colour in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
         assert (np.abs(pixels - colour).sum(axis=1) < 30).sum() > 20, colour
+
+
+def test_anchor_and_replay_run_reports_its_loss_terms_and_replayed_counts(tmp_path, monkeypatch):
+    """The library path: train_grpo(progress=GRPOProgress) with a play function that has no per-episode hook
+    (each rollout bar still ends full), then write_grpo_report on the folder."""
+    import io
+    import sys
+
+    from rich.console import Console
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play
+    from test_grpo_anchor_replay import _toy_corpus
+
+    from pdbgym.progress import progress
+    from pdbgym.train.grpo_progress import GRPOProgress
+    from pdbgym.train.grpo_report import write_grpo_report
+    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.recipe import anchor_weight, replayed_in_group
+
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
+    corpus = _toy_corpus(tmp_path / "corpus", model)
+    out = tmp_path / "run"
+    config = toy_config(out, model, tasks, steps=3, save_steps=3, anchor_data=corpus, anchor_weight=0.5,
+                        anchor_decay_steps=4, replay_data=corpus, replay_fraction=0.5, replay_decay_steps=4)
+    log = io.StringIO()
+    with progress(Console(file=log, width=200), heartbeat_s=1.0) as bars:
+        train_grpo(config, play=toy_play, progress=GRPOProgress(bars, out / "episodes"))
+    lines = log.getvalue().splitlines()
+    for step in range(3):  # two groups of 8 a step, the replayed slots not played
+        played = 2 * (8 - replayed_in_group(step, 8, 0.5, 4))
+        assert any(line.startswith(f"[step {step + 1} rollouts] {played}/{played}") for line in lines), lines
+    assert any(line.startswith("[updates] 3/3") for line in lines)
+    report = json.loads(write_grpo_report(out).with_suffix(".json").read_text())
+    steps = report["tables"]["Steps"]
+    for row in steps:
+        assert row["replayed"] == 2 * replayed_in_group(row["step"] - 1, 8, 0.5, 4)
+        assert row["bc/weight"] == pytest.approx(anchor_weight(row["step"] - 1, 0.5, 4)) and row["bc/nll"] > 0
+        assert row["rl_loss"] == pytest.approx(row["loss"] - row["bc/weight"] * row["bc/nll"])
+        assert row["episodes"] == "not kept"  # the toy play function does not report its episodes
+    assert [s["replayed"] for s in steps][0] > 0 and report["summary"]["replayed episodes (total)"] == sum(
+        s["replayed"] for s in steps)
+    loss_panel = next(p for p in report["panels"] if p["name"] == "loss")
+    assert loss_panel["keys"] == ["loss", "rl_loss", "bc/nll"]
+    assert report["summary"]["selection ledger"].startswith("no val gate")
+
+
+def test_a_step_played_again_after_a_resume_replaces_its_transcripts_and_every_bar_ends(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from pdbgym.progress import progress
+    from pdbgym.train.grpo_progress import GRPOProgress
+
+    stale = tmp_path / "episodes" / "step-000003" / "0000-old.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")  # written by the killed run before its last checkpoint
+    log = io.StringIO()
+    with progress(Console(file=log, width=200), heartbeat_s=1.0) as bars:
+        hooks = GRPOProgress(bars, tmp_path / "episodes")
+        with hooks.phase("rollouts", 3, 4):
+            pass  # a play function that reports no episode
+        with hooks.phase("val gate", 3, 0):
+            pass
+    assert not stale.exists() and stale.parent.is_dir()
+    assert (tmp_path / "episodes" / "gate-checkpoint-3").is_dir()
+    lines = log.getvalue().splitlines()
+    assert any(line.startswith("[step 3 rollouts] 4/4") for line in lines)
+    assert any(line.startswith("[val gate checkpoint-3] 0/0") for line in lines)
+    assert len(lines) == 4  # each phase: its start and its end, no heartbeat after the end
