@@ -384,7 +384,9 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
                 return play_across_ranks(trainer, tasks, lambda mine: rollout.play(
                     mine, trainer, config.budget_end, config.temperature))
 
-            with rollout.progress.phase("val gate", state.global_step, len(val_tasks) * config.val_runs):
+            share = len(range(trainer.accelerator.process_index, len(val_tasks) * config.val_runs,
+                              trainer.accelerator.num_processes))  # this process's episodes of the gate
+            with rollout.progress.phase("val gate", state.global_step, share):
                 result = gate_on_val(play, val_tasks, config.val_runs, config.val_k, state.global_step, name)
             if state.is_world_process_zero:
                 append_gate(gates, result)
