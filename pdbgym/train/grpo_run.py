@@ -71,7 +71,7 @@ def _checkpoint_to_resume(config: GRPORunConfig, main: bool = True) -> str | Non
         if last is None:
             raise PdbgymError(f"--resume: {folder} holds no checkpoint to resume from; run without --resume")
         if main:
-            saved = int(Path(last).name.rsplit("-", 1)[1])
+            saved = checkpoint_step(last)
             for log in [config.out / STEPS_FILE, *sorted((config.out / RANKS_DIR).glob("rank-*.jsonl"))]:
                 forget_steps_after(log, saved)
         return last
