@@ -151,7 +151,9 @@ def test_tensorboard_holds_each_step_once_after_the_resume(runs):
     assert [e.step for e in alone.Scalars("train/loss")] == list(range(max(left["checkpoints"]) + 1, STEPS + 1))
     before = EventAccumulator(str(killed))
     before.Reload()
-    assert [e.step for e in before.Scalars("train/loss")] == sorted(set(left["logged"]))
+    killed_steps = [e.step for e in before.Scalars("train/loss")]  # the kill may beat the last step's event
+    assert killed_steps == list(range(1, len(killed_steps) + 1))
+    assert max(left["checkpoints"]) <= len(killed_steps) <= max(left["logged"])
 
 
 # ---- the run folder's refusals and the finishing steps, in process --------------------------------------
