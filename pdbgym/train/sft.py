@@ -238,7 +238,9 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     out = Path(config.out)
     store = Store(config.store)
     name = config.name or out.name
-    check_out(config, out, name)
+    main = os.environ.get("RANK", "0") == "0"  # under accelerate launch the main process alone judges the folder
+    if main:
+        check_out(config, out, name)
     if config.resume and is_finished(out):
         return _finished(config, out)
     if config.register and name in store.names() and not (config.resume and name_is_ours(store.names(), name, out)):
@@ -253,7 +255,7 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     if not train_rows:
         raise TrainError(f"{config.data}: no training example left after the held-out slice and length cut")
     check_steps(config, bool(val_rows), world_size())  # flag errors before the folder changes
-    start = open_run(config, out, name, log_row)
+    start = open_run(config, out, name, log_row, main)
     logger = _progress_callback(out / METRICS_FILE, on_log, start.rows)
     callbacks = [logger]
     if config.tensorboard:
@@ -287,10 +289,10 @@ def _train(trainer: Any, start: Start) -> None:
 
     TRL's token counter (``num_tokens``) is not in its checkpoints: a resumed run continues it from the
     last logged value instead of restarting it at 0."""
-    if start.checkpoint is not None and hasattr(trainer, "_total_train_tokens"):
-        counts = [row["num_tokens"] for row in start.rows if "num_tokens" in row and "loss" in row]
-        trainer._total_train_tokens = int(counts[-1]) if counts else 0
     state = json.loads((Path(start.checkpoint) / TRAINER_STATE).read_text()) if start.checkpoint else {}
+    if state and hasattr(trainer, "_total_train_tokens"):  # every process: the counter is a global count
+        counts = [row["num_tokens"] for row in state["log_history"] if "num_tokens" in row and "loss" in row]
+        trainer._total_train_tokens = int(counts[-1]) if counts else 0
     if state and state["global_step"] >= state["max_steps"]:
         # The killed run had trained every step. transformers resumed at max_steps plays the rest of the
         # epoch's batches up to one more step, so the checkpoint is loaded instead of resumed.

@@ -99,9 +99,13 @@ def check_out(config: SFTTrainConfig, out: Path, name: str) -> None:
 
 
 def open_run(config: SFTTrainConfig, out: Path, name: str,
-             row_of: Callable[[int, dict[str, Any]], dict[str, Any]]) -> Start:
+             row_of: Callable[[int, dict[str, Any]], dict[str, Any]], main: bool = True) -> Start:
     """Clear (``restart``), start, or cut back to the last complete checkpoint (``resume``); after
-    ``check_out`` and after the inputs are checked. ``row_of(step, logs)`` makes one metrics row."""
+    ``check_out`` and after the inputs are checked. ``row_of(step, logs)`` makes one metrics row.
+
+    Only the main process (``main``) writes; the others take the same checkpoint and log nothing."""
+    if not main:
+        return Start(last_complete_checkpoint(out / CHECKPOINTS_DIR) if config.resume else None)
     if config.restart:
         _clear(out)
     out.mkdir(parents=True, exist_ok=True)
