@@ -34,7 +34,7 @@ def corpus(tmp_path_factory, smol_tokenizer) -> Path:
 
 def _command(base: Path, corpus: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "pdbgym.cli", "train", "sft", "--base", str(base), "--data", str(corpus),
-            "--out", str(out), "--rank", "4", "--lr", "3e-2", "--effective-batch", "2", "--max-steps", str(STEPS),
+            "--out", str(out), "--rank", "4", "--lr", "1.0", "--effective-batch", "2", "--max-steps", str(STEPS),
             "--eval-steps", str(EVAL), "--save-steps", str(SAVE), "--val-fraction", "0.25", "--device", "cpu",
             "--store", str(out.parent / f"store-{out.name}"), "--tensorboard", "--no-report", *extra]
 
@@ -123,10 +123,17 @@ def test_same_best_checkpoint_adapter_and_one_registration_and_selection(runs):
     whole, resumed, _, printed = runs
     records = [json.loads((out / "adapter" / "pdbgym_train.json").read_text()) for out in (whole, resumed)]
     assert records[1]["best_step"] == records[0]["best_step"] == printed["best_step"]
+    # at this learning rate the held-out loss is lowest at step 4, before the kill: the resumed run kept that
+    # checkpoint through rotation and wrote its weights, not the last step's
+    assert records[0]["best_step"] == 4
     assert records[1]["best_val_loss"] == pytest.approx(records[0]["best_val_loss"], rel=1e-5)
     weights = [load_file(str(out / "adapter" / "adapter_model.safetensors")) for out in (whole, resumed)]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.allclose(weights[0][k], weights[1][k], rtol=1e-4, atol=1e-6) for k in weights[0])
+    best = load_file(str(resumed / "checkpoints" / "checkpoint-4" / "adapter_model.safetensors"))
+    last = load_file(str(resumed / "checkpoints" / f"checkpoint-{STEPS}" / "adapter_model.safetensors"))
+    assert all(torch.equal(weights[1][k], best[k]) for k in best)
+    assert not all(torch.equal(weights[1][k], last[k]) for k in last)
     store = Store(resumed.parent / "store-resumed")
     adapters = [n for n in store.all_nodes() if n["kind"] == "adapter"]
     assert [n["id"] for n in adapters] == [printed["store_id"]] == [store.names()["resumed"]]
