@@ -226,3 +226,51 @@ def test_eval_steps_must_be_a_multiple_of_save_steps(tmp_path, corpus, tiny_mode
     with pytest.raises(TrainError, match="--eval-steps 4 is not a multiple of --save-steps 3"):
         train_sft(_config(tmp_path, tiny_model_dir, corpus, eval_steps=4, save_steps=3))
     assert not (tmp_path / "sft").exists()
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_resume_a_killed_run(tmp_path, corpus, tiny_model_dir, runs):
+    """The same kill and resume under `accelerate launch` with 2 DDP processes (gloo on CPU): the main process
+    alone cuts the logs back, every process resumes from the same checkpoint, and the curve is the
+    one-process run's (2 processes x micro batch 1 = 1 process x 2 accumulated: the same examples a step)."""
+    import psutil
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pdbgym.adapters.store import Store
+
+    repo = Path(__file__).resolve().parents[2]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+              str(repo / "pdbgym" / "train" / "configs" / "ddp.yaml"), "--num_processes", "2", "--mixed_precision", "no"]
+    out = tmp_path / "ddp"
+    first = subprocess.Popen(launch + _command(tiny_model_dir, corpus, out)[1:], env=_env(tmp_path, "ddp"), cwd=repo,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 400
+    while not ((out / "checkpoints" / "checkpoint-4" / "trainer_state.json").is_file()
+               and (out / "metrics.jsonl").is_file() and any(r["step"] >= 5 for r in _rows(out))):
+        assert first.poll() is None, first.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint-4 within 400 s"
+        time.sleep(0.01)
+    # torch's launcher starts each training process in a session of its own: kill them by id, with the launcher
+    processes = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
+    assert len(processes) >= 3
+    for process in processes:
+        process.kill()
+    first.wait()
+    psutil.wait_procs(processes, timeout=30)
+    last = max(_complete(out))
+    again = subprocess.run(launch + _command(tiny_model_dir, corpus, out, "--resume")[1:], env=_env(tmp_path, "ddp"),
+                           cwd=repo, capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = _rows(out)
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in rows if "eval_loss" in r] == [4, 8, 10]
+    # measured equal to the float; 1e-5 is below the curve's smallest step-to-step change (3e-5 relative)
+    for key in ("loss", "eval_loss"):
+        one = [r[key] for r in _rows(runs[0]) if key in r]
+        assert [r[key] for r in rows if key in r] == pytest.approx(one, rel=1e-5), key
+    second = max((out / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_mtime)
+    events = EventAccumulator(str(second))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == list(range(last + 1, STEPS + 1))
+    store = Store(out.parent / "store-ddp")
+    assert [n["id"] for n in store.all_nodes() if n["kind"] == "adapter"] == [store.names()["ddp"]]
