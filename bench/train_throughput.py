@@ -9,6 +9,12 @@ MFU = tokens/s x FLOPs per token / peak, FLOPs per token = 6 N + 6 L d T (N para
 d = heads x head_dim, T the sequence length: causal attention's forward and backward), peak 790 TFLOP/s
 (bf16 dense, H200). Both arms checkpoint activations (without it 16k tokens do not fit the baseline).
 
+``--checkpointing`` runs the pdbgym arm once per listed variant, each a switch of the libraries:
+``full`` (every decoder layer recomputed), ``selective`` (TRL's selective activation checkpointing: the
+attention output is kept, the rest recomputed), ``everyN`` (transformers' ``every_n_layers``: one layer in
+N recomputed, the rest keep their activations), ``selective-everyN`` (both), ``off``. A variant that runs
+out of GPU memory is reported as such, with the memory it had reached.
+
 ``--devices N`` adds a third arm: the same trainer under ``accelerate launch`` with the shipped DDP config
 on N processes (one sequence per process per step), and prints the scaling against the one-process
 pdbgym arm of the same run (tokens/s ratio, and efficiency = ratio / N).
@@ -128,7 +134,23 @@ def baseline(args: argparse.Namespace, ids: list[int], mask: list[int]) -> dict:
     return result
 
 
-def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int]) -> dict:
+def checkpointing_switches(variant: str) -> tuple[bool, dict]:
+    """(activation checkpointing on, its kwargs) of a ``--checkpointing`` variant."""
+    if variant == "off":
+        return False, {}
+    kwargs: dict = {}
+    rest = variant
+    if rest.startswith("selective"):
+        kwargs["selective"] = True
+        rest = rest.removeprefix("selective").removeprefix("-")
+    if rest.startswith("every"):
+        kwargs["every_n_layers"] = int(rest.removeprefix("every"))
+    elif rest not in ("", "full"):
+        raise SystemExit(f"unknown --checkpointing variant {variant!r}: full, selective, everyN, selective-everyN, off")
+    return True, kwargs
+
+
+def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int], variant: str = "full") -> dict:
     """``pdbgym train sft``'s trainer (TRL SFTTrainer over a pre-tokenized row) on the same model and sequence."""
     from transformers import TrainerCallback
 
@@ -151,17 +173,34 @@ def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int]) -> dic
             _sync(device)
             times.append(time.perf_counter() - self.started)
 
-    with tempfile.TemporaryDirectory() as out:
-        config = SFTTrainConfig(base="bench", data=Path(out), out=Path(out), rank=args.rank, use_dora=not args.lora,
-                                effective_batch=world, max_steps=args.warmup + args.steps, max_length=len(ids),
-                                val_fraction=0.0, gradient_checkpointing=True, register=False, lr=1e-4,
-                                extra={"save_strategy": "no", "logging_steps": 1000})
-        base = BaseModel(model, _tokenizer(), "bench", "bench", None)
-        trainer = build_trainer(config, base, [{"input_ids": ids, "assistant_masks": mask}] * world, [], device,
-                                [StepClock()])
-        trainer.train()
-    name = "pdbgym train sft (TRL SFTTrainer)" + (f", DDP x{world}" if world > 1 else "")
-    result = _figures(name, times[args.warmup:], len(ids) * world, flops, device, world)
+    recompute, kwargs = checkpointing_switches(variant)
+    extra = {"save_strategy": "no", "logging_steps": 1000}
+    if kwargs.pop("selective", False):
+        # TRL's SAC wrapper goes on the model itself: handed to SFTTrainer as the key "selective" with a
+        # PEFT model (TRL 1.16, transformers 5.24), the key reaches torch's checkpoint and fails.
+        from trl.models import enable_selective_activation_checkpointing
+
+        enable_selective_activation_checkpointing(model)
+    if kwargs:
+        extra["gradient_checkpointing_kwargs"] = kwargs
+    name = f"pdbgym train sft (TRL SFTTrainer), checkpointing {variant}" + (f", DDP x{world}" if world > 1 else "")
+    trainer = None
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            config = SFTTrainConfig(base="bench", data=Path(out), out=Path(out), rank=args.rank,
+                                    use_dora=not args.lora, effective_batch=world,
+                                    max_steps=args.warmup + args.steps, max_length=len(ids), val_fraction=0.0,
+                                    gradient_checkpointing=recompute, register=False, lr=1e-4, extra=extra)
+            base = BaseModel(model, _tokenizer(), "bench", "bench", None)
+            trainer = build_trainer(config, base, [{"input_ids": ids, "assistant_masks": mask}] * world, [],
+                                    device, [StepClock()])
+            trainer.train()
+    except Exception as error:  # torch.OutOfMemoryError: the variant does not fit; the others still run
+        if "out of memory" not in str(error).lower():
+            raise
+        result = {"arm": name, "out_of_memory": True, "peak_gpu_gib": _memory(device)}
+    else:
+        result = _figures(name, times[args.warmup:], len(ids) * world, flops, device, world)
     del trainer, model
     return result
 
@@ -177,7 +216,8 @@ def data_parallel_arm(args: argparse.Namespace) -> dict:
             launch += ["--mixed_precision", "no"]
         child = [__file__, "--phase", "sft", "--dp-child", str(out), "--device", args.device, "--shape", args.shape,
                  "--length", str(args.length), "--rank", str(args.rank), "--loss-share", str(args.loss_share),
-                 "--warmup", str(args.warmup), "--steps", str(args.steps)] + (["--lora"] if args.lora else [])
+                 "--warmup", str(args.warmup), "--steps", str(args.steps),
+                 "--checkpointing", args.checkpointing.split(",")[0]] + (["--lora"] if args.lora else [])
         subprocess.run(launch + child, check=True)
         return json.loads(out.read_text())
 
@@ -203,17 +243,20 @@ def _figures(name: str, times: list[float], tokens: int, flops: float, device: s
 
 def run_sft(args: argparse.Namespace) -> dict:
     ids, mask = example(args.shape, args.length, args.loss_share)
-    arms = []
-    for arm in (baseline, pdbgym_sft):
-        arms.append(arm(args, ids, mask))
-        print(json.dumps(arms[-1]), flush=True)  # each arm as it finishes: a later failure keeps it
+    arms = [baseline(args, ids, mask)]
+    print(json.dumps(arms[-1]), flush=True)  # each arm as it finishes: a later failure keeps it
+    for variant in args.checkpointing.split(","):
+        arms.append(pdbgym_sft(args, ids, mask, variant))
+        print(json.dumps(arms[-1]), flush=True)
+    ran = [arm for arm in arms[1:] if "tokens_per_s" in arm]
+    best = max(ran, key=lambda arm: arm["tokens_per_s"]) if ran else None
     result = {"phase": "sft", "shape": args.shape, "length": args.length, "adapter": "LoRA" if args.lora else "DoRA",
-              "rank": args.rank, "loss_share": args.loss_share, "arms": arms,
-              "speedup_vs_baseline": round(arms[1]["tokens_per_s"] / arms[0]["tokens_per_s"], 3)}
+              "rank": args.rank, "loss_share": args.loss_share, "arms": arms, "best_pdbgym_arm": best and best["arm"],
+              "speedup_vs_baseline": best and round(best["tokens_per_s"] / arms[0]["tokens_per_s"], 3)}
     if args.devices > 1:
         arms.append(data_parallel_arm(args))
         print(json.dumps(arms[-1]), flush=True)
-        scaling = arms[2]["tokens_per_s"] / arms[1]["tokens_per_s"]
+        scaling = arms[-1]["tokens_per_s"] / arms[1]["tokens_per_s"]
         result.update(devices=args.devices, scaling_vs_one_process=round(scaling, 3),
                       scaling_efficiency=round(scaling / args.devices, 3))
     return result
@@ -230,6 +273,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--loss-share", type=float, default=0.3, help="share of ids with loss (assistant turns)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--checkpointing", default="full",
+                   help="comma list of the pdbgym arm's variants: full, selective, everyN, selective-everyN, off")
     p.add_argument("--devices", type=int, default=1, help="also the pdbgym arm on N DDP processes vs 1")
     p.add_argument("--dp-child", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path, default=None)
@@ -246,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     args = parser().parse_args(argv)
     if args.dp_child is not None:  # one rank of data_parallel_arm; rank 0 reports
-        row = pdbgym_sft(args, *example(args.shape, args.length, args.loss_share))
+        row = pdbgym_sft(args, *example(args.shape, args.length, args.loss_share), args.checkpointing.split(",")[0])
         if os.environ.get("RANK", "0") == "0":
             args.dp_child.write_text(json.dumps(row))
         return

@@ -45,11 +45,13 @@ def _cut(record: Any, max_ids: int) -> Any:
                                loss_mask=record.loss_mask[:keep], rollout_log_probs=record.rollout_log_probs[:keep])
 
 
-def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int = 0) -> dict[str, Any]:
+def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int = 0,
+              device: str = "cpu") -> dict[str, Any]:
     """KL(oracle || arm) per arm with a local model (see the module docstring); kept in ``out_file``.
 
     ``max_ids`` (0: whole episodes) scores only the first ids of each episode: the prompt and the first
-    tool calls, the window the demo's SFT trains on (scoring cost grows with the ids scored).
+    tool calls, the window the demo's SFT trains on (scoring cost grows with the ids scored). Models are
+    scored in float32 on ``device``.
 
     An arm already scored with the same model path is reused. Arms without local weights (scripted, a
     URL, a grammar-constrained arm) get ``{"available": False, "reason"}``.
@@ -75,7 +77,7 @@ def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int
         if done.get(arm, {}).get("path") == path:
             result[arm] = done[arm]
             continue
-        logprobs = score_records(load_causal_lm(path, device="cpu", dtype="float32"), records, semantics,
+        logprobs = score_records(load_causal_lm(path, device=device, dtype="float32"), records, semantics,
                                  ScoringConfig(show_progress=False))
         per_task: dict[str, list[float]] = {}
         for record, values in zip(records, logprobs, strict=True):
