@@ -134,20 +134,20 @@ def baseline(args: argparse.Namespace, ids: list[int], mask: list[int]) -> dict:
     return result
 
 
-def checkpointing_switches(variant: str) -> tuple[bool, dict]:
-    """(activation checkpointing on, its kwargs) of a ``--checkpointing`` variant."""
+def checkpointing_switches(variant: str) -> dict:
+    """``SFTTrainConfig`` fields of a ``--checkpointing`` variant."""
     if variant == "off":
-        return False, {}
-    kwargs: dict = {}
+        return {"gradient_checkpointing": False}
+    fields: dict = {"gradient_checkpointing": True}
     rest = variant
     if rest.startswith("selective"):
-        kwargs["selective"] = True
+        fields["selective_recompute"] = True
         rest = rest.removeprefix("selective").removeprefix("-")
     if rest.startswith("every"):
-        kwargs["every_n_layers"] = int(rest.removeprefix("every"))
+        fields["recompute_every"] = int(rest.removeprefix("every"))
     elif rest not in ("", "full"):
         raise SystemExit(f"unknown --checkpointing variant {variant!r}: full, selective, everyN, selective-everyN, off")
-    return True, kwargs
+    return fields
 
 
 def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int], variant: str = "full") -> dict:
@@ -173,16 +173,7 @@ def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int], varian
             _sync(device)
             times.append(time.perf_counter() - self.started)
 
-    recompute, kwargs = checkpointing_switches(variant)
-    extra = {"save_strategy": "no", "logging_steps": 1000}
-    if kwargs.pop("selective", False):
-        # TRL's SAC wrapper goes on the model itself: handed to SFTTrainer as the key "selective" with a
-        # PEFT model (TRL 1.16, transformers 5.24), the key reaches torch's checkpoint and fails.
-        from trl.models import enable_selective_activation_checkpointing
-
-        enable_selective_activation_checkpointing(model)
-    if kwargs:
-        extra["gradient_checkpointing_kwargs"] = kwargs
+    switches = checkpointing_switches(variant)
     name = f"pdbgym train sft (TRL SFTTrainer), checkpointing {variant}" + (f", DDP x{world}" if world > 1 else "")
     trainer = None
     try:
@@ -190,7 +181,7 @@ def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int], varian
             config = SFTTrainConfig(base="bench", data=Path(out), out=Path(out), rank=args.rank,
                                     use_dora=not args.lora, effective_batch=world,
                                     max_steps=args.warmup + args.steps, max_length=len(ids), val_fraction=0.0,
-                                    gradient_checkpointing=recompute, register=False, lr=1e-4, extra=extra)
+                                    register=False, lr=1e-4, extra={"save_strategy": "no", "logging_steps": 1000}, **switches)
             base = BaseModel(model, _tokenizer(), "bench", "bench", None)
             trainer = build_trainer(config, base, [{"input_ids": ids, "assistant_masks": mask}] * world, [],
                                     device, [StepClock()])

@@ -66,6 +66,10 @@ def sft_command(
     save_steps: Annotated[int, typer.Option(help="A checkpoint every N steps (0: every --eval-steps); must divide "
                                                  "--eval-steps")] = S.save_steps,
     gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in backward")] = S.gradient_checkpointing,
+    recompute_every: Annotated[int, typer.Option(help="With --gradient-checkpointing: recompute one decoder layer in "
+                                                      "N, keep the rest (faster, more memory)")] = S.recompute_every,
+    selective_recompute: Annotated[bool, typer.Option(help="With --gradient-checkpointing: keep attention outputs "
+                                                           "instead of recomputing them")] = S.selective_recompute,
     packing: Annotated[bool, typer.Option(help="Pack examples padding-free (TRL bfd packing)")] = S.packing,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N")] = S.device,
     name: Annotated[str | None, typer.Option(help="Store name of the adapter (default: the out folder's name)")] = S.name,
@@ -84,7 +88,8 @@ def sft_command(
                             epochs=epochs, lr=lr, effective_batch=effective_batch, micro_batch=micro_batch,
                             max_length=max_length, max_steps=max_steps, max_tokens_per_example=max_tokens_per_example,
                             val_fraction=val_fraction, eval_steps=eval_steps, save_steps=save_steps,
-                            gradient_checkpointing=gradient_checkpointing, packing=packing, device=device, name=name,
+                            gradient_checkpointing=gradient_checkpointing, recompute_every=recompute_every,
+                            selective_recompute=selective_recompute, packing=packing, device=device, name=name,
                             store=store, register=register, report=report, tensorboard=tensorboard,
                             resume=resume, restart=restart)
     with _step_progress() as on_log:

@@ -173,6 +173,14 @@ def check_steps(config: SFTTrainConfig, has_val: bool, processes: int) -> None:
     if has_val and config.eval_steps % config.checkpoint_every:
         raise TrainError(f"--eval-steps {config.eval_steps} is not a multiple of --save-steps {config.save_steps}: "
                          "every evaluated step needs its checkpoint for the best one to be kept; pick one that divides")
+    if config.recompute_every < 1:
+        raise TrainError(f"--recompute-every {config.recompute_every}: give 1 (every decoder layer) or more")
+    if not config.gradient_checkpointing and (config.recompute_every > 1 or config.selective_recompute):
+        raise TrainError("--recompute-every and --selective-recompute choose what activation checkpointing "
+                         "recomputes; add --gradient-checkpointing")
+    if config.selective_recompute and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        raise TrainError("--selective-recompute needs non-reentrant checkpointing, which PEFT under DeepSpeed "
+                         "ZeRO-3 cannot use; drop it or use the FSDP config")
 
 
 def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool, processes: int = 1) -> Any:
@@ -190,6 +198,8 @@ def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool,
         gradient_accumulation_steps=config.effective_batch // per_step,
         max_length=config.max_length, packing=config.packing, padding_free=config.packing,
         activation_checkpointing=config.gradient_checkpointing,
+        activation_checkpointing_kwargs={"every_n_layers": config.recompute_every}
+        if config.gradient_checkpointing and config.recompute_every > 1 else None,
         eval_strategy="steps" if has_val else "no", eval_steps=config.eval_steps,
         # Checkpoints more often than evaluations: transformers' load_best_model_at_end forbids that, so the
         # best checkpoint is tracked (metric_for_best_model) and loaded by train_sft after training.
@@ -220,6 +230,12 @@ def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[dict
     from trl import SFTTrainer
 
     args = sft_arguments(config, Path(config.out), device, bool(val_rows), world_size())
+    if config.gradient_checkpointing and config.selective_recompute:
+        # On the model itself, before PEFT wraps it: TRL's own switch (the kwarg "selective") hands the
+        # key to torch's checkpoint with a PEFT model under transformers 5 and fails there.
+        from trl.models import enable_selective_activation_checkpointing
+
+        enable_selective_activation_checkpointing(base.model)
     trainer = SFTTrainer(model=base.model, args=args, train_dataset=Dataset.from_list(train_rows),
                          eval_dataset=Dataset.from_list(val_rows) if val_rows else None,
                          processing_class=base.tokenizer, peft_config=_lora_config(config), callbacks=callbacks or [])
