@@ -12,7 +12,8 @@ The hooks are closures over everything they use (the descriptor, ``os.write``, `
 snapshot, even ``str`` and ``getattr``), so replacing a name in this module, in ``os``, ``json`` or in
 the builtins changes nothing they do; such a replacement is reported by the self-check. At session end
 the plugin checks that snapshot, the hook implementations pytest calls, the collected test functions'
-code and the trace hooks, and sends the end record with the exit status and what the check found. The
+code and the trace hooks, and sends the end record with the exit status and what the check found. A
+collection error (a test module that fails to import) is sent as its own record. The
 host (``pdbgym.tasks.verdict``) decides; this file only reports.
 """
 
@@ -72,7 +73,7 @@ def _build(fd: int | None, root: str | None) -> types.SimpleNamespace:  # noqa: 
     getattr_, isinstance_, callable_, vars_, type_ = getattr, isinstance, callable, vars, type
     descriptors = (property, staticmethod, classmethod)
     protected = is_protected_path
-    state: dict[str, Any] = {"seq": 0, "phases": 0, "tests": {}, "changed": []}
+    state: dict[str, Any] = {"seq": 0, "phases": 0, "collect_errors": 0, "tests": {}, "changed": []}
     sha256, join, isfile = hashlib.sha256, os.path.join, os.path.isfile
     digests = protected_digests(root) if root else {}
 
@@ -193,18 +194,27 @@ def _build(fd: int | None, root: str | None) -> types.SimpleNamespace:  # noqa: 
         send({"kind": "phase", "nodeid": str_(report.nodeid), "when": str_(report.when),
               "outcome": str_(report.outcome), "xfail": bool_(getattr_(report, "wasxfail", False))})
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collectreport(report: Any) -> None:
+        # A test module that fails to import (a syntax error, a name the tests import gone) is an error
+        # in pytest's closing line and yields no test phases: its record keeps the two in agreement.
+        if report.failed:
+            state["collect_errors"] += 1
+            send({"kind": "collect", "nodeid": str_(report.nodeid), "outcome": "failed"})
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(session: Any) -> None:
         root = str_(session.config.rootpath)
         check_files(list_(digests), "during the run")
         problems = state["changed"] + check_snapshot() + check_hooks(session, root) + check_tests(root)
         send({"kind": "end", "exitstatus": int_(session.exitstatus), "phases": state["phases"],
-              "selfcheck": problems[:20]})
+              "collect_errors": state["collect_errors"], "selfcheck": problems[:20]})
 
     state["snap"] = snapshot()
     send({"kind": "start", "pid": getpid()})
     return types.SimpleNamespace(pytest_collection_finish=pytest_collection_finish,
                                  pytest_collectstart=pytest_collectstart,
+                                 pytest_collectreport=pytest_collectreport,
                                  pytest_runtest_logreport=pytest_runtest_logreport,
                                  pytest_sessionfinish=pytest_sessionfinish)
 

@@ -1,8 +1,10 @@
 """Judge the stream of result records of one test run: per-test outcomes, and any sign of forgery.
 
 Records (from ``pdbgym.tasks.pytest_report``): ``start``, then one ``phase`` per reported test phase
-(``nodeid``, ``when`` in setup/call/teardown, ``outcome`` in passed/failed/skipped), then one ``end``
-(``exitstatus``, ``phases``, ``selfcheck``), each with ``seq`` counting from 0. A test is passed only when
+(``nodeid``, ``when`` in setup/call/teardown, ``outcome`` in passed/failed/skipped) and one ``collect``
+per collection error (``nodeid`` of the module that failed to import: its tests get no phase and count
+as failed), then one ``end`` (``exitstatus``, ``phases``, ``collect_errors``, ``selfcheck``), each with
+``seq`` counting from 0. A test is passed only when
 its setup, call and teardown all passed. Signs of forgery (each makes the run tampered): a sequence
 number out of order, a record that is not JSON, a second record for a test phase, a record for a test
 not asked for, anything after the end record, a second end record, an end record whose phase count
@@ -69,13 +71,14 @@ def summary_counts(output: str) -> dict[str, int] | None:
     return counts
 
 
-def _check_summary(outcomes: dict[str, str], output: str) -> list[str]:
-    """pytest's terminal summary is written by other code than the records; the two must agree."""
+def _check_summary(outcomes: dict[str, str], collect_errors: int, output: str) -> list[str]:
+    """pytest's terminal summary is written by other code than the records; the two must agree (a
+    collection error is one error in the summary)."""
     counts = summary_counts(output)
     if counts is None:
         return []
     said = counts.get("failed", 0) + counts.get("error", 0)
-    recorded = sum(o in ("failed", "error") for o in outcomes.values())
+    recorded = sum(o in ("failed", "error") for o in outcomes.values()) + collect_errors
     if said and not recorded:
         return [f"pytest's own summary says {said} failed or errored, the records say none did"]
     if recorded and not said:
@@ -91,7 +94,7 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
     wanted = set(nodes)
     phases: dict[str, dict[str, str]] = {}
     end: dict | None = None
-    phase_count = 0
+    phase_count = collect_errors = 0
     for expected_seq, record in enumerate(records):
         kind = record.get("kind")
         if record.get("seq") != expected_seq:
@@ -105,6 +108,10 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
         elif kind == "phase":
             phase_count += 1
             _take_phase(record, wanted, phases, tampered)
+        elif kind == "collect":
+            collect_errors += 1
+            if not isinstance(record.get("nodeid"), str) or record.get("outcome") != "failed":
+                tampered.append(f"a malformed collect record: {str(record)[:120]}")
         elif kind == "end":
             end = record
         else:
@@ -112,9 +119,9 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
     if records and records[0].get("kind") != "start":
         tampered.append("the stream does not begin with the start record")
     outcomes = {nodeid: outcome_of(p) for nodeid, p in phases.items()}
-    tampered += _check_end(end, phase_count, outcomes, returncode, timed_out)
+    tampered += _check_end(end, phase_count, collect_errors, outcomes, returncode, timed_out)
     if end is not None:
-        tampered += _check_summary(outcomes, output)
+        tampered += _check_summary(outcomes, collect_errors, output)
     return outcomes, tampered
 
 
@@ -133,8 +140,8 @@ def _take_phase(record: dict, wanted: set[str], phases: dict[str, dict[str, str]
     seen[when] = outcome
 
 
-def _check_end(end: dict | None, phase_count: int, outcomes: dict[str, str], returncode: int | None,
-               timed_out: bool) -> list[str]:
+def _check_end(end: dict | None, phase_count: int, collect_errors: int, outcomes: dict[str, str],
+               returncode: int | None, timed_out: bool) -> list[str]:
     if end is None:
         if returncode == 0 and not timed_out:
             return ["pytest exited 0 without its end record (the session was cut short)"]
@@ -145,11 +152,14 @@ def _check_end(end: dict | None, phase_count: int, outcomes: dict[str, str], ret
     status = end.get("exitstatus")
     if end.get("phases") != phase_count:
         problems.append(f"the end record counts {end.get('phases')!r} phase records, the stream holds {phase_count}")
+    if end.get("collect_errors", 0) != collect_errors:
+        problems.append(f"the end record counts {end.get('collect_errors')!r} collection errors, the stream holds "
+                        f"{collect_errors}")
     if not timed_out and returncode is not None and returncode >= 0 and returncode != status:
         problems.append(f"pytest's session ended with status {status!r} but the process exited {returncode}")
     failed = [n for n, o in outcomes.items() if o in ("failed", "error")]
     if status == _OK and failed:
         problems.append(f"exit status 0 although {failed[0]} failed")
-    if status == _TESTS_FAILED and not failed:
+    if status == _TESTS_FAILED and not failed and not collect_errors:
         problems.append("exit status 1 (tests failed) although no failure was reported")
     return problems

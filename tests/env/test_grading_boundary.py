@@ -290,3 +290,45 @@ def test_a_test_file_rewritten_by_the_code_under_test_is_tampered_or_refused(tmp
         assert any("test_ops.py changed" in t for t in graded.tampered), graded.tampered
     else:
         assert "Read-only file system" in graded.output and not graded.tampered, graded.output[-800:]
+
+
+def test_a_collection_error_is_an_honest_failure_and_its_count_is_checked():
+    collect = {"kind": "collect", "nodeid": "t.py", "outcome": "failed"}
+    stream = [{"kind": "start"}, collect, {"kind": "end", "exitstatus": 2, "phases": 0, "collect_errors": 1,
+                                            "selfcheck": []}]
+    outcomes, tampered = judge(_stream(*stream), NODES, 2, False, "E\n1 error in 0.05s\n")
+    assert outcomes == {} and tampered == []  # both tests missing: graded failed, nothing forged
+    hidden = stream[:1] + stream[2:]  # the summary's error with no record of it
+    assert any("summary says 1 failed or errored" in t for t in judge(_stream(*hidden), NODES, 2, False,
+                                                                       "E\n1 error in 0.05s\n")[1])
+    miscounted = stream[:2] + [stream[2] | {"collect_errors": 0}]
+    assert any("collection errors" in t for t in judge(_stream(*miscounted), NODES, 2, False)[1])
+    malformed = [stream[0], collect | {"outcome": "passed"}, stream[2]]
+    assert any("malformed collect record" in t for t in judge(_stream(*malformed), NODES, 2, False)[1])
+
+
+HONEST_BREAKAGE = {  # edits an agent makes by mistake: each fails the task, none is forgery
+    "syntax error": lambda text: text + "\ndef broken(:\n",
+    "exception at import": lambda text: text + "\nraise RuntimeError('half-written edit')\n",
+    "a name the tests import renamed": lambda text: text.replace("def summarize_log(", "def summarize(", 1),
+    "endless recursion at import": lambda text: text + "\ndef f(n):\n    return f(n + 1)\nf(0)\n",
+    "module emptied": lambda text: "",
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mistake", list(HONEST_BREAKAGE))
+def test_source_that_breaks_the_tests_import_is_unsolved_not_tampered(mistake):
+    """pytest reports a module that fails to import only in its closing line ("2 errors"), with no test
+    phase: without the collect record that line disagreed with the records and graded honest code tampered."""
+    from pdbgym.env.grading import grade
+    from pdbgym.sandbox import Workspace, get_sandbox
+    from pdbgym.tasks.suites import resolve_tasks
+
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == "builtin__logstats-level-counts")
+    with Workspace.create(task.repo) as ws:
+        source = ws.path / "logstats" / "report.py"
+        source.write_text(HONEST_BREAKAGE[mistake](source.read_text()))
+        graded = grade(task, ws.path, get_sandbox("bwrap"))
+    assert not graded.final_test_passed
+    assert graded.tampered == [], graded.output[-1500:]
