@@ -2,11 +2,10 @@
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from browser import dump_dom, needs_chromium, screenshot
 
 from pdbgym.env.environment import EpisodeResult
 from pdbgym.errors import PdbgymError
@@ -121,17 +120,10 @@ def test_summary_numbers_match_hand_computation(tiny_task, tmp_path):
     assert machine["arms"]["good"]["pass@1"]["ci"][0] <= 0.75 <= machine["arms"]["good"]["pass@1"]["ci"][1]
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (.ci/run installs it)")
+@needs_chromium
 def test_html_report_renders_in_chromium_and_links_resolve(tiny_task, tmp_path):
     _, page = _report(tiny_task, tmp_path)
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120).stdout
+    dom = dump_dom(page, tmp_path)
     assert "<h1>test report</h1>" in dom and "pass@3" in dom
     links = re.findall(r'href="([^"]+)"', dom)
     files = [link for link in links if not link.startswith("#")]
@@ -140,9 +132,7 @@ def test_html_report_renders_in_chromium_and_links_resolve(tiny_task, tmp_path):
         assert (page.parent / link).is_file(), link
     for anchor in (link[1:] for link in links if link.startswith("#")):
         assert f'id="{anchor}"' in dom
-    shot = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()],
-                   capture_output=True, timeout=120)
+    shot = screenshot(page, tmp_path, 1600)
     assert shot.is_file() and shot.stat().st_size > 10_000
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import subprocess
 import time
 
 import numpy as np
 import pytest
+from browser import FIRST_LINE_COLOURS, dump_dom, needs_chromium, pixels_near, screenshot
 from rich.console import Console
 
 from pdbgym.progress import progress
@@ -20,7 +20,6 @@ from pdbgym.termination import TERMINATION_MEANINGS
 from pdbgym.train.demo import DemoConfig, run_demo
 
 TASKS = ("billing-invoice-totals", "logstats-level-counts", "latency-percentiles")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -118,22 +117,13 @@ def first_total(outcome) -> float:
     return sum(p["seconds"] for p in outcome.phases.values())
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (.ci/run installs it)")
+@needs_chromium
 def test_report_renders_in_chromium_with_the_curve_and_the_kl_table_visible(demo, tmp_path):
-    from PIL import Image
-
     page = demo[1].page
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120).stdout
+    dom = dump_dom(page, tmp_path)
     assert "id=\"curve\"" in dom and "id=\"kl\"" in dom
     kl_table = dom[dom.index("id=\"kl\""):].split("</table>")[0]
     assert "base" in kl_table and "sft" in kl_table and "n/a" in kl_table  # oracle: n/a with its reason
-    shot = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,2400", page.as_uri()],
-                   capture_output=True, timeout=120)
-    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).astype(int)
-    # matplotlib's first two line colours: the train loss (#1f77b4) and the val loss (#ff7f0e) are on screen.
-    for colour in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
-        assert (np.abs(pixels - colour).sum(axis=1) < 30).sum() > 20, colour
+    shot = screenshot(page, tmp_path, 2400)
+    for colour in FIRST_LINE_COLOURS:  # the train loss and the val loss are on screen
+        assert pixels_near(shot, colour) > 20, colour

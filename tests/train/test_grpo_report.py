@@ -3,18 +3,17 @@ a tiny random model), its report's files, plots, gate rows tied to checkpoint fo
 progress lines of every phase, a report re-created from a killed run's folder, and the page in Chromium."""
 
 import json
+import re
 import shutil
-import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
+from browser import FIRST_LINE_COLOURS, dump_dom, needs_chromium, pixels_near, screenshot
 from typer.testing import CliRunner
 
 TRAIN_TASK, VAL_TASK = "builtin__calc-lexer-hang", "builtin__billing-invoice-totals"
 PANELS = {"reward", "solve_rate", "kl", "beta", "turn_budget", "loss", "bc_weight", "episodes"}
 GATE_TABLE = "Val gate (one row per checkpoint)"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -136,28 +135,19 @@ def test_per_step_counts_come_from_running_totals_when_only_totals_were_logged()
     assert counts == [1.0, 2.0, None, 0.0]  # step 3 missing: step 4's own count is unknown
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (.ci/run installs it)")
+@needs_chromium
 def test_report_renders_in_chromium_with_the_plots_visible(run, tmp_path):
-    from PIL import Image
-
     out, _, _ = run
     page = out / "training_report.html"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120).stdout
+    dom = dump_dom(page, tmp_path)
     for name in PANELS:
         assert f'id="plot-{name}"' in dom, name
     assert dom.count("<img") == len(_report(out)["plots"])
-    for href in (h for h in __import__("re").findall(r'href="([^"]+)"', dom)):
+    for href in re.findall(r'href="([^"]+)"', dom):
         assert (out / href).exists(), href
-    shot = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,1400", page.as_uri()],
-                   capture_output=True, timeout=120)
-    pixels = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3).astype(int)
-    # matplotlib's first two line colours: the total reward (#1f77b4) and the outcome term (#ff7f0e) on screen
-    for colour in ((0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)):
-        assert (np.abs(pixels - colour).sum(axis=1) < 30).sum() > 20, colour
+    shot = screenshot(page, tmp_path, 1400)
+    for colour in FIRST_LINE_COLOURS:  # the total reward and the outcome term are on screen
+        assert pixels_near(shot, colour) > 20, colour
 
 
 def test_anchor_and_replay_run_reports_its_loss_terms_and_replayed_counts(tmp_path, monkeypatch):
