@@ -13,7 +13,7 @@ evaluation for the GRPO delta.
 Episodes of an evaluation are played together through the GRPO rollout's ``BatchedGenerator`` (one
 batched ``generate`` per round of turns), in chunks of ``--batch`` episodes. Each phase records its wall
 seconds, peak GPU memory (``torch.cuda.max_memory_allocated``) and tokens/s; GRPO's step time is split
-into rollouts (time inside the rollout function) and updates (the rest). Everything lands in
+into rollouts and updates (``time/rollout_s``, ``time/update_s`` of ``steps.jsonl``). Everything lands in
 ``OUT/figures.json``; a Markdown summary is printed.
 
     python3 bench/train_smollm2.py --out runs/smollm2 --stage sft
@@ -230,22 +230,10 @@ def evaluate(args: argparse.Namespace, figures: Figures, arm: str) -> None:
 
 
 def grpo(args: argparse.Namespace, row: dict[str, Any]) -> None:
-    """``train_grpo`` from the SFT adapter; the rollout function's time is measured by wrapping it."""
-    from pdbgym.train.grpo import GRPORunConfig, PdbgymRollout
+    """``train_grpo`` from the SFT adapter; each step's rollout and update seconds come from its log."""
+    from pdbgym.train.grpo import GRPORunConfig
     from pdbgym.train.grpo_run import train_grpo
 
-    spent = {"rollout_s": 0.0, "model_tokens": 0, "episodes": 0}
-    original = PdbgymRollout.play_episodes
-
-    def timed(self: Any, tasks: list[Any], trainer: Any, budget: int, temperature: float) -> list[Any]:
-        started = time.perf_counter()
-        samples = original(self, tasks, trainer, budget, temperature)
-        spent["rollout_s"] += time.perf_counter() - started
-        spent["model_tokens"] += sum(sum(s.env_mask) for s in samples)
-        spent["episodes"] += len(samples)
-        return samples
-
-    PdbgymRollout.play_episodes = timed  # instrumentation only: the bench times what TRL calls
     steps: list[dict[str, Any]] = []
     started = time.perf_counter()
     record = train_grpo(GRPORunConfig(
@@ -254,12 +242,12 @@ def grpo(args: argparse.Namespace, row: dict[str, Any]) -> None:
         max_new_tokens=args.max_new_tokens, max_context_tokens=args.max_length, curriculum="fixed",
         budget_start=args.turn_budget, budget_end=args.turn_budget, save_steps=args.grpo_steps,
         store=args.out / "adapters", name=GRPO_NAME, device=args.device), on_log=steps.append)
-    wall = time.perf_counter() - started
-    PdbgymRollout.play_episodes = original
-    keys = ("reward", "episodes/solve_rate", "kl", "beta", "loss")
-    row.update(steps=record["steps"], wall_s=round(wall, 1), rollout_s=round(spent["rollout_s"], 1),
-               update_and_other_s=round(wall - spent["rollout_s"], 1), episodes=spent["episodes"],
-               rollout_tokens_per_s=round(spent["model_tokens"] / max(spent["rollout_s"], 1e-9), 1),
+    rollout = sum(r.get("time/rollout_s", 0.0) for r in steps)
+    update = sum(r.get("time/update_s", 0.0) for r in steps)
+    keys = ("reward", "episodes/solve_rate", "kl", "beta", "loss", "time/rollout_s", "time/update_s")
+    row.update(steps=record["steps"], wall_s=round(time.perf_counter() - started, 1), rollout_s=round(rollout, 1),
+               update_s=round(update, 1), rollout_share=round(rollout / max(rollout + update, 1e-9), 3),
+               episodes=record["steps"] * args.group * args.tasks_per_step,
                per_step=[{k: r.get(k) for k in ("step", *keys) if k in r} for r in steps])
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -168,6 +169,10 @@ def _trainer_class() -> type:
 
         def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
             if self.model.training:
+                metrics = self._metrics["train"]  # TRL's step_time holds rollouts, scoring and the update
+                if metrics.get("step_time") and metrics.get("time/rollout_s"):
+                    step, rollout = (sum(metrics[k]) / len(metrics[k]) for k in ("step_time", "time/rollout_s"))
+                    metrics["time/update_s"] = [max(0.0, step - rollout)]
                 logs = {**logs, "beta": float(self.beta), "turn_budget": float(self.recipe_state.budget_now),
                         "episodes/tampered_total": float(self.recipe_state.tampered_total),
                         "episodes/replayed_total": float(self.recipe_state.replayed_total)}
@@ -252,8 +257,10 @@ class PdbgymRollout:
             taken[task.instance_id] = taken.get(task.instance_id, 0) + len(replayed)
             slots.extend(replayed + [None] * (len(group) - len(replayed)))
             to_play.extend([task] * (len(group) - len(replayed)))
+        started = time.perf_counter()
         with self.progress.phase("rollouts", step + 1, len(to_play)):
             played = iter(self.play(to_play, trainer, budget, self.config.temperature) if to_play else [])
+        trainer._metrics["train"]["time/rollout_s"].append(time.perf_counter() - started)
         samples = [slot if slot is not None else next(played) for slot in slots]
         # Every process accounts the episodes of ALL processes, so the curriculum, the counters, the replay
         # rotation and the logged episode metrics are the same on every rank (one process: a list of one).

@@ -122,3 +122,22 @@ def test_a_val_task_among_training_tasks_is_refused(toy):
     model, tasks, root = toy
     with pytest.raises(PdbgymError, match="also training tasks"):
         train_grpo(toy_config(root / "run", model, tasks, steps=1, val_tasks=str(tasks / "toy0")), play=toy_play)
+
+
+def test_each_step_logs_its_time_in_rollouts_and_in_the_update(toy):
+    """time/rollout_s is the rollout function's wall time; time/update_s the rest of TRL's step_time."""
+    import time
+
+    from pdbgym.train.grpo_run import train_grpo
+
+    def slow_play(*args, **kwargs):
+        time.sleep(0.4)  # rollouts that take a known least time
+        return toy_play(*args, **kwargs)
+
+    model, tasks, root = toy
+    train_grpo(toy_config(root / "run", model, tasks, steps=2, save_steps=2, name="toy-timed"), play=slow_play)
+    for row in _steps(root / "run"):
+        assert row["time/rollout_s"] >= 0.4
+        assert row["step_time"] >= row["time/rollout_s"]
+        assert row["time/update_s"] == pytest.approx(row["step_time"] - row["time/rollout_s"], abs=1e-6)
+        assert row["time/update_s"] > 0
