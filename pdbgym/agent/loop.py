@@ -28,6 +28,7 @@ from pdbgym.agent.trajectory import ChatTemplate, TokenTrajectory, check_decodes
 from pdbgym.agent.turns import TurnSource
 from pdbgym.env.environment import DebugEnv, EpisodeResult
 from pdbgym.env.tools import tool_specs
+from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.tasks.model import Task
 
@@ -110,6 +111,32 @@ class Conversation:
         delta = self.template.observation_delta(observation, self._stop_text)
         self.trajectory.add_template(self.template.encode(delta), delta)
         self.messages.append({"role": self.template.observation_role, "content": observation})
+
+
+def check_tool_turns(tokenizer: Any, tool_format: str, label: str) -> None:
+    """Refuse, before any episode, a chat template that cannot lay out pdbgym's conversation: none at all,
+    one that does not render an assistant turn's words as written (the trajectory appends the sampled ids
+    and then the template's text after them), or one that drops the turn carrying tool output (role
+    ``tool`` for native tool formats, ``user`` for ``text``)."""
+    native = tool_format != "text"
+    template = ChatTemplate(tokenizer, "tool" if native else "user", tool_specs() if native else None)
+    said, seen = "b app.py:3  # pdbgym-check", "pdbgym-observation-7f3a"
+    messages = [{"role": "system", "content": system_prompt(tool_format, tool_specs())},
+                {"role": "user", "content": "the task"}, {"role": "assistant", "content": said},
+                {"role": template.observation_role, "content": seen}]
+    try:
+        full = template.render(messages, add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - a template raising on a role is the answer asked for
+        problem = f"it raises on a {template.observation_role!r} turn ({exc})"
+    else:
+        problem = ""
+        if said not in full:
+            problem = "it does not render an assistant turn's words as written"
+        elif seen not in full[full.index(said):]:
+            problem = f"it drops the {template.observation_role!r} turn that carries tool output"
+    if problem:
+        hint = "use a model whose template renders tool turns" + (", or a text-protocol model" if native else "")
+        raise PdbgymError(f"the chat template of {label} cannot render pdbgym's tool turns: {problem}; {hint}")
 
 
 class _Clock:

@@ -244,6 +244,8 @@ def _check_names_free(config: DaggerConfig, prefix: str) -> None:
 def train_dagger(config: DaggerConfig, on_event: Event | None = None) -> DaggerResult:
     """Run ``config.iterations`` DAgger iterations (module docstring); returns the iterations table."""
     from pdbgym.agent.backends.base import SamplingParams
+    from pdbgym.agent.loop import check_tool_turns
+    from pdbgym.agent.toolcalls import detect_format
     from pdbgym.rollouts.cache import append_records
     from pdbgym.train.sft import pick_device, train_sft
 
@@ -255,6 +257,9 @@ def train_dagger(config: DaggerConfig, on_event: Event | None = None) -> DaggerR
     teacher = load_policy(config.teacher, config, device)
     student = load_policy(config.student, config, device)
     fingerprint = check_tokenizers(student, teacher)
+    for policy in (student, teacher):  # the teacher labels the student's states in the same layout
+        check_tool_turns(policy.tokenizer, detect_format(getattr(student.tokenizer, "chat_template", None)),
+                         policy.label)
     labels: list[Example] = []
     result = DaggerResult(out)
     teacher_params = SamplingParams(config.teacher_temperature, 1.0, config.max_new_tokens, config.seed)

@@ -87,6 +87,7 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
     from peft import LoraConfig
 
     from pdbgym.adapters.store import Store
+    from pdbgym.agent.loop import check_tool_turns
     from pdbgym.agent.toolcalls import detect_format
     from pdbgym.train.sft import pick_device, resolve_base, world_size
 
@@ -111,8 +112,11 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
     if config.replay_data is not None and config.replay_fraction > 0:
         replay = ReplayPool(load_checked_corpus(config.replay_data, tokenizer, base.label))
     recipe = RecipeState(beta=config.beta, budget_now=curriculum.budget(0))
+    tool_format = detect_format(getattr(tokenizer, "chat_template", None))
+    if play is None:  # the agent loop lays out the conversation: refused before the model is wrapped
+        check_tool_turns(tokenizer, tool_format, base.label)
     rollout = PdbgymRollout({t.instance_id: t for t in train_tasks}, config, recipe, curriculum, replay,
-                            detect_format(getattr(tokenizer, "chat_template", None)), play)
+                            tool_format, play)
     functions, _ = RewardConfig(config.format_weight).functions()
     lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0, use_dora=config.use_dora,
                       target_modules="all-linear", task_type="CAUSAL_LM", bias="none")
