@@ -111,13 +111,20 @@ def select_command(
     out: Annotated[Path, typer.Option(help="Folder for both campaigns")] = S.out,
     turn_budget: Annotated[int, typer.Option(help="Tool calls per episode before 'budget'")] = S.turn_budget,
     force: Annotated[bool, typer.Option(help="Allow --report-on equal to --select-on (biased!)")] = S.force,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of model arms")] = S.temperature,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = S.max_new_tokens,
+    max_context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens (then ctx_overflow)")] = S.max_context_tokens,
+    workers: Annotated[int, typer.Option(help="Episodes at once (0: one per core)")] = S.executor.workers,
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address ('local' starts one here)")] = None,
     budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
 ) -> None:
     """Choose a checkpoint on one split, then measure the chosen one once on another."""
     from pdbgym.evaluate.procedures import select_checkpoint
 
     config = SelectConfig(checkpoints=checkpoints, splits=splits, tasks=tasks, select_on=select_on,
-                          report_on=report_on, runs=runs, out=out, turn_budget=pick(turn_budget, budget), force=force)
+                          report_on=report_on, runs=runs, out=out, turn_budget=pick(turn_budget, budget), force=force,
+                          temperature=temperature, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens,
+                          executor=ExecutorConfig(workers, ray_address))
     with episode_progress() as tick:
         outcome = select_checkpoint(config, tick)
     console.print(f"chose {outcome.chosen.name} ({100 * outcome.score:.1f}% pass@1 on {select_on})")

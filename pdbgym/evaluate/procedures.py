@@ -136,6 +136,8 @@ class SelectConfig:
         out: folder for both campaigns (``select-<split>``, ``report-<split>``). Default ``runs/select``.
         turn_budget: tool calls per episode. Default ``EnvConfig.turn_budget`` (30).
         force: allow ``report_on`` equal to ``select_on`` (a biased number). Default False.
+        temperature, max_new_tokens, max_context_tokens, executor: as in ``EvalConfig``, for both
+            campaigns.
     """
 
     checkpoints: list[str]
@@ -147,6 +149,10 @@ class SelectConfig:
     out: Path = Path("runs/select")
     turn_budget: int = EnvConfig.turn_budget
     force: bool = False
+    temperature: float = SamplingParams.temperature
+    max_new_tokens: int = SamplingParams.max_new_tokens
+    max_context_tokens: int = 8192
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
 
 @dataclass
@@ -175,7 +181,9 @@ def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None)
                           "(or --force to accept a biased number)")
     arms = [Arm.parse(c) for c in config.checkpoints]
     tasks_for_split(config.tasks, config.report_on, config.splits)  # an empty or unknown split fails first
-    common = dict(tasks=config.tasks, runs=config.runs, splits=config.splits, turn_budget=config.turn_budget)
+    common = dict(tasks=config.tasks, runs=config.runs, splits=config.splits, turn_budget=config.turn_budget,
+                  temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                  max_context_tokens=config.max_context_tokens, executor=config.executor)
     chosen_on = run_evaluation(EvalConfig(arms=config.checkpoints, split=config.select_on, force=True,
                                           out=config.out / f"select-{config.select_on}",
                                           title=f"checkpoint selection on {config.select_on}", **common),

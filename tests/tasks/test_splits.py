@@ -189,3 +189,24 @@ def test_eval_select_on_an_empty_report_split_fails_before_any_episode(corpus: P
                                       "--splits", str(split_file), "--tasks", str(corpus), "--out", str(out)])
     assert result.exit_code != 0
     assert "holds no task" in result.output + str(result.exception) and not out.exists()
+
+
+def test_eval_select_passes_its_sampling_and_worker_flags_to_both_campaigns(corpus: Path, tmp_path: Path,
+                                                                             monkeypatch) -> None:
+    import json
+
+    from pdbgym.cli import app
+
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))  # the selection ledger
+    split_file = tmp_path / "splits.json"
+    write_splits(make_splits(corpus, 0.3, 0.3, "source-module", 0), split_file)
+    out = tmp_path / "select"
+    result = CliRunner().invoke(app, ["eval", "select", "--checkpoint", "a=scripted", "--checkpoint", "b=scripted",
+                                      "--splits", str(split_file), "--tasks", str(corpus), "--out", str(out),
+                                      "--runs", "1", "--turn-budget", "9", "--max-new-tokens", "77",
+                                      "--max-context-tokens", "4096", "--temperature", "0.3", "--workers", "1"])
+    assert result.exit_code == 0, result.output + str(result.exception)
+    for campaign in ("select-val", "report-test"):
+        saved = json.loads((out / campaign / "campaign.json").read_text())["config"]
+        assert (saved["turn_budget"], saved["max_new_tokens"], saved["context_tokens"], saved["temperature"]) == \
+            (9, 77, 4096, 0.3), campaign
