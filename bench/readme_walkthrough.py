@@ -58,7 +58,7 @@ QUICK = [
     (r"--steps 10 --group 4\b", "--steps 1 --group 2 --max-new-tokens 6 --max-context-tokens 4096 --curriculum fixed "
                                "--budget-start 2 --budget-end 2 --save-steps 1 --device cpu"),
     (r"(pdbgym eval --tasks.*?)--runs 8\b", r"\1--runs 2 --max-new-tokens 160 --turn-budget 3"),  # constrained: >= 137
-    (r"(eval select .*?--out runs/select)", r"\1 --runs 1 --turn-budget 3"),
+    (r"(eval select .*?--out runs/select)", r"\1 --runs 1 --turn-budget 3 --max-new-tokens 64"),
     (r"(--policy rl) --turn-budget 5", r"\1 --turn-budget 2 --max-new-tokens 16"),
 ]
 
