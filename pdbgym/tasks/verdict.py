@@ -155,6 +155,11 @@ def _check_end(end: dict | None, phase_count: int, collect_errors: int, outcomes
     if end.get("collect_errors", 0) != collect_errors:
         problems.append(f"the end record counts {end.get('collect_errors')!r} collection errors, the stream holds "
                         f"{collect_errors}")
+    if collect_errors and (phase_count or status == _OK):
+        # pytest stops after a collection error (interrupted, status 2) before any test runs: a collect
+        # record beside test phases or a clean exit is one written to explain a failure away.
+        problems.append(f"{collect_errors} collection error(s) recorded, yet {phase_count} test phase(s) ran "
+                        f"and the session ended with status {status!r}")
     if not timed_out and returncode is not None and returncode >= 0 and returncode != status:
         problems.append(f"pytest's session ended with status {status!r} but the process exited {returncode}")
     failed = [n for n, o in outcomes.items() if o in ("failed", "error")]
