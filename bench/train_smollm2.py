@@ -73,49 +73,28 @@ class Figures:
         write_json_atomic(self.path, self.data, indent=1)
 
 
-def split(args: argparse.Namespace) -> dict[str, Path]:
-    """Both suites copied into ``OUT/tasks/all``, split by group; train and held-out folders."""
-    from pdbgym.tasks.splits import load_splits, make_splits, write_splits
-    from pdbgym.tasks.suites import resolve_tasks
+def demo_config(args: argparse.Namespace) -> Any:
+    """The demo's phases do the split, the oracle caches and the corpus: its config for this run."""
+    from pdbgym.train.demo import DemoConfig
 
-    out = args.out
+    return DemoConfig(out=args.out, tasks=str(args.out / "tasks" / "all"), held_out=args.held_out,
+                      sft_tokens=args.max_length, workers=args.workers)
+
+
+def split(args: argparse.Namespace) -> dict[str, Path]:
+    """Both suites copied into ``OUT/tasks/all``, then split by group (``demo.split_tasks``)."""
+    from pdbgym.tasks.suites import resolve_tasks
+    from pdbgym.train.demo import split_tasks
+
     every = {t.instance_id: t for suite in ("builtin", "regression") for t in resolve_tasks(suite)}
     if args.quick:
         every = dict(sorted(every.items())[:6])
-    root = out / "tasks" / "all"
+    root = args.out / "tasks" / "all"
     if not root.is_dir():
         for task in every.values():
             shutil.copytree(task.path, root / task.instance_id, symlinks=True)
-    splits_file = out / "splits.json"
-    if not splits_file.is_file():
-        write_splits(make_splits(root, val_fraction=0.0, test_fraction=args.held_out, seed=0), splits_file)
-    folders = {}
-    for name in ("train", "test"):
-        folder = out / "tasks" / name
-        if not folder.is_dir():
-            for item in load_splits(splits_file).get(name, []):
-                shutil.copytree(root / item["instance_id"], folder / item["instance_id"], symlinks=True)
-        folders[name] = folder
-    return folders
-
-
-def teacher_caches(args: argparse.Namespace, folders: dict[str, Path]) -> dict[str, Any]:
-    from pdbgym.agent.build import CacheBuildConfig, build_cache
-
-    return {name: build_cache(CacheBuildConfig(policy="scripted", out=args.out / f"cache-{name}", tasks=str(folder),
-                                               runs=1, workers=args.workers, seed=0, tokenizer="embedded",
-                                               temperature=0.0))
-            for name, folder in folders.items()}
-
-
-def corpus(args: argparse.Namespace) -> dict[str, Any]:
-    from pdbgym.train.corpus import MANIFEST_FILE, CorpusConfig, build_corpus
-
-    folder = args.out / "corpus"
-    if not (folder / MANIFEST_FILE).is_file():
-        build_corpus(CorpusConfig(caches=[args.out / "cache-train"], out=folder, solved_only=True,
-                                  max_length=args.max_length, overlength="truncate", splits=args.out / "splits.json"))
-    return json.loads((folder / MANIFEST_FILE).read_text())
+    split_tasks(demo_config(args))
+    return {name: args.out / "tasks" / name for name in ("train", "test")}
 
 
 def sft(args: argparse.Namespace, row: dict[str, Any]) -> None:
@@ -290,17 +269,19 @@ def main(argv: list[str] | None = None) -> None:
         args.sft_epochs, args.sft_eval_steps, args.runs, args.turn_budget = 1, 1, 1, 3
         args.max_new_tokens, args.group, args.grpo_steps, args.max_length = 24, 2, 1, 2048
         args.tasks_per_step, args.workers = 1, 2
+    from pdbgym.train.demo import build_caches, build_demo_corpus
+
     args.out.mkdir(parents=True, exist_ok=True)
     figures = Figures(args.out, args.device)
     if args.stage == "sft":
         with figures.phase("teacher") as row:
             folders = split(args)
-            caches = teacher_caches(args, folders)
+            caches = build_caches(demo_config(args), lambda: None)
             row.update({name: {"tasks": len(list(folder.iterdir()))} for name, folder in folders.items()},
                        summaries={k: {kk: v.get(kk) for kk in ("episodes", "solved", "tokens") if kk in v}
                                   for k, v in caches.items() if isinstance(v, dict)})
         with figures.phase("corpus") as row:
-            built = corpus(args)
+            built = build_demo_corpus(demo_config(args))
             row.update({k: built.get(k) for k in ("examples_kept", "tokens", "dropped")})
         if "sft" not in figures.data:
             with figures.phase("sft") as row:
