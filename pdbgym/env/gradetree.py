@@ -15,13 +15,13 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdbgym.sandbox import beneath
 from pdbgym.sandbox.environment import SANDBOX_HOME_DIR
 from pdbgym.tasks.protect import ignore_reason
 
 # A workspace's files are bounded one by one by the sandbox's RLIMIT_FSIZE; this bounds their sum, so
 # a workspace filled with many files cannot make grading read without end.
 MAX_TAKEN_BYTES = 256 * 1024**2
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -64,31 +64,7 @@ def _entries(root: Path) -> dict[str, tuple[str, str]]:
 
 def _read_file(root: Path, rel: str, budget: int) -> bytes:
     """The bytes of regular file ``root/rel``, opened component by component without following links."""
-    parts = rel.split("/")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts[:-1]:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-        file_fd = os.open(parts[-1], _READ_FLAGS, dir_fd=fd)
-    finally:
-        os.close(fd)
-    try:
-        info = os.fstat(file_fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{rel} is not a regular file")
-        if info.st_size > budget:
-            raise OSError(f"{rel} ({info.st_size} bytes) is over what grading still copies")
-        chunks, size = [], 0
-        while chunk := os.read(file_fd, 1 << 20):
-            size += len(chunk)
-            if size > budget:
-                raise OSError(f"{rel} grew over what grading still copies")
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(file_fd)
+    return beneath.read_bytes(root, rel, budget, follow_links=False)[0]
 
 
 def _parent_ok(tree: Path, rel: str) -> bool:
@@ -146,11 +122,11 @@ def overlay_agent_changes(task_repo: Path, workspace: Path, tree: Path) -> TreeP
             continue
         if kind == "file" and before is not None and before[0] == "file":
             try:
-                if (tree / rel).stat().st_size == os.stat(workspace / rel, follow_symlinks=False).st_size \
-                        and _read_file(workspace, rel, budget) == _read_file(tree, rel, 1 << 40):
+                if _read_file(workspace, rel, min(budget, (tree / rel).stat().st_size)) == \
+                        _read_file(tree, rel, 1 << 40):
                     continue
             except OSError:
-                pass
+                pass  # differs in size (over the limit read) or unreadable: judged below
         reason = ignore_reason(rel, is_package)
         if reason is None and kind == "other":
             reason = "not a regular file, folder or link: not taken"

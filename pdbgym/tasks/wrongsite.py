@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import ast
 import difflib
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import TaskFormatError
+from pdbgym.sandbox import beneath
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.patches import parse_patch
 
@@ -130,20 +129,13 @@ def wrong_sites(task: Task) -> list[WrongSite]:
 
 def _read_final(workspace: Path, relative: str) -> list[str] | None:
     """The workspace file's lines; None when it is gone, not a regular file, reached through a link
-    (a folder on its path replaced by a link to elsewhere), or too large to be an edit."""
-    path = Path(workspace)
+    (a folder on its path replaced by a link to elsewhere), or too large to be an edit. Read through
+    folder descriptors (``pdbgym.sandbox.beneath``), so a folder swapped for a link meanwhile is not followed."""
     try:
-        for part in Path(relative).parts[:-1]:
-            path = path / part
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
-                return None
-        path = path / Path(relative).name
-        info = os.lstat(path)
+        data, _ = beneath.read_bytes(workspace, relative, MAX_FILE_BYTES, follow_links=False)
     except OSError:
         return None
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-        return None
-    return path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 def _indent(text: str) -> int:

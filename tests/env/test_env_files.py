@@ -36,3 +36,21 @@ def test_edits_keep_the_file_mode(tmp_path):
     assert target.stat().st_mode & 0o777 == 0o755
     edit_string(tmp_path, "tool.py", "x = 2", "x = 3")
     assert target.stat().st_mode & 0o777 == 0o755
+
+
+def test_links_inside_the_project_still_work_and_links_out_are_refused(tmp_path):
+    from pdbgym.env.files import view
+    from pdbgym.env.tools import ActionError
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("a = 1\n")
+    os.symlink("pkg/mod.py", tmp_path / "alias.py")
+    os.symlink("pkg", tmp_path / "src")
+    os.symlink("/etc", tmp_path / "etc")
+    span = edit_lines(tmp_path, "alias.py", 1, 1, "a = 2\n")
+    assert span.path == "pkg/mod.py" and (tmp_path / "pkg" / "mod.py").read_text() == "a = 2\n"
+    assert (tmp_path / "alias.py").is_symlink()
+    assert view(tmp_path, "src/mod.py").startswith("pkg/mod.py\n")
+    assert view(tmp_path, ".").splitlines()[1:] == ["alias.py", "etc", "pkg/", "src/"]
+    with pytest.raises(ActionError, match="outside the project"):
+        view(tmp_path, "etc/passwd")
