@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,12 @@ DEFAULT_TEST_COMMAND = "python -m pytest"
 # only the options that follow.
 TEST_COMMAND_PREFIXES = (("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("pytest",))
 TEST_COMMAND_SHAPE = "'python -m pytest [options]' (or 'python3 -m pytest [options]', 'pytest [options]')"
+# An instance id names a folder or a file wherever results are written (``<out>/transcripts/<arm>/<id>/``,
+# a task folder under ``--out``, ``<id>.pt`` in a cache): a plain name that cannot climb out of the folder.
+INSTANCE_ID_MAX_CHARS = 200  # leaves room below NAME_MAX (255) for the prefixes and suffixes added to it
+_INSTANCE_ID = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{INSTANCE_ID_MAX_CHARS - 1}}}")
+INSTANCE_ID_RULE = (f"1 to {INSTANCE_ID_MAX_CHARS} characters of letters, digits, '_', '-' and '.', starting with a "
+                    "letter, digit or '_' (no '/', no leading '.', not '.' or '..')")
 SPLITS = ("train", "val", "test")
 DIFFICULTIES = ("easy", "medium", "hard")
 
@@ -55,6 +62,15 @@ def pytest_options(command: str) -> list[str] | None:
     return None
 
 
+def instance_id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an instance id (``INSTANCE_ID_RULE``), or None when it can."""
+    if not isinstance(value, str):
+        return f"field 'instance_id' must be str, got {type(value).__name__}"
+    if _INSTANCE_ID.fullmatch(value) is None:
+        return f"field 'instance_id' must be {INSTANCE_ID_RULE}; got {value[:80]!r}"
+    return None
+
+
 def bad_test_command(instance_id: object, command: str) -> str | None:
     """Why ``command`` cannot be a task's ``test_command`` (naming the task), or None when it can."""
     if pytest_options(command) is not None:
@@ -80,6 +96,11 @@ class Task:
     difficulty: str | None = None
     test_timeout_s: float = 10.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Checked here too, so a Task built in code (not by load_task) cannot carry a path as its id.
+        if (problem := instance_id_problem(self.instance_id)) is not None:
+            raise TaskFormatError(f"task at {self.path}: {problem}")
 
     @property
     def repo(self) -> Path:
@@ -124,6 +145,8 @@ def _check_fields(data: dict[str, Any], where: Path) -> None:
             problems.append(f"missing required field '{name}'")
         elif not isinstance(data[name], kind):
             problems.append(f"field '{name}' must be {kind.__name__}, got {type(data[name]).__name__}")
+    if isinstance(data.get("instance_id"), str) and (problem := instance_id_problem(data["instance_id"])):
+        problems.append(problem)
     for name, kind in _OPTIONAL.items():
         if name in data and data[name] is not None and not isinstance(data[name], kind):
             expected = kind.__name__ if isinstance(kind, type) else "number"

@@ -16,7 +16,7 @@ from typing import Any
 
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_text_atomic
-from pdbgym.tasks.model import REPO_DIR, Task, load_task, write_task
+from pdbgym.tasks.model import REPO_DIR, Task, instance_id_problem, load_task, write_task
 from pdbgym.tasks.patches import apply_patch
 
 _LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
@@ -63,13 +63,10 @@ def _checkout_for(row: dict[str, Any], repos_root: Path | None, where: str) -> P
 
 def _folder_name(instance_id: Any, where: str) -> str:
     """The instance id as the name of one folder directly under ``--out`` (never a path that leaves it)."""
-    name = str(instance_id)
-    if not name.strip() or name.startswith(".") or any(sep in name for sep in ("/", "\\", "\0")):
-        raise SwebenchError(
-            f"{where}: instance_id {name!r} cannot name a task folder (it is empty, starts with '.', or holds a "
-            "path separator, so it could write outside --out); rename it in the JSONL"
-        )
-    return name
+    problem = instance_id_problem(instance_id)
+    if problem is not None:
+        raise SwebenchError(f"{where}: instance_id cannot name a task folder under --out: {problem}; rename it in the JSONL")
+    return str(instance_id)
 
 
 def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = None, where: str = "row") -> Path:
