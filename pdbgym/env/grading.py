@@ -18,13 +18,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdbgym.env.gradetree import TreePlan, overlay_agent_changes
+from pdbgym.env.gradetree import TreePlan, overlay_agent_changes, read_tree_file
 from pdbgym.sandbox import Sandbox
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.protect import is_protected_path, protected_bind_paths, protected_digests
+from pdbgym.tasks.screen import screen_change
 from pdbgym.tasks.testrun import run_tests
 
-__all__ = ["GradeResult", "grade", "grading_plan", "is_protected_path"]
+__all__ = ["GradeResult", "grade", "grading_plan", "grading_preview", "is_protected_path"]
 
 
 @dataclass
@@ -61,8 +62,28 @@ class GradeResult:
 
 def grading_plan(task: Task, workspace: Path) -> TreePlan:
     """What grading would take from ``workspace`` now (built in a scratch tree, then removed)."""
+    return grading_preview(task, workspace)[0]
+
+
+def grading_preview(task: Task, workspace: Path) -> tuple[TreePlan, list[str]]:
+    """What grading would take from ``workspace`` now, and what of it the screen calls tampering."""
     with tempfile.TemporaryDirectory(prefix="pdbgym-plan-") as tmp:
-        return overlay_agent_changes(task.repo, workspace, Path(tmp) / "repo")
+        plan = overlay_agent_changes(task.repo, workspace, Path(tmp) / "repo")
+        return plan, screen_tree(task, Path(tmp) / "repo", plan)
+
+
+def screen_tree(task: Task, tree: Path, plan: TreePlan) -> list[str]:
+    """The screen (``pdbgym.tasks.screen``) of each Python source file grading took from the agent,
+    against the task's version of it; read before anything runs in the tree."""
+    found: list[str] = []
+    for rel in plan.changed:
+        if not rel.endswith(".py"):
+            continue
+        changed = read_tree_file(tree, rel)
+        if changed is None:
+            continue  # a link: the file it names is screened as itself when the agent changed it
+        found += screen_change(rel, read_tree_file(task.repo, rel), changed)
+    return found
 
 
 def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
@@ -71,10 +92,11 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
     with tempfile.TemporaryDirectory(prefix="pdbgym-grade-") as tmp:
         tree = Path(tmp) / "repo"
         plan = overlay_agent_changes(task.repo, workspace, tree)
+        screened = screen_tree(task, tree, plan)
         # The pristine tests and test configuration, read-only for the run where the sandbox can bind
         # them: the code under test can then not swap a test file between a check and pytest's read.
         readonly = protected_bind_paths(str(tree)) if sandbox.binds_readonly else []  # relative to the tree
-        run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly)
+        run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly, agent_files=plan.changed)
         # Checked from outside the run as well: without the binds (plain) the code under test can write
         # the tree's test files.
         after, before = protected_digests(str(tree)), protected_digests(str(task.repo))
@@ -82,12 +104,12 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
                          if before.get(rel) != after.get(rel) and rel not in plan.ignored]
     outcome = {n: run.outcomes.get(n, "missing") for n in task.all_tests}
     return GradeResult(
-        final_test_passed=run.all_passed(task.all_tests),
+        final_test_passed=run.all_passed(task.all_tests) and not screened,
         fail_to_pass={n: outcome[n] for n in task.FAIL_TO_PASS},
         pass_to_pass={n: outcome[n] for n in task.PASS_TO_PASS},
         changed_files=plan.changed + [f"(deleted) {f}" for f in plan.deleted],
         ignored_files=plan.ignored,
-        tampered=run.tampered,
+        tampered=screened + run.tampered,
         output=run.output,
         timed_out=run.timed_out,
         duration_s=time.perf_counter() - started,

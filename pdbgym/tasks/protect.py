@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import PurePosixPath
 
 _TEST_DIR_NAMES = {"tests", "test", "testing"}
@@ -70,6 +70,29 @@ def ignore_reason(rel_path: str, is_package: Callable[[str], bool]) -> str | Non
             where = "the repo root" if depth == 0 else f"'{folder}' (not a package, so it can be on sys.path)"
             return (f"'{part}' at {where} would shadow the module '{import_name(part)}' that Python or the "
                     "test runner imports: never taken")
+    return None
+
+
+def new_module_reason(rel_path: str, pristine: Collection[str]) -> str | None:
+    """Why an agent's file that the task's repo does not hold (``pristine``: its repo-relative entries)
+    is not taken because it adds a module or package where it can be imported at the top level: at the
+    repo root, or in a folder of the original that is not a package (``src/``, a test folder, anything
+    pytest or an ini ``pythonpath`` may put on ``sys.path``). Such a module can stand in for a test
+    module (pytest imports ``tests/test_x.py`` as ``test_x`` when ``tests/`` holds no ``__init__.py``)
+    or for anything imported by name. New modules inside the project's packages are taken."""
+    path = PurePosixPath(rel_path)
+    if rel_path in pristine or not path.name.endswith(_MODULE_SUFFIXES):
+        return None
+    parts = path.parts
+    for depth, part in enumerate(parts):
+        folder = "/".join(parts[:depth])
+        entry = "/".join(parts[: depth + 1])
+        if depth and f"{folder}/__init__.py" in pristine:
+            return None  # inside a package of the original: importable only under its name
+        if entry not in pristine:
+            where = "the repo root" if depth == 0 else f"'{folder}' (not a package, so it can be on sys.path)"
+            return (f"'{part}' is a new top-level module or package at {where}: it could be imported in "
+                    "place of a test module or of anything imported by that name; never taken")
     return None
 
 

@@ -40,7 +40,13 @@ def main(argv: list[str]) -> int:
     pytest_timeout = importlib.import_module("pytest_timeout")
     from pdbgym.tasks import pytest_report
 
-    return int(pytest.main(args, plugins=[pytest_report.PLUGIN, pytest_timeout]))
+    plugin = pytest_report.PLUGIN
+    # pdbgym's modules leave sys.modules before any project code runs: the plugin is reachable only
+    # through pytest, and an import of pdbgym by the project loads a fresh copy that holds nothing.
+    for name in [n for n in sys.modules if n == "pdbgym" or n.startswith("pdbgym.")]:
+        del sys.modules[name]
+    del pytest_report
+    return int(pytest.main(args, plugins=[plugin, pytest_timeout]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,206 @@
+"""The grading run's in-process guard: an audit hook that refuses interpreter machinery used by the
+agent's code, and the pristine code every collected test must run.
+
+Loaded by the report plugin (``pdbgym.tasks.pytest_report``) before any project module is imported.
+Nothing here is a boundary by itself (code in the same process can always reach further); each piece
+closes a road a forgery took, and the host judges what they report (threat model: docs/sandbox.md).
+
+- **Audit hook** (``install_audit_hook``, PEP 578; a hook cannot be removed once added). Only where the
+  run knows which files the agent changed (``PDBGYM_AGENT_FILES``, set by grading and by the agent's own
+  ``run_tests``). Events that honest code under test does not need — trace and profile hooks, ``gc``
+  walks of the heap, new code or function objects, setting a function's ``__code__``, patching a class
+  of pytest, pluggy or pdbgym, new audit hooks, importing the runner's own modules — are refused
+  (``RuntimeError``) and reported when the innermost frame that is not library code (the standard
+  library, installed packages, pdbgym) belongs to the agent: a file it changed, code compiled from a
+  string, or a file outside the project. Frame access (``sys._getframe``, ``tb_frame``, ``gi_frame``...)
+  is refused when the agent's code asks for a frame itself, or through ``inspect`` or ``traceback``.
+- **Pristine code** (``PristineCode``): every test file and conftest is compiled here, plainly and as
+  pytest's assertion rewriter compiles it, and a collected test (or a hook implementation) whose code
+  claims one of those files must equal the code object found there at the same line under the same
+  name. A module swapped in ``sys.modules``, emptied bodies, or a ``__code__`` that claims the test file
+  all fail this comparison whatever name, path or line they carry.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+AGENT_FILES_ENV = "PDBGYM_AGENT_FILES"
+# Refused outright when the agent's code is responsible (see ``_responsible``).
+_MACHINERY_EVENTS = frozenset({
+    "sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
+    "gc.get_referents", "code.__new__", "function.__new__", "sys.monitoring.register_callback",
+    "sys.monitoring.set_events", "sys.monitoring.use_tool_id", "cpython.PyInterpreterState_Clear",
+})
+# Refused when the agent's code takes the frame itself (or through inspect/traceback): logging and other
+# libraries take frames on an agent's behalf all the time, and that is honest.
+_FRAME_EVENTS = frozenset({"sys._getframe", "sys._getframemodulename", "sys._current_frames"})
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "gi_code", "cr_code"})
+_FRAME_HANDING = ("/inspect.py", "/traceback.py")
+_RUNNER_PACKAGES = frozenset({"_pytest", "pytest", "pluggy", "pytest_timeout", "pdbgym"})
+_IMPORT_REFUSED = _RUNNER_PACKAGES | {"ctypes", "_ctypes", "gc"}
+
+
+def agent_files_from_env() -> frozenset[str] | None:
+    """The repo-relative files the agent changed, as the host passed them; None when the run has no agent
+    code (task validation, synthesis)."""
+    raw = os.environ.pop(AGENT_FILES_ENV, None)
+    if raw is None:
+        return None
+    return frozenset(line for line in raw.split("\n") if line)
+
+
+def library_dirs(root: str) -> tuple[str, ...]:
+    """Folders of code that is not the project's: everything on ``sys.path`` before the project is added
+    (the standard library, installed packages) and pdbgym's own package."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    dirs = {os.path.abspath(p) for p in sys.path if p and os.path.abspath(p) != root}
+    dirs.add(here)
+    return tuple(sorted(d.rstrip(os.sep) + os.sep for d in dirs))
+
+
+class AgentCode:
+    """Says whether a code file name belongs to the agent: a file it changed, code compiled from a string
+    (``<string>``; frozen standard modules excepted), or a file neither in the project nor a library."""
+
+    def __init__(self, root: str, agent_files: frozenset[str], libraries: tuple[str, ...]) -> None:
+        self.root_prefix = root.rstrip(os.sep) + os.sep
+        self.agent_files = agent_files
+        self.libraries = libraries
+
+    def is_library(self, filename: str) -> bool:
+        return filename.startswith("<frozen ") or (
+            filename.startswith(self.libraries) and not filename.startswith(self.root_prefix))
+
+    def is_agent(self, filename: str) -> bool:
+        if filename.startswith("<"):
+            return not filename.startswith("<frozen ")
+        if filename.startswith(self.root_prefix):
+            return filename[len(self.root_prefix):] in self.agent_files
+        return not filename.startswith(self.libraries)
+
+
+def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
+    """Add the audit hook; return a function giving what it refused so far (at most 50 entries)."""
+    findings: list[str] = []
+    busy = [False]
+    getframe, str_, len_, isinstance_, type_ = sys._getframe, str, len, isinstance, type
+    machinery, frame_events, frame_attributes = _MACHINERY_EVENTS, _FRAME_EVENTS, _FRAME_ATTRIBUTES
+    runner_packages, import_refused, frame_handing = _RUNNER_PACKAGES, _IMPORT_REFUSED, _FRAME_HANDING
+    is_agent, is_library = agent.is_agent, agent.is_library
+
+    def where(frame: Any) -> str:
+        return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+    def responsible() -> Any:
+        """The innermost frame below the audited operation that is not library code (None: only
+        library code is running, as on a thread the agent's code started through a library)."""
+        frame = getframe(3)  # 0 here, 1 the check, 2 the hook, 3 the code that raised the event
+        while frame is not None and is_library(frame.f_code.co_filename):
+            frame = frame.f_back
+        return frame
+
+    def asks_for_frame() -> Any:
+        frame = getframe(3)
+        if frame is not None and is_agent(frame.f_code.co_filename):
+            return frame
+        if frame is not None and frame.f_code.co_filename.endswith(frame_handing) \
+                and frame.f_back is not None and is_agent(frame.f_back.f_code.co_filename):
+            return frame.f_back
+        return None
+
+    def check(event: str, args: tuple) -> str | None:
+        if event in machinery or (event == "object.__setattr__" and (
+                args[1] == "__code__" or (isinstance_(args[0], type_) and str_(
+                    getattr(args[0], "__module__", "")).partition(".")[0] in runner_packages))):
+            frame = responsible()
+            if frame is None or is_agent(frame.f_code.co_filename):
+                what = event if event != "object.__setattr__" else f"setting {args[1]} on {args[0]!r:.60}"
+                return f"{what} from {where(frame) if frame is not None else 'a thread of library code only'}"
+        elif event in frame_events or (event == "object.__getattr__" and args[1] in frame_attributes):
+            frame = asks_for_frame()
+            if frame is not None:
+                return f"frame access ({event} {args[1] if len_(args) > 1 else ''}) from {where(frame)}".replace(" )", ")")
+        elif event == "import" and str_(args[0]).partition(".")[0] in import_refused:
+            frame = getframe(2)
+            if frame is not None and is_agent(frame.f_code.co_filename):
+                return f"import of {args[0]} from {where(frame)}"
+        return None
+
+    def hook(event: str, args: tuple) -> None:
+        if busy[0] or not (event in machinery or event in frame_events or event == "import"
+                           or event == "object.__setattr__" or event == "object.__getattr__"):
+            return
+        busy[0] = True
+        try:
+            problem = check(event, args)
+        finally:
+            busy[0] = False
+        if problem is not None:
+            if len_(findings) < 50:
+                findings.append(f"interpreter machinery used by the agent's code: {problem}")
+            raise RuntimeError(f"refused in pdbgym's grading run: {problem}")
+
+    sys.addaudithook(hook)
+    return lambda: list(findings)
+
+
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+class PristineCode:
+    """The code objects of the project's test files and conftest files, compiled from their (read-only)
+    sources on demand, plainly and as pytest's assertion rewriter compiles them."""
+
+    def __init__(self, root: str, is_protected: Callable[[str], bool],
+                 rewrite: Callable[[Path, Any], tuple[Any, types.CodeType]] | None) -> None:
+        self.root_prefix = root.rstrip(os.sep) + os.sep
+        self.is_protected = is_protected
+        self.rewrite = rewrite
+        self.compile, self.open = compile, open
+        self.by_file: dict[str, dict[tuple[int, str], list[types.CodeType]]] = {}
+
+    def covers(self, filename: str) -> bool:
+        """True for a test file or conftest of the project (code claiming such a file is checked)."""
+        return filename.startswith(self.root_prefix) and filename.endswith(".py") \
+            and self.is_protected(filename[len(self.root_prefix):])
+
+    def _index(self, filename: str, config: Any) -> dict[tuple[int, str], list[types.CodeType]]:
+        if filename in self.by_file:
+            return self.by_file[filename]
+        index: dict[tuple[int, str], list[types.CodeType]] = {}
+        modules = []
+        try:
+            with self.open(filename, "rb") as handle:
+                source = handle.read()
+            modules.append(self.compile(source, filename, "exec", dont_inherit=True))
+            if self.rewrite is not None:
+                modules.append(self.rewrite(Path(filename), config)[1])
+        except (OSError, SyntaxError, ValueError):
+            pass
+        for module in modules:
+            for code in _code_objects(module):
+                index.setdefault((code.co_firstlineno, code.co_name), []).append(code)
+        self.by_file[filename] = index
+        return index
+
+    def mismatch(self, code: types.CodeType, config: Any) -> str | None:
+        """Why ``code`` is not the pristine code it claims to be (None: it is, or it claims no test file)."""
+        if not self.covers(code.co_filename):
+            return None
+        found = self._index(code.co_filename, config).get((code.co_firstlineno, code.co_name), [])
+        if any(code == pristine for pristine in found):
+            return None
+        where = f"{code.co_filename[len(self.root_prefix):]}:{code.co_firstlineno} ({code.co_name})"
+        if not found:
+            return f"code claiming {where} matches no code of that pristine file"
+        return f"code claiming {where} differs from the pristine file's"
