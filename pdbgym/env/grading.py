@@ -13,8 +13,10 @@ the channel showed no forgery; a test missing from the run counts as failed; a f
 
 from __future__ import annotations
 
+import difflib
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from pdbgym.env.gradetree import TreePlan, overlay_agent_changes, read_tree_file
 from pdbgym.sandbox import Sandbox
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.protect import is_protected_path, protected_bind_paths, protected_digests
+from pdbgym.tasks.pytest_guard import AgentLines
 from pdbgym.tasks.screen import screen_change
 from pdbgym.tasks.testrun import run_tests
 
@@ -72,6 +75,29 @@ def grading_preview(task: Task, workspace: Path) -> tuple[TreePlan, list[str]]:
         return plan, screen_tree(task, Path(tmp) / "repo", plan)
 
 
+def agent_lines(task_repo: Path, tree: Path, rels: Iterable[str]) -> AgentLines:
+    """The lines of each Python file in ``rels`` that the agent wrote (inserted or replaced, numbered in
+    ``tree``'s version; a file the task's repo lacks is the agent's whole), for the run's guard. Read
+    without following links; a link is left out (the file it names is listed as itself if changed)."""
+    lines: AgentLines = {}
+    for rel in rels:
+        if not rel.endswith(".py"):
+            continue
+        changed = read_tree_file(tree, rel)
+        if changed is None:
+            continue
+        original = read_tree_file(task_repo, rel)
+        if original is None:
+            lines[rel] = ((1, 1 << 30),)
+            continue
+        matcher = difflib.SequenceMatcher(None, original.splitlines(), changed.splitlines(), autojunk=False)
+        spans = tuple((j1 + 1, j2) for tag, _, _, j1, j2 in matcher.get_opcodes()
+                      if tag in ("replace", "insert") and j2 > j1)
+        if spans:
+            lines[rel] = spans
+    return lines
+
+
 def screen_tree(task: Task, tree: Path, plan: TreePlan) -> list[str]:
     """The screen (``pdbgym.tasks.screen``) of each Python source file grading took from the agent,
     against the task's version of it; read before anything runs in the tree."""
@@ -96,7 +122,8 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
         # The pristine tests and test configuration, read-only for the run where the sandbox can bind
         # them: the code under test can then not swap a test file between a check and pytest's read.
         readonly = protected_bind_paths(str(tree)) if sandbox.binds_readonly else []  # relative to the tree
-        run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly, agent_files=plan.changed)
+        run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly,
+                        agent_lines=agent_lines(task.repo, tree, plan.changed))
         # Checked from outside the run as well: without the binds (plain) the code under test can write
         # the tree's test files.
         after, before = protected_digests(str(tree)), protected_digests(str(task.repo))

@@ -46,13 +46,32 @@ _RUNNER_PACKAGES = frozenset({"_pytest", "pytest", "pluggy", "pytest_timeout", "
 _IMPORT_REFUSED = _RUNNER_PACKAGES | {"ctypes", "_ctypes", "gc"}
 
 
-def agent_files_from_env() -> frozenset[str] | None:
-    """The repo-relative files the agent changed, as the host passed them; None when the run has no agent
-    code (task validation, synthesis)."""
+AgentLines = dict[str, tuple[tuple[int, int], ...]]
+
+
+def agent_lines_from_env() -> AgentLines | None:
+    """The lines the agent wrote, as the host passed them: ``rel:first-last,first-last`` per line of the
+    variable (a file the agent wrote whole: ``rel:*``); None when the run has no agent code (task
+    validation, synthesis)."""
     raw = os.environ.pop(AGENT_FILES_ENV, None)
     if raw is None:
         return None
-    return frozenset(line for line in raw.split("\n") if line)
+    lines: AgentLines = {}
+    for entry in raw.split("\n"):
+        rel, _, spans = entry.rpartition(":")
+        if not rel:
+            continue
+        if spans == "*":
+            lines[rel] = ((1, 1 << 30),)
+            continue
+        lines[rel] = tuple((int(a), int(b)) for a, _, b in (span.partition("-") for span in spans.split(",") if span))
+    return lines
+
+
+def encode_agent_lines(lines: AgentLines) -> str:
+    """The variable's text for ``lines`` (see ``agent_lines_from_env``)."""
+    return "\n".join(f"{rel}:" + ("*" if spans == ((1, 1 << 30),) else ",".join(f"{a}-{b}" for a, b in spans))
+                     for rel, spans in sorted(lines.items()))
 
 
 def library_dirs(root: str) -> tuple[str, ...]:
@@ -65,24 +84,57 @@ def library_dirs(root: str) -> tuple[str, ...]:
 
 
 class AgentCode:
-    """Says whether a code file name belongs to the agent: a file it changed, code compiled from a string
-    (``<string>``; frozen standard modules excepted), or a file neither in the project nor a library."""
+    """Says whether code at a file and line is the agent's: a line it wrote (``agent_lines``), code
+    compiled from a string (``<string>``; frozen standard modules excepted), a project file created or
+    written since this run started (its ctime, which no process can set back, differs from the one seen
+    before any project code ran), or a file neither in the project nor a library. Lines are what count,
+    not files: a fix in a file whose original code takes frames (a logging helper, a decorator) leaves
+    that original code the project's."""
 
-    def __init__(self, root: str, agent_files: frozenset[str], libraries: tuple[str, ...]) -> None:
+    def __init__(self, root: str, agent_lines: AgentLines, libraries: tuple[str, ...]) -> None:
         self.root_prefix = root.rstrip(os.sep) + os.sep
-        self.agent_files = agent_files
+        self.agent_lines = agent_lines
         self.libraries = libraries
+        self.stat = os.stat
+        self.ctimes = self._ctimes(root)
+
+    @staticmethod
+    def _ctimes(root: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for folder, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".git", ".sandbox_home")]
+            for name in filenames:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    try:
+                        found[path] = os.stat(path, follow_symlinks=False).st_ctime_ns
+                    except OSError:
+                        pass
+        return found
 
     def is_library(self, filename: str) -> bool:
         return filename.startswith("<frozen ") or (
             filename.startswith(self.libraries) and not filename.startswith(self.root_prefix))
 
-    def is_agent(self, filename: str) -> bool:
+    def is_agent(self, filename: str, lineno: int | None = None) -> bool:
+        """Whether the code at ``filename:lineno`` is the agent's (any line of the file: ``lineno`` None)."""
         if filename.startswith("<"):
             return not filename.startswith("<frozen ")
-        if filename.startswith(self.root_prefix):
-            return filename[len(self.root_prefix):] in self.agent_files
-        return not filename.startswith(self.libraries)
+        if not filename.startswith(self.root_prefix):
+            return not filename.startswith(self.libraries)
+        spans = self.agent_lines.get(filename[len(self.root_prefix):])
+        if spans is not None and (lineno is None or any(a <= lineno <= b for a, b in spans)):
+            return True
+        try:
+            now = self.stat(filename, follow_symlinks=False).st_ctime_ns
+        except OSError:
+            return True  # gone since it ran: nothing the task's repo holds
+        return self.ctimes.get(filename) != now
+
+    def code_is_agent(self, code: types.CodeType) -> bool:
+        """Whether any line of ``code`` is the agent's."""
+        lines = {line for _, _, line in code.co_lines() if line is not None} or {code.co_firstlineno}
+        return any(self.is_agent(code.co_filename, line) for line in sorted(lines))
 
 
 def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
@@ -93,6 +145,9 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
     machinery, frame_events, frame_attributes = _MACHINERY_EVENTS, _FRAME_EVENTS, _FRAME_ATTRIBUTES
     runner_packages, import_refused, frame_handing = _RUNNER_PACKAGES, _IMPORT_REFUSED, _FRAME_HANDING
     is_agent, is_library = agent.is_agent, agent.is_library
+
+    def agent_frame(frame: Any) -> bool:
+        return is_agent(frame.f_code.co_filename, frame.f_lineno)
 
     def where(frame: Any) -> str:
         return f"{frame.f_code.co_filename}:{frame.f_lineno}"
@@ -107,19 +162,24 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
 
     def asks_for_frame() -> Any:
         frame = getframe(3)
-        if frame is not None and is_agent(frame.f_code.co_filename):
+        if frame is not None and agent_frame(frame):
             return frame
         if frame is not None and frame.f_code.co_filename.endswith(frame_handing) \
-                and frame.f_back is not None and is_agent(frame.f_back.f_code.co_filename):
+                and frame.f_back is not None and agent_frame(frame.f_back):
             return frame.f_back
         return None
 
+    own = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
     def check(event: str, args: tuple) -> str | None:
+        caller = getframe(2)
+        if caller is not None and caller.f_code.co_filename.startswith(own):
+            return None  # the report plugin's own watch of each test's entry
         if event in machinery or (event == "object.__setattr__" and (
                 args[1] == "__code__" or (isinstance_(args[0], type_) and str_(
                     getattr(args[0], "__module__", "")).partition(".")[0] in runner_packages))):
             frame = responsible()
-            if frame is None or is_agent(frame.f_code.co_filename):
+            if frame is None or agent_frame(frame):
                 what = event if event != "object.__setattr__" else f"setting {args[1]} on {args[0]!r:.60}"
                 return f"{what} from {where(frame) if frame is not None else 'a thread of library code only'}"
         elif event in frame_events or (event == "object.__getattr__" and args[1] in frame_attributes):
@@ -128,7 +188,7 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
                 return f"frame access ({event} {args[1] if len_(args) > 1 else ''}) from {where(frame)}".replace(" )", ")")
         elif event == "import" and str_(args[0]).partition(".")[0] in import_refused:
             frame = getframe(2)
-            if frame is not None and is_agent(frame.f_code.co_filename):
+            if frame is not None and agent_frame(frame):
                 return f"import of {args[0]} from {where(frame)}"
         return None
 

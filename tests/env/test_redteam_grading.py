@@ -6,6 +6,7 @@ it names existed.
 
 from __future__ import annotations
 
+import json
 import shutil
 import textwrap
 from pathlib import Path
@@ -249,3 +250,160 @@ def test_generic_forgeries_solve_no_shipped_task(sandbox, attack):
         if graded.final_test_passed:
             solved.append(task.instance_id)
     assert not solved, f"{len(solved)} of {len(tasks)} solved by {attack.__name__}: {solved}"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("attack", [s4_swap_in_sys_modules, s5_root_package_named_after_the_test,
+                                    s6_plugin_empties_items, s7_code_claims_the_test_file],
+                         ids=["S4", "S5", "S6", "S7"])
+def test_the_pristine_code_check_stands_without_the_guard(sandbox, attack):
+    """Depth: with the audit hook off (a run told of no agent code) and every file the attack wrote in
+    place, the tests that ran are still not the pristine ones, and the run says so."""
+    from pdbgym.tasks.testrun import run_tests
+
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        attack(ws.path)
+        run = run_tests(sandbox, ws.path, task, task.all_tests, agent_lines=None)
+    assert run.tampered and not run.all_passed(task.all_tests), (run.outcomes, run.output[-1500:])
+    assert any("pristine" in why or "no code of its own" in why for why in run.tampered), run.tampered
+
+
+@needs_bwrap
+def test_the_guard_refuses_machinery_the_screen_cannot_read(sandbox):
+    """Depth: names built at run time get past the static screen; the run's audit hook refuses the
+    profile hook all the same, from the agent's file, and grading ends tampered."""
+    obfuscated = """
+        import sys as _s
+        _hook = getattr(_s, "setpro" + "file")
+        def _watch(frame, event, arg):
+            return None
+        _hook(_watch)
+    """
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        _append(ws.path, "logstats/__init__.py", obfuscated)
+        from pdbgym.env.grading import grading_preview
+
+        assert not grading_preview(task, ws.path)[1], "the screen was meant to miss this one"
+        graded = grade(task, ws.path, sandbox)
+    assert not graded.final_test_passed
+    assert any("sys.setprofile from" in why and "logstats/__init__.py" in why for why in graded.tampered), \
+        graded.tampered
+
+
+@needs_bwrap
+def test_honest_code_that_uses_frames_through_libraries_is_not_refused(sandbox):
+    """No false tampered: a fix that logs (logging takes frames), builds dataclasses and namedtuples
+    (generated code) and formats a traceback grades solved, with the agent's files known to the guard."""
+    from pdbgym.tasks.patches import apply_patch
+
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        apply_patch(ws.path, task.patch)
+        _append(ws.path, "logstats/report.py", '''
+            import collections, dataclasses, logging, traceback
+
+            _log = logging.getLogger("logstats")
+            Pair = collections.namedtuple("Pair", "left right")
+
+            @dataclasses.dataclass
+            class Note:
+                text: str
+
+            try:
+                raise ValueError("x")
+            except ValueError:
+                _trace = traceback.format_exc()
+            _log.warning("loaded %s", Note("n"))
+        ''')
+        graded = grade(task, ws.path, sandbox)
+    assert graded.final_test_passed and not graded.tampered, (graded.tampered, graded.output[-1500:])
+
+
+@needs_bwrap
+def test_a_test_reported_passed_whose_code_never_ran_is_tampered(sandbox):
+    """Depth: a hook that answers for the test function instead of calling it, in a run told of no agent
+    code (so neither the guard nor the hook check is looking): pytest reports the call passed, but the
+    collected code object was never entered."""
+    from pdbgym.tasks.testrun import run_tests
+
+    answering = S6_PLUGIN.replace('''class _Emptier:
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            item.obj = type(None)''', '''class _Emptier:
+    def pytest_pyfunc_call(self, pyfuncitem):
+        return True''')
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        _append(ws.path, "logstats/__init__.py", answering)
+        run = run_tests(sandbox, ws.path, task, task.all_tests, agent_lines=None)
+    assert "passed" in run.output and run.returncode == 0, run.output[-1500:]  # pytest itself was fooled
+    assert any("collected code never ran" in why for why in run.tampered), run.tampered
+    assert not run.all_passed(task.all_tests)
+
+
+def _frames_task(root: Path):
+    """A tiny task whose pristine source takes frames itself, in the file the fix changes."""
+    from pdbgym.tasks.model import load_task
+
+    repo = root / "repo"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "calc" / "__init__.py").write_text("")
+    (repo / "calc" / "ops.py").write_text(
+        "import sys\n\n\ndef caller():\n    return sys._getframe(1).f_code.co_name\n\n\n"
+        "def sub(a, b):\n    return a + b\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_ops.py").write_text(
+        "from calc.ops import caller, sub\n\n\ndef test_caller():\n    assert caller() == 'test_caller'\n\n\n"
+        "def test_sub():\n    assert sub(5, 3) == 2\n")
+    (root / "task.json").write_text(json.dumps({
+        "instance_id": "demo__frames", "FAIL_TO_PASS": ["tests/test_ops.py::test_sub"],
+        "PASS_TO_PASS": ["tests/test_ops.py::test_caller"], "patch": FRAMES_PATCH}))
+    return load_task(root)
+
+
+FRAMES_PATCH = """diff --git a/calc/ops.py b/calc/ops.py
+--- a/calc/ops.py
++++ b/calc/ops.py
+@@ -8,2 +8,2 @@ def caller():
+ def sub(a, b):
+-    return a + b
++    return a - b
+"""
+
+
+@needs_bwrap
+def test_a_fix_in_a_file_whose_own_code_takes_frames_is_not_refused(sandbox, tmp_path):
+    """The guard counts the lines the agent wrote, not the files: the original ``sys._getframe`` next to
+    the fix is the project's own."""
+    from pdbgym.tasks.patches import apply_patch
+
+    task = _frames_task(tmp_path)
+    with Workspace.create(task.repo) as ws:
+        apply_patch(ws.path, task.patch)
+        graded = grade(task, ws.path, sandbox)
+    assert graded.final_test_passed and not graded.tampered, (graded.tampered, graded.output[-1500:])
+
+
+@needs_bwrap
+@pytest.mark.parametrize("target", ["calc/helper.py", "calc/late.py"])
+def test_code_the_agent_writes_while_the_tests_run_is_the_agents(sandbox, tmp_path, target):
+    """A module written at run time (new, or a pristine one rewritten before its first import) and then
+    imported is the agent's code: its ctime is not the one seen before the run, whatever its name."""
+    from pdbgym.tasks.patches import apply_patch
+
+    task = _frames_task(tmp_path)
+    (task.repo / "calc" / "late.py").write_text("VALUE = 1\n")
+    with Workspace.create(task.repo) as ws:
+        apply_patch(ws.path, task.patch)
+        body = "import sys as _s\\n_h = getattr(_s, 'setpro' + 'file')\\n_h(lambda *a: None)\\n_h(None)\\n"
+        _append(ws.path, "calc/__init__.py", f'''
+            import os as _os
+            with open(_os.path.join(_os.path.dirname(__file__), "{Path(target).name}"), "w") as _out:
+                _out.write("{body}")
+            from calc import {Path(target).stem}
+        ''')
+        graded = grade(task, ws.path, sandbox)
+    assert not graded.final_test_passed
+    assert any("sys.setprofile from /" in why and target in why for why in graded.tampered), graded.tampered
