@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdbgym.errors import TaskFormatError
-from pdbgym.sandbox import Limits, Sandbox, sandbox_env
+from pdbgym.sandbox import Limits, Sandbox, beneath, sandbox_env
 from pdbgym.tasks.model import Task, bad_test_command, pytest_options
 from pdbgym.tasks.verdict import judge
 
@@ -32,6 +32,7 @@ LAUNCHER = str(Path(__file__).with_name("pytest_launch.py"))
 MAX_CHANNEL_BYTES = 32 * 1024**2  # far above any honest run (about 150 bytes a phase record)
 _CONFIG_FILES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
                  "setup.cfg")
+MAX_CONFIG_BYTES = 4 * 1024**2  # far above any real pytest configuration file
 _CONFIG_SECTIONS = {"pyproject.toml": ("[tool.pytest.ini_options]", "[tool.pytest]"), "tox.ini": ("[pytest]",),
                     "setup.cfg": ("[tool:pytest]",)}
 
@@ -103,10 +104,15 @@ def pristine_config(root: Path, nodes: list[str]) -> Path | None:
     for folder in [common, *common.parents]:
         for name in _CONFIG_FILES:
             candidate = root / folder / name
-            if not candidate.is_file() or candidate.is_symlink():
+            if candidate.is_symlink():
+                continue
+            try:  # read beneath the root from folder descriptors: the agent's run reads its own workspace,
+                # where a sandboxed process may swap the file for a link out or a FIFO meanwhile
+                data, _ = beneath.read_bytes(root, (folder / name).as_posix(), MAX_CONFIG_BYTES)
+            except OSError:
                 continue
             sections = _CONFIG_SECTIONS.get(name)
-            if sections is None or any(s in candidate.read_text(errors="replace") for s in sections):
+            if sections is None or any(s in data.decode(errors="replace") for s in sections):
                 return candidate
     return None
 

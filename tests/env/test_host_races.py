@@ -74,7 +74,10 @@ def raced(tmp_path):
         while b"flipping" not in seen and time.monotonic() < deadline:
             seen += process.read(0.5) or b""
         assert b"flipping" in seen, f"the swapping process did not start: {seen!r}"
-        kinds = {os.path.islink(workspace.path / "pkg") for _ in range(2000)}
+        kinds: set[bool] = set()
+        deadline = time.monotonic() + 10
+        while kinds != {True, False} and time.monotonic() < deadline:  # a loaded machine schedules it late
+            kinds.add(os.path.islink(workspace.path / "pkg"))
         assert kinds == {True, False}, "the folder is not being swapped"
         yield workspace.path, host, secret
         assert process.alive, f"the swapping process stopped: {process.read(0)!r}"
@@ -121,3 +124,58 @@ def test_swapping_a_folder_for_a_host_link_reaches_no_host_file(raced):
     assert calls > 200, f"only {calls} tool calls in {RACE_SECONDS} s: the race was hardly tried"
     # The honest side still works: the workspace file took the agent's edit whenever the folder was real.
     assert any("agent text" in text for text in observations)
+
+
+FIFO_FLIPPER = r'''
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+number = {"x86_64": 316, "aarch64": 276}[platform.machine()]
+os.mkfifo("swap")
+print("flipping", flush=True)
+real, fifo = ctypes.c_char_p(b"pyproject.toml"), ctypes.c_char_p(b"swap")
+while libc.syscall(ctypes.c_long(number), ctypes.c_long(-100), real, ctypes.c_long(-100), fifo,
+                   ctypes.c_long(2)) == 0:
+    pass
+'''
+
+
+def test_a_config_file_swapped_for_a_fifo_does_not_stall_the_agents_test_run(tmp_path):
+    """The agent's ``run_tests`` picks the pytest configuration from its workspace on the host. A sandboxed
+    process swaps ``pyproject.toml`` with a FIFO in a loop: a read by name that meets the FIFO would wait
+    for a writer that never comes, and the episode with it."""
+    from pdbgym.tasks.testrun import pristine_config
+
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = '-q'\n")
+    workspace = Workspace.create(repo, tmp_path / "workspaces")
+    (workspace.path / "flipper.py").write_text(FIFO_FLIPPER)
+    process = get_sandbox("auto").spawn_pty([sys.executable, "-I", "flipper.py"], workspace.path,
+                                            Limits(wall_time_s=60))
+    picked: list[object] = []
+
+    def pick_many() -> None:
+        deadline = time.monotonic() + RACE_SECONDS
+        while time.monotonic() < deadline:
+            picked.append(pristine_config(workspace.path, ["tests/test_x.py::test_x"]))
+
+    try:
+        seen = b""
+        while b"flipping" not in seen:
+            seen += process.read(5.0) or b""
+        import threading
+
+        picker = threading.Thread(target=pick_many, daemon=True)
+        picker.start()
+        picker.join(RACE_SECONDS + 5)
+        stalled = picker.is_alive()
+    finally:
+        process.close()
+        for name in ("pyproject.toml", "swap"):  # let a read stuck on the FIFO go
+            try:
+                os.close(os.open(workspace.path / name, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        workspace.cleanup()
+    assert not stalled, "reading the configuration waited on a FIFO"
+    assert len(picked) > 100
