@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.env import files
+from pdbgym.env.diskguard import DiskGuard
 from pdbgym.env.grading import GradeResult, grade, grading_plan
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
 from pdbgym.errors import PdbgymError
@@ -33,6 +34,11 @@ class EnvConfig:
     observation_max_chars: int = 12_000  # longer observations keep a head and a tail
     start_debugger: bool = True
     workspace_parent: str | None = None
+    # Host disk the agent's commands may add to the workspace, over the task's repo as copied: allocated
+    # bytes, and files and folders. Past it they are stopped and the agent told (docs/sandbox.md, "Host disk").
+    workspace_extra_bytes: int = 256 * 1024**2
+    workspace_extra_files: int = 20_000
+    disk_poll_s: float = 0.2  # how often the workspace's usage is measured (longer for a large tree)
 
 
 @dataclass
@@ -78,6 +84,7 @@ class DebugEnv:
         self._steps: list[dict[str, Any]] = []
         self._initial_observation = ""
         self._started = 0.0
+        self._disk: DiskGuard | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -87,6 +94,8 @@ class DebugEnv:
         self._started = time.perf_counter()
         parent = Path(self.config.workspace_parent) if self.config.workspace_parent else None
         self.workspace = Workspace.create(self.task.repo, parent)
+        self._disk = DiskGuard(self.ws, self.config.workspace_extra_bytes, self.config.workspace_extra_files,
+                               self.config.disk_poll_s)
         debugger_note = self._start_session() if self.config.start_debugger else "(no debugger session)"
         self._initial_observation = (
             f"{self.task.statement()}\n\nThe project is in the current folder. Failing test(s): "
@@ -115,6 +124,7 @@ class DebugEnv:
         return self.workspace.path
 
     def close(self) -> None:
+        self._stop_disk_guard()
         if self.session is not None:
             self.session.close()
             self.session = None
@@ -152,6 +162,13 @@ class DebugEnv:
             record["error"] = traceback.format_exc()
             self._finish("other", f"internal error: {exc!r}")
             observation, done = f"The environment failed: {exc!r}. The episode ends.", True
+        if not done and self._disk is not None:
+            note, ending = self._disk.after_step()
+            observation += f"\n\n{note}" if note else ""
+            if ending is not None:
+                self._finish("other", ending)
+                observation += " The episode ends."
+                done = True
         if not done and self.actions_used >= self.config.turn_budget:
             self._finish("budget", f"turn budget of {self.config.turn_budget} used")
             observation += f"\n\nThe turn budget ({self.config.turn_budget}) is used up; the episode ends."
@@ -225,6 +242,7 @@ class DebugEnv:
 
     def _finish_graded(self, how: str) -> EpisodeResult:
         self._close_session()  # the agent's processes end before grading reads its workspace
+        self._stop_disk_guard()
         graded = grade(self.task, self.ws, self.sandbox)
         reason = "solved" if graded.final_test_passed else "finish_unresolved"
         return self._finish(reason, how, graded)
@@ -232,6 +250,7 @@ class DebugEnv:
     def _finish(self, reason: str, detail: str, graded: GradeResult | None = None) -> EpisodeResult:
         if reason not in TERMINATION_REASONS:
             raise PdbgymError(f"unknown termination reason '{reason}'; use one of {TERMINATION_REASONS}")
+        self._stop_disk_guard()  # no command of the agent's runs from here on
         if graded is None and self.workspace is not None:
             self._close_session()
             try:
@@ -252,6 +271,11 @@ class DebugEnv:
         )
         self._close_session()
         return self.result
+
+    def _stop_disk_guard(self) -> None:
+        if self._disk is not None:
+            self._disk.stop()
+            self._disk = None
 
     def _close_session(self) -> None:
         if self.session is not None:

@@ -17,7 +17,7 @@ from pdbgym.sandbox.cgroup import CommandCgroup
 from pdbgym.sandbox.environment import sandbox_env
 from pdbgym.sandbox.limits import Limits, RunResult
 from pdbgym.sandbox.output import BoundedOutput
-from pdbgym.sandbox.process import child_setup, kill_tree, rlimits_for
+from pdbgym.sandbox.process import child_setup, kill_tree, register_command, rlimits_for
 from pdbgym.sandbox.pty_process import READ_CHUNK_BYTES, PtyProcess
 
 # After the command exits, output still buffered in the pipe is read for at most this long; a
@@ -139,6 +139,7 @@ class Sandbox(ABC):
         finally:
             for fd in cgroup_fds:
                 os.close(fd)
+        register_command(workspace, popen, cgroup)  # so the workspace's disk watcher can stop it
         return popen, cgroup
 
     def __repr__(self) -> str:

@@ -6,6 +6,7 @@ import os
 import resource
 import signal
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,3 +108,44 @@ def kill_tree(popen: subprocess.Popen, cgroup: CommandCgroup | None) -> int | No
     if cgroup is not None:
         cgroup.remove()
     return returncode
+
+
+# Every command started by this process, with its workspace, so that something outside the command's own
+# call (the workspace's disk watcher) can stop all commands writing to one workspace. Entries whose
+# process was reaped are dropped as new ones come.
+_running: list[tuple[Path, subprocess.Popen, CommandCgroup | None]] = []
+_running_lock = threading.Lock()
+
+
+def register_command(workspace: Path, popen: subprocess.Popen, cgroup: CommandCgroup | None) -> None:
+    with _running_lock:
+        _running[:] = [entry for entry in _running if entry[1].returncode is None]
+        _running.append((Path(workspace).resolve(), popen, cgroup))
+
+
+def kill_commands_in(workspace: Path) -> int:
+    """SIGKILL the process tree of every running command started in ``workspace``; return how many.
+
+    The commands' owners reap them and remove their cgroups as usual (a pdb session sees its process
+    end and restarts it; a test run returns killed)."""
+    workspace = Path(workspace).resolve()
+    with _running_lock:
+        mine = [(popen, cgroup) for path, popen, cgroup in _running if path == workspace and popen.returncode is None]
+    killed = 0
+    for popen, cgroup in mine:
+        if popen.poll() is not None:  # not reaped before this check, so its pid is still its own
+            continue
+        stragglers = descendants(popen.pid)
+        for pid in [popen.pid, *stragglers]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if cgroup is not None:
+            cgroup.kill_all()
+        killed += 1
+    return killed
