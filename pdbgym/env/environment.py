@@ -169,6 +169,8 @@ class DebugEnv:
                 self._finish("other", ending)
                 observation += " The episode ends."
                 done = True
+            elif note and self.session is not None and not self.session.alive:
+                self._restart_stopped_session()
         if not done and self.actions_used >= self.config.turn_budget:
             self._finish("budget", f"turn budget of {self.config.turn_budget} used")
             observation += f"\n\nThe turn budget ({self.config.turn_budget}) is used up; the episode ends."
@@ -271,6 +273,14 @@ class DebugEnv:
         )
         self._close_session()
         return self.result
+
+    def _restart_stopped_session(self) -> None:
+        """Bring back a session the disk cap stopped after its command had answered, so the agent's next
+        pdb command (deleting files, say) runs rather than meeting a dead session."""
+        try:
+            self.session.restart()  # type: ignore[union-attr]
+        except PdbgymError:
+            pass  # the next pdb command starts it again and says so
 
     def _stop_disk_guard(self) -> None:
         if self._disk is not None:
