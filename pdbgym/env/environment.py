@@ -13,7 +13,7 @@ from typing import Any
 
 from pdbgym.env import files
 from pdbgym.env.diskguard import DiskGuard
-from pdbgym.env.grading import GradeResult, grade, grading_plan
+from pdbgym.env.grading import GradeResult, agent_lines, grade, grading_preview
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
@@ -200,9 +200,15 @@ class DebugEnv:
     def _run_tests(self, nodes: list[str]) -> str:
         """The agent's own run, in its workspace, through the hardened runner. What it shows is for the
         agent's information only: the episode's result always comes from a fresh grading run."""
-        run = run_tests(self.sandbox, self.ws, self.task, nodes)
+        plan, screened = grading_preview(self.task, self.ws)
+        # Every file the agent changed, taken by grading or not, is the agent's code in this run.
+        written = agent_lines(self.task.repo, self.ws, [*plan.changed, *plan.ignored])
+        run = run_tests(self.sandbox, self.ws, self.task, nodes, agent_lines=written)
         text = f"{run.summary(nodes)}\n\npytest output:\n{bound_text(run.output, 4000)}"
-        ignored = grading_plan(self.task, self.ws).ignored
+        ignored = plan.ignored
+        if screened:
+            text += "\n\nGrading will call this episode TAMPERED (graded unsolved) for these changes:\n" + \
+                "\n".join(f"  {why}" for why in screened[:10])
         if ignored:
             rows = [f"  {path}: {why}" for path, why in list(ignored.items())[:10]]
             text += "\n\nGrading will NOT take these files (it uses the original or leaves them out):\n" + "\n".join(rows)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pdbgym.sandbox import beneath
 from pdbgym.sandbox.environment import SANDBOX_HOME_DIR
-from pdbgym.tasks.protect import ignore_reason
+from pdbgym.tasks.protect import ignore_reason, new_module_reason
 
 # A workspace's files are bounded one by one by the sandbox's RLIMIT_FSIZE; this bounds their sum, so
 # a workspace filled with many files cannot make grading read without end.
@@ -65,6 +65,15 @@ def _entries(root: Path) -> dict[str, tuple[str, str]]:
 def _read_file(root: Path, rel: str, budget: int) -> bytes:
     """The bytes of regular file ``root/rel``, opened component by component without following links."""
     return beneath.read_bytes(root, rel, budget, follow_links=False)[0]
+
+
+def read_tree_file(root: Path, rel: str, limit: int = 16 * 1024**2) -> str | None:
+    """The text of regular file ``root/rel`` read without following links (None: not a regular file,
+    missing, a link on the way, or over ``limit`` bytes)."""
+    try:
+        return _read_file(root, rel, limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def _parent_ok(tree: Path, rel: str) -> bool:
@@ -127,7 +136,7 @@ def overlay_agent_changes(task_repo: Path, workspace: Path, tree: Path) -> TreeP
                     continue
             except OSError:
                 pass  # differs in size (over the limit read) or unreadable: judged below
-        reason = ignore_reason(rel, is_package)
+        reason = ignore_reason(rel, is_package) or new_module_reason(rel, pristine)
         if reason is None and kind == "other":
             reason = "not a regular file, folder or link: not taken"
         if reason is None and before is not None and before[0] == "dir":
