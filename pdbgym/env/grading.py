@@ -22,11 +22,17 @@ from pathlib import Path
 
 from pdbgym.env.gradetree import TreePlan, overlay_agent_changes, read_tree_file
 from pdbgym.sandbox import Sandbox
+from pdbgym.sandbox.diskuse import DiskLimit, DiskWatcher, measure
+from pdbgym.sandbox.process import kill_commands_in
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.protect import is_protected_path, protected_bind_paths, protected_digests
 from pdbgym.tasks.pytest_guard import AgentLines
 from pdbgym.tasks.screen import screen_change
 from pdbgym.tasks.testrun import run_tests
+
+# What the grading run may add to its tree (the episode's workspace defaults, EnvConfig).
+GRADING_EXTRA_BYTES = 256 * 1024**2
+GRADING_EXTRA_FILES = 20_000
 
 __all__ = ["GradeResult", "grade", "grading_plan", "grading_preview", "is_protected_path"]
 
@@ -122,8 +128,20 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
         # The pristine tests and test configuration, read-only for the run where the sandbox can bind
         # them: the code under test can then not swap a test file between a check and pytest's read.
         readonly = protected_bind_paths(str(tree)) if sandbox.binds_readonly else []  # relative to the tree
-        run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly,
-                        agent_lines=agent_lines(task.repo, tree, plan.changed))
+        # The agent's code runs again here, on the host's disk: the tree gets the episode's default cap.
+        tree_cap = measure(tree)
+        watcher = DiskWatcher(tree, DiskLimit(tree_cap.bytes + GRADING_EXTRA_BYTES,
+                                              tree_cap.files + GRADING_EXTRA_FILES),
+                              lambda usage: kill_commands_in(tree)).start()
+        try:
+            run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly,
+                            agent_lines=agent_lines(task.repo, tree, plan.changed))
+        finally:
+            watcher.stop()
+        if watcher.trips:
+            run.output += (f"\n[disk cap] the grading run was stopped: the tree grew to "
+                           f"{(watcher.peak or tree_cap).describe()}, over the project's size plus "
+                           f"{GRADING_EXTRA_BYTES // 1024**2} MiB and {GRADING_EXTRA_FILES:,} files\n")
         # Checked from outside the run as well: without the binds (plain) the code under test can write
         # the tree's test files.
         after, before = protected_digests(str(tree)), protected_digests(str(task.repo))

@@ -426,3 +426,24 @@ def test_an_always_equal_value_the_screen_cannot_read_is_caught_at_the_end_of_th
         graded = grade(task, ws.path, sandbox)
     assert not graded.final_test_passed
     assert any("_Anything.__eq__" in why and "unrelated object" in why for why in graded.tampered), graded.tampered
+
+
+@needs_bwrap
+def test_the_grading_run_has_a_disk_cap_too(sandbox, monkeypatch):
+    """S11 in grading: the agent's code runs again in the grading tree, on the host's disk; past the
+    tree's cap the run is stopped (the fix is graded on what finished, here nothing)."""
+    import pdbgym.env.grading as grading
+
+    monkeypatch.setattr(grading, "GRADING_EXTRA_BYTES", 32 * 1024**2)
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        _append(ws.path, "logstats/__init__.py", '''
+            import os as _os, time as _time
+            for _n in range(8):
+                with open(_os.path.join(_os.path.dirname(__file__), f"blob{_n}.bin"), "wb") as _out:
+                    _out.write(b"x" * (20 * 1024**2))
+                _time.sleep(0.2)
+        ''')
+        graded = grading.grade(task, ws.path, sandbox)
+    assert not graded.final_test_passed
+    assert "[disk cap] the grading run was stopped" in graded.output, graded.output[-800:]
