@@ -13,7 +13,9 @@ snapshot, even ``str`` and ``getattr``), so replacing a name in this module, in 
 the builtins changes nothing they do; such a replacement is reported by the self-check. At session end
 the plugin checks that snapshot, the hook implementations pytest calls, the collected test functions'
 code and the trace hooks, and sends the end record with the exit status and what the check found. A
-collection error (a test module that fails to import) is sent as its own record. The
+collection error (a test module that fails to import) is sent as its own record, and so is each
+subtest's report (pytest's ``subtests`` fixture, ``unittest``'s ``subTest``), which pytest gives as
+one more ``call`` report of its test. The
 host (``pdbgym.tasks.verdict``) decides; this file only reports.
 """
 
@@ -25,7 +27,7 @@ import hashlib
 import json
 import os
 import sys
-import types
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -62,7 +64,31 @@ def _open_channel() -> int | None:
     return private
 
 
-def _build(fd: int | None, root: str | None) -> types.SimpleNamespace:  # noqa: C901 - one closure scope
+def _subtest_report_types() -> tuple[type, ...]:
+    """The report class of subtests: pytest 9 and later report both its ``subtests`` fixture and
+    ``unittest``'s ``subTest`` through it. Before pytest 9 there is none, and a failing unittest subtest
+    fails its test's own call."""
+    try:
+        from _pytest.subtests import SubtestReport
+    except ImportError:
+        return ()
+    return (SubtestReport,)
+
+
+class ReportPlugin:
+    """The object registered with pytest: its hooks are the closures :func:`_build` makes, held as instance
+    attributes (plain functions, so nothing is looked up through a class when pytest calls them).
+
+    It is hashable (by identity), as pluggy needs: a hook called for a node below a folder with its own
+    ``conftest.py`` goes through ``subset_hook_caller``, which keeps the plugins in a set. A
+    ``types.SimpleNamespace`` (unhashable) ended such runs in an INTERNALERROR.
+    """
+
+    def __init__(self, **hooks: Callable[..., None]) -> None:
+        vars(self).update(hooks)
+
+
+def _build(fd: int | None, root: str | None) -> ReportPlugin:  # noqa: C901 - one closure scope
     """The plugin object; every name its hooks use is bound here, once, before project code runs."""
     write, dumps, getpid = os.write, json.dumps, os.getpid
     modules, builtin_names = sys.modules, vars(builtins)
@@ -73,9 +99,10 @@ def _build(fd: int | None, root: str | None) -> types.SimpleNamespace:  # noqa: 
     getattr_, isinstance_, callable_, vars_, type_ = getattr, isinstance, callable, vars, type
     descriptors = (property, staticmethod, classmethod)
     protected = is_protected_path
-    state: dict[str, Any] = {"seq": 0, "phases": 0, "collect_errors": 0, "tests": {}, "changed": []}
+    state: dict[str, Any] = {"seq": 0, "phases": 0, "collect_errors": 0, "subtests": 0, "tests": {}, "changed": []}
     sha256, join, isfile = hashlib.sha256, os.path.join, os.path.isfile
     digests = protected_digests(root) if root else {}
+    subtest_reports = _subtest_report_types()
 
     def digest_now(rel: str) -> str | None:
         path = join(root or "", rel)
@@ -190,6 +217,13 @@ def _build(fd: int | None, root: str | None) -> types.SimpleNamespace:  # noqa: 
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(report: Any) -> None:
+        if isinstance_(report, subtest_reports):
+            # Each subtest is one more "call" report of its test: sent as its own kind, so the test's own
+            # phases stay one record each (the verdict counts a failed subtest against its test).
+            state["subtests"] += 1
+            send({"kind": "subtest", "nodeid": str_(report.nodeid), "outcome": str_(report.outcome),
+                  "xfail": bool_(getattr_(report, "wasxfail", False))})
+            return
         state["phases"] += 1
         send({"kind": "phase", "nodeid": str_(report.nodeid), "when": str_(report.when),
               "outcome": str_(report.outcome), "xfail": bool_(getattr_(report, "wasxfail", False))})
@@ -208,15 +242,16 @@ def _build(fd: int | None, root: str | None) -> types.SimpleNamespace:  # noqa: 
         check_files(list_(digests), "during the run")
         problems = state["changed"] + check_snapshot() + check_hooks(session, root) + check_tests(root)
         send({"kind": "end", "exitstatus": int_(session.exitstatus), "phases": state["phases"],
-              "collect_errors": state["collect_errors"], "selfcheck": problems[:20]})
+              "collect_errors": state["collect_errors"],
+              "subtests": state["subtests"], "selfcheck": problems[:20]})
 
     state["snap"] = snapshot()
     send({"kind": "start", "pid": getpid()})
-    return types.SimpleNamespace(pytest_collection_finish=pytest_collection_finish,
-                                 pytest_collectstart=pytest_collectstart,
-                                 pytest_collectreport=pytest_collectreport,
-                                 pytest_runtest_logreport=pytest_runtest_logreport,
-                                 pytest_sessionfinish=pytest_sessionfinish)
+    return ReportPlugin(pytest_collection_finish=pytest_collection_finish,
+                        pytest_collectstart=pytest_collectstart,
+                        pytest_collectreport=pytest_collectreport,
+                        pytest_runtest_logreport=pytest_runtest_logreport,
+                        pytest_sessionfinish=pytest_sessionfinish)
 
 
 PLUGIN = _build(_open_channel(), os.environ.pop(ROOT_ENV, None))

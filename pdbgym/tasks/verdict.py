@@ -3,14 +3,17 @@
 Records (from ``pdbgym.tasks.pytest_report``): ``start``, then one ``phase`` per reported test phase
 (``nodeid``, ``when`` in setup/call/teardown, ``outcome`` in passed/failed/skipped) and one ``collect``
 per collection error (``nodeid`` of the module that failed to import: its tests get no phase and count
-as failed), then one ``end`` (``exitstatus``, ``phases``, ``collect_errors``, ``selfcheck``), each with
-``seq`` counting from 0. A test is passed only when
-its setup, call and teardown all passed. Signs of forgery (each makes the run tampered): a sequence
-number out of order, a record that is not JSON, a second record for a test phase, a record for a test
-not asked for, anything after the end record, a second end record, an end record whose phase count
-disagrees with the stream, a process exit status other than the end record's, an exit status that
-disagrees with the outcomes, a clean exit (0) with no end record, a failed self-check, or pytest's
-own closing line (written by its terminal reporter, not by the plugin) disagreeing with the records.
+as failed) and one ``subtest`` per subtest report (``nodeid``, ``outcome``: pytest's ``subtests`` fixture
+and ``unittest``'s ``subTest`` report each subtest as one more ``call`` of its test), then one ``end``
+(``exitstatus``, ``phases``, ``collect_errors``, ``subtests``, ``selfcheck``), each with ``seq`` counting
+from 0. A test is passed only when its setup, call and teardown all passed and none of its subtests
+failed; a passed subtest never makes a test pass, so a forged one gains nothing. Signs of forgery (each
+makes the run tampered): a sequence number out of order, a record that is not JSON, a second record for
+a test phase, a record for a test not asked for, anything after the end record, a second end record, an
+end record whose phase or subtest count disagrees with the stream, a process exit status other than
+the end record's, an exit status that disagrees with the outcomes, a clean exit (0) with no end record,
+a failed self-check, or pytest's own closing line (written by its terminal reporter, not by the plugin)
+disagreeing with the records.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ _OUTCOMES = ("passed", "failed", "skipped")
 # pytest's exit statuses: 0 all passed, 1 some failed, 2 interrupted, 3 internal error, 4 usage error,
 # 5 nothing collected.
 _OK, _TESTS_FAILED = 0, 1
-_SUMMARY = re.compile(r"^((?:\d+ [a-z]+)(?:, \d+ [a-z]+)*) in [\d.]+s(?: \([\d:]+\))?$")
+# pytest's closing line; a count may name two words ("4 subtests passed").
+_SUMMARY = re.compile(r"^((?:\d+ [a-z]+(?: [a-z]+)?)(?:, \d+ [a-z]+(?: [a-z]+)?)*) in [\d.]+s(?: \([\d:]+\))?$")
 
 
 def decode_records(stream: bytes) -> tuple[list[dict], list[str]]:
@@ -94,7 +98,8 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
     wanted = set(nodes)
     phases: dict[str, dict[str, str]] = {}
     end: dict | None = None
-    phase_count = collect_errors = 0
+    phase_count = collect_errors = subtest_count = 0
+    failed_subtests: set[str] = set()
     for expected_seq, record in enumerate(records):
         kind = record.get("kind")
         if record.get("seq") != expected_seq:
@@ -108,6 +113,9 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
         elif kind == "phase":
             phase_count += 1
             _take_phase(record, wanted, phases, tampered)
+        elif kind == "subtest":
+            subtest_count += 1
+            _take_subtest(record, wanted, failed_subtests, tampered)
         elif kind == "collect":
             collect_errors += 1
             if not isinstance(record.get("nodeid"), str) or record.get("outcome") != "failed":
@@ -119,10 +127,28 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
     if records and records[0].get("kind") != "start":
         tampered.append("the stream does not begin with the start record")
     outcomes = {nodeid: outcome_of(p) for nodeid, p in phases.items()}
+    for nodeid in failed_subtests:  # pytest's own call report of such a test may still say passed
+        if outcomes.get(nodeid) != "error":
+            outcomes[nodeid] = "failed"
+    if end is not None and end.get("subtests", 0) != subtest_count:
+        tampered.append(f"the end record counts {end.get('subtests')!r} subtest records, the stream holds "
+                        f"{subtest_count}")
     tampered += _check_end(end, phase_count, collect_errors, outcomes, returncode, timed_out)
     if end is not None:
         tampered += _check_summary(outcomes, collect_errors, output)
     return outcomes, tampered
+
+
+def _take_subtest(record: dict, wanted: set[str], failed: set[str], tampered: list[str]) -> None:
+    """A subtest's report: any number per test. A failed one fails its test; a passed or skipped one
+    changes nothing, so no subtest record can make a test pass."""
+    nodeid, outcome = record.get("nodeid"), record.get("outcome")
+    if not isinstance(nodeid, str) or outcome not in _OUTCOMES:
+        tampered.append(f"a malformed subtest record: {str(record)[:120]}")
+    elif nodeid not in wanted:
+        tampered.append(f"a record for {nodeid}, a test that was not asked for")
+    elif outcome == "failed":
+        failed.add(nodeid)
 
 
 def _take_phase(record: dict, wanted: set[str], phases: dict[str, dict[str, str]], tampered: list[str]) -> None:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdbgym.errors import PdbgymError
-from pdbgym.tasks.model import REPO_DIR, load_task, write_task
+from pdbgym.sandbox import get_sandbox
+from pdbgym.tasks.model import REPO_DIR, Task, load_task, write_task
 from pdbgym.tasks.patches import apply_patch
 from pdbgym.tasks.synth.hotserver import narrowed
 from pdbgym.tasks.synth.operators import MutationError, MutationSite
@@ -30,6 +31,7 @@ from pdbgym.tasks.synth.runner import (
     write_mutant,
 )
 from pdbgym.tasks.synth.splice import render_mutation
+from pdbgym.tasks.validate import validate_task
 
 # Operators whose bugs do not announce themselves (no crash, plausible values): harder to localize.
 SUBTLE_OPERATORS = {"wrong_variable", "off_by_one", "boundary_comparison", "removed_assignment", "wrong_return"}
@@ -171,7 +173,8 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
     run selected them): the buggy repo runs FAIL_TO_PASS and the PASS_TO_PASS tests among them, and the
     others are shown to pass on the task's clean files instead, by one run per distinct file layout
     (:func:`layout_problem`), which is also the patched repo. Without it every listed test runs on the
-    buggy repo, and the patched repo is the clean project's files, whose suite passed every baseline run."""
+    buggy repo, and the patched repo is the clean project's files, whose suite passed every baseline run.
+    Last, the written folder must pass the grader's own check (:func:`graded_problem`)."""
     root = Path(project_root)
     instance_id = instance_id_for(slug, site)
     task_dir = Path(staging) / instance_id
@@ -206,11 +209,26 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
         return BuildResult(site.key, "invalid", instance_id, problem)
     try:
         write_task(task_dir, data)
-        load_task(task_dir)
+        problem = graded_problem(load_task(task_dir))
     except PdbgymError as exc:
+        problem = str(exc)
+    if problem:
         shutil.rmtree(task_dir, ignore_errors=True)
-        return BuildResult(site.key, "invalid", instance_id, str(exc))
+        return BuildResult(site.key, "invalid", instance_id, problem)
     return BuildResult(site.key, "kept", instance_id)
+
+
+def graded_problem(task: Task) -> str:
+    """An empty string when ``pdbgym tasks validate`` (without its debugger check) passes the written task,
+    else its problems.
+
+    The runs above read outcomes through the synthesis probe, in a fork of a warm pytest: fast, and they
+    see timeouts. This one is the grader's own: the hardened run and its verdict (``tasks/testrun.py``,
+    ``tasks/verdict.py``) on every listed test, buggy and patched. So synthesis keeps only tasks that
+    grading and ``tasks validate`` judge the same way, whatever the two runs differ in (the import mode,
+    the plugin's self-check, the verdict's rules)."""
+    report = validate_task(task, get_sandbox("auto"), check_debugger=False)
+    return "" if report.ok else "pdbgym tasks validate: " + "; ".join(report.problems)[:1500]
 
 
 _layouts: dict[tuple, str] = {}  # this process's layout checks: (root, test files, tests) -> problem
