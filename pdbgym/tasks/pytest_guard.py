@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -119,7 +120,9 @@ class AgentCode:
     def is_agent(self, filename: str, lineno: int | None = None) -> bool:
         """Whether the code at ``filename:lineno`` is the agent's (any line of the file: ``lineno`` None)."""
         if filename.startswith("<"):
-            return not filename.startswith("<frozen ")
+            # Frozen standard modules and doctest examples (compiled from the pristine docstrings) are
+            # not the agent's; any other code compiled from a string is.
+            return not filename.startswith(("<frozen ", "<doctest "))
         if not filename.startswith(self.root_prefix):
             return not filename.startswith(self.libraries)
         spans = self.agent_lines.get(filename[len(self.root_prefix):])
@@ -142,6 +145,7 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
     findings: list[str] = []
     busy = [False]
     getframe, str_, len_, isinstance_, type_ = sys._getframe, str, len, isinstance, type
+    current_thread, main_thread = threading.current_thread, threading.main_thread
     machinery, frame_events, frame_attributes = _MACHINERY_EVENTS, _FRAME_EVENTS, _FRAME_ATTRIBUTES
     runner_packages, import_refused, frame_handing = _RUNNER_PACKAGES, _IMPORT_REFUSED, _FRAME_HANDING
     is_agent, is_library = agent.is_agent, agent.is_library
@@ -179,7 +183,10 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
                 args[1] == "__code__" or (isinstance_(args[0], type_) and str_(
                     getattr(args[0], "__module__", "")).partition(".")[0] in runner_packages))):
             frame = responsible()
-            if frame is None or agent_frame(frame):
+            # Library code alone on the main thread is pytest, doctest (which clears and restores the trace
+            # hook around each example) and the like; alone on another thread it may be running a hook the
+            # agent's code handed over (``threading.settrace``), so it is not trusted there.
+            if (frame is None and current_thread() is not main_thread()) or (frame is not None and agent_frame(frame)):
                 what = event if event != "object.__setattr__" else f"setting {args[1]} on {args[0]!r:.60}"
                 return f"{what} from {where(frame) if frame is not None else 'a thread of library code only'}"
         elif event in frame_events or (event == "object.__getattr__" and args[1] in frame_attributes):

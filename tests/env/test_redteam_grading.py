@@ -447,3 +447,21 @@ def test_the_grading_run_has_a_disk_cap_too(sandbox, monkeypatch):
         graded = grading.grade(task, ws.path, sandbox)
     assert not graded.final_test_passed
     assert "[disk cap] the grading run was stopped" in graded.output, graded.output[-800:]
+
+
+@needs_bwrap
+def test_a_trace_hook_handed_to_a_library_thread_is_refused(sandbox):
+    """The agent's code has ``threading`` install its trace function on a new thread: the thread's own
+    stack is library code only, which the guard trusts on the main thread alone."""
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        _append(ws.path, "logstats/__init__.py", '''
+            import threading as _t
+            getattr(_t, "set" + "trace")(lambda *args: None)
+            _worker = _t.Thread(target=lambda: None)
+            _worker.start()
+            _worker.join()
+        ''')
+        graded = grade(task, ws.path, sandbox)
+    assert not graded.final_test_passed
+    assert any("sys.settrace from a thread of library code only" in why for why in graded.tampered), graded.tampered
