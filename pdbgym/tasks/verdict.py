@@ -75,19 +75,25 @@ def summary_counts(output: str) -> dict[str, int] | None:
     return counts
 
 
-def _check_summary(outcomes: dict[str, str], collect_errors: int, output: str) -> list[str]:
-    """pytest's terminal summary is written by other code than the records; the two must agree (a
-    collection error is one error in the summary)."""
+def _check_summary(outcomes: dict[str, str], collect_errors: int, output: str,
+                   calls_passed: int | None) -> list[str]:
+    """pytest's terminal summary is written by other code than the records; the two must agree: its
+    ``passed`` exactly (one per call phase that passed and was not an expected failure; ``calls_passed``
+    None: not compared, as in runs with subtests, whose failures move a test out of pytest's count), and
+    whether anything failed or errored (a collection error is one error in the summary)."""
     counts = summary_counts(output)
     if counts is None:
         return []
+    problems = []
+    if calls_passed is not None and counts.get("passed", 0) != calls_passed:
+        problems.append(f"pytest's own summary says {counts.get('passed', 0)} passed, the records say {calls_passed}")
     said = counts.get("failed", 0) + counts.get("error", 0)
     recorded = sum(o in ("failed", "error") for o in outcomes.values()) + collect_errors
     if said and not recorded:
-        return [f"pytest's own summary says {said} failed or errored, the records say none did"]
+        problems.append(f"pytest's own summary says {said} failed or errored, the records say none did")
     if recorded and not said:
-        return [f"the records say {recorded} test(s) failed, pytest's own summary says none did"]
-    return []
+        problems.append(f"the records say {recorded} test(s) failed, pytest's own summary says none did")
+    return problems
 
 
 def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bool,
@@ -98,7 +104,7 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
     wanted = set(nodes)
     phases: dict[str, dict[str, str]] = {}
     end: dict | None = None
-    phase_count = collect_errors = subtest_count = 0
+    phase_count = collect_errors = subtest_count = calls_passed = 0
     failed_subtests: set[str] = set()
     for expected_seq, record in enumerate(records):
         kind = record.get("kind")
@@ -112,6 +118,8 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
                 tampered.append("a second start record")
         elif kind == "phase":
             phase_count += 1
+            calls_passed += record.get("when") == "call" and record.get("outcome") == "passed" \
+                and not record.get("xfail")
             _take_phase(record, wanted, phases, tampered)
         elif kind == "subtest":
             subtest_count += 1
@@ -135,7 +143,7 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
                         f"{subtest_count}")
     tampered += _check_end(end, phase_count, collect_errors, outcomes, returncode, timed_out)
     if end is not None:
-        tampered += _check_summary(outcomes, collect_errors, output)
+        tampered += _check_summary(outcomes, collect_errors, output, None if subtest_count else calls_passed)
     return outcomes, tampered
 
 

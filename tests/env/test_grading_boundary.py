@@ -343,3 +343,11 @@ def test_source_that_breaks_the_tests_import_is_unsolved_not_tampered(mistake):
         graded = grade(task, ws.path, get_sandbox("bwrap"))
     assert not graded.final_test_passed
     assert graded.tampered == [], graded.output[-1500:]
+
+
+def test_pytests_passed_count_must_equal_the_records():
+    """A forger that prints a closing line after the real one must get the passed count exactly right."""
+    honest = _stream(*_honest("passed", 0))
+    assert judge(honest, NODES, 0, False, "..\n2 passed in 0.10s\n")[1] == []
+    _, tampered = judge(honest, NODES, 0, False, "..\n3 passed in 0.10s\n")
+    assert any("summary says 3 passed, the records say 2" in t for t in tampered)
