@@ -48,26 +48,34 @@ class Sandbox(ABC):
         env: dict[str, str] | None = None,
         stdin: str | None = None,
         readonly_paths: Sequence[str | Path] = (),
+        pass_fds: Sequence[int] = (),
     ) -> RunResult:
         """Run ``argv`` to completion (or ``limits.wall_time_s``) and return its bounded output.
 
         ``readonly_paths`` (files or folders inside ``workspace``) are bound read-only over the writable
         workspace: the command can neither write, replace, rename nor remove them, nor rename a folder
         holding one. Only where ``binds_readonly``; elsewhere giving any raises ``SandboxError``.
+
+        ``pass_fds`` are handed over: the command inherits each at its number, and this process's copies
+        are closed as soon as the command has started (or failed to), so a reader of the other end of a
+        pipe sees EOF when the command's process tree is gone.
         """
-        argv, workspace = _check_request(argv, workspace)
-        readonly = self._check_readonly(readonly_paths, workspace)
-        env = sandbox_env(workspace) if env is None else env
-        started = time.monotonic()
         try:
-            popen, cgroup = self._popen(
-                argv, workspace, limits, env, readonly,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            )
-        except FileNotFoundError as exc:
-            return RunResult(argv, 127, f"sandbox: cannot execute {argv[0]!r}: {exc.strerror}",
-                             False, time.monotonic() - started, 0, False)
+            argv, workspace = _check_request(argv, workspace)
+            readonly = self._check_readonly(readonly_paths, workspace)
+            env = sandbox_env(workspace) if env is None else env
+            started = time.monotonic()
+            try:
+                popen, cgroup = self._popen(
+                    argv, workspace, limits, env, readonly, pass_fds=tuple(pass_fds),
+                    stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                )
+            except FileNotFoundError as exc:
+                return RunResult(argv, 127, f"sandbox: cannot execute {argv[0]!r}: {exc.strerror}",
+                                 False, time.monotonic() - started, 0, False)
+        finally:
+            _close_all(pass_fds)
         output = BoundedOutput(limits.output_limit_bytes)
         try:
             timed_out = _pump(popen, (stdin or "").encode(), output, started + limits.wall_time_s)
@@ -121,7 +129,7 @@ class Sandbox(ABC):
 
     def _popen(
         self, argv: list[str], workspace: Path, limits: Limits, env: dict[str, str],
-        readonly: list[Path], **stdio: object,
+        readonly: list[Path], pass_fds: tuple[int, ...] = (), **stdio: object,
     ) -> tuple[subprocess.Popen, CommandCgroup | None]:
         # Without read-only paths, wrap is called as before, so a backend written for three arguments works.
         wrapped = self.wrap(argv, workspace, limits, readonly) if readonly else self.wrap(argv, workspace, limits)
@@ -129,7 +137,7 @@ class Sandbox(ABC):
         cgroup_fds = cgroup.open_procs_fds() if cgroup is not None else []
         try:
             popen = subprocess.Popen(
-                wrapped, cwd=workspace, env=env, start_new_session=True,
+                wrapped, cwd=workspace, env=env, start_new_session=True, pass_fds=pass_fds,
                 preexec_fn=child_setup(rlimits_for(limits, cgroup), cgroup_fds), **stdio,  # type: ignore[call-overload]
             )
         except BaseException:
@@ -144,6 +152,14 @@ class Sandbox(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, isolated={self.isolated})"
+
+
+def _close_all(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _check_request(argv: Sequence[str], workspace: Path) -> tuple[list[str], Path]:

@@ -3,7 +3,9 @@
 The sandbox's root is an empty tmpfs holding, read-only: ``/usr`` (and the ``/bin``, ``/lib*``,
 ``/sbin`` links or folders), a minimal ``/etc`` (generated ``passwd``/``group``/``hosts``/
 ``nsswitch.conf``, the dynamic loader's cache, time zone and TLS certificates), the running
-interpreter's prefixes and site-packages, and pdbgym's package folder; read-write: the workspace only
+interpreter's prefixes and site-packages, and in place of pdbgym's package folder a copy of just the
+modules that run in the sandbox (``runtime.py``: the folder also holds every task's answer); read-write:
+the workspace only
 (less the ``readonly_paths`` a caller binds read-only over it, ``readonly_args``), plus a private
 size-bounded ``/tmp`` and ``/dev/shm``. Host homes, ``/root``, ``/run``, ``/var``,
 ``/etc/shadow``, host sockets, the caller's working folder and the host's ``/tmp`` are not there.
@@ -35,6 +37,7 @@ from pathlib import Path
 from pdbgym.errors import SandboxError
 from pdbgym.sandbox.base import Sandbox
 from pdbgym.sandbox.limits import Limits
+from pdbgym.sandbox.runtime import runtime_args
 
 BWRAP_ENV_VAR = "PDBGYM_BWRAP"  # path of the bwrap binary, when not on PATH
 SANDBOX_UID = 1000  # the uid and gid commands run as inside the sandbox
@@ -121,12 +124,15 @@ def _pth_folders(site_dirs: list[str]) -> set[str]:
 
 @functools.cache
 def python_roots() -> tuple[str, ...]:
-    """Host folders the sandboxed interpreter needs, outermost only: its prefixes, site-packages, folders
-    named by ``.pth`` files, and pdbgym's package folder. Never ``sys.path`` wholesale: it holds the
-    caller's working folder and script folder."""
+    """Host folders the sandboxed interpreter needs, outermost only: its prefixes, site-packages and the
+    folders named by ``.pth`` files. Never ``sys.path`` wholesale: it holds the caller's working folder
+    and script folder. Never pdbgym's package folder, nor a ``.pth`` folder holding it (an old-style
+    editable install names the whole checkout): ``runtime_args`` binds what runs of it."""
     site_dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    package = package_dir()
+    checkouts = {f for f in _pth_folders(site_dirs) if package.is_relative_to(Path(f).resolve())}
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site_dirs,
-                  str(Path(sys.executable).resolve().parent.parent), *_pth_folders(site_dirs), str(package_dir())}
+                  str(Path(sys.executable).resolve().parent.parent), *(_pth_folders(site_dirs) - checkouts)}
     resolved: set[str] = set()
     for candidate in candidates:
         for form in (Path(candidate).absolute(), Path(candidate).resolve()):
@@ -205,6 +211,12 @@ def _system_args() -> list[str]:
     return args
 
 
+def _system_roots() -> list[str]:
+    """The system folders ``_system_args`` binds (a system-wide pdbgym lies inside one)."""
+    return ["/usr", *(str(Path("/", n)) for n in TOP_LEVEL_SYSTEM
+                      if Path("/", n).is_dir() and not Path("/", n).is_symlink())]
+
+
 def readonly_args(workspace: Path, paths: Sequence[Path]) -> list[str]:
     """Binds that make ``paths`` (inside ``workspace``) read-only and keep them where they are.
 
@@ -249,6 +261,8 @@ class BwrapSandbox(Sandbox):
             *_if_supported(binary, "--size", size), "--tmpfs", "/dev/shm",
             # After the /tmp tmpfs, so an interpreter or a workspace under /tmp is the real one.
             *[arg for path in python_roots() for arg in ("--ro-bind", path, path)],
+            # After the roots, so the copy hides the real package folder inside one of them too.
+            *runtime_args(package_dir(), [*_system_roots(), *python_roots()]),
             "--bind", workspace_dir, workspace_dir,
             *readonly_args(workspace, readonly_paths),
             "--remount-ro", "/",  # the root tmpfs and its folders (/etc...): nothing planted there either

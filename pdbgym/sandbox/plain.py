@@ -1,7 +1,9 @@
 """The ``plain`` backend: rlimits, a new session and a pids cgroup where available; no namespaces.
 
-It shares the host's network, filesystem and process view. Use it where bubblewrap cannot run, and
-only for code you would run on the host anyway. It cannot make paths of the workspace read-only for a
+It shares the host's network, filesystem and process view: it hides no file, so the tasks' answers in
+pdbgym's package folder are readable (see ``runtime.py`` for what bwrap mounts instead). Use it where
+bubblewrap cannot run, and only for code you would run on the host anyway, never for an agent whose
+reward depends on not reading them. It cannot make paths of the workspace read-only for a
 run (no mount namespace): ``binds_readonly`` is False and ``run`` refuses ``readonly_paths``.
 """
 

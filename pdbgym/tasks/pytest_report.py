@@ -51,16 +51,19 @@ _PYTEST_OWN_PATCHES = {
 
 
 def _open_channel() -> int | None:
-    path = os.environ.pop(CHANNEL_ENV, None)
-    if not path:
+    """The write end of the host's pipe, moved to a private descriptor. The variable holds the number
+    this process inherited it at, never a path: nothing of the channel is named where the project
+    could replace it."""
+    import stat
+
+    number = os.environ.pop(CHANNEL_ENV, None)
+    if not number:
         return None
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    fd = int(number)
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):  # a wrong number must not write records into a file
+        raise RuntimeError(f"{CHANNEL_ENV}={number} is not the inherited result pipe")
     private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _PRIVATE_FD_MIN)
     os.close(fd)
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
     return private
 
 

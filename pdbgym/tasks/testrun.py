@@ -2,10 +2,11 @@
 
 The run (``pdbgym.tasks.pytest_launch``) starts an isolated interpreter with the project last on
 ``sys.path``, the task's pristine pytest configuration named explicitly, and the report plugin streaming
-one JSON record per test phase through a FIFO as pytest reports it. This side reads the stream while the
-run goes on and judges it (``judge``): the first record for a test phase wins; a second one, a record for
-a test not asked for, a record after the end record, a missing or inconsistent end record, an exit
-status that disagrees with the records, or a failed self-check of the plugin marks the run tampered.
+one JSON record per test phase through a pipe it inherits (``_ChannelReader``) as pytest reports it.
+This side reads the stream while the run goes on and judges it (``judge``): the first record for a
+test phase wins; a second one, a record for a test not asked for, a record after the end record, a
+missing or inconsistent end record, an exit status that disagrees with the records, or a failed
+self-check of the plugin marks the run tampered.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import select
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +25,8 @@ from pdbgym.sandbox import Limits, Sandbox, beneath, sandbox_env
 from pdbgym.tasks.model import Task, bad_test_command, pytest_options
 from pdbgym.tasks.verdict import judge
 
-# The plugin reads the FIFO's path from this variable (pytest_report.CHANNEL_ENV; not imported here,
-# which would import pytest on the host).
+# The plugin reads the number of the channel's inherited descriptor from this variable
+# (pytest_report.CHANNEL_ENV; not imported here, which would import pytest on the host).
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
 LAUNCHER = str(Path(__file__).with_name("pytest_launch.py"))
 MAX_CHANNEL_BYTES = 32 * 1024**2  # far above any honest run (about 150 bytes a phase record)
@@ -137,27 +137,32 @@ def launch_argv(task: Task, root: Path, nodes: list[str], python: str = sys.exec
 
 
 class _ChannelReader:
-    """Reads the FIFO the plugin writes, on a thread, while the sandboxed run goes on."""
+    """Reads the pipe the plugin writes, on a thread, while the sandboxed run goes on.
 
-    def __init__(self, path: Path) -> None:
-        os.mkfifo(path, 0o600)
-        os.chmod(path, 0o622)  # the sandbox may run under another uid; only this side can read
-        self.path = path
-        self.read_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        self.keep_fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)  # no EOF while the run has not opened it
+    An anonymous pipe: nothing of it has a name, so no process of the sandbox (the run itself, or the
+    agent's pdb session working in the same folder) can swap it for a link to a host file between two
+    calls by name. The run inherits ``write_fd`` (handed to ``Sandbox.run``, which closes this process's
+    copy once the run started): EOF comes when no process of the run holds it any more.
+    """
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()  # both close-on-exec: no other child inherits them
+        os.set_blocking(self.read_fd, False)
         self.data = bytearray()
         self.overflow = False
+        self._ended = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
     def _drain(self) -> None:
-        while True:
+        while not self._ended:
             try:
                 chunk = os.read(self.read_fd, 1 << 16)
             except BlockingIOError:
                 return
             if not chunk:
+                self._ended = True  # every write end is closed; none can be opened again
                 return
             if len(self.data) + len(chunk) > MAX_CHANNEL_BYTES:
                 self.overflow = True
@@ -165,7 +170,7 @@ class _ChannelReader:
             self.data += chunk
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self._ended:
             ready, _, _ = select.select([self.read_fd], [], [], 0.05)
             if ready:
                 self._drain()
@@ -174,9 +179,7 @@ class _ChannelReader:
         self._stop.set()
         self._thread.join()
         self._drain()
-        for fd in (self.read_fd, self.keep_fd):
-            os.close(fd)
-        self.path.unlink(missing_ok=True)
+        os.close(self.read_fd)
         return bytes(self.data)
 
 
@@ -197,11 +200,13 @@ def run_tests(
     argv = launch_argv(task, root, nodes)
     wall = min(600.0, 30.0 + task.test_timeout_s * max(1, len(nodes)))
     limits = limits or Limits(wall_time_s=wall)
-    channel = _ChannelReader(root / f".pdbgym-results-{uuid.uuid4().hex}")
+    env = sandbox_env(root)
     started = time.perf_counter()
+    channel = _ChannelReader()
     try:
-        env = sandbox_env(root, {CHANNEL_ENV: str(channel.path)})
-        result = sandbox.run(argv, root, limits, env=env, readonly_paths=readonly_paths)
+        env[CHANNEL_ENV] = str(channel.write_fd)
+        result = sandbox.run(argv, root, limits, env=env, readonly_paths=readonly_paths,
+                             pass_fds=(channel.write_fd,))
     finally:
         stream = channel.finish()
     outcomes, tampered = judge(stream, nodes, result.returncode, result.timed_out, result.output)

@@ -76,12 +76,18 @@ def test_tree_memory_limit_leaves_headroom_above_the_process_limit():
 def test_mounted_python_roots_never_include_the_working_folder():
     import sys
 
-    from pdbgym.sandbox.bwrap import package_dir, python_roots
+    from pdbgym.sandbox import Limits
+    from pdbgym.sandbox.bwrap import BwrapSandbox, package_dir, python_roots
+    from pdbgym.sandbox.runtime import runtime_copy
 
     roots = [Path(root) for root in python_roots()]
     assert Path(sys.base_prefix).resolve() in roots or any(Path(sys.base_prefix).resolve().is_relative_to(r)
                                                            for r in roots)
-    assert any(package_dir().is_relative_to(root) for root in roots)
+    # pdbgym's folder (with every task's answer) is never bound; a copy of its runtime modules is.
+    assert not any(root.is_relative_to(package_dir()) for root in roots)
+    args = BwrapSandbox().wrap(["true"], Path.cwd(), Limits())
+    assert any(args[i:i + 3] == ["--ro-bind", str(runtime_copy(package_dir())), str(package_dir())]
+               for i in range(len(args)))
     cwd = Path.cwd().resolve()
     assert not any(cwd.is_relative_to(root) for root in roots if root != Path("/")), roots
     assert Path("/root") not in roots and Path("/home") not in roots and Path("/tmp") not in roots
