@@ -1,18 +1,22 @@
 """The report plugin of the grading run: each test phase's outcome leaves the process as it is reported.
 
 Registered by ``pdbgym.tasks.pytest_launch`` (as ``PLUGIN``) before pytest starts and before any project
-module is imported. At import it opens the result channel (a FIFO whose path ``PDBGYM_RESULT_CHANNEL``
-names; the variable is removed and the FIFO unlinked at once), moves it to a private descriptor, and
-takes a snapshot of what the verdict depends on: the functions and classes of pytest, ``_pytest``,
-pluggy, pytest-timeout and this module, and the builtins. Each record is one JSON line with a sequence
-number, written with ``os.write`` as pytest reports it, so nothing the project does later (an exit hook,
-a patched ``json``) can take a record back.
+module is imported; the launcher then drops pdbgym's modules from ``sys.modules``, so pytest alone holds
+the plugin. At import it takes the result channel (the write end of the host's pipe, inherited at the
+descriptor ``PDBGYM_RESULT_CHANNEL`` names; the variable is removed) onto a private descriptor, installs
+the guard (``pdbgym.tasks.pytest_guard``: an audit hook refusing interpreter machinery from the lines
+the agent wrote, which ``PDBGYM_AGENT_FILES`` lists), and takes a snapshot of what the verdict depends
+on: the functions and classes of pytest, ``_pytest``, pluggy and pytest-timeout, and the builtins. Each
+record is one JSON line with a sequence number, written with ``os.write`` as pytest reports it, so
+nothing the project does later (an exit hook, a patched ``json``) can take a record back.
 
 The hooks are closures over everything they use (the descriptor, ``os.write``, ``json.dumps``, the
 snapshot, even ``str`` and ``getattr``), so replacing a name in this module, in ``os``, ``json`` or in
 the builtins changes nothing they do; such a replacement is reported by the self-check. At session end
-the plugin checks that snapshot, the hook implementations pytest calls, the collected test functions'
-code and the trace hooks, and sends the end record with the exit status and what the check found. A
+the plugin checks that snapshot, every hook implementation (pytest's, pluggy's, installed packages', a
+conftest's pristine code, or project code the agent did not write), every collected test function
+against the code compiled from its pristine file, that each test reported passed entered that code,
+the guard's findings, classes of the agent's that call anything equal, and the trace hooks, and sends the end record with the exit status and what the check found. A
 collection error (a test module that fails to import) is sent as its own record, and so is each
 subtest's report (pytest's ``subtests`` fixture, ``unittest``'s ``subTest``), which pytest gives as
 one more ``call`` report of its test. The
@@ -33,6 +37,15 @@ from typing import Any
 import pytest
 
 from pdbgym.tasks.protect import is_protected_path, protected_digests
+from pdbgym.tasks.pytest_guard import (
+    AgentCode,
+    AgentLines,
+    PristineCode,
+    agent_lines_from_env,
+    always_equal_classes,
+    install_audit_hook,
+    library_dirs,
+)
 
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
 ROOT_ENV = "PDBGYM_TEST_ROOT"  # set by the launcher: the project folder whose test files are hashed
@@ -91,21 +104,31 @@ class ReportPlugin:
         vars(self).update(hooks)
 
 
-def _build(fd: int | None, root: str | None) -> ReportPlugin:  # noqa: C901 - one closure scope
-    """The plugin object; every name its hooks use is bound here, once, before project code runs."""
+def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
+           agent_lines: AgentLines | None = None) -> ReportPlugin:
+    """The plugin object; every name its hooks use is bound here, once, before project code runs.
+    ``agent_lines`` are the lines the agent wrote, by repo-relative file; None: no agent code in this run."""
     write, dumps, getpid = os.write, json.dumps, os.getpid
     modules, builtin_names = sys.modules, vars(builtins)
-    gettrace, getprofile = sys.gettrace, sys.getprofile
-    abspath, dirname, basename, relpath, sep = (os.path.abspath, os.path.dirname, os.path.basename,
-                                                os.path.relpath, os.sep)
+    gettrace, getprofile, setprofile = sys.gettrace, sys.getprofile, sys.setprofile
+    abspath, dirname, relpath, sep = os.path.abspath, os.path.dirname, os.path.relpath, os.sep
     str_, int_, bool_, list_, len_, tuple_ = str, int, bool, list, len, tuple
     getattr_, isinstance_, callable_, vars_, type_ = getattr, isinstance, callable, vars, type
     descriptors = (property, staticmethod, classmethod)
     protected = is_protected_path
-    state: dict[str, Any] = {"seq": 0, "phases": 0, "collect_errors": 0, "subtests": 0, "tests": {}, "changed": []}
+    state: dict[str, Any] = {"seq": 0, "phases": 0, "collect_errors": 0, "subtests": 0, "tests": {}, "changed": [],
+                             "items": [], "entered": set()}
     sha256, join, isfile = hashlib.sha256, os.path.join, os.path.isfile
     digests = protected_digests(root) if root else {}
     subtest_reports = _subtest_report_types()
+    libraries = library_dirs(abspath(root)) if root else ()
+    agent = AgentCode(abspath(root), agent_lines, libraries) if root and agent_lines is not None else None
+    guard_findings = install_audit_hook(agent) if agent is not None else list_
+    always_equal = always_equal_classes
+    from _pytest.assertion.rewrite import _rewrite_test
+    from _pytest.python import Function
+
+    pristine = PristineCode(abspath(root), protected, _rewrite_test) if root else None
 
     def digest_now(rel: str) -> str | None:
         path = join(root or "", rel)
@@ -131,7 +154,7 @@ def _build(fd: int | None, root: str | None) -> ReportPlugin:  # noqa: C901 - on
     def snapshot() -> dict[tuple[str, ...], object]:
         taken: dict[tuple[str, ...], object] = {}
         for name, module in list_(modules.items()):
-            if module is None or (name.split(".")[0] not in _WATCHED_PACKAGES and name != __name__):
+            if module is None or name.split(".")[0] not in _WATCHED_PACKAGES:
                 continue
             taken[(name,)] = module
             for attr, value in list_(vars_(module).items()):
@@ -166,36 +189,54 @@ def _build(fd: int | None, root: str | None) -> ReportPlugin:  # noqa: C901 - on
                 if (now := current_value(key)) is not value and not allowed_replacement(key, now)]
 
     def trusted_dirs() -> tuple[str, ...]:
-        dirs = [dirname(abspath(__file__))]
+        # Installed packages and the standard library are read-only in the sandbox: a plugin an ini names
+        # from there (xdist, hypothesis) is no one's forgery.
+        dirs = [dirname(abspath(__file__)), *libraries]
         for name in _WATCHED_PACKAGES:
             module = modules.get(name)
             if module is not None and getattr_(module, "__file__", None):
                 dirs.append(dirname(abspath(module.__file__)))
         return tuple_(dirs)
 
+    def hook_problem(hook_name: str, function: Any, config: Any, root: str) -> str | None:
+        """Why a hook implementation is not trusted: pytest, pluggy, pytest-timeout and this plugin are;
+        a conftest or test file only with its pristine code; other project code only when the agent did
+        not change it (in a run without agent code, all of it)."""
+        code = getattr_(function, "__code__", None)
+        filename = abspath(getattr_(code, "co_filename", "?"))
+        if filename.startswith(trusted_dirs()):
+            return None
+        if filename.startswith(root + sep):
+            rel = relpath(filename, root)
+            if protected(rel):
+                why = pristine.mismatch(code, config) if pristine is not None else None
+                return None if why is None else f"hook {hook_name}: {why}"
+            if agent is None or code is None or not agent.code_is_agent(code):
+                return None
+        return f"hook {hook_name} implemented by untrusted code in {filename}"
+
     def check_hooks(session: Any, root: str) -> list[str]:
-        trusted, problems = trusted_dirs(), []
-        for hook_name in _WATCHED_HOOKS:
-            for impl in vars_(session.config.pluginmanager.hook)[hook_name].get_hookimpls():
-                filename = abspath(getattr_(getattr_(impl.function, "__code__", None), "co_filename", "?"))
-                if filename.startswith(trusted):
-                    continue
-                if basename(filename) == "conftest.py" and filename.startswith(root + sep):
-                    continue
-                problems.append(f"hook {hook_name} implemented by untrusted code in {filename}")
+        problems = []
+        for hook_name, caller in list_(vars_(session.config.pluginmanager.hook).items()):
+            for impl in getattr_(caller, "get_hookimpls", list_)():
+                problem = hook_problem(hook_name, impl.function, session.config, root)
+                if problem is not None:
+                    problems.append(problem)
         return problems
 
     def check_tests(root: str) -> list[str]:
-        problems = []
+        problems = list_(state["items"])
         for nodeid, (function, code) in state["tests"].items():
             # Code from outside the tree (a decorator of the standard library or an installed package,
-            # like mock.patch) is not the project's; inside it, only test files may hold a test's code.
+            # like mock.patch) is not the project's; inside it, test files must hold their pristine code
+            # and no test may run code the agent wrote.
             filename = abspath(code.co_filename)
             if getattr_(function, "__code__", None) is not code:
                 problems.append(f"the code of test {nodeid} was replaced during the run")
-            elif filename.startswith(root + sep) and not code.co_filename.startswith("<") \
-                    and not protected(relpath(filename, root)):
-                problems.append(f"test {nodeid} runs code from {code.co_filename}, not from a test file")
+            elif agent is not None and agent.code_is_agent(code) and not (
+                    filename.startswith(root + sep) and protected(relpath(filename, root))):
+                # (a test file the agent edited runs only in its own workspace run: grading takes none)
+                problems.append(f"test {nodeid} runs code from {code.co_filename}, which the agent wrote")
         if gettrace() is not None or getprofile() is not None:
             problems.append("a trace or profile hook was left installed")
         return problems
@@ -203,10 +244,20 @@ def _build(fd: int | None, root: str | None) -> ReportPlugin:  # noqa: C901 - on
     @pytest.hookimpl
     def pytest_collection_finish(session: Any) -> None:
         for item in session.items:
+            if not isinstance_(item, Function):
+                continue  # doctests and items of a conftest's own collector have no test function
             function = getattr_(item, "obj", None)
             code = getattr_(function, "__code__", None)
-            if code is not None:
-                state["tests"][item.nodeid] = (function, code)
+            if code is None:
+                state["items"].append(f"test {item.nodeid} has no code of its own ({type_(function)!r:.60})")
+                continue
+            state["tests"][item.nodeid] = (function, code)
+            why = pristine.mismatch(code, session.config) if pristine is not None else None
+            if why is None and str_(getattr_(item, "path", "")) == abspath(code.co_filename) \
+                    and code.co_name != getattr_(item, "originalname", code.co_name):
+                why = f"runs {code.co_name}, another function of its file"
+            if why is not None:
+                state["items"].append(f"test {item.nodeid}: {why}")
         # Modules pytest imported since load (its lazily loaded parts) are watched from here on too.
         state["snap"] = {**snapshot(), **state["snap"]}
 
@@ -228,8 +279,34 @@ def _build(fd: int | None, root: str | None) -> ReportPlugin:  # noqa: C901 - on
                   "xfail": bool_(getattr_(report, "wasxfail", False))})
             return
         state["phases"] += 1
+        if report.when == "call" and report.outcome == "passed" and report.nodeid in state["tests"] \
+                and report.nodeid not in state["entered"]:
+            state["items"].append(f"test {report.nodeid} passed, but its collected code never ran")
         send({"kind": "phase", "nodeid": str_(report.nodeid), "when": str_(report.when),
               "outcome": str_(report.outcome), "xfail": bool_(getattr_(report, "wasxfail", False))})
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_call(item: Any) -> Any:
+        # An independent sign that the pristine test body ran: a profile hook that lives only from here
+        # until the test's collected code object is entered (pytest calls it a few frames down), then
+        # gives the previous hook back. A test reported passed whose code was never entered is forged.
+        entry = state["tests"].get(item.nodeid)
+        if entry is None:
+            yield
+            return
+        code, previous, nodeid = entry[1], getprofile(), item.nodeid
+
+        def watch(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code is code:
+                state["entered"].add(nodeid)
+                setprofile(previous)
+
+        setprofile(watch)
+        try:
+            yield
+        finally:
+            if getprofile() is watch:
+                setprofile(previous)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collectreport(report: Any) -> None:
@@ -239,11 +316,28 @@ def _build(fd: int | None, root: str | None) -> ReportPlugin:  # noqa: C901 - on
             state["collect_errors"] += 1
             send({"kind": "collect", "nodeid": str_(report.nodeid), "outcome": "failed"})
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(config: Any) -> None:
+        state["config"] = config
+
+    @pytest.hookimpl
+    def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> None:
+        # Checked as it arrives: a plugin that unregisters itself before the end is seen here.
+        config = state.get("config")
+        root_now = abspath(root) if root else ""
+        for name in dir(plugin) if plugin is not None else ():
+            if name.startswith("pytest_"):
+                problem = hook_problem(name, getattr_(plugin, name, None), config, root_now)
+                if problem is not None:
+                    state["items"].append(f"plugin {plugin_name!r} registered during the run: {problem}")
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(session: Any) -> None:
         root = str_(session.config.rootpath)
         check_files(list_(digests), "during the run")
-        problems = state["changed"] + check_snapshot() + check_hooks(session, root) + check_tests(root)
+        problems = state["changed"] + check_snapshot() + check_hooks(session, root) + check_tests(root) + \
+            guard_findings() + (always_equal(agent) if agent is not None else [])
+        problems = list_(dict.fromkeys(problems))  # one line per distinct finding
         send({"kind": "end", "exitstatus": int_(session.exitstatus), "phases": state["phases"],
               "collect_errors": state["collect_errors"],
               "subtests": state["subtests"], "selfcheck": problems[:20]})
@@ -254,7 +348,10 @@ def _build(fd: int | None, root: str | None) -> ReportPlugin:  # noqa: C901 - on
                         pytest_collectstart=pytest_collectstart,
                         pytest_collectreport=pytest_collectreport,
                         pytest_runtest_logreport=pytest_runtest_logreport,
-                        pytest_sessionfinish=pytest_sessionfinish)
+                        pytest_sessionfinish=pytest_sessionfinish,
+                        pytest_plugin_registered=pytest_plugin_registered,
+                        pytest_configure=pytest_configure,
+                        pytest_runtest_call=pytest_runtest_call)
 
 
-PLUGIN = _build(_open_channel(), os.environ.pop(ROOT_ENV, None))
+PLUGIN = _build(_open_channel(), os.environ.pop(ROOT_ENV, None), agent_lines_from_env())

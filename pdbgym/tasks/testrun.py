@@ -23,6 +23,7 @@ from pathlib import Path
 from pdbgym.errors import TaskFormatError
 from pdbgym.sandbox import Limits, Sandbox, beneath, sandbox_env
 from pdbgym.tasks.model import Task, bad_test_command, pytest_options
+from pdbgym.tasks.pytest_guard import AGENT_FILES_ENV, AgentLines, encode_agent_lines
 from pdbgym.tasks.verdict import judge
 
 # The plugin reads the number of the channel's inherited descriptor from this variable
@@ -191,16 +192,21 @@ def run_tests(
     *,
     limits: Limits | None = None,
     readonly_paths: Sequence[str | Path] = (),
+    agent_lines: AgentLines | None = None,
 ) -> SuiteRun:
     """Run ``nodes`` in ``root`` under ``sandbox``; never raises for test failures or timeouts.
 
     ``readonly_paths`` (relative to ``root``, or absolute inside it) are bound read-only for the run
-    (``Sandbox.run``)."""
+    (``Sandbox.run``). ``agent_lines`` are the lines an agent wrote, by repo-relative file: the run's
+    guard (``pdbgym.tasks.pytest_guard``) refuses interpreter machinery used by that code; None (task
+    validation, synthesis) means the run holds no agent code."""
     root = Path(root).resolve()
     argv = launch_argv(task, root, nodes)
     wall = min(600.0, 30.0 + task.test_timeout_s * max(1, len(nodes)))
     limits = limits or Limits(wall_time_s=wall)
     env = sandbox_env(root)
+    if agent_lines is not None:
+        env[AGENT_FILES_ENV] = encode_agent_lines(agent_lines)
     started = time.perf_counter()
     channel = _ChannelReader()
     try:
