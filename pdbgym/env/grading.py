@@ -14,6 +14,7 @@ the channel showed no forgery; a test missing from the run counts as failed; a f
 from __future__ import annotations
 
 import difflib
+import re
 import tempfile
 import time
 from collections.abc import Iterable
@@ -27,7 +28,7 @@ from pdbgym.sandbox.process import kill_commands_in
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.protect import is_protected_path, protected_bind_paths, protected_digests
 from pdbgym.tasks.pytest_guard import AgentLines
-from pdbgym.tasks.screen import screen_change
+from pdbgym.tasks.screen import MACHINERY_NAMES, screen_change
 from pdbgym.tasks.testrun import run_tests
 
 # What the grading run may add to its tree (the episode's workspace defaults, EnvConfig).
@@ -96,12 +97,37 @@ def agent_lines(task_repo: Path, tree: Path, rels: Iterable[str]) -> AgentLines:
         if original is None:
             lines[rel] = ((1, 1 << 30),)
             continue
-        matcher = difflib.SequenceMatcher(None, original.splitlines(), changed.splitlines(), autojunk=False)
-        spans = tuple((j1 + 1, j2) for tag, _, _, j1, j2 in matcher.get_opcodes()
-                      if tag in ("replace", "insert") and j2 > j1)
-        if spans:
-            lines[rel] = spans
+        before, after = original.splitlines(), changed.splitlines()
+        matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+        written: list[int] = []
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag not in ("replace", "insert"):
+                continue
+            kept = _machinery_words("\n".join(before[i1:i2]))
+            # A rewritten line that names only machinery its original lines named (the fix of a bug on a
+            # line that takes a frame: ``_getframe(1)`` -> ``_getframe(2)``) stays the project's.
+            written += [j + 1 for j in range(j1, j2) if not (words := _machinery_words(after[j])) or not words <= kept]
+        if written:
+            lines[rel] = _spans(written)
     return lines
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _machinery_words(text: str) -> frozenset[str]:
+    """The machinery names (``pdbgym.tasks.screen.MACHINERY_NAMES``) ``text`` spells literally."""
+    return frozenset(w for w in _WORD.findall(text) if w in MACHINERY_NAMES)
+
+
+def _spans(numbers: list[int]) -> tuple[tuple[int, int], ...]:
+    spans: list[tuple[int, int]] = []
+    for n in sorted(numbers):
+        if spans and spans[-1][1] == n - 1:
+            spans[-1] = (spans[-1][0], n)
+        else:
+            spans.append((n, n))
+    return tuple(spans)
 
 
 def screen_tree(task: Task, tree: Path, plan: TreePlan) -> list[str]:

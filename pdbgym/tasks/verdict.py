@@ -7,7 +7,8 @@ as failed) and one ``subtest`` per subtest report (``nodeid``, ``outcome``: pyte
 and ``unittest``'s ``subTest`` report each subtest as one more ``call`` of its test), then one ``end``
 (``exitstatus``, ``phases``, ``collect_errors``, ``subtests``, ``selfcheck``), each with ``seq`` counting
 from 0. A test is passed only when its setup, call and teardown all passed and none of its subtests
-failed; a passed subtest never makes a test pass, so a forged one gains nothing. Signs of forgery (each
+failed, and the stream ends with the end record (a run cut short passes nothing: its "passed" phase
+records were never checked); a passed subtest never makes a test pass, so a forged one gains nothing. Signs of forgery (each
 makes the run tampered): a sequence number out of order, a record that is not JSON, a second record for
 a test phase, a record for a test not asked for, anything after the end record, a second end record, an
 end record whose phase or subtest count disagrees with the stream, a process exit status other than
@@ -142,6 +143,11 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
         tampered.append(f"the end record counts {end.get('subtests')!r} subtest records, the stream holds "
                         f"{subtest_count}")
     tampered += _check_end(end, phase_count, collect_errors, outcomes, returncode, timed_out)
+    if end is None:
+        # No end record: the session never reached the checks that travel in it (the self-check, the
+        # hooks, the pristine code), so a phase record's "passed" is unchecked; a run cut short (a crash,
+        # a kill, the wall clock, or code that ends the process to skip those checks) passes nothing.
+        outcomes = {nodeid: "incomplete" if o == "passed" else o for nodeid, o in outcomes.items()}
     if end is not None:
         tampered += _check_summary(outcomes, collect_errors, output, None if subtest_count else calls_passed)
     return outcomes, tampered

@@ -275,7 +275,7 @@ def test_the_guard_refuses_machinery_the_screen_cannot_read(sandbox):
     profile hook all the same, from the agent's file, and grading ends tampered."""
     obfuscated = """
         import sys as _s
-        _hook = getattr(_s, "setpro" + "file")
+        _hook = getattr(_s, "".join(reversed("eliforptes")))
         def _watch(frame, event, arg):
             return None
         _hook(_watch)
@@ -457,7 +457,7 @@ def test_a_trace_hook_handed_to_a_library_thread_is_refused(sandbox):
     with Workspace.create(task.repo) as ws:
         _append(ws.path, "logstats/__init__.py", '''
             import threading as _t
-            getattr(_t, "set" + "trace")(lambda *args: None)
+            getattr(_t, "".join(reversed("ecarttes")))(lambda *args: None)
             _worker = _t.Thread(target=lambda: None)
             _worker.start()
             _worker.join()
@@ -465,3 +465,197 @@ def test_a_trace_hook_handed_to_a_library_thread_is_refused(sandbox):
         graded = grade(task, ws.path, sandbox)
     assert not graded.final_test_passed
     assert any("sys.settrace from a thread of library code only" in why for why in graded.tampered), graded.tampered
+
+
+# Second review's attacks: each ran against the defences above and graded the unfixed bug solved.
+KILL_BEFORE_THE_END_RECORD = '''
+import os as _o
+_r = _o.sys.modules["_py" + "test.runner"]
+_lg = _o.sys.modules["_py" + "test.logging"]
+_Real, _real_cl, _done = _r.TestReport, _lg.catching_logs, []
+
+class _Maker:
+    @staticmethod
+    def from_item_and_call(item, call):
+        rep = _Real.from_item_and_call(item, call)
+        if rep.outcome == "failed":
+            rep.outcome, rep.longrepr = "passed", None
+        if call.when == "teardown" and item is item.session.items[-1]:
+            _done.append(1)
+        return rep
+
+def _cl(*a, **k):
+    if _done:
+        ENDING
+    return _real_cl(*a, **k)
+
+_r.TestReport, _lg.catching_logs = _Maker, _cl
+'''
+FRAMES_THROUGH_LOGGING_AND_BDB = '''
+import bdb as _bdb, logging as _lg
+_b = _bdb.Bdb()
+_b.botframe = None
+_stack, _ = _b.get_stack(getattr(_lg, "current" + "frame")(), None)
+'''
+ALWAYS_EQUAL_TUPLE = '''
+class _Eq(tuple):
+    def __eq__(self, other):
+        return other is other
+    def __ne__(self, other):
+        return other is not other
+    __hash__ = tuple.__hash__
+    def __getitem__(self, k):
+        return self
+    def __getattr__(self, n):
+        return self
+
+def summarize_log(text, top=3):
+    return _Eq()
+'''
+ALWAYS_EQUAL_PARTIALMETHOD = '''
+import functools as _ft
+
+class _Any:
+    __eq__ = _ft.partialmethod(lambda self, other, *rest: True)
+    __ne__ = _ft.partialmethod(lambda self, other, *rest: False)
+    __hash__ = object.__hash__
+    def __getattr__(self, n):
+        return _Any()
+    def __getitem__(self, k):
+        return _Any()
+
+def summarize_log(text, top=3):
+    return _Any()
+'''
+
+
+def _run_told_of_the_agents_lines(task, sandbox, ws: Path):
+    """The tests in ``ws`` through the hardened run, the guard told the lines the agent wrote (as
+    grading tells it), without grading's static screen: one layer at a time."""
+    from pdbgym.env.grading import agent_lines, grading_plan
+    from pdbgym.tasks.testrun import run_tests
+
+    written = agent_lines(task.repo, ws, grading_plan(task, ws).changed)
+    return run_tests(sandbox, ws, task, task.all_tests, agent_lines=written)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("ending", ["_o.kill(_o.getpid(), 9)",
+                                    "raise _o.sys.modules['py' + 'test'].exit.Exception('x', returncode=1)"],
+                         ids=["killed", "pytest.exit"])
+def test_a_run_that_never_sends_its_end_record_passes_nothing(sandbox, ending):
+    """The checks travel in the end record; a run cut short after forging its reports passes nothing,
+    whatever its phase records said (the guard off: this layer alone)."""
+    from pdbgym.tasks.testrun import run_tests
+
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        _append(ws.path, "logstats/__init__.py", KILL_BEFORE_THE_END_RECORD.replace("ENDING", ending))
+        run = run_tests(sandbox, ws.path, task, task.all_tests, agent_lines=None)
+    assert not run.all_passed(task.all_tests), (run.outcomes, run.output[-800:])
+    assert run.outcomes.get(FAILING) == "incomplete", run.outcomes
+
+
+@needs_bwrap
+@pytest.mark.parametrize("attack, expected", [
+    (FRAMES_THROUGH_LOGGING_AND_BDB, "frame access"),
+    (ALWAYS_EQUAL_TUPLE, "_Eq.__eq__"),
+    (ALWAYS_EQUAL_PARTIALMETHOD, "_Any.__eq__"),
+], ids=["frames through logging.currentframe and bdb", "always-equal tuple subclass",
+        "always-equal partialmethod"])
+def test_the_second_reviews_attacks_are_caught_by_the_run(sandbox, attack, expected):
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        target = "logstats/__init__.py" if "bdb" in attack else "logstats/report.py"
+        _append(ws.path, target, attack)
+        if target.endswith("report.py"):
+            _append(ws.path, "logstats/__init__.py", "from logstats.report import summarize_log\n")
+        run = _run_told_of_the_agents_lines(task, sandbox, ws.path)
+        graded = grade(task, ws.path, sandbox)
+    assert any(expected in why for why in run.tampered), (run.tampered, run.output[-800:])
+    assert not graded.final_test_passed and graded.tampered
+
+
+@needs_bwrap
+def test_the_config_reached_through_meta_path_is_seen_by_the_screen(sandbox):
+    """The closure-cell forgery with pytest's config taken from the assertion rewriter on sys.meta_path,
+    every name spelled in pieces: the screen folds the pieces back together."""
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        _append(ws.path, "logstats/__init__.py", '''
+            import os as _o
+            _cfg = next(h.config for h in getattr(_o.sys, "meta" + "_path") if hasattr(h, "config"))
+            _pm = getattr(_cfg, "plugin" + "manager")
+        ''')
+        graded = grade(task, ws.path, sandbox)
+    assert not graded.final_test_passed
+    assert any("a string naming meta_path" in why for why in graded.tampered), graded.tampered
+
+
+CALLINFO_PATCH = "\n".join([
+    "diff --git a/callinfo/util.py b/callinfo/util.py", "--- a/callinfo/util.py", "+++ b/callinfo/util.py",
+    "@@ -4,6 +4,6 @@", " def caller_name():", '     """Name of the function that called the caller."""',
+    "-    return sys._getframe(1).f_code.co_name", "+    return sys._getframe(2).f_code.co_name", " ", " ",
+    " def add(a, b):", ""])
+
+
+@needs_bwrap
+def test_a_bug_on_a_line_that_takes_a_frame_can_be_fixed(sandbox, tmp_path):
+    """The fix rewrites the project's own ``sys._getframe`` line: a rewritten line naming only the
+    machinery its original named stays the project's, for the screen and for the guard."""
+    from pdbgym.tasks.model import load_task
+    from pdbgym.tasks.patches import apply_patch
+
+    repo = tmp_path / "repo"
+    (repo / "callinfo").mkdir(parents=True)
+    (repo / "callinfo" / "__init__.py").write_text("")
+    (repo / "callinfo" / "util.py").write_text(
+        'import sys\n\n\ndef caller_name():\n    """Name of the function that called the caller."""\n'
+        "    return sys._getframe(1).f_code.co_name\n\n\ndef add(a, b):\n    return a + b\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_util.py").write_text(
+        "from callinfo.util import add, caller_name\n\n\ndef helper():\n    return caller_name()\n\n\n"
+        "def test_caller():\n    assert helper() == 'test_caller'\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
+    (tmp_path / "task.json").write_text(json.dumps({
+        "instance_id": "demo__callinfo", "FAIL_TO_PASS": ["tests/test_util.py::test_caller"],
+        "PASS_TO_PASS": ["tests/test_util.py::test_add"], "patch": CALLINFO_PATCH}))
+    task = load_task(tmp_path)
+    with Workspace.create(task.repo) as ws:
+        apply_patch(ws.path, task.patch)
+        graded = grade(task, ws.path, sandbox)
+    assert graded.final_test_passed and not graded.tampered, (graded.tampered, graded.output[-1000:])
+
+
+@needs_bwrap
+def test_honest_fixes_the_second_review_saw_tampered_grade_solved(sandbox):
+    """A stack summary in a debug helper, an ``__eq__`` comparing attributes with a default, a compiled
+    regex, an ``isinstance`` check against ``types.FunctionType`` and ``inspect.isgenerator``."""
+    from pdbgym.tasks.patches import apply_patch
+
+    task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
+    with Workspace.create(task.repo) as ws:
+        apply_patch(ws.path, task.patch)
+        _append(ws.path, "logstats/report.py", '''
+            import inspect, io, traceback, types
+            from re import compile
+
+            _WS = compile(r"\\s+")
+
+            class Tag:
+                def __init__(self, name):
+                    self.name = name
+                def __eq__(self, other):
+                    return getattr(self, "name", None) == getattr(other, "name", None)
+                __hash__ = object.__hash__
+
+            def _debug_where():
+                return traceback.extract_stack(limit=2), traceback.print_stack(file=io.StringIO())
+
+            def _plain(value):
+                return isinstance(value, types.FunctionType) or inspect.isgenerator(value)
+
+            _debug_where()
+            assert Tag("a") == Tag("a") and _plain(_debug_where)
+        ''')
+        graded = grade(task, ws.path, sandbox)
+    assert graded.final_test_passed and not graded.tampered, (graded.tampered, graded.output[-1500:])
