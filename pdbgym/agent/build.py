@@ -38,7 +38,8 @@ class CacheBuildConfig:
             Default 32768.
         turn_budget: tool calls per episode before ``budget`` ends it. Default ``EnvConfig.turn_budget`` (30).
         command_timeout_s: seconds before a pdb command is interrupted. Default 10.0.
-        seed: base seed; each episode gets ``seed + 1000 * task_index + sample_idx``. Default None (unseeded).
+        seed: base seed; each episode gets ``pdbgym.seeds.episode_seed(seed, task id, sample_idx)``.
+            Default None (unseeded).
         tokenizer: tokenizer of action policies and server conversations (``embedded`` or a folder).
         api: server protocol: ``auto``, ``chat`` or ``sglang``. Default ``"auto"``.
         logprob_mode: what a chat server's log-probs are: ``raw``, ``tempered`` or ``processed``.

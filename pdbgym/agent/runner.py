@@ -23,6 +23,7 @@ from pdbgym.agent.policies import PolicySpec, build_turns
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task
 
 T = TypeVar("T")
@@ -67,13 +68,13 @@ def plan_jobs(tasks: Iterable[Task], runs: int, policy: PolicySpec, agent: Agent
               done: set[tuple[str, int]], seed: int | None = None) -> list[EpisodeJob]:
     """Jobs for every (task, sample_idx < runs) not in ``done``; seeds differ per job when ``seed`` is set."""
     jobs = []
-    for task_index, task in enumerate(tasks):
+    for task in tasks:
         for sample_idx in range(runs):
             if (task.instance_id, sample_idx) in done:
                 continue
             params = agent.sampling
             if seed is not None:
-                params = replace(params, seed=seed + 1000 * task_index + sample_idx)
+                params = replace(params, seed=episode_seed(seed, task.instance_id, sample_idx))
             job_agent = replace(agent, sample_idx=sample_idx, sampling=params)
             jobs.append(EpisodeJob(str(task.path), task.instance_id, sample_idx, policy, job_agent, env))
     return jobs

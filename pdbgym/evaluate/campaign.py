@@ -8,7 +8,6 @@ token-exact record (``OUT/cache/ARM/``) and its row (``episodes.jsonl``) are wri
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from pdbgym.fileio import write_json_atomic
 from pdbgym.modelrefs import is_model_ref
 from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind, split_constrained
 from pdbgym.sandbox.workspace import reap_stale_workspaces
+from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task
 
 
@@ -98,7 +98,7 @@ EpisodeFn = Callable[[Task, int, Path], EpisodeResult]
 
 def _episode_seed(config: CampaignConfig, task: Task, run_index: int) -> int:
     """A seed per (task, run), the same for every arm: arms differ by policy, not by luck of the draw."""
-    return (config.seed * 1_000_003 + zlib.crc32(task.instance_id.encode()) * 101 + run_index) % 2**31
+    return episode_seed(config.seed, task.instance_id, run_index)
 
 
 def campaign_job(arm: Arm, config: CampaignConfig, task: Task, run_index: int) -> EpisodeJob:

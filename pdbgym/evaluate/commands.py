@@ -60,6 +60,7 @@ def eval_command(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address ('local' starts one here)")] = None,
     k: Annotated[list[int] | None, typer.Option("--k", help="pass@k values that must be reportable (k <= runs)")] = None,
     teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache: KL of each local-model arm to it")] = D.teacher_cache,
+    seed: Annotated[int, typer.Option(help="Base seed; each (task, run) gets its own, the same for every arm")] = D.seed,
     budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
     context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
     ray: Annotated[str | None, typer.Option("--ray", hidden=True)] = None,
@@ -75,7 +76,7 @@ def eval_command(
                         turn_budget=pick(turn_budget, budget), temperature=temperature, max_new_tokens=max_new_tokens,
                         max_context_tokens=pick(max_context_tokens, context_tokens), force=force, json_out=json_out,
                         executor=ExecutorConfig(workers, pick(ray_address, ray)), ks=k or [],
-                        teacher_cache=teacher_cache)
+                        teacher_cache=teacher_cache, seed=seed)
     with episode_progress() as tick:
         outcome = run_evaluation(config, tick)
     for warning in outcome.warnings:

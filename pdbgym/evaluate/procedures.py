@@ -43,6 +43,8 @@ class EvalConfig:
         title: the report's title; None makes one from ``tasks`` and ``split``.
         teacher_cache: a teacher cache; each arm with a local model gets its KL to it (scored before any
             episode, so a bad cache fails first; see ``evaluate.divergence_arms``). Default None.
+        seed: base seed; run ``r`` of task ``t`` samples with ``pdbgym.seeds.episode_seed(seed, t, r)``, the
+            same for every arm. Default 0.
     """
 
     arms: list[str]
@@ -61,6 +63,7 @@ class EvalConfig:
     ks: list[int] = field(default_factory=list)
     title: str | None = None
     teacher_cache: Path | None = None
+    seed: int = 0
 
 
 @dataclass
@@ -96,7 +99,8 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
     campaign = CampaignConfig(tasks=config.tasks, arms=arms, runs=config.runs, split=config.split,
                               splits_file=str(config.splits) if config.splits else None,
                               turn_budget=config.turn_budget, temperature=config.temperature,
-                              max_new_tokens=config.max_new_tokens, context_tokens=config.max_context_tokens)
+                              max_new_tokens=config.max_new_tokens, context_tokens=config.max_context_tokens,
+                              seed=config.seed)
     divergence = (campaign_divergence({a.name: a.model for a in arms}, config.teacher_cache, config.out)
                   if config.teacher_cache is not None else None)
     rows = run_campaign(campaign, tasks, config.out, executor=config.executor, on_episode=on_episode)
