@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from pdbgym.versions import require
+
+require("torch")  # pdbgym/versions.py: a clear error when the installed torch is too old
+
 
 def nucleus_mask(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Boolean mask of the nucleus, same shape as ``logprobs`` (``[..., V]`` log-probs in nats).

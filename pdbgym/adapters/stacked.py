@@ -17,6 +17,7 @@ from typing import Any
 from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.fingerprint import weights_hash
 from pdbgym.adapters.store import Store
+from pdbgym.versions import require
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ def load_stacked_model(ref: str, store: Store | None = None, device: str = "cpu"
 
     ``verify_base`` re-hashes the base folder's weights against the id the store recorded (a base
     changed in place at the same file sizes would otherwise be merged onto silently)."""
+    require("torch", "transformers", "peft")
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -20,6 +20,7 @@ from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.fingerprint import weights_hash
 from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
 from pdbgym.fileio import write_json_atomic
+from pdbgym.versions import require
 
 # Relative logit error allowed per weight dtype: float32 merges differ from PEFT's only by summation order;
 # 16-bit weights are rounded once by us and once per layer by PEFT.
@@ -42,6 +43,7 @@ class Verification:
 @contextmanager
 def _quiet_loading() -> Iterator[None]:
     """Silence transformers' per-load progress bars (they would flood stderr once per layer)."""
+    require("transformers")
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
@@ -63,6 +65,7 @@ def probe_ids(vocab_size: int, batch: int, tokens: int, seed: int) -> Any:
 
 def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) -> Any:
     """Logits (batch, tokens, vocab) of PEFT's stack: lower layers merged in turn, the top one live."""
+    require("torch", "transformers", "peft")
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -81,6 +84,7 @@ def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) ->
 
 def plain_logits(model_path: Path, input_ids: Any) -> tuple[Any, str]:
     """Logits (batch, tokens, vocab) of a plain model folder, and its weights' dtype name."""
+    require("torch", "transformers")
     import torch
     from transformers import AutoModelForCausalLM
 

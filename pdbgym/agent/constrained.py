@@ -32,6 +32,7 @@ from typing import Any
 from pdbgym.agent.backends.base import BackendError
 from pdbgym.agent.toolcalls import FORMATS, render_tool_call
 from pdbgym.env.tools import TOOL_SCHEMAS, Action
+from pdbgym.versions import require
 
 INT_DIGITS = 7
 _PRINTABLE = [chr(c) for c in range(0x20, 0x7F)]
@@ -208,6 +209,7 @@ def compile_constraint(tokenizer: Any, vocab_size: int, stops: set[int], fmt: st
     ``stops`` are the end-of-turn ids: the only ones allowed once the call is complete.
     ``max_new_tokens`` below ``min_budget(fmt)`` is refused (``ConstrainedError``).
     """
+    require("xgrammar")
     try:
         import xgrammar as xgr
     except ImportError as exc:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdbgym.errors import PdbgymError
+from pdbgym.versions import require
 
 if TYPE_CHECKING:
     from pdbgym.agent.runner import EpisodeJob, JobResult
@@ -61,6 +62,7 @@ class JobDone:
 
 def init_ray(address: str) -> None:
     """Connect to the Ray cluster at ``address`` (``"local"``: start or join one here), once per process."""
+    require("ray")
     try:
         import ray
     except ImportError as exc:

@@ -26,6 +26,7 @@ from pdbgym.policyname import (
     runs_in_process,
     split_constrained,
 )
+from pdbgym.versions import require
 
 SERVER_APIS = ("auto", "chat", "sglang")
 _BACKENDS: dict[PolicySpec, Backend] = {}
@@ -94,6 +95,7 @@ def _load_tokenizer(name: str) -> Any:
     folder = Path(name).expanduser()
     if not folder.is_dir():
         raise BackendError(f"tokenizer folder {folder} does not exist; pass --tokenizer embedded or a folder")
+    require("transformers")
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(folder)

@@ -10,6 +10,7 @@ from typing import Any
 from pdbgym.errors import PdbgymError
 from pdbgym.modelrefs import local_model_path
 from pdbgym.rollouts.record import RolloutRecord, declared_fingerprints, tokenizer_fingerprint
+from pdbgym.versions import require
 
 # Config fields that change logits after the lm_head; scoring without them would be silently wrong.
 _UNSUPPORTED_LOGIT_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
@@ -46,6 +47,7 @@ def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtyp
     ``device_map`` (one of ``DEVICE_MAPS``) its layers spread by accelerate over every visible GPU (then
     CPU memory) for a model too large for one GPU.
     """
+    require("torch", "transformers")
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -112,6 +114,7 @@ def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> Any | None:
     folder, gguf = (path.parent, path.name) if path.is_file() else (path, None)
     if gguf is None and not any((folder / name).exists() for name in _TOKENIZER_FILES):
         return None
+    require("transformers")
     from transformers import AutoTokenizer
 
     try:

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from pdbgym.divergence.report import HEADLINE
 from pdbgym.fileio import atomic_target, write_json_atomic
+from pdbgym.versions import require
 
 TABLE_METRICS = (
     ("KL(T||S) k3", "kl_teacher_student/k3/token_mean"),
@@ -66,6 +67,7 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 def plot_report(report: dict[str, Any], path: Path) -> None:
     """Left: headline metrics per student with CIs. Right: per-task KL(T||S) k3 per student."""
+    require("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")

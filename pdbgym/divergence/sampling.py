@@ -16,9 +16,11 @@ from typing import Any
 
 from pdbgym.divergence.scoring import ScoringConfig, score_records
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+from pdbgym.versions import require
 
 
 def _generation_config(model: Any, semantics: LogprobSemantics, max_new_tokens: int) -> Any:
+    require("transformers")
     from transformers import GenerationConfig
 
     model_defaults = getattr(model, "generation_config", None)

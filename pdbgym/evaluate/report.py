@@ -24,6 +24,7 @@ from pdbgym.evaluate.stats import FALLBACK_VAR_DIFF
 from pdbgym.fileio import write_json_atomic
 from pdbgym.policyname import is_server_url
 from pdbgym.termination import TERMINATION_MEANINGS
+from pdbgym.versions import require
 
 CI_EXPLANATION = (
     "Each interval is clustered by task (runs of one task are not independent). It is the hull of a "
@@ -82,6 +83,7 @@ def _pass_keys(summary: dict[str, Any]) -> list[str]:
 
 def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """pass@k curves, the per-task solve heatmap and the outcome breakdown, as PNG files."""
+    require("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pdbgym.agent.backends.base import BackendError
 from pdbgym.paths import pdbgym_home
+from pdbgym.versions import require
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,6 +44,7 @@ def embedded_model_dir() -> Path:
 
 def _dequantize_into(target: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    require("torch", "transformers", "gguf")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = gguf_package_dir()
@@ -78,6 +80,7 @@ def load_embedded_backend(device: str = "cpu", constrained_format: str | None = 
 
 def load_embedded_tokenizer():
     """The embedded model's tokenizer alone (cached on its own: about 7 s from GGUF, 0.3 s cached)."""
+    require("transformers", "gguf")
     from transformers import AutoTokenizer
 
     model_dir = pdbgym_home() / "models" / EMBEDDED_NAME

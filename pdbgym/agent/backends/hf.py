@@ -24,6 +24,7 @@ from pdbgym.agent.backends.base import (
     stop_token_ids,
 )
 from pdbgym.rollouts.record import LogprobSemantics
+from pdbgym.versions import require
 
 if TYPE_CHECKING:
     from pdbgym.agent.constrained import TurnMask
@@ -43,6 +44,7 @@ def load_model_and_tokenizer(path: str | Path, device: str = "cpu") -> tuple[Any
     key = (str(folder.resolve()), device)
     with _LOAD_LOCK:
         if key not in _LOADED:
+            require("torch", "transformers")
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
