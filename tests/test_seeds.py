@@ -38,9 +38,9 @@ def test_episode_seed_is_stable_and_in_range():
 
 
 def test_eval_takes_a_seed_and_records_it(tmp_path):
-    from pdbgym.cli import app
-
     import shutil
+
+    from pdbgym.cli import app
 
     task = resolve_tasks("builtin")[0]
     shutil.copytree(task.path, tmp_path / "tasks" / task.path.name)
