@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> dict:
     from pdbgym.agent.loop import AgentConfig
     from pdbgym.env import DebugEnv, EnvConfig
     from pdbgym.tasks.suites import resolve_tasks
-    from pdbgym.train.rollout import BatchedGenerator, run_episodes, run_one_at_a_time
+    from pdbgym.train.grpo.rollout import BatchedGenerator, run_episodes, run_one_at_a_time
 
     model, tokenizer = _model(args)
     tasks = resolve_tasks(args.tasks)[:args.groups]

@@ -75,7 +75,7 @@ class Figures:
 
 def demo_config(args: argparse.Namespace) -> Any:
     """The demo's phases do the split, the oracle caches and the corpus: its config for this run."""
-    from pdbgym.train.demo import DemoConfig
+    from pdbgym.train.demo.phases import DemoConfig
 
     return DemoConfig(out=args.out, tasks=str(args.out / "tasks" / "all"), held_out=args.held_out,
                       sft_tokens=args.max_length, workers=args.workers)
@@ -84,7 +84,7 @@ def demo_config(args: argparse.Namespace) -> Any:
 def split(args: argparse.Namespace) -> dict[str, Path]:
     """Both suites copied into ``OUT/tasks/all``, then split by group (``demo.split_tasks``)."""
     from pdbgym.tasks.suites import resolve_tasks
-    from pdbgym.train.demo import split_tasks
+    from pdbgym.train.demo.phases import split_tasks
 
     every = {t.instance_id: t for suite in ("builtin", "regression") for t in resolve_tasks(suite)}
     if args.quick:
@@ -98,9 +98,9 @@ def split(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def sft(args: argparse.Namespace, row: dict[str, Any]) -> None:
-    from pdbgym.train.config import SFTTrainConfig
-    from pdbgym.train.corpus import load_corpus
-    from pdbgym.train.sft import ADAPTER_DIR, TRAIN_RECORD, train_sft
+    from pdbgym.train.corpus.build import load_corpus
+    from pdbgym.train.sft.config import SFTTrainConfig
+    from pdbgym.train.sft.trainer import ADAPTER_DIR, TRAIN_RECORD, train_sft
 
     out = args.out / "sft"
     if not (out / ADAPTER_DIR / TRAIN_RECORD).is_file():
@@ -133,7 +133,7 @@ def model_folder(args: argparse.Namespace, arm: str) -> Path:
 
 
 def kl(args: argparse.Namespace, arms: list[str], row: dict[str, Any]) -> None:
-    from pdbgym.train.demo_report import oracle_kl
+    from pdbgym.train.demo.report import oracle_kl
 
     result = oracle_kl(args.out / "cache-test", {arm: str(model_folder(args, arm)) for arm in arms},
                        args.out / "kl.json", 0, device=args.device)
@@ -151,7 +151,7 @@ def play(args: argparse.Namespace, arm: str, split_name: str) -> list[dict[str, 
     from pdbgym.agent.toolcalls import detect_format
     from pdbgym.env import DebugEnv, EnvConfig
     from pdbgym.tasks.suites import resolve_tasks
-    from pdbgym.train.rollout import BatchedGenerator, run_episodes, sample_from_outcome
+    from pdbgym.train.grpo.rollout import BatchedGenerator, run_episodes, sample_from_outcome
 
     folder = model_folder(args, arm)
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
@@ -210,8 +210,8 @@ def evaluate(args: argparse.Namespace, figures: Figures, arm: str) -> None:
 
 def grpo(args: argparse.Namespace, row: dict[str, Any]) -> None:
     """``train_grpo`` from the SFT adapter; each step's rollout and update seconds come from its log."""
-    from pdbgym.train.grpo import GRPORunConfig
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.config import GRPORunConfig
+    from pdbgym.train.grpo.run import train_grpo
 
     steps: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         args.sft_epochs, args.sft_eval_steps, args.runs, args.turn_budget = 1, 1, 1, 3
         args.max_new_tokens, args.group, args.grpo_steps, args.max_length = 24, 2, 1, 2048
         args.tasks_per_step, args.workers = 1, 2
-    from pdbgym.train.demo import build_caches, build_demo_corpus
+    from pdbgym.train.demo.phases import build_caches, build_demo_corpus
 
     args.out.mkdir(parents=True, exist_ok=True)
     figures = Figures(args.out, args.device)

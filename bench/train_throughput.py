@@ -1,7 +1,7 @@
 """Training throughput: ``--phase sft`` (this file) and ``--phase rollout`` (bench/train_rollout.py).
 
 SFT phase: tokens/s and model FLOPs utilisation of one long sequence through ``pdbgym train sft``'s
-code path (``pdbgym.train.sft.build_trainer``: TRL ``SFTTrainer``, its fused chunked lm_head loss,
+code path (``pdbgym.train.sft.trainer.build_trainer``: TRL ``SFTTrainer``, its fused chunked lm_head loss,
 PEFT DoRA) against the named baseline, plain HF + PEFT (``model(ids, labels=...).loss``, full logits,
 ``torch.optim.AdamW``), in the same run, on the same random-weight model shape, sequence and adapter.
 
@@ -154,8 +154,8 @@ def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int], varian
     """``pdbgym train sft``'s trainer (TRL SFTTrainer over a pre-tokenized row) on the same model and sequence."""
     from transformers import TrainerCallback
 
-    from pdbgym.train.config import SFTTrainConfig
-    from pdbgym.train.sft import BaseModel, build_trainer
+    from pdbgym.train.sft.config import SFTTrainConfig
+    from pdbgym.train.sft.trainer import BaseModel, build_trainer
 
     world = int(os.environ.get("WORLD_SIZE", "1"))  # > 1 under accelerate launch (--devices)
     device = f"cuda:{os.environ['LOCAL_RANK']}" if world > 1 and args.device.startswith("cuda") else args.device

@@ -32,7 +32,7 @@ def _mount() -> None:
     from pdbgym.rollouts.commands import app as cache_app
     from pdbgym.tasks.commands import app as tasks_app
     from pdbgym.train.commands import app as train_app
-    from pdbgym.train.demo_commands import demo_command
+    from pdbgym.train.demo.commands import demo_command
 
     register_store_refs()  # --policy, --arm and --student take adapter-store names
     app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")

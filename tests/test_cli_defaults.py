@@ -17,9 +17,10 @@ from pdbgym.env import EnvConfig
 from pdbgym.evaluate.commands import eval_command, select_command
 from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
 from pdbgym.train.commands import dagger_command, sft_command
-from pdbgym.train.config import DaggerConfig, SFTTrainConfig
-from pdbgym.train.grpo import GRPORunConfig
-from pdbgym.train.grpo_commands import grpo
+from pdbgym.train.dagger.config import DaggerConfig
+from pdbgym.train.grpo.commands import grpo
+from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.sft.config import SFTTrainConfig
 
 # Flags whose config field has another name, is nested, or is given as text.
 RENAMED = {"json_output": None, "as_json": None, "json_out": "json_out", "k": None, "arm": None, "student": None,

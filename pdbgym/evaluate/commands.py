@@ -1,4 +1,4 @@
-"""`pdbgym eval ...`: campaigns, planning, checkpoint selection (`pdbgym demo` lives in ``train.demo_commands``).
+"""`pdbgym eval ...`: campaigns, planning, checkpoint selection (`pdbgym demo` lives in ``train.demo.commands``).
 
 Each command parses its flags into a config (``EvalConfig``, ``SelectConfig``; the flags read their
 defaults from them), calls one library function (``pdbgym.evaluate.procedures``) and prints.

@@ -1,6 +1,10 @@
 """Training students on TRL, PEFT and accelerate: SFT corpora and adapters, online DAgger, GRPO.
 
-Library entry points: ``corpus.build_corpus(CorpusConfig)`` and ``corpus.load_corpus(path)``;
-``sft.train_sft(SFTTrainConfig) -> SFTResult``; ``dagger.train_dagger(DaggerConfig) -> DaggerResult``;
-``report.write_training_report(...)``. ``pdbgym train ...`` (``train.commands``) drives them.
+Sub-packages: ``corpus``, ``sft``, ``dagger``, ``grpo``, ``demo``; shared: ``checkpoints``, ``report``,
+``errors`` (``TrainError``), accelerate configs in ``configs/``.
+
+Library entry points: ``corpus.build.build_corpus(CorpusConfig)`` and ``corpus.build.load_corpus(path)``;
+``sft.trainer.train_sft(SFTTrainConfig) -> SFTResult``; ``dagger.loop.train_dagger(DaggerConfig) ->
+DaggerResult``; ``grpo.run.train_grpo(GRPORunConfig)``; ``report.write_training_report(...)``.
+``pdbgym train ...`` (``train.commands``) drives them.
 """

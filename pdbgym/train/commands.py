@@ -1,4 +1,4 @@
-"""`pdbgym train ...`: corpus, sft, dagger (and grpo, from ``pdbgym.train.grpo_commands``)."""
+"""`pdbgym train ...`: corpus, sft, dagger (and grpo, from ``pdbgym.train.grpo.commands``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pdbgym.defaults import defaults_of, pick
-from pdbgym.train.config import DaggerConfig, SFTTrainConfig
+from pdbgym.train.dagger.config import DaggerConfig
+from pdbgym.train.sft.config import SFTTrainConfig
 
 S = defaults_of(SFTTrainConfig)
 G = defaults_of(DaggerConfig)
@@ -34,7 +35,7 @@ def corpus_command(
     keep_tampered: Annotated[bool, typer.Option(help="Keep episodes graded tampered (never wise)")] = False,
 ) -> None:
     """Token-exact SFT examples from rollout records (loss on loss_mask == 1 ids only)."""
-    from pdbgym.train.corpus import CorpusConfig, build_corpus
+    from pdbgym.train.corpus.build import CorpusConfig, build_corpus
 
     manifest = build_corpus(CorpusConfig(caches=list(cache or []), jsonl=list(jsonl or []), tokenizer=tokenizer,
                                          out=out, solved_only=solved_only, dedupe=dedupe, max_length=max_length,
@@ -81,7 +82,7 @@ def sft_command(
     restart: Annotated[bool, typer.Option("--restart", help="Delete the run in --out and start over")] = S.restart,
 ) -> None:
     """Train a LoRA/DoRA adapter with TRL's SFTTrainer; defaults are the seed recipe."""
-    from pdbgym.train.sft import train_sft
+    from pdbgym.train.sft.trainer import train_sft
 
     config = SFTTrainConfig(base=base, data=data, out=out, seed=seed, rank=rank, lora_alpha=lora_alpha,
                             use_dora=not lora, target_modules=tuple(m for m in target_modules.split(",") if m),
@@ -127,7 +128,7 @@ def dagger_command(
     context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
 ) -> None:
     """Online DAgger: student rollouts, teacher labels on every student state, SFT on the aggregate."""
-    from pdbgym.train.dagger import train_dagger
+    from pdbgym.train.dagger.loop import train_dagger
 
     try:
         sft_fields: dict[str, Any] = json.loads(sft)
@@ -166,7 +167,7 @@ class _step_progress:
 
 
 def _mount_grpo() -> None:
-    from pdbgym.train.grpo_commands import grpo, report
+    from pdbgym.train.grpo.commands import grpo, report
 
     app.command("grpo", help="GRPO of a DoRA delta over a frozen SFT adapter (seed recipe).")(grpo)
     app.command("report", help="(Re)write a GRPO run's training report from its folder.")(report)

@@ -53,7 +53,7 @@ def make_toy_tasks(root: Path, count: int = 2, prefix: str = "toy") -> Path:
 def toy_play(tasks: list[Any], trainer: Any, turn_budget: int, temperature: float) -> list[Any]:
     """Two-turn toy episodes for ``tasks``, generated together (one batched call per turn)."""
     from pdbgym.agent.backends.base import GenerationRequest, SamplingParams
-    from pdbgym.train.rollout import BatchedGenerator, EpisodeSample
+    from pdbgym.train.grpo.rollout import BatchedGenerator, EpisodeSample
 
     tokenizer = trainer.processing_class
     generator = BatchedGenerator(trainer.model, tokenizer)
@@ -104,7 +104,7 @@ def make_toy_sft_adapter(model_dir: Path, out: Path) -> Path:
 
 
 def toy_config(out: Path, model: Path, tasks: Path, steps: int, **overrides: Any) -> Any:
-    from pdbgym.train.grpo import GRPORunConfig
+    from pdbgym.train.grpo.config import GRPORunConfig
 
     settings: dict[str, Any] = dict(policy=str(model), tasks=str(tasks), out=out, group=8, tasks_per_step=2,
                                     steps=steps, lr=2e-2, rank=8, alpha=16, beta=0.005, target_kl=0.05, kl_horizon=200,
@@ -121,7 +121,7 @@ def main(argv: list[str]) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.run import train_grpo
 
     out, steps, resume = Path(argv[0]), int(argv[1]), "--resume" in argv
     root = out.parent

@@ -7,8 +7,8 @@ import json
 import pytest
 from recordfixtures import episode_record, write_records
 
-from pdbgym.train.chat_jsonl import ChatFormatError, tokenize_conversation
-from pdbgym.train.corpus import CorpusConfig, CorpusError, build_corpus, load_corpus
+from pdbgym.train.corpus.build import CorpusConfig, CorpusError, build_corpus, load_corpus
+from pdbgym.train.corpus.chat_jsonl import ChatFormatError, tokenize_conversation
 
 TURNS = [("b calc.py:3", "Breakpoint 1 at calc.py:3"), ("p a, b", "(2, 1)"), ("submit", "graded")]
 
@@ -111,7 +111,7 @@ def test_chat_jsonl_puts_loss_on_assistant_turns_only(tmp_path, smol_tokenizer):
 
 
 def test_chat_jsonl_names_the_bad_line(tmp_path, smol_tokenizer):
-    from pdbgym.train.chat_jsonl import read_chat_jsonl
+    from pdbgym.train.corpus.chat_jsonl import read_chat_jsonl
 
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")

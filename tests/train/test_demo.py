@@ -17,7 +17,7 @@ from rich.console import Console
 from pdbgym.progress import progress
 from pdbgym.tasks.suites import SUITES
 from pdbgym.termination import TERMINATION_MEANINGS
-from pdbgym.train.demo import DemoConfig, run_demo
+from pdbgym.train.demo.phases import DemoConfig, run_demo
 
 TASKS = ("billing-invoice-totals", "logstats-level-counts", "latency-percentiles")
 

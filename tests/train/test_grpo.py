@@ -23,7 +23,7 @@ def _steps(out: Path) -> list[dict]:
 def test_toy_grpo_reward_rises_and_the_delta_is_registered_over_its_parent(toy):
     from pdbgym.adapters.operations import merge_ref
     from pdbgym.adapters.store import Store
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.run import train_grpo
 
     model, tasks, root = toy
     config = toy_config(root / "run", model, tasks, steps=12, save_steps=6, name="toy-grpo")
@@ -54,8 +54,8 @@ def test_rollout_func_on_a_builtin_task_masks_env_tokens(tiny_model_dir):
     from pdbgym.agent.loop import AgentConfig
     from pdbgym.env import DebugEnv, EnvConfig
     from pdbgym.tasks.suites import resolve_task
-    from pdbgym.train.grpo import rollout_output
-    from pdbgym.train.rollout import BatchedGenerator, run_episodes, sample_from_outcome
+    from pdbgym.train.grpo.rollout import BatchedGenerator, run_episodes, sample_from_outcome
+    from pdbgym.train.grpo.trainer import rollout_output
 
     model, tokenizer = load_model_and_tokenizer(tiny_model_dir)
     task = resolve_task("builtin__calc-lexer-hang")
@@ -88,7 +88,7 @@ def test_grpo_over_a_stored_sft_adapter_uses_the_sft_model_as_reference_and_gate
     from pdbgym.adapters.operations import merge_ref, register_path
     from pdbgym.adapters.store import Store
     from pdbgym.evaluate.selection import SelectionLedger
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.run import train_grpo
 
     model, tasks, root = toy
     val = make_toy_tasks(root / "val-tasks", count=1, prefix="toyval")
@@ -117,7 +117,7 @@ def test_grpo_over_a_stored_sft_adapter_uses_the_sft_model_as_reference_and_gate
 
 def test_a_val_task_among_training_tasks_is_refused(toy):
     from pdbgym.errors import PdbgymError
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.run import train_grpo
 
     model, tasks, root = toy
     with pytest.raises(PdbgymError, match="also training tasks"):
@@ -128,7 +128,7 @@ def test_each_step_logs_its_time_in_rollouts_and_in_the_update(toy):
     """time/rollout_s is the rollout function's wall time; time/update_s the rest of TRL's step_time."""
     import time
 
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.run import train_grpo
 
     def slow_play(*args, **kwargs):
         time.sleep(0.4)  # rollouts that take a known least time

@@ -14,7 +14,7 @@ def _toy_corpus(out: Path, model_dir: Path, fingerprint_of=None) -> Path:
     from transformers import AutoTokenizer
 
     from pdbgym.rollouts.record import tokenizer_fingerprint
-    from pdbgym.train.corpus import Example, write_corpus
+    from pdbgym.train.corpus.build import Example, write_corpus
 
     tokenizer = AutoTokenizer.from_pretrained(fingerprint_of or model_dir)
     ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
@@ -28,7 +28,7 @@ def _toy_corpus(out: Path, model_dir: Path, fingerprint_of=None) -> Path:
 
 
 def test_anchor_batches_take_loss_only_on_masked_ids_and_replay_splits_at_the_first_model_id():
-    from pdbgym.train.grpo_data import AnchorBatches, replay_sample
+    from pdbgym.train.grpo.data import AnchorBatches, replay_sample
 
     example = {"instance_id": "t", "input_ids": [5, 6, 7, 8, 9, 10], "assistant_masks": [0, 0, 1, 1, 0, 1],
                "solved": True}
@@ -42,8 +42,8 @@ def test_anchor_batches_take_loss_only_on_masked_ids_and_replay_splits_at_the_fi
 
 
 def test_grpo_run_mixes_the_anchor_and_replays_solved_examples(tmp_path, monkeypatch):
-    from pdbgym.train.grpo_run import train_grpo
-    from pdbgym.train.recipe import anchor_weight, replayed_in_group
+    from pdbgym.train.grpo.run import train_grpo
+    from pdbgym.train.grpo.schedules import anchor_weight, replayed_in_group
 
     monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
@@ -61,8 +61,8 @@ def test_grpo_run_mixes_the_anchor_and_replays_solved_examples(tmp_path, monkeyp
 
 
 def test_a_corpus_from_another_tokenizer_is_refused(tmp_path, monkeypatch, tiny_model_dir):
-    from pdbgym.train.corpus import CorpusError
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.corpus.build import CorpusError
+    from pdbgym.train.grpo.run import train_grpo
 
     monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")

@@ -72,7 +72,7 @@ def test_toy_grpo_on_two_processes_splits_the_groups_and_keeps_the_ranks_in_step
     from test_grpo_anchor_replay import _toy_corpus
 
     from pdbgym.adapters.store import Store
-    from pdbgym.train.recipe import replayed_in_group
+    from pdbgym.train.grpo.schedules import replayed_in_group
 
     model = make_toy_model(tmp_path / "toy-model")
     make_toy_tasks(tmp_path / "toy-tasks")
@@ -139,7 +139,8 @@ def test_cli_grpo_on_two_processes_plays_real_episodes(tmp_path, tiny_model_dir)
 
 def test_groups_are_dealt_whole_to_the_processes():
     from pdbgym.errors import PdbgymError
-    from pdbgym.train.grpo import GRPORunConfig, grpo_arguments, per_process_groups
+    from pdbgym.train.grpo.config import GRPORunConfig
+    from pdbgym.train.grpo.trainer import grpo_arguments, per_process_groups
 
     assert per_process_groups(4, 2) == 2 and per_process_groups(3, 1) == 3
     with pytest.raises(PdbgymError, match=r"--tasks-per-step 3 is not a multiple of the 2 training processes"):
@@ -151,7 +152,7 @@ def test_groups_are_dealt_whole_to_the_processes():
 
 
 def test_a_replay_pool_skips_what_the_other_processes_handed_out():
-    from pdbgym.train.grpo_data import ReplayPool
+    from pdbgym.train.grpo.data import ReplayPool
 
     examples = [{"instance_id": "t", "solved": True, "input_ids": [1, 2, first], "assistant_masks": [0, 1, 1]}
                 for first in (7, 8, 9)]
@@ -173,7 +174,7 @@ def main(out: Path, resume: bool) -> None:
     import torch
 
     from pdbgym.fileio import write_json_atomic
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.run import train_grpo
 
     torch.set_num_threads(1)
     root = out.parent

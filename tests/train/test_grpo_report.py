@@ -127,7 +127,7 @@ def test_report_of_a_folder_without_a_run_is_refused(tmp_path):
 
 
 def test_per_step_counts_come_from_running_totals_when_only_totals_were_logged():
-    from pdbgym.train.grpo_report import _with_counts
+    from pdbgym.train.grpo.report import _with_counts
 
     rows = [{"step": 2, "episodes/tampered_total": 3.0}, {"step": 1, "episodes/tampered_total": 1.0},
             {"step": 4, "episodes/tampered_total": 7.0}, {"step": 5, "episodes/tampered_total": 7.0}]
@@ -163,10 +163,10 @@ def test_anchor_and_replay_run_reports_its_loss_terms_and_replayed_counts(tmp_pa
     from test_grpo_anchor_replay import _toy_corpus
 
     from pdbgym.progress import progress
-    from pdbgym.train.grpo_progress import GRPOProgress
-    from pdbgym.train.grpo_report import write_grpo_report
-    from pdbgym.train.grpo_run import train_grpo
-    from pdbgym.train.recipe import anchor_weight, replayed_in_group
+    from pdbgym.train.grpo.progress import GRPOProgress
+    from pdbgym.train.grpo.report import write_grpo_report
+    from pdbgym.train.grpo.run import train_grpo
+    from pdbgym.train.grpo.schedules import anchor_weight, replayed_in_group
 
     monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
@@ -202,7 +202,7 @@ def test_a_step_played_again_after_a_resume_replaces_its_transcripts_and_every_b
     from rich.console import Console
 
     from pdbgym.progress import progress
-    from pdbgym.train.grpo_progress import GRPOProgress
+    from pdbgym.train.grpo.progress import GRPOProgress
 
     stale = tmp_path / "episodes" / "step-000003" / "0000-old.json"
     stale.parent.mkdir(parents=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from recordfixtures import episode_record, write_records
 
-from pdbgym.train.config import SFTTrainConfig
-from pdbgym.train.corpus import CorpusConfig, build_corpus
+from pdbgym.train.corpus.build import CorpusConfig, build_corpus
+from pdbgym.train.sft.config import SFTTrainConfig
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def trained(tmp_path, monkeypatch, smol_tokenizer, tiny_model_dir):
     """A one-step LoRA adapter registered as ``ref-sft`` in a fresh store; the store's resolver registered."""
     from pdbgym import modelrefs
     from pdbgym.adapters.stacked import register_store_refs
-    from pdbgym.train.sft import train_sft
+    from pdbgym.train.sft.trainer import train_sft
 
     monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(modelrefs, "_RESOLVERS", [])

@@ -1,11 +1,11 @@
-"""The seed recipe's pieces against their formulas (pdbgym.train.recipe)."""
+"""The seed recipe's pieces against their formulas (pdbgym.train.grpo.schedules)."""
 
 import math
 
 import pytest
 
 from pdbgym.errors import PdbgymError
-from pdbgym.train.recipe import (
+from pdbgym.train.grpo.schedules import (
     AdaptiveKLController,
     TurnBudgetCurriculum,
     anchor_weight,

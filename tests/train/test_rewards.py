@@ -3,7 +3,7 @@
 import pytest
 
 from pdbgym.errors import PdbgymError
-from pdbgym.train.rewards import (
+from pdbgym.train.grpo.rewards import (
     MAX_SHAPED_WEIGHT,
     TAMPERED_REWARD,
     RewardConfig,

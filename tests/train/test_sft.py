@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from recordfixtures import episode_record, write_records
 
-from pdbgym.train.config import SFTTrainConfig
-from pdbgym.train.corpus import CorpusConfig, CorpusError, build_corpus
+from pdbgym.train.corpus.build import CorpusConfig, CorpusError, build_corpus
+from pdbgym.train.sft.config import SFTTrainConfig
 
 COMMANDS = ["b calc.py:3", "p a, b", "view calc.py 1 9", "edit calc.py 3 3 return a - b", "run_tests", "submit"]
 
@@ -34,7 +34,7 @@ def _config(root, base, **options) -> SFTTrainConfig:
 
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory, smol_tokenizer, tiny_model_dir):
-    from pdbgym.train.sft import train_sft
+    from pdbgym.train.sft.trainer import train_sft
 
     root = tmp_path_factory.mktemp("sft")
     build_corpus(CorpusConfig(caches=[write_records(root / "cache", _records(smol_tokenizer))], out=root / "corpus"))
@@ -110,8 +110,8 @@ def test_only_loss_mask_ids_carry_gradient(tmp_path, smol_tokenizer, tiny_model_
     observation) leaves every parameter gradient bit-identical; perturbing a generated id does not."""
     import torch
 
-    from pdbgym.train.corpus import load_corpus
-    from pdbgym.train.sft import build_trainer, pick_device, prepare_examples, resolve_base
+    from pdbgym.train.corpus.build import load_corpus
+    from pdbgym.train.sft.trainer import build_trainer, pick_device, prepare_examples, resolve_base
 
     record = episode_record(smol_tokenizer, "t1", [("b calc.py:3", "Breakpoint 1"), ("submit", "graded: all pass")])
     write_records(tmp_path / "cache", [record])
@@ -167,7 +167,7 @@ def test_only_loss_mask_ids_carry_gradient(tmp_path, smol_tokenizer, tiny_model_
 def test_a_corpus_of_another_tokenizer_is_refused_before_training(tmp_path, tiny_model_dir):
     from pdbgym.agent.backends.base import tokenizer_info
     from pdbgym.rollouts.record import RolloutRecord
-    from pdbgym.train.sft import train_sft
+    from pdbgym.train.sft.trainer import train_sft
 
     from modelfixtures import word_tokenizer
 
@@ -184,7 +184,7 @@ def test_a_store_reference_is_a_base_and_a_broken_chain_is_refused(sft_run, tmp_
     from pdbgym.adapters.errors import LineageError
     from pdbgym.adapters.stacked import load_stacked_model
     from pdbgym.adapters.store import Store
-    from pdbgym.train.sft import train_sft
+    from pdbgym.train.sft.trainer import train_sft
 
     config, first = sft_run
     second = train_sft(replace(config, base="unit-sft", out=tmp_path / "sft2", name="unit-sft-2", max_steps=2,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from recordfixtures import episode_record, write_records
 
-from pdbgym.train.corpus import CorpusConfig, build_corpus
+from pdbgym.train.corpus.build import CorpusConfig, build_corpus
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdbgym.train.config import SFTTrainConfig
+from pdbgym.train.sft.config import SFTTrainConfig
 
 from modelfixtures import word_tokenizer
 
@@ -30,7 +30,7 @@ def _train(tmp_path, **switches) -> tuple[dict, list[dict]]:
     from transformers import TrainerCallback
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    from pdbgym.train.sft import BaseModel, build_trainer
+    from pdbgym.train.sft.trainer import BaseModel, build_trainer
 
     seen: dict = {}
 
@@ -77,7 +77,8 @@ def test_no_checkpointing_recomputes_nothing(tmp_path):
 @pytest.mark.parametrize("switches", [{"recompute_every": 2}, {"selective_recompute": True},
                                       {"gradient_checkpointing": True, "recompute_every": 0}])
 def test_switches_without_checkpointing_or_out_of_range_are_refused(tmp_path, switches):
-    from pdbgym.train.sft import TrainError, sft_arguments
+    from pdbgym.train.errors import TrainError
+    from pdbgym.train.sft.trainer import sft_arguments
 
     config = SFTTrainConfig(base="t", data=tmp_path, out=tmp_path, val_fraction=0.0, effective_batch=1, **switches)
     with pytest.raises(TrainError, match="recompute"):

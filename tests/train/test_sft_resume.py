@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from recordfixtures import episode_record, write_records
 
-from pdbgym.train.config import SFTTrainConfig
-from pdbgym.train.corpus import CorpusConfig, build_corpus
+from pdbgym.train.corpus.build import CorpusConfig, build_corpus
+from pdbgym.train.sft.config import SFTTrainConfig
 
 STEPS, SAVE, EVAL = 10, 2, 4
 COMMANDS = ["b calc.py:3", "p a, b", "view calc.py 1 9", "edit calc.py 3 3 return a - b", "run_tests", "submit"]
@@ -177,7 +177,8 @@ def _config(root: Path, base: Path, corpus: Path, **options) -> SFTTrainConfig:
 def test_an_out_holding_a_run_is_refused_and_resume_finishes_it_once(tmp_path, corpus, tiny_model_dir):
     from pdbgym.adapters.store import Store
     from pdbgym.evaluate.selection import SelectionLedger
-    from pdbgym.train.sft import TrainError, train_sft
+    from pdbgym.train.errors import TrainError
+    from pdbgym.train.sft.trainer import train_sft
 
     config = _config(tmp_path, tiny_model_dir, corpus)
     first = train_sft(config)
@@ -204,7 +205,8 @@ def test_an_out_holding_a_run_is_refused_and_resume_finishes_it_once(tmp_path, c
 
 
 def test_restart_deletes_the_previous_run_and_resume_needs_one(tmp_path, corpus, tiny_model_dir):
-    from pdbgym.train.sft import TrainError, train_sft
+    from pdbgym.train.errors import TrainError
+    from pdbgym.train.sft.trainer import train_sft
 
     config = _config(tmp_path, tiny_model_dir, corpus, register=False, val_fraction=0.0, max_steps=3, save_steps=1)
     with pytest.raises(TrainError, match="holds no SFT run to resume"):
@@ -221,7 +223,8 @@ def test_restart_deletes_the_previous_run_and_resume_needs_one(tmp_path, corpus,
 
 
 def test_eval_steps_must_be_a_multiple_of_save_steps(tmp_path, corpus, tiny_model_dir):
-    from pdbgym.train.sft import TrainError, train_sft
+    from pdbgym.train.errors import TrainError
+    from pdbgym.train.sft.trainer import train_sft
 
     with pytest.raises(TrainError, match="--eval-steps 4 is not a multiple of --save-steps 3"):
         train_sft(_config(tmp_path, tiny_model_dir, corpus, eval_steps=4, save_steps=3))

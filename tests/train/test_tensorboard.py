@@ -13,7 +13,7 @@ from recordfixtures import episode_record, write_records
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play  # noqa: E402
 
-from pdbgym.train.corpus import CorpusConfig, build_corpus  # noqa: E402
+from pdbgym.train.corpus.build import CorpusConfig, build_corpus  # noqa: E402
 
 
 def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
@@ -29,8 +29,8 @@ def _rows(path: Path) -> list[dict]:
 
 
 def test_sft_event_file_holds_train_and_eval_loss_per_step(tmp_path, smol_tokenizer, tiny_model_dir):
-    from pdbgym.train.config import SFTTrainConfig
-    from pdbgym.train.sft import train_sft
+    from pdbgym.train.sft.config import SFTTrainConfig
+    from pdbgym.train.sft.trainer import train_sft
 
     records = [episode_record(smol_tokenizer, f"task{t}", [("b calc.py:3", f"out {t}"), ("submit", "ok")], sample_idx=s)
                for t in range(4) for s in range(2)]
@@ -50,8 +50,8 @@ def test_sft_event_file_holds_train_and_eval_loss_per_step(tmp_path, smol_tokeni
 
 
 def test_sft_without_the_flag_writes_no_event_file(tmp_path, smol_tokenizer, tiny_model_dir):
-    from pdbgym.train.config import SFTTrainConfig
-    from pdbgym.train.sft import train_sft
+    from pdbgym.train.sft.config import SFTTrainConfig
+    from pdbgym.train.sft.trainer import train_sft
 
     records = [episode_record(smol_tokenizer, "t0", [("submit", "ok")])]
     build_corpus(CorpusConfig(caches=[write_records(tmp_path / "cache", records)], out=tmp_path / "corpus"))
@@ -62,7 +62,7 @@ def test_sft_without_the_flag_writes_no_event_file(tmp_path, smol_tokenizer, tin
 
 
 def test_grpo_event_file_holds_reward_kl_beta_and_turn_budget(tmp_path, monkeypatch):
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.run import train_grpo
 
     monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")

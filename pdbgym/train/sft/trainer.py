@@ -4,7 +4,7 @@ pdbgym supplies what TRL does not: the base resolved from a folder, the embedded
 adapter-store reference (its stack merged in memory); the corpus's tokenizer checked against the base's;
 a held-out slice by task id; the best checkpoint's choice written to the selection ledger; the recipe,
 corpus hash and base fingerprint beside the adapter (``pdbgym_train.json``); the adapter registered in
-the store with its parent; a killed run resumed from its last complete checkpoint (``sft_resume``).
+the store with its parent; a killed run resumed from its last complete checkpoint (``sft.resume``).
 Training itself (loop, optimizer, checkpointing, best-checkpoint tracking, resume,
 accelerate/DeepSpeed/FSDP) is TRL's and transformers' own.
 
@@ -28,15 +28,15 @@ from typing import Any
 
 from pdbgym.fileio import write_json_atomic
 from pdbgym.train.checkpoints import TENSORBOARD_DIR, TRAINER_STATE, tensorboard_callback
-from pdbgym.train.config import SFTTrainConfig
-from pdbgym.train.corpus import check_corpus_tokenizer, load_corpus, split_by_task
-from pdbgym.train.sft_resume import (
+from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
+from pdbgym.train.errors import TrainError
+from pdbgym.train.sft.config import SFTTrainConfig
+from pdbgym.train.sft.resume import (
     ADAPTER_DIR,
     CHECKPOINTS_DIR,
     METRICS_FILE,
     TRAIN_RECORD,
     Start,
-    TrainError,
     check_out,
     is_finished,
     name_is_ours,
@@ -246,7 +246,7 @@ def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[dict
 def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
               base: BaseModel | None = None) -> SFTResult:
     """Train (or resume), keep the best checkpoint, write the adapter and its record, register it, record
-    the selection. An ``out`` holding a run needs ``resume`` or ``restart`` (``sft_resume``).
+    the selection. An ``out`` holding a run needs ``resume`` or ``restart`` (``sft.resume``).
 
     ``base`` may be given already loaded (DAgger trains every iteration from one parent)."""
     from pdbgym.adapters.store import Store

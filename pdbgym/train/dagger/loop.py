@@ -32,8 +32,9 @@ from typing import Any
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
-from pdbgym.train.config import DaggerConfig, SFTTrainConfig
-from pdbgym.train.corpus import Example, refuse_held_out, write_corpus
+from pdbgym.train.corpus.build import Example, refuse_held_out, write_corpus
+from pdbgym.train.dagger.config import DaggerConfig
+from pdbgym.train.sft.config import SFTTrainConfig
 
 Event = Callable[[str], None]
 
@@ -247,7 +248,7 @@ def train_dagger(config: DaggerConfig, on_event: Event | None = None) -> DaggerR
     from pdbgym.agent.loop import check_tool_turns
     from pdbgym.agent.toolcalls import detect_format
     from pdbgym.rollouts.cache import append_records
-    from pdbgym.train.sft import pick_device, train_sft
+    from pdbgym.train.sft.trainer import pick_device, train_sft
 
     say = on_event or (lambda text: None)
     out, device = Path(config.out), pick_device(config.device)

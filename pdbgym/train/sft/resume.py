@@ -31,7 +31,8 @@ from pdbgym.train.checkpoints import (
     last_complete_checkpoint,
     logged_history,
 )
-from pdbgym.train.config import SFTTrainConfig
+from pdbgym.train.errors import TrainError
+from pdbgym.train.sft.config import SFTTrainConfig
 
 ADAPTER_DIR = "adapter"
 TRAIN_RECORD = "pdbgym_train.json"
@@ -40,10 +41,6 @@ RUN_FILE = "pdbgym_sft_run.json"
 CHECKPOINTS_DIR = "checkpoints"
 _RUN_ENTRIES = (RUN_FILE, CHECKPOINTS_DIR, METRICS_FILE, ADAPTER_DIR, TENSORBOARD_DIR)
 _REPORT_GLOBS = ("training_report.*", "train_*.png")
-
-
-class TrainError(PdbgymError):
-    """A training run cannot start or its output cannot be recorded."""
 
 
 @dataclass

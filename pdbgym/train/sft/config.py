@@ -1,4 +1,4 @@
-"""Config dataclasses of the ``pdbgym train`` family (SFT and DAgger; GRPO's lives in ``train.grpo``).
+"""The config of ``pdbgym train sft`` (DAgger's is in ``train.dagger.config``, GRPO's in ``train.grpo.config``).
 
 Defaults are the seed recipe: the SFT layer that reached best_val_loss 0.11644 at step 156 of a
 312-row corpus (DoRA rank 24, seed 42, 4 epochs, lr 1e-4, effective batch 8, 16k context). Every field
@@ -108,39 +108,3 @@ class SFTTrainConfig:
         data["lora_alpha"] = self.alpha
         data["context"] = self.max_length
         return data
-
-
-@dataclass
-class DaggerConfig:
-    """Online DAgger: the student rolls out, the teacher labels every student state, SFT on the aggregate.
-
-    Iteration i (0-based): the current student (``student`` for i = 0, else adapter ``iter{i-1}``) plays
-    ``runs`` episodes per training task; every assistant turn's context (the student's own history,
-    token-exact) is given to the teacher, whose next turn becomes a labelled example; examples of all
-    iterations so far are aggregated and an adapter ``iter{i}`` is trained by SFT from the same parent
-    as iteration 0 (the student's own weights), so each iterate is one adapter over one parent.
-    """
-
-    student: str
-    teacher: str
-    tasks: str
-    out: Path
-    iterations: int = 2
-    runs: int = 1
-    val_tasks: str | None = None
-    splits: Path | None = None
-    teacher_cache: Path | None = None
-    eval_runs: int = 1
-    turn_budget: int = 8
-    max_new_tokens: int = 64
-    max_context_tokens: int = 4096
-    temperature: float = 0.7
-    teacher_temperature: float = 0.0
-    tokenizer: str = "embedded"
-    device: str = "auto"
-    seed: int = 42
-    name_prefix: str | None = None  # store names: {prefix}-iter0, ...; default: the out folder's name
-    sft: dict[str, Any] = field(default_factory=dict)  # SFTTrainConfig fields for every iteration
-    store: Path | None = None
-    ledger: Path | None = None
-    report: bool = True

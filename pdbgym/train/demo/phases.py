@@ -9,14 +9,14 @@ Phases (each resumes or reuses its output when the demo folder already holds it)
    reference fix; any model or server URL can be given instead.
 3. ``corpus``: token-exact SFT examples from the train cache, each cut to its first ``sft_tokens`` ids
    (the prompt and the first tool calls: what a base model gets wrong first).
-4. ``sft``: a LoRA adapter on SmolLM2-135M by ``train.sft.train_sft`` within ``sft_steps`` optimizer
+4. ``sft``: a LoRA adapter on SmolLM2-135M by ``train.sft.trainer.train_sft`` within ``sft_steps`` optimizer
    steps, validation loss on a held-out slice of the train tasks, registered in ``OUT/adapters``.
 5. ``kl``: per arm with a local model, KL(teacher || arm) on the held-out teacher cache. A scripted
    teacher is deterministic (probability 1 on each token it wrote), so its KL to an arm is exactly the
    arm's mean negative log-prob of the oracle's tokens (nats/token), scored here with the divergence
    library's scorer; a model teacher's cache goes through ``eval --teacher-cache`` instead.
 6. ``eval``: base vs SFT (and the oracle, and optionally the grammar-constrained base) on the held-out
-   tasks (``evaluate.procedures.run_evaluation``), then one report (``train.demo_report``).
+   tasks (``evaluate.procedures.run_evaluation``), then one report (``train.demo.report``).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def build_caches(config: DemoConfig, tick: Callable[[], None]) -> dict[str, dict
 
 def build_demo_corpus(config: DemoConfig) -> dict[str, Any]:
     """The SFT corpus of the train cache: solved episodes, cut to ``sft_tokens`` ids (held-out refused)."""
-    from pdbgym.train.corpus import MANIFEST_FILE, CorpusConfig, build_corpus
+    from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
 
     out = Path(config.out)
     manifest = out / "corpus" / MANIFEST_FILE
@@ -194,7 +194,7 @@ def build_demo_corpus(config: DemoConfig) -> dict[str, Any]:
 
 
 def sft_done(config: DemoConfig) -> bool:
-    from pdbgym.train.sft import ADAPTER_DIR, TRAIN_RECORD
+    from pdbgym.train.sft.trainer import ADAPTER_DIR, TRAIN_RECORD
 
     return (Path(config.out) / "sft" / ADAPTER_DIR / TRAIN_RECORD).is_file()
 
@@ -203,8 +203,8 @@ def train_demo_sft(config: DemoConfig, on_log: Callable[[dict[str, Any], int], N
     """LoRA SFT of the embedded model on the corpus, or the finished run's record; returns the record."""
     import torch
 
-    from pdbgym.train.config import SFTTrainConfig
-    from pdbgym.train.sft import ADAPTER_DIR, TRAIN_RECORD, train_sft
+    from pdbgym.train.sft.config import SFTTrainConfig
+    from pdbgym.train.sft.trainer import ADAPTER_DIR, TRAIN_RECORD, train_sft
 
     out = Path(config.out) / "sft"
     if not sft_done(config):
@@ -244,7 +244,7 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
 
     from pdbgym.agent.executor import ExecutorConfig
     from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
-    from pdbgym.train.demo_report import oracle_kl, write_demo_report
+    from pdbgym.train.demo.report import oracle_kl, write_demo_report
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)

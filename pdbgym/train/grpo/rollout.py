@@ -275,7 +275,7 @@ def episode_metrics(samples: Sequence[EpisodeSample]) -> dict[str, float]:
 
 
 class EpisodeProgress:
-    """The hooks GRPO calls around its phases; this one does nothing (``pdbgym.train.grpo_progress`` shows
+    """The hooks GRPO calls around its phases; this one does nothing (``pdbgym.train.grpo.progress`` shows
     them as progress bars and keeps each episode's transcript).
 
     ``phase(kind, step, total)`` wraps a batch of ``total`` episodes: kind ``rollouts`` (optimizer step

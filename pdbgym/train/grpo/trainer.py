@@ -4,7 +4,7 @@ The policy is the base with its frozen SFT adapter merged in memory (``resolve_b
 checked, so the delta trains on exactly the weights it is registered against); TRL wraps it with a
 fresh trainable DoRA delta, and with ``beta != 0`` TRL's reference is that model with the delta
 disabled: the SFT model, not the raw base. Each optimizer step plays ``tasks_per_step`` groups of
-``group`` episodes through ``pdbgym.agent.loop`` (``pdbgym.train.rollout``: one batched ``generate``
+``group`` episodes through ``pdbgym.agent.loop`` (``pdbgym.train.grpo.rollout``: one batched ``generate``
 per round over every live episode) and hands TRL ``prompt_ids`` / ``completion_ids`` / ``logprobs`` /
 ``env_mask`` plus the episode facts the reward functions read.
 
@@ -20,21 +20,15 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.train.grpo_data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
-from pdbgym.train.recipe import (
-    AdaptiveKLController,
-    RecipeState,
-    TurnBudgetCurriculum,
-    anchor_weight,
-    replayed_in_group,
-)
-from pdbgym.train.rewards import RewardConfig
-from pdbgym.train.rollout import (
+from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
+from pdbgym.train.grpo.rewards import RewardConfig
+from pdbgym.train.grpo.rollout import (
     BatchedGenerator,
     EpisodeProgress,
     EpisodeSample,
@@ -42,67 +36,15 @@ from pdbgym.train.rollout import (
     run_episodes,
     sample_from_outcome,
 )
+from pdbgym.train.grpo.schedules import (
+    AdaptiveKLController,
+    RecipeState,
+    TurnBudgetCurriculum,
+    anchor_weight,
+    replayed_in_group,
+)
 
 RECIPE_STATE_FILE = "pdbgym_recipe_state.json"
-
-
-@dataclass
-class GRPORunConfig:
-    """``pdbgym train grpo``: every field is a flag; formulas of the recipe terms in ``recipe.py``."""
-
-    policy: str  # adapter-store reference of the SFT adapter, a model folder, or "embedded"
-    tasks: str  # suite, task id or folder: the training tasks
-    out: Path
-    group: int = 8  # G episodes per task per step (TRL num_generations)
-    tasks_per_step: int = 1  # groups per optimizer step
-    steps: int = 100  # optimizer steps
-    seed: int = 42
-    lr: float = 1e-5
-    rank: int = 16
-    alpha: int = 32
-    use_dora: bool = True
-    temperature: float = 1.0
-    max_new_tokens: int = 512  # per turn
-    max_context_tokens: int = 8192  # per episode (prompt + response)
-    command_timeout_s: float = 10.0
-    kl_mode: str = "adaptive"  # adaptive | fixed
-    beta: float = 0.04  # initial (or fixed) KL coefficient
-    target_kl: float = 0.05
-    kl_horizon: int = 10_000
-    curriculum: str = "schedule"  # schedule | solve_rate | fixed
-    budget_start: int = 10
-    budget_end: int = 30
-    budget_ramp_steps: int = 100
-    budget_threshold: float = 0.5
-    budget_increment: int = 2
-    anchor_data: Path | None = None  # SFT corpus folder for the BC anchor
-    anchor_weight: float = 0.1
-    anchor_decay_steps: int = 0
-    anchor_batch: int = 1
-    anchor_max_tokens: int = 4096
-    replay_data: Path | None = None  # SFT corpus folder; its solved examples seed early groups
-    replay_fraction: float = 0.25
-    replay_decay_steps: int = 20
-    format_weight: float = 0.0
-    loss_type: str = "dapo"  # TRL's loss_type
-    importance_sampling_level: str = "token"  # TRL: token | sequence
-    num_iterations: int = 1  # TRL: optimizer passes per generated batch (> 1 makes samples stale)
-    epsilon: float = 0.2  # TRL clip range
-    save_steps: int = 10
-    val_tasks: str | None = None
-    val_runs: int = 4
-    val_k: int = 3
-    store: Path | None = None
-    ledger: Path | None = None
-    name: str | None = None  # store name of the result (default: grpo-<out folder name>)
-    device: str = "auto"
-    resume: bool = False
-    tensorboard: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, as given
-
-    def recipe(self) -> dict[str, Any]:
-        skip = {"out", "store", "ledger", "extra", "resume", "device", "name"}
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}
 
 
 def per_process_groups(tasks_per_step: int, processes: int) -> int:
@@ -220,7 +162,7 @@ class PdbgymRollout:
         self.tool_format = tool_format
         self.play = play or self.play_episodes
         self.trainer: Any = None
-        self.progress = EpisodeProgress()  # phase/episode hooks (grpo_progress.GRPOProgress shows them)
+        self.progress = EpisodeProgress()  # phase/episode hooks (progress.GRPOProgress shows them)
 
     def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float) -> list[EpisodeSample]:
         from trl.models.utils import unwrap_model_for_generation
@@ -371,8 +313,8 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
     """TrainerCallbacks: the KL leash, the step log, and the val gate run at every checkpoint."""
     from transformers import TrainerCallback
 
-    from pdbgym.train.grpo_data import append_gate, gate_on_val, read_gates
-    from pdbgym.train.recipe import AdaptiveKLCallback
+    from pdbgym.train.grpo.schedules import AdaptiveKLCallback
+    from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
 
     class StepLog(TrainerCallback):
         # TRL's logged metrics are already reduced over processes: the main one writes them.

@@ -96,8 +96,8 @@ def tokenize_conversation(messages: list[dict[str, str]], tokenizer: Any, where:
 
 
 def read_chat_jsonl(path: Path, tokenizer: Any) -> list[Any]:
-    """Examples (``pdbgym.train.corpus.Example``) from one JSONL file; errors name the file and line."""
-    from pdbgym.train.corpus import Example
+    """Examples (``pdbgym.train.corpus.build.Example``) from one JSONL file; errors name the file and line."""
+    from pdbgym.train.corpus.build import Example
 
     examples = []
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):

@@ -25,7 +25,7 @@ from typing import Any
 
 from pdbgym.agent.loop import EpisodeOutcome
 from pdbgym.fileio import write_json_atomic
-from pdbgym.train.rollout import EpisodeProgress
+from pdbgym.train.grpo.rollout import EpisodeProgress
 
 EPISODES_DIR = "episodes"
 

@@ -1,4 +1,4 @@
-"""``pdbgym demo``: parses its flags into a ``DemoConfig`` and runs ``pdbgym.train.demo.run_demo``."""
+"""``pdbgym demo``: parses its flags into a ``DemoConfig`` and runs ``pdbgym.train.demo.phases.run_demo``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from pdbgym.defaults import defaults_of
-from pdbgym.train.demo import DemoConfig
+from pdbgym.train.demo.phases import DemoConfig
 
 D = defaults_of(DemoConfig)
 
@@ -27,7 +27,7 @@ def demo_command(
     """The research loop in miniature on CPU: teacher cache -> LoRA SFT of SmolLM2-135M -> base vs SFT on
     held-out tasks -> one report."""
     from pdbgym.progress import progress
-    from pdbgym.train.demo import run_demo
+    from pdbgym.train.demo.phases import run_demo
 
     console = Console(stderr=True)
     config = DemoConfig(out=out, teacher=teacher, tasks=tasks, sft_steps=sft_steps, sft_tokens=sft_tokens,

@@ -27,12 +27,15 @@ from pdbgym.train.checkpoints import (
     last_complete_checkpoint,
     tensorboard_callback,
 )
-from pdbgym.train.grpo import (
+from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, load_checked_corpus
+from pdbgym.train.grpo.rewards import RewardConfig
+from pdbgym.train.grpo.schedules import AdaptiveKLController, RecipeState, TurnBudgetCurriculum
+from pdbgym.train.grpo.trainer import (
     GATES_FILE,
     RANKS_DIR,
     RECIPE_STATE_FILE,
     STEPS_FILE,
-    GRPORunConfig,
     PdbgymRollout,
     StepLogCallback,
     _trainer_class,
@@ -40,9 +43,7 @@ from pdbgym.train.grpo import (
     make_callbacks,
     set_quiet_trl,
 )
-from pdbgym.train.grpo_data import AnchorBatches, ReplayPool, load_checked_corpus, read_gates
-from pdbgym.train.recipe import AdaptiveKLController, RecipeState, TurnBudgetCurriculum
-from pdbgym.train.rewards import RewardConfig
+from pdbgym.train.grpo.valgate import read_gates
 
 RUN_FILE = "grpo_run.json"
 SELECTION_SPLIT = "val"
@@ -89,7 +90,7 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
     from pdbgym.adapters.store import Store
     from pdbgym.agent.loop import check_tool_turns
     from pdbgym.agent.toolcalls import detect_format
-    from pdbgym.train.sft import pick_device, resolve_base, world_size
+    from pdbgym.train.sft.trainer import pick_device, resolve_base, world_size
 
     set_quiet_trl()
     device = pick_device(config.device)

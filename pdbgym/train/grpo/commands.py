@@ -1,7 +1,7 @@
 """`pdbgym train grpo` and `pdbgym train report`: command functions mounted by ``pdbgym.train.commands``.
 
-``grpo`` shows every phase as progress (``grpo_progress``), keeps each episode's transcript under
-``OUT/episodes/`` and writes the training report (``grpo_report``) when the run ends, also when it fails.
+``grpo`` shows every phase as progress (``grpo.progress``), keeps each episode's transcript under
+``OUT/episodes/`` and writes the training report (``grpo.report``) when the run ends, also when it fails.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from pdbgym.train.grpo import GRPORunConfig
+    from pdbgym.train.grpo.config import GRPORunConfig
 
 console = Console(stderr=True)
 
@@ -72,7 +72,7 @@ def grpo(
 ) -> None:
     """GRPO over a frozen SFT adapter with a fresh DoRA delta, on pdbgym episodes (see docs/training.md)."""
     from pdbgym.defaults import pick
-    from pdbgym.train.grpo import GRPORunConfig
+    from pdbgym.train.grpo.config import GRPORunConfig
 
     config = GRPORunConfig(
         policy=policy, tasks=tasks, out=out, group=group, tasks_per_step=tasks_per_step, steps=steps, seed=seed,
@@ -111,8 +111,8 @@ def _train_with_progress(config: GRPORunConfig, show: Callable[[dict[str, Any]],
                          keep_episodes: bool) -> dict[str, Any]:
     """``train_grpo`` with its phases shown; the report is written at the end, also after a failure."""
     from pdbgym.progress import progress
-    from pdbgym.train.grpo_progress import EPISODES_DIR, GRPOProgress
-    from pdbgym.train.grpo_run import train_grpo
+    from pdbgym.train.grpo.progress import EPISODES_DIR, GRPOProgress
+    from pdbgym.train.grpo.run import train_grpo
 
     main = _main_process()
     out = Path(config.out)
@@ -129,7 +129,7 @@ def _train_with_progress(config: GRPORunConfig, show: Callable[[dict[str, Any]],
 
 def _report(out: Path, quiet_failure: bool = False) -> None:
     """Write the run's report; after a failed run, a report that cannot be written must not hide the cause."""
-    from pdbgym.train.grpo_report import write_grpo_report
+    from pdbgym.train.grpo.report import write_grpo_report
 
     if not _main_process() or (quiet_failure and not (out / "steps.jsonl").is_file()):
         return  # a run refused before its first step has nothing to report
@@ -148,6 +148,6 @@ def report(
     ledger: Annotated[Path | None, typer.Option(help="selection ledger the run wrote to (default $PDBGYM_HOME's)")] = None,
 ) -> None:
     """(Re)write a GRPO run's training report (HTML, Markdown, JSON, plots) from its folder alone."""
-    from pdbgym.train.grpo_report import write_grpo_report
+    from pdbgym.train.grpo.report import write_grpo_report
 
     typer.echo(str(write_grpo_report(run_dir, ledger)))

@@ -42,7 +42,7 @@ class CorpusConfig:
     """What ``pdbgym train corpus`` takes.
 
     ``caches``: teacher-cache folders (``manifest.json`` + files) of rollout records.
-    ``jsonl``: chat / SWE-bench-style trajectory files (see :mod:`pdbgym.train.chat_jsonl`), tokenized
+    ``jsonl``: chat / SWE-bench-style trajectory files (see :mod:`pdbgym.train.corpus.chat_jsonl`), tokenized
     with ``tokenizer`` (``embedded`` or a model/tokenizer folder), required when ``jsonl`` is given.
     ``max_length`` (ids, prompt included): longer examples are dropped (``overlength="drop"``) or cut to
     their first ``max_length`` ids (``"truncate"``; the cut-off end, usually the final turns, is lost and
@@ -144,7 +144,7 @@ def _load_sources(config: CorpusConfig) -> tuple[list[Example], dict[str, str], 
                 tokenizers[fingerprint] = str((record.metadata.get("tokenizer") or {}).get("name") or "?")
             examples.append(example_from_record(record, str(cache)))
     if config.jsonl:
-        from pdbgym.train.chat_jsonl import read_chat_jsonl
+        from pdbgym.train.corpus.chat_jsonl import read_chat_jsonl
 
         if not config.tokenizer:
             raise CorpusError("--jsonl trajectories are text: give --tokenizer (embedded, or a model folder) "

@@ -1,27 +1,25 @@
 """What GRPO draws from the SFT corpus (behaviour-cloning anchor batches, replayed solved trajectories)
-and the validation gate that scores each checkpoint on the val split.
+and the gathering of episode facts across processes (the val gate is in ``valgate``).
 
-Corpus examples are token-exact (``input_ids`` + ``assistant_masks``, see ``pdbgym.train.corpus``); a
+Corpus examples are token-exact (``input_ids`` + ``assistant_masks``, see ``pdbgym.train.corpus.build``); a
 corpus tokenized by another tokenizer is refused before training starts.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.train.rollout import EpisodeSample
+from pdbgym.train.grpo.rollout import EpisodeSample
 
 IGNORE_INDEX = -100
 
 
 def load_checked_corpus(path: Path, tokenizer: Any, label: str) -> list[dict[str, Any]]:
     """The examples of a corpus folder whose tokenizer fingerprint is ``tokenizer``'s."""
-    from pdbgym.train.corpus import check_corpus_tokenizer, load_corpus
+    from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus
 
     corpus = load_corpus(path)
     check_corpus_tokenizer(corpus, tokenizer, label)
@@ -130,55 +128,3 @@ def play_across_ranks(trainer: Any, episodes: list[Any], play: Callable[[list[An
     local = [sample.facts for sample in play(mine)] if mine else []
     everyone = gather_ranks(trainer, local)
     return [everyone[i % processes][i // processes] for i in range(len(episodes))]
-
-
-@dataclass
-class GateResult:
-    """One checkpoint's val score: pass@1 (mean, CI over tasks) and pass@k, from ``runs`` episodes a task."""
-
-    step: int
-    checkpoint: str
-    pass_at_1: dict[str, Any]
-    pass_at_k: dict[str, Any]
-    k: int
-    runs: int
-    termination_reasons: dict[str, int] = field(default_factory=dict)
-
-
-def score_outcomes(step: int, checkpoint: str, outcomes: dict[str, list[int]], k: int,
-                   reasons: dict[str, int]) -> GateResult:
-    """Pass@1 and pass@k estimates (clustered SE, CI) from per-task 0/1 outcomes."""
-    from pdbgym.evaluate.stats import estimate_mean, per_task_pass_at_k
-
-    runs = min(len(v) for v in outcomes.values())
-    table = [v[:runs] for v in outcomes.values()]
-    k = min(k, runs)
-    return GateResult(step, checkpoint, estimate_mean(per_task_pass_at_k(table, 1)).to_dict(),
-                      estimate_mean(per_task_pass_at_k(table, k)).to_dict(), k, runs, reasons)
-
-
-def append_gate(path: Path, result: GateResult) -> None:
-    from pdbgym.fileio import write_text_atomic
-
-    lines = path.read_text().splitlines() if path.is_file() else []
-    lines.append(json.dumps(result.__dict__, sort_keys=True))
-    write_text_atomic(path, "\n".join(lines) + "\n")
-
-
-def read_gates(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-
-
-def gate_on_val(play: Callable[[list[Any]], list[dict[str, Any]]], val_tasks: list[Any], runs: int, k: int,
-                step: int, checkpoint: str) -> GateResult:
-    """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> each episode's facts:
-    ``final_test_passed``, ``termination_reason``) and score them."""
-    episodes = [task for task in val_tasks for _ in range(runs)]
-    played = play(episodes)
-    outcomes: dict[str, list[int]] = {task.instance_id: [] for task in val_tasks}
-    reasons: dict[str, int] = {}
-    for task, facts in zip(episodes, played, strict=True):
-        outcomes[task.instance_id].append(int(facts["final_test_passed"]))
-        reason = facts["termination_reason"]
-        reasons[reason] = reasons.get(reason, 0) + 1
-    return score_outcomes(step, checkpoint, outcomes, k, reasons)

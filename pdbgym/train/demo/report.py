@@ -225,7 +225,7 @@ def write_demo_report(config: Any, out: Path, arms: Mapping[str, str], summary: 
                       record: dict[str, Any], corpus: dict[str, Any], caches: dict[str, Any],
                       kl: dict[str, Any] | None, phases: dict[str, dict[str, Any]]) -> Path:
     """``OUT/demo_report.html`` and ``.md`` (plus ``demo_report.json``); returns the HTML path."""
-    from pdbgym.train.sft import METRICS_FILE
+    from pdbgym.train.sft.trainer import METRICS_FILE
 
     metrics = out / "sft" / METRICS_FILE
     history = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []

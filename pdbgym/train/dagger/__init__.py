@@ -1,0 +1,1 @@
+"""Online DAgger: its config (``config``) and the rollout, label, aggregate, train loop (``loop``)."""

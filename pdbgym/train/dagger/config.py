@@ -1,0 +1,43 @@
+"""The config of ``pdbgym train dagger``: every field is a flag of the same name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class DaggerConfig:
+    """Online DAgger: the student rolls out, the teacher labels every student state, SFT on the aggregate.
+
+    Iteration i (0-based): the current student (``student`` for i = 0, else adapter ``iter{i-1}``) plays
+    ``runs`` episodes per training task; every assistant turn's context (the student's own history,
+    token-exact) is given to the teacher, whose next turn becomes a labelled example; examples of all
+    iterations so far are aggregated and an adapter ``iter{i}`` is trained by SFT from the same parent
+    as iteration 0 (the student's own weights), so each iterate is one adapter over one parent.
+    """
+
+    student: str
+    teacher: str
+    tasks: str
+    out: Path
+    iterations: int = 2
+    runs: int = 1
+    val_tasks: str | None = None
+    splits: Path | None = None
+    teacher_cache: Path | None = None
+    eval_runs: int = 1
+    turn_budget: int = 8
+    max_new_tokens: int = 64
+    max_context_tokens: int = 4096
+    temperature: float = 0.7
+    teacher_temperature: float = 0.0
+    tokenizer: str = "embedded"
+    device: str = "auto"
+    seed: int = 42
+    name_prefix: str | None = None  # store names: {prefix}-iter0, ...; default: the out folder's name
+    sft: dict[str, Any] = field(default_factory=dict)  # SFTTrainConfig fields for every iteration
+    store: Path | None = None
+    ledger: Path | None = None
+    report: bool = True

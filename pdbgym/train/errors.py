@@ -1,0 +1,9 @@
+"""The error of the ``train`` package."""
+
+from __future__ import annotations
+
+from pdbgym.errors import PdbgymError
+
+
+class TrainError(PdbgymError):
+    """A training run cannot start or its output cannot be recorded."""

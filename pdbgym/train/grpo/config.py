@@ -1,0 +1,66 @@
+"""The config of ``pdbgym train grpo``: every field is a flag of the same name."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class GRPORunConfig:
+    """``pdbgym train grpo``: every field is a flag; formulas of the recipe terms in ``schedules.py``."""
+
+    policy: str  # adapter-store reference of the SFT adapter, a model folder, or "embedded"
+    tasks: str  # suite, task id or folder: the training tasks
+    out: Path
+    group: int = 8  # G episodes per task per step (TRL num_generations)
+    tasks_per_step: int = 1  # groups per optimizer step
+    steps: int = 100  # optimizer steps
+    seed: int = 42
+    lr: float = 1e-5
+    rank: int = 16
+    alpha: int = 32
+    use_dora: bool = True
+    temperature: float = 1.0
+    max_new_tokens: int = 512  # per turn
+    max_context_tokens: int = 8192  # per episode (prompt + response)
+    command_timeout_s: float = 10.0
+    kl_mode: str = "adaptive"  # adaptive | fixed
+    beta: float = 0.04  # initial (or fixed) KL coefficient
+    target_kl: float = 0.05
+    kl_horizon: int = 10_000
+    curriculum: str = "schedule"  # schedule | solve_rate | fixed
+    budget_start: int = 10
+    budget_end: int = 30
+    budget_ramp_steps: int = 100
+    budget_threshold: float = 0.5
+    budget_increment: int = 2
+    anchor_data: Path | None = None  # SFT corpus folder for the BC anchor
+    anchor_weight: float = 0.1
+    anchor_decay_steps: int = 0
+    anchor_batch: int = 1
+    anchor_max_tokens: int = 4096
+    replay_data: Path | None = None  # SFT corpus folder; its solved examples seed early groups
+    replay_fraction: float = 0.25
+    replay_decay_steps: int = 20
+    format_weight: float = 0.0
+    loss_type: str = "dapo"  # TRL's loss_type
+    importance_sampling_level: str = "token"  # TRL: token | sequence
+    num_iterations: int = 1  # TRL: optimizer passes per generated batch (> 1 makes samples stale)
+    epsilon: float = 0.2  # TRL clip range
+    save_steps: int = 10
+    val_tasks: str | None = None
+    val_runs: int = 4
+    val_k: int = 3
+    store: Path | None = None
+    ledger: Path | None = None
+    name: str | None = None  # store name of the result (default: grpo-<out folder name>)
+    device: str = "auto"
+    resume: bool = False
+    tensorboard: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, as given
+
+    def recipe(self) -> dict[str, Any]:
+        skip = {"out", "store", "ledger", "extra", "resume", "device", "name"}
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

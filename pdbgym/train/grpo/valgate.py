@@ -1,0 +1,61 @@
+"""The validation gate: each checkpoint scored on the val split (pass@1, pass@k) and logged in ``gates.jsonl``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class GateResult:
+    """One checkpoint's val score: pass@1 (mean, CI over tasks) and pass@k, from ``runs`` episodes a task."""
+
+    step: int
+    checkpoint: str
+    pass_at_1: dict[str, Any]
+    pass_at_k: dict[str, Any]
+    k: int
+    runs: int
+    termination_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def score_outcomes(step: int, checkpoint: str, outcomes: dict[str, list[int]], k: int,
+                   reasons: dict[str, int]) -> GateResult:
+    """Pass@1 and pass@k estimates (clustered SE, CI) from per-task 0/1 outcomes."""
+    from pdbgym.evaluate.stats import estimate_mean, per_task_pass_at_k
+
+    runs = min(len(v) for v in outcomes.values())
+    table = [v[:runs] for v in outcomes.values()]
+    k = min(k, runs)
+    return GateResult(step, checkpoint, estimate_mean(per_task_pass_at_k(table, 1)).to_dict(),
+                      estimate_mean(per_task_pass_at_k(table, k)).to_dict(), k, runs, reasons)
+
+
+def append_gate(path: Path, result: GateResult) -> None:
+    from pdbgym.fileio import write_text_atomic
+
+    lines = path.read_text().splitlines() if path.is_file() else []
+    lines.append(json.dumps(result.__dict__, sort_keys=True))
+    write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+def read_gates(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def gate_on_val(play: Callable[[list[Any]], list[dict[str, Any]]], val_tasks: list[Any], runs: int, k: int,
+                step: int, checkpoint: str) -> GateResult:
+    """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> each episode's facts:
+    ``final_test_passed``, ``termination_reason``) and score them."""
+    episodes = [task for task in val_tasks for _ in range(runs)]
+    played = play(episodes)
+    outcomes: dict[str, list[int]] = {task.instance_id: [] for task in val_tasks}
+    reasons: dict[str, int] = {}
+    for task, facts in zip(episodes, played, strict=True):
+        outcomes[task.instance_id].append(int(facts["final_test_passed"]))
+        reason = facts["termination_reason"]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return score_outcomes(step, checkpoint, outcomes, k, reasons)
