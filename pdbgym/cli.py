@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pdbgym.errors import PdbgymError
+from pdbgym.versions import DependencyVersionError
 
 app = typer.Typer(
     name="pdbgym",
@@ -54,7 +55,7 @@ _mount()
 def main() -> None:
     try:
         app()
-    except PdbgymError as exc:
+    except (PdbgymError, DependencyVersionError) as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
         sys.exit(2)
 

@@ -32,6 +32,7 @@ from typing import Any
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
+from pdbgym.seeds import episode_seed
 from pdbgym.train.corpus.build import Example, refuse_held_out, write_corpus
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.sft.config import SFTTrainConfig
@@ -155,9 +156,10 @@ async def play(policy: Policy, tasks: list[Any], runs: int, config: DaggerConfig
     fmt = detect_format(getattr(policy.tokenizer, "chat_template", None))
     env_config = EnvConfig(turn_budget=config.turn_budget)
     outcomes = []
-    for task_index, task in enumerate(tasks):
+    for task in tasks:
         for run in range(runs):
-            params = SamplingParams(config.temperature, 1.0, config.max_new_tokens, seed + 1000 * task_index + run)
+            params = SamplingParams(config.temperature, 1.0, config.max_new_tokens,
+                                    episode_seed(seed, task.instance_id, run))
             agent = AgentConfig(tool_format=fmt, max_context_tokens=config.max_context_tokens, sampling=params,
                                 dataset="dagger", sample_idx=run)
             outcome = await run_episode(task, ModelTurns(policy.backend, params), DebugEnv(task, env_config), agent)

@@ -44,6 +44,7 @@ from pdbgym.train.grpo.trainer import (
     set_quiet_trl,
 )
 from pdbgym.train.grpo.valgate import read_gates
+from pdbgym.versions import require_training
 
 RUN_FILE = "grpo_run.json"
 SELECTION_SPLIT = "val"
@@ -84,6 +85,7 @@ def _checkpoint_to_resume(config: GRPORunConfig, main: bool = True) -> str | Non
 def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
           play: Callable[..., Any] | None = None, progress: Any = None) -> tuple[Any, Any, list[Any]]:
     """(trainer, base model record, val tasks): everything checked before the first episode runs."""
+    require_training()
     from datasets import Dataset
     from peft import LoraConfig
 

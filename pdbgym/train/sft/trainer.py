@@ -43,6 +43,7 @@ from pdbgym.train.sft.resume import (
     open_run,
     read_rows,
 )
+from pdbgym.versions import require_training
 
 SELECTION_SPLIT = "sft-val"
 LogHook = Callable[[dict[str, Any], int], None]  # (logged row with its step, total optimizer steps)
@@ -249,6 +250,7 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     the selection. An ``out`` holding a run needs ``resume`` or ``restart`` (``sft.resume``).
 
     ``base`` may be given already loaded (DAgger trains every iteration from one parent)."""
+    require_training()
     from pdbgym.adapters.store import Store
 
     out = Path(config.out)
