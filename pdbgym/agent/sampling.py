@@ -3,7 +3,7 @@
 Everything here takes logits (a 1-D float tensor over the vocabulary, shape ``[V]``) and returns
 tensors or ids; no models, no I/O. Log-probs are natural logs (nats, <= 0).
 
-Engines report different log-probs for the same sampled token (REFERENCE.md s.2); ``draw_token``
+Engines report different log-probs for the same sampled token (docs/cache-format.md, ``logprob_semantics``); ``draw_token``
 offers each: raw ``log_softmax(z)[y]``, tempered ``log_softmax(z / T)[y]``, and processed
 ``log_softmax(z / T)[y] - log Z`` with ``Z`` the top-p nucleus mass.
 """

@@ -1,7 +1,7 @@
 """SGLang's native ``/generate``: token ids in, token ids and log-probs out (no re-rendering).
 
 SGLang (recent, normal sampling) reports ``log_softmax(z / T)[y]``: temperature applied, top-p not
-renormalized (REFERENCE.md s.2), recorded as ``LogprobSemantics(engine="sglang", ...)``.
+renormalized (docs/cache-format.md, ``logprob_semantics``), recorded as ``LogprobSemantics(engine="sglang", ...)``.
 """
 
 from __future__ import annotations

