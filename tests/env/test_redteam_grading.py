@@ -343,24 +343,27 @@ def test_a_test_reported_passed_whose_code_never_ran_is_tampered(sandbox):
     assert not run.all_passed(task.all_tests)
 
 
-def _frames_task(root: Path):
-    """A tiny task whose pristine source takes frames itself, in the file the fix changes."""
+def _tiny_task(root: Path, files: dict[str, str], instance_id: str, failing: str, passing: str, patch: str):
+    """A task folder of ``files`` (repo-relative) with one failing and one passing test, loaded."""
     from pdbgym.tasks.model import load_task
 
-    repo = root / "repo"
-    (repo / "calc").mkdir(parents=True)
-    (repo / "calc" / "__init__.py").write_text("")
-    (repo / "calc" / "ops.py").write_text(
-        "import sys\n\n\ndef caller():\n    return sys._getframe(1).f_code.co_name\n\n\n"
-        "def sub(a, b):\n    return a + b\n")
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_ops.py").write_text(
-        "from calc.ops import caller, sub\n\n\ndef test_caller():\n    assert caller() == 'test_caller'\n\n\n"
-        "def test_sub():\n    assert sub(5, 3) == 2\n")
-    (root / "task.json").write_text(json.dumps({
-        "instance_id": "demo__frames", "FAIL_TO_PASS": ["tests/test_ops.py::test_sub"],
-        "PASS_TO_PASS": ["tests/test_ops.py::test_caller"], "patch": FRAMES_PATCH}))
+    for rel, text in files.items():
+        (root / "repo" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "repo" / rel).write_text(text)
+    (root / "task.json").write_text(json.dumps({"instance_id": instance_id, "FAIL_TO_PASS": [failing],
+                                                "PASS_TO_PASS": [passing], "patch": patch}))
     return load_task(root)
+
+
+def _frames_task(root: Path):
+    """A tiny task whose pristine source takes frames itself, in the file the fix changes."""
+    return _tiny_task(root, {
+        "calc/__init__.py": "",
+        "calc/ops.py": "import sys\n\n\ndef caller():\n    return sys._getframe(1).f_code.co_name\n\n\n"
+                       "def sub(a, b):\n    return a + b\n",
+        "tests/test_ops.py": "from calc.ops import caller, sub\n\n\ndef test_caller():\n"
+                             "    assert caller() == 'test_caller'\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n",
+    }, "demo__frames", "tests/test_ops.py::test_sub", "tests/test_ops.py::test_caller", FRAMES_PATCH)
 
 
 FRAMES_PATCH = """diff --git a/calc/ops.py b/calc/ops.py
@@ -603,23 +606,16 @@ CALLINFO_PATCH = "\n".join([
 def test_a_bug_on_a_line_that_takes_a_frame_can_be_fixed(sandbox, tmp_path):
     """The fix rewrites the project's own ``sys._getframe`` line: a rewritten line naming only the
     machinery its original named stays the project's, for the screen and for the guard."""
-    from pdbgym.tasks.model import load_task
     from pdbgym.tasks.patches import apply_patch
 
-    repo = tmp_path / "repo"
-    (repo / "callinfo").mkdir(parents=True)
-    (repo / "callinfo" / "__init__.py").write_text("")
-    (repo / "callinfo" / "util.py").write_text(
-        'import sys\n\n\ndef caller_name():\n    """Name of the function that called the caller."""\n'
-        "    return sys._getframe(1).f_code.co_name\n\n\ndef add(a, b):\n    return a + b\n")
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_util.py").write_text(
-        "from callinfo.util import add, caller_name\n\n\ndef helper():\n    return caller_name()\n\n\n"
-        "def test_caller():\n    assert helper() == 'test_caller'\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
-    (tmp_path / "task.json").write_text(json.dumps({
-        "instance_id": "demo__callinfo", "FAIL_TO_PASS": ["tests/test_util.py::test_caller"],
-        "PASS_TO_PASS": ["tests/test_util.py::test_add"], "patch": CALLINFO_PATCH}))
-    task = load_task(tmp_path)
+    task = _tiny_task(tmp_path, {
+        "callinfo/__init__.py": "",
+        "callinfo/util.py": 'import sys\n\n\ndef caller_name():\n    """Name of the function that called the caller."""\n'
+                            "    return sys._getframe(1).f_code.co_name\n\n\ndef add(a, b):\n    return a + b\n",
+        "tests/test_util.py": "from callinfo.util import add, caller_name\n\n\ndef helper():\n    return caller_name()\n"
+                              "\n\ndef test_caller():\n    assert helper() == 'test_caller'\n\n\ndef test_add():\n"
+                              "    assert add(1, 2) == 3\n",
+    }, "demo__callinfo", "tests/test_util.py::test_caller", "tests/test_util.py::test_add", CALLINFO_PATCH)
     with Workspace.create(task.repo) as ws:
         apply_patch(ws.path, task.patch)
         graded = grade(task, ws.path, sandbox)
