@@ -16,6 +16,9 @@ from pathlib import Path
 from pdbgym.sandbox.diskuse import DiskLimit, DiskUsage, DiskWatcher, measure
 from pdbgym.sandbox.process import kill_commands_in
 
+# What the agent's commands may add to a workspace (or grading's tree) over the task's repo, by default.
+EXTRA_BYTES = 256 * 1024**2
+EXTRA_FILES = 20_000
 DELETE_HINT = "delete files to get back under it (in pdb: !import os; os.remove('path/to/file'))"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.env import files
-from pdbgym.env.diskguard import DiskGuard
+from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.env.grading import GradeResult, agent_lines, grade, grading_preview
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
 from pdbgym.errors import PdbgymError
@@ -36,8 +36,8 @@ class EnvConfig:
     workspace_parent: str | None = None
     # Host disk the agent's commands may add to the workspace, over the task's repo as copied: allocated
     # bytes, and files and folders. Past it they are stopped and the agent told (docs/sandbox.md, "Host disk").
-    workspace_extra_bytes: int = 256 * 1024**2
-    workspace_extra_files: int = 20_000
+    workspace_extra_bytes: int = EXTRA_BYTES
+    workspace_extra_files: int = EXTRA_FILES
     disk_poll_s: float = 0.2  # how often the workspace's usage is measured (longer for a large tree)
 
 

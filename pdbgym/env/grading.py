@@ -21,19 +21,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.env.gradetree import TreePlan, overlay_agent_changes, read_tree_file
 from pdbgym.sandbox import Sandbox
-from pdbgym.sandbox.diskuse import DiskLimit, DiskWatcher, measure
-from pdbgym.sandbox.process import kill_commands_in
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.protect import is_protected_path, protected_bind_paths, protected_digests
 from pdbgym.tasks.pytest_guard import AgentLines
 from pdbgym.tasks.screen import MACHINERY_NAMES, screen_change
 from pdbgym.tasks.testrun import run_tests
 
-# What the grading run may add to its tree (the episode's workspace defaults, EnvConfig).
-GRADING_EXTRA_BYTES = 256 * 1024**2
-GRADING_EXTRA_FILES = 20_000
+# What the grading run may add to its tree: the episode's default allowance (EnvConfig).
+GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES = EXTRA_BYTES, EXTRA_FILES
 
 __all__ = ["GradeResult", "grade", "grading_plan", "grading_preview", "is_protected_path"]
 
@@ -155,19 +153,15 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
         # them: the code under test can then not swap a test file between a check and pytest's read.
         readonly = protected_bind_paths(str(tree)) if sandbox.binds_readonly else []  # relative to the tree
         # The agent's code runs again here, on the host's disk: the tree gets the episode's default cap.
-        tree_cap = measure(tree)
-        watcher = DiskWatcher(tree, DiskLimit(tree_cap.bytes + GRADING_EXTRA_BYTES,
-                                              tree_cap.files + GRADING_EXTRA_FILES),
-                              lambda usage: kill_commands_in(tree)).start()
+        disk = DiskGuard(tree, GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES)
         try:
             run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly,
                             agent_lines=agent_lines(task.repo, tree, plan.changed))
         finally:
-            watcher.stop()
-        if watcher.trips:
-            run.output += (f"\n[disk cap] the grading run was stopped: the tree grew to "
-                           f"{(watcher.peak or tree_cap).describe()}, over the project's size plus "
-                           f"{GRADING_EXTRA_BYTES // 1024**2} MiB and {GRADING_EXTRA_FILES:,} files\n")
+            disk.stop()
+        if disk.watcher.trips:
+            peak = (disk.watcher.peak or disk.pristine).describe()
+            run.output += f"\n[disk cap] the grading run was stopped: the tree grew to {peak}, over {disk.cap_text()}\n"
         # Checked from outside the run as well: without the binds (plain) the code under test can write
         # the tree's test files.
         after, before = protected_digests(str(tree)), protected_digests(str(task.repo))

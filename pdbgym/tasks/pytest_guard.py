@@ -6,7 +6,7 @@ Nothing here is a boundary by itself (code in the same process can always reach 
 closes a road a forgery took, and the host judges what they report (threat model: docs/sandbox.md).
 
 - **Audit hook** (``install_audit_hook``, PEP 578; a hook cannot be removed once added). Only where the
-  run knows which files the agent changed (``PDBGYM_AGENT_FILES``, set by grading and by the agent's own
+  run knows which lines the agent wrote (``PDBGYM_AGENT_LINES``, set by grading and by the agent's own
   ``run_tests``). Events that honest code under test does not need — trace and profile hooks, ``gc``
   walks of the heap, new code or function objects, setting a function's ``__code__``, patching a class
   of pytest, pluggy or pdbgym, new audit hooks, importing the runner's own modules — are refused
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-AGENT_FILES_ENV = "PDBGYM_AGENT_FILES"
+AGENT_LINES_ENV = "PDBGYM_AGENT_LINES"
 # Refused outright when the agent's code is responsible (see ``_responsible``).
 _MACHINERY_EVENTS = frozenset({
     "sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_objects", "gc.get_referrers",
@@ -48,7 +48,7 @@ _FRAME_HANDING = (("/inspect.py", frozenset({"currentframe", "stack", "trace", "
                   ("/logging/__init__.py", frozenset({"<lambda>"})),  # logging.currentframe
                   ("/bdb.py", None))
 _RUNNER_PACKAGES = frozenset({"_pytest", "pytest", "pluggy", "pytest_timeout", "pdbgym"})
-_IMPORT_REFUSED = _RUNNER_PACKAGES | {"ctypes", "_ctypes", "gc"}
+_IMPORT_REFUSED = _RUNNER_PACKAGES | {"ctypes", "_ctypes"}  # not gc: gc.collect() is honest, its walks are audited
 
 
 AgentLines = dict[str, tuple[tuple[int, int], ...]]
@@ -58,7 +58,7 @@ def agent_lines_from_env() -> AgentLines | None:
     """The lines the agent wrote, as the host passed them: ``rel:first-last,first-last`` per line of the
     variable (a file the agent wrote whole: ``rel:*``); None when the run has no agent code (task
     validation, synthesis)."""
-    raw = os.environ.pop(AGENT_FILES_ENV, None)
+    raw = os.environ.pop(AGENT_LINES_ENV, None)
     if raw is None:
         return None
     lines: AgentLines = {}

@@ -5,7 +5,7 @@ module is imported; the launcher then drops pdbgym's modules from ``sys.modules`
 the plugin. At import it takes the result channel (the write end of the host's pipe, inherited at the
 descriptor ``PDBGYM_RESULT_CHANNEL`` names; the variable is removed) onto a private descriptor, installs
 the guard (``pdbgym.tasks.pytest_guard``: an audit hook refusing interpreter machinery from the lines
-the agent wrote, which ``PDBGYM_AGENT_FILES`` lists), and takes a snapshot of what the verdict depends
+the agent wrote, which ``PDBGYM_AGENT_LINES`` lists), and takes a snapshot of what the verdict depends
 on: the functions and classes of pytest, ``_pytest``, pluggy and pytest-timeout, and the builtins. Each
 record is one JSON line with a sequence number, written with ``os.write`` as pytest reports it, so
 nothing the project does later (an exit hook, a patched ``json``) can take a record back.

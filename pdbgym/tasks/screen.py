@@ -155,7 +155,7 @@ def machinery(source: str) -> Counter[str]:  # noqa: C901 - one flat dispatch ov
             found[node.id] += 1
         elif isinstance(node, ast.Import | ast.ImportFrom):
             for name in _module_names(node):
-                if name in _MODULES or name.partition(".")[0] in _MODULES - {"unittest", "inspect", "sys"}:
+                if name in _MODULES or name.partition(".")[0] in _MODULES:
                     found[f"import of {name}"] += 1
         elif isinstance(node, ast.FunctionDef) and node.name in ("__eq__", "__ne__") and _never_reads_other(node):
             found[f"an {node.name} that never looks at what it is compared with"] += 1

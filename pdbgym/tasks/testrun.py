@@ -23,7 +23,7 @@ from pathlib import Path
 from pdbgym.errors import TaskFormatError
 from pdbgym.sandbox import Limits, Sandbox, beneath, sandbox_env
 from pdbgym.tasks.model import Task, bad_test_command, pytest_options
-from pdbgym.tasks.pytest_guard import AGENT_FILES_ENV, AgentLines, encode_agent_lines
+from pdbgym.tasks.pytest_guard import AGENT_LINES_ENV, AgentLines, encode_agent_lines
 from pdbgym.tasks.verdict import judge
 
 # The plugin reads the number of the channel's inherited descriptor from this variable
@@ -206,7 +206,7 @@ def run_tests(
     limits = limits or Limits(wall_time_s=wall)
     env = sandbox_env(root)
     if agent_lines is not None:
-        env[AGENT_FILES_ENV] = encode_agent_lines(agent_lines)
+        env[AGENT_LINES_ENV] = encode_agent_lines(agent_lines)
     started = time.perf_counter()
     channel = _ChannelReader()
     try:

@@ -652,6 +652,8 @@ def test_honest_fixes_the_second_review_saw_tampered_grade_solved(sandbox):
 
             _debug_where()
             assert Tag("a") == Tag("a") and _plain(_debug_where)
+            import gc
+            gc.collect()
         ''')
         graded = grade(task, ws.path, sandbox)
     assert graded.final_test_passed and not graded.tampered, (graded.tampered, graded.output[-1500:])
