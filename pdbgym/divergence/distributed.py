@@ -162,7 +162,12 @@ def _rank_main(config: DivergenceConfig) -> DivergenceOutcome | None:
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     try:
         ranked = replace(config, device=device, devices=1, show_progress=config.show_progress and rank == 0)
-        return compare_here(ranked, DataParallel(rank, world).execution(), build_report=rank == 0)
+        outcome = compare_here(ranked, DataParallel(rank, world).execution(), build_report=rank == 0)
+        if owned:
+            # Ranks leave together: a rank tearing its gloo pairs down while rank 0 still builds the
+            # report could abort in gloo's teardown ("terminate called without an active exception").
+            dist.barrier()
+        return outcome
     finally:
         if owned:
             dist.destroy_process_group()
