@@ -68,15 +68,12 @@ def tensorboard_callback(folder: Path, purge_step: int | None = None) -> Any:
     ``purge_step``: on resume from checkpoint N, N + 1. TensorBoard then hides the events a killed run
     wrote for steps >= N + 1, which the resumed run logs again (``SummaryWriter(purge_step=...)``).
     Tags are transformers' ``train/<metric>`` and ``eval/<metric>``."""
-    from transformers.integrations import TensorBoardCallback, is_tensorboard_available
+    from transformers.integrations import is_tensorboard_available
+
+    from pdbgym.train.seams import tensorboard_callback_class
 
     if not is_tensorboard_available():
         raise PdbgymError("--tensorboard needs the tensorboard package: pip install 'pdbgym[train]' (or tensorboard)")
-
-    class FolderTensorBoard(TensorBoardCallback):
-        def _init_summary_writer(self, args: Any) -> None:
-            self.tb_writer = self._SummaryWriter(log_dir=str(folder), purge_step=purge_step)
-
-    callback = FolderTensorBoard()
+    callback = tensorboard_callback_class(str(folder), purge_step)()
     callback.logging_dir = str(folder)
     return callback

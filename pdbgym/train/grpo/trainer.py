@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.train import seams
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
 from pdbgym.train.grpo.rewards import RewardConfig
@@ -33,6 +34,8 @@ from pdbgym.train.grpo.rollout import (
     EpisodeProgress,
     EpisodeSample,
     episode_metrics,
+    group_seeds,
+    repeat_seeds,
     run_episodes,
     sample_from_outcome,
 )
@@ -85,9 +88,7 @@ def grpo_arguments(config: GRPORunConfig, device: str, processes: int = 1) -> An
 
 
 def _trainer_class() -> type:
-    from trl import GRPOTrainer
-
-    class PdbgymGRPOTrainer(GRPOTrainer):
+    class PdbgymGRPOTrainer(seams.grpo_trainer_base()):
         """GRPOTrainer plus the BC anchor term, recipe logging and recipe state across resume."""
 
         def setup_recipe(self, recipe: RecipeState, config: GRPORunConfig, anchor: AnchorBatches | None,
@@ -105,13 +106,13 @@ def _trainer_class() -> type:
             if weight > 0:
                 nll = anchor_nll(model, self.anchor.batch(self.state.global_step))
                 loss = loss + weight * nll
-                self._metrics["train"]["bc/nll"].append(float(nll.detach()))
-            self._metrics["train"]["bc/weight"].append(weight)
+                seams.append_metric(self, "bc/nll", float(nll.detach()))
+            seams.append_metric(self, "bc/weight", weight)
             return loss
 
         def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
             if self.model.training:
-                metrics = self._metrics["train"]  # TRL's step_time holds rollouts, scoring and the update
+                metrics = seams.metrics_buffer(self)  # TRL's step_time holds rollouts, scoring and the update
                 if metrics.get("step_time") and metrics.get("time/rollout_s"):
                     step, rollout = (sum(metrics[k]) / len(metrics[k]) for k in ("step_time", "time/rollout_s"))
                     metrics["time/update_s"] = [max(0.0, step - rollout)]
@@ -125,7 +126,7 @@ def _trainer_class() -> type:
             if self.args.should_save:
                 from pdbgym.fileio import write_json_atomic
 
-                folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+                folder = Path(seams.checkpoint_folder(self, trial)) / f"checkpoint-{self.state.global_step}"
                 self.recipe_state.beta = float(self.beta)
                 self.recipe_state.curriculum_current = self.curriculum.current
                 write_json_atomic(folder / RECIPE_STATE_FILE, self.recipe_state.to_dict())
@@ -164,24 +165,20 @@ class PdbgymRollout:
         self.trainer: Any = None
         self.progress = EpisodeProgress()  # phase/episode hooks (progress.GRPOProgress shows them)
 
-    def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float) -> list[EpisodeSample]:
-        from trl.models.utils import unwrap_model_for_generation
-
+    def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float,
+                      seeds: list[int] | None = None) -> list[EpisodeSample]:
         from pdbgym.agent.backends.base import SamplingParams
         from pdbgym.agent.loop import AgentConfig
         from pdbgym.env import DebugEnv, EnvConfig
 
-        def context() -> Any:
-            return unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                               gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs)
-
-        generator = BatchedGenerator(trainer.model, trainer.processing_class, context)
+        generator = BatchedGenerator(trainer.model, trainer.processing_class,
+                                     lambda: seams.unwrapped_for_generation(trainer))
         agent = AgentConfig(tool_format=self.tool_format, max_context_tokens=self.config.max_context_tokens,
                             sampling=SamplingParams(temperature, 1.0, self.config.max_new_tokens, None),
                             dataset="pdbgym_grpo", check_trajectory=True)
         env = EnvConfig(turn_budget=turn_budget, command_timeout_s=self.config.command_timeout_s)
         outcomes = run_episodes(tasks, generator, agent, lambda task: DebugEnv(task, env), name="grpo-policy",
-                                on_episode=self.progress.episode_finished)
+                                on_episode=self.progress.episode_finished, seeds=seeds)
         return [sample_from_outcome(outcome, self.tool_format) for outcome in outcomes]
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list[Any]]:
@@ -199,10 +196,12 @@ class PdbgymRollout:
             taken[task.instance_id] = taken.get(task.instance_id, 0) + len(replayed)
             slots.extend(replayed + [None] * (len(group) - len(replayed)))
             to_play.extend([task] * (len(group) - len(replayed)))
+        seeds = group_seeds(self.config.seed, prompts, [p for p, slot in enumerate(slots) if slot is None], step,
+                            self.config.group, self.config.tasks_per_step, trainer.accelerator.process_index)
         started = time.perf_counter()
         with self.progress.phase("rollouts", step + 1, len(to_play)):
-            played = iter(self.play(to_play, trainer, budget, self.config.temperature) if to_play else [])
-        trainer._metrics["train"]["time/rollout_s"].append(time.perf_counter() - started)
+            played = iter(self.play(to_play, trainer, budget, self.config.temperature, seeds=seeds) if to_play else [])
+        seams.append_metric(trainer, "time/rollout_s", time.perf_counter() - started)
         samples = [slot if slot is not None else next(played) for slot in slots]
         # Every process accounts the episodes of ALL processes, so the curriculum, the counters, the replay
         # rotation and the logged episode metrics are the same on every rank (one process: a list of one).
@@ -215,7 +214,7 @@ class PdbgymRollout:
         step_facts = [EpisodeSample([], [], [], [], facts) for rank_facts, _ in everyone for facts in rank_facts]
         self._account(step_facts)
         for key, value in episode_metrics(step_facts).items():
-            trainer._metrics["train"][key].append(value)
+            seams.append_metric(trainer, key, value)
         self._log_rank(trainer, step, len(samples), step_facts, budget)
         return rollout_output(samples)
 
@@ -330,8 +329,10 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
                 return
 
             def play(tasks: list[Any]) -> list[dict[str, Any]]:  # every process plays its share (a collective)
+                rank, processes = trainer.accelerator.process_index, trainer.accelerator.num_processes
+                seeds = repeat_seeds(config.seed, [t.instance_id for t in tasks])[rank::processes]
                 return play_across_ranks(trainer, tasks, lambda mine: rollout.play(
-                    mine, trainer, config.budget_end, config.temperature))
+                    mine, trainer, config.budget_end, config.temperature, seeds=seeds))
 
             share = len(range(trainer.accelerator.process_index, len(val_tasks) * config.val_runs,
                               trainer.accelerator.num_processes))  # this process's episodes of the gate

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.fileio import write_json_atomic
+from pdbgym.train import seams
 from pdbgym.train.checkpoints import TENSORBOARD_DIR, TRAINER_STATE, tensorboard_callback
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
 from pdbgym.train.errors import TrainError
@@ -308,21 +309,21 @@ def _train(trainer: Any, start: Start) -> None:
     TRL's token counter (``num_tokens``) is not in its checkpoints: a resumed run continues it from the
     last logged value instead of restarting it at 0."""
     state = json.loads((Path(start.checkpoint) / TRAINER_STATE).read_text()) if start.checkpoint else {}
-    if state and hasattr(trainer, "_total_train_tokens"):  # every process: the counter is a global count
+    if state:  # every process: the counter is a global count
         counts = [row["num_tokens"] for row in state["log_history"] if "num_tokens" in row and "loss" in row]
-        trainer._total_train_tokens = int(counts[-1]) if counts else 0
+        seams.set_token_count(trainer, int(counts[-1]) if counts else 0)
     if state and state["global_step"] >= state["max_steps"]:
         # The killed run had trained every step. transformers resumed at max_steps plays the rest of the
         # epoch's batches up to one more step, so the checkpoint is loaded instead of resumed.
         from transformers import TrainerState
 
         trainer.state = TrainerState.load_from_json(str(Path(start.checkpoint) / TRAINER_STATE))
-        trainer._load_from_checkpoint(start.checkpoint)
+        seams.load_checkpoint_weights(trainer, start.checkpoint)
     else:
         trainer.train(resume_from_checkpoint=start.checkpoint)
     if trainer.args.metric_for_best_model and trainer.state.best_model_checkpoint:
         # What load_best_model_at_end does, which transformers allows only when saves are as rare as evaluations.
-        trainer._load_best_model()
+        seams.load_best_model(trainer)
 
 
 def _finished(config: SFTTrainConfig, out: Path) -> SFTResult:
