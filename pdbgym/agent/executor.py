@@ -1,6 +1,7 @@
 """The one executor of episodes: local worker processes, or a Ray cluster; campaigns and cache builds share it.
 
-``run_jobs`` takes picklable ``EpisodeJob`` objects and yields each one's result (or the exception
+``run_jobs`` takes picklable ``EpisodeJob`` objects and the function that plays one (a module-level
+function, so a worker process or a Ray task can import it; ``pdbgym.agent.runner.run_job``) and yields each one's result (or the exception
 that stopped it) as it finishes; callers save results the moment they arrive. Locally, a job of a
 local model (``embedded``, a model folder) runs in this process, one at a time, so the model is
 loaded once and keeps one KV cache; every other job runs in a pool of ``workers`` spawned processes
@@ -29,6 +30,8 @@ from pdbgym.versions import require
 
 if TYPE_CHECKING:
     from pdbgym.agent.runner import EpisodeJob, JobResult
+
+    Play = Callable[[EpisodeJob], JobResult]  # how one job is played (pdbgym.agent.runner.run_job)
 
 LOCAL_RAY = "local"
 
@@ -71,14 +74,14 @@ def init_ray(address: str) -> None:
         ray.init(address=None if address == LOCAL_RAY else address, include_dashboard=False, log_to_driver=False)
 
 
-def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig) -> Iterator[JobDone]:
-    """Play ``jobs`` where ``config`` says; yield each as it finishes (arrival order)."""
+def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig, play: Play) -> Iterator[JobDone]:
+    """Play each of ``jobs`` with ``play`` where ``config`` says; yield each as it finishes (arrival order)."""
     if not jobs:
         return
     if config.ray_address is not None:
-        yield from _on_ray(jobs, config.ray_address)
+        yield from _on_ray(jobs, config.ray_address, play)
     else:
-        yield from _locally(jobs, config.worker_count())
+        yield from _locally(jobs, config.worker_count(), play)
 
 
 def _init_worker(torch_threads: int) -> None:
@@ -91,21 +94,19 @@ def _init_worker(torch_threads: int) -> None:
         pass
 
 
-def _locally(jobs: list[EpisodeJob], workers: int) -> Iterator[JobDone]:
-    from pdbgym.agent.runner import run_job
-
+def _locally(jobs: list[EpisodeJob], workers: int, play: Play) -> Iterator[JobDone]:
     here = [job for job in jobs if workers <= 1 or job.policy.in_process]
     away = [job for job in jobs if not (workers <= 1 or job.policy.in_process)]
     with ExitStack() as stack:
         futures: dict[Future[JobResult], EpisodeJob] = {}
         if here:  # one thread: this process's episodes take turns, in order
-            _submit(stack.enter_context(ThreadPoolExecutor(1)), run_job, here, futures)
+            _submit(stack.enter_context(ThreadPoolExecutor(1)), play, here, futures)
         if away:
             context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
             threads = max(1, (os.cpu_count() or 1) // workers)
             pool = ProcessPoolExecutor(min(workers, len(away)), mp_context=context, initializer=_init_worker,
                                        initargs=(threads,))
-            _submit(stack.enter_context(pool), run_job, away, futures)
+            _submit(stack.enter_context(pool), play, away, futures)
         while futures:
             finished, _ = wait(futures, return_when=FIRST_COMPLETED)
             for future in finished:
@@ -114,19 +115,17 @@ def _locally(jobs: list[EpisodeJob], workers: int) -> Iterator[JobDone]:
                 yield JobDone(job, None if error else future.result(), error)
 
 
-def _submit(pool: Executor, play: Callable[[EpisodeJob], JobResult], jobs: list[EpisodeJob],
+def _submit(pool: Executor, play: Play, jobs: list[EpisodeJob],
             futures: dict[Future[JobResult], EpisodeJob]) -> None:
     for job in jobs:
         futures[pool.submit(play, job)] = job
 
 
-def _on_ray(jobs: list[EpisodeJob], address: str) -> Iterator[JobDone]:
-    import ray
-
-    from pdbgym.agent.runner import run_job
+def _on_ray(jobs: list[EpisodeJob], address: str, play: Play) -> Iterator[JobDone]:
+    import ray  # optional: the ray extra
 
     init_ray(address)
-    remote = ray.remote(run_job)
+    remote = ray.remote(play)
     pending = {remote.remote(job): job for job in jobs}
     while pending:
         finished, _ = ray.wait(list(pending), num_returns=1)

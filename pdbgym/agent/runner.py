@@ -162,7 +162,7 @@ def run_all(jobs: list[EpisodeJob], out_dir: Path, executor: ExecutorConfig,
     saved for them); after every other job finished, they raise one ``PdbgymError`` listing them.
     """
     results, failures = [], []
-    for done in run_jobs(jobs, executor):
+    for done in run_jobs(jobs, executor, run_job):
         if done.result is None:
             failures.append(f"{done.job.instance_id}#{done.job.sample_idx}: {done.error!r}")
             continue

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdbgym.divergence.distributed import compare_on_devices, launched_by_torchrun
 from pdbgym.divergence.report import ReportConfig
 from pdbgym.divergence.scoring import ScoringConfig
 from pdbgym.errors import PdbgymError
@@ -109,12 +110,10 @@ def compare(config: DivergenceConfig) -> DivergenceOutcome | None:
     With ``devices`` > 1, or inside a torchrun world, the scoring is data-parallel and the outcome is
     rank 0's (None on torchrun's other ranks).
     """
-    from pdbgym.divergence.distributed import compare_on_devices, launched_by_torchrun
-
     if config.devices < 1:
         raise PdbgymError(f"--devices must be >= 1, got {config.devices}")
     if config.devices > 1 or launched_by_torchrun():
-        return compare_on_devices(config)
+        return compare_on_devices(config, compare_here)
     outcome = compare_here(config)
     assert outcome is not None
     return outcome

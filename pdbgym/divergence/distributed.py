@@ -10,8 +10,11 @@ the per-prompt seeds of the one-process run. Only rank 0 writes the resume folde
 rank 0's "already stored?" answer so all enter the same collectives.
 
 Launch: ``pdbgym divergence ... --devices N`` spawns N processes on this host (nccl on CUDA, one GPU
-each; gloo on CPU); ``torchrun --nproc-per-node N -m pdbgym.divergence.distributed ...`` (the same
-flags) runs the same code in torchrun's processes.
+each; gloo on CPU); ``torchrun --nproc-per-node N -m pdbgym.divergence ...`` (the same
+flags) runs the same code in torchrun's processes (``pdbgym/divergence/__main__.py``).
+
+This module knows nothing of the comparison itself: ``compare`` hands it ``compare_here``, the
+one-process comparison each rank runs with its ``Execution`` hooks.
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pdbgym.divergence.compare import DivergenceConfig, DivergenceOutcome
+
+    # compare_here(config, execution, build_report): one rank's comparison (None where no report is built)
+    RunHere = Callable[[DivergenceConfig, Execution, bool], DivergenceOutcome | None]
 
 
 class DevicesError(PdbgymError):
@@ -108,8 +116,9 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
 
 
-def compare_on_devices(config: DivergenceConfig) -> DivergenceOutcome | None:
+def compare_on_devices(config: DivergenceConfig, run_here: RunHere) -> DivergenceOutcome | None:
     """``compare`` over ``config.devices`` ranks: torchrun's world when launched by it, else spawned.
+    Each rank runs ``run_here`` (a module-level function: spawned ranks import it by name).
 
     Returns rank 0's outcome (None on the other ranks of a torchrun world)."""
     if launched_by_torchrun():
@@ -117,8 +126,8 @@ def compare_on_devices(config: DivergenceConfig) -> DivergenceOutcome | None:
         if config.devices not in (1, world):
             raise DevicesError(f"--devices {config.devices} under a launcher of {world} processes; "
                                f"leave --devices out or give {world}")
-        return _rank_main(config)
-    return _spawn(config)
+        return _rank_main(config, run_here)
+    return _spawn(config, run_here)
 
 
 def _device_of(config: DivergenceConfig, local_rank: int, world: int) -> str:
@@ -145,11 +154,9 @@ def _check(config: DivergenceConfig) -> None:
                            "(one GPU each) cannot share; use it with --devices 1")
 
 
-def _rank_main(config: DivergenceConfig) -> DivergenceOutcome | None:
-    import torch
+def _rank_main(config: DivergenceConfig, run_here: RunHere) -> DivergenceOutcome | None:
+    import torch  # heavy: only ranks load it
     import torch.distributed as dist
-
-    from pdbgym.divergence.compare import compare_here
 
     _check(config)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -162,7 +169,7 @@ def _rank_main(config: DivergenceConfig) -> DivergenceOutcome | None:
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     try:
         ranked = replace(config, device=device, devices=1, show_progress=config.show_progress and rank == 0)
-        outcome = compare_here(ranked, DataParallel(rank, world).execution(), build_report=rank == 0)
+        outcome = run_here(ranked, DataParallel(rank, world).execution(), rank == 0)
         if owned:
             # Ranks leave together: a rank tearing its gloo pairs down while rank 0 still builds the
             # report could abort in gloo's teardown ("terminate called without an active exception").
@@ -179,7 +186,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _worker(rank: int, config: DivergenceConfig, world: int, port: int, folder: str) -> None:
+def _worker(rank: int, config: DivergenceConfig, world: int, port: int, folder: str, run_here: RunHere) -> None:
     import torch
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -187,7 +194,7 @@ def _worker(rank: int, config: DivergenceConfig, world: int, port: int, folder: 
     # N processes share the host's cores; oversubscribed threads only slow every rank down.
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world)))
     try:
-        outcome = _rank_main(config)
+        outcome = _rank_main(config, run_here)
     except Exception as exc:
         Path(folder, f"error-{rank}.pkl").write_bytes(pickle.dumps(exc))
         raise
@@ -195,14 +202,14 @@ def _worker(rank: int, config: DivergenceConfig, world: int, port: int, folder: 
         Path(folder, "outcome.pkl").write_bytes(pickle.dumps(outcome))
 
 
-def _spawn(config: DivergenceConfig) -> DivergenceOutcome:
+def _spawn(config: DivergenceConfig, run_here: RunHere) -> DivergenceOutcome:
     """Run ``config.devices`` ranks as child processes on this host; rank 0's outcome."""
     import torch.multiprocessing as mp
 
     _check(config)
     with tempfile.TemporaryDirectory(prefix="pdbgym-dp-") as folder:
         try:
-            mp.start_processes(_worker, args=(config, config.devices, _free_port(), folder),
+            mp.start_processes(_worker, args=(config, config.devices, _free_port(), folder, run_here),
                                nprocs=config.devices, start_method="spawn")
         except mp.ProcessRaisedException:
             errors = sorted(Path(folder).glob("error-*.pkl"))
@@ -210,18 +217,3 @@ def _spawn(config: DivergenceConfig) -> DivergenceOutcome:
                 raise pickle.loads(errors[0].read_bytes()) from None
             raise
         return pickle.loads(Path(folder, "outcome.pkl").read_bytes())
-
-
-def main() -> None:
-    """``torchrun --nproc-per-node N -m pdbgym.divergence.distributed <pdbgym divergence flags>``."""
-    import typer
-
-    from pdbgym.divergence.commands import divergence_command
-
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command()(divergence_command)
-    app()
-
-
-if __name__ == "__main__":
-    main()

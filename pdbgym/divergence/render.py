@@ -9,7 +9,7 @@ from rich.table import Table
 
 from pdbgym.divergence.report import HEADLINE
 from pdbgym.fileio import atomic_target, write_json_atomic
-from pdbgym.versions import require
+from pdbgym.reportkit import DIFF, NATS, bounds, correlation, fmt, interval, pct, pyplot
 
 TABLE_METRICS = (
     ("KL(T||S) k3", "kl_teacher_student/k3/token_mean"),
@@ -21,11 +21,8 @@ TABLE_METRICS = (
 
 
 def _cell(metric: dict[str, Any] | None) -> str:
-    if metric is None or metric["value"] is None:
-        return "-"
-    low, high = metric["ci_low"], metric["ci_high"]
-    ci = f" [{low:.4g}, {high:.4g}]" if low is not None and high is not None else ""
-    return f"{metric['value']:.4g}{ci}"
+    metric = metric or {}
+    return interval(metric.get("value"), metric.get("ci_low"), metric.get("ci_high"), NATS)
 
 
 def report_table(report: dict[str, Any]) -> Table:
@@ -41,7 +38,7 @@ def report_table(report: dict[str, Any]) -> Table:
         table.add_row(
             student["name"],
             *(_cell(student["metrics"].get(key)) for _, key in TABLE_METRICS),
-            f"{shares['extreme_share']:.2%}",
+            pct(shares["extreme_share"], 2),
             str(shares["n_tokens"]),
         )
     return table
@@ -55,9 +52,8 @@ def differences_table(report: dict[str, Any], metric: str = HEADLINE) -> Table:
     for row in report["paired_differences"]:
         if row["metric"] != metric:
             continue
-        ci = f"[{row['ci_low']:.4g}, {row['ci_high']:.4g}]" if row["ci_low"] is not None else "-"
-        corr = f"{row['per_task_correlation']:.2f}" if row["per_task_correlation"] is not None else "-"
-        table.add_row(row["a"], row["b"], f"{row['value']:.4g}", ci, str(row["n_tasks"]), corr)
+        table.add_row(row["a"], row["b"], fmt(row["value"], DIFF), bounds(row["ci_low"], row["ci_high"], DIFF),
+                      str(row["n_tasks"]), correlation(row["per_task_correlation"]))
     return table
 
 
@@ -67,12 +63,7 @@ def write_report(report: dict[str, Any], path: Path) -> None:
 
 def plot_report(report: dict[str, Any], path: Path) -> None:
     """Left: headline metrics per student with CIs. Right: per-task KL(T||S) k3 per student."""
-    require("matplotlib")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     students = report["students"]
     # Per-token metrics only: a per-sequence sum would dwarf them on a shared axis.
     keys = [(label, key) for label, key in TABLE_METRICS

@@ -16,7 +16,7 @@ from typing import Any
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig, run_jobs
 from pdbgym.agent.loop import AgentConfig
-from pdbgym.agent.runner import EpisodeJob, JobResult, raise_failures
+from pdbgym.agent.runner import EpisodeJob, JobResult, raise_failures, run_job
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
@@ -187,7 +187,7 @@ def _run_on_executor(todo: list[tuple[Arm, Task, int]], config: CampaignConfig, 
     jobs = [campaign_job(arm, config, task, run) for arm, task, run in todo]
     arm_of = {id(job): arm for job, (arm, _, _) in zip(jobs, todo, strict=True)}
     failures = []
-    for done in run_jobs(jobs, executor):
+    for done in run_jobs(jobs, executor, run_job):
         arm = arm_of[id(done.job)]
         if done.result is None:
             failures.append(f"{arm.name}/{done.job.instance_id}/run-{done.job.sample_idx}: {done.error!r}")

@@ -6,8 +6,6 @@ table, and each per-task cell links to every run's transcript.
 
 from __future__ import annotations
 
-import base64
-import html
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,24 @@ from pdbgym.evaluate.results import EpisodeRow
 from pdbgym.evaluate.stats import FALLBACK_VAR_DIFF
 from pdbgym.fileio import write_json_atomic
 from pdbgym.policyname import is_server_url
+from pdbgym.reportkit import (
+    PCT_DIFF,
+    PCT_POINTS,
+    Link,
+    bounds,
+    correlation,
+    escape,
+    fmt,
+    html_list,
+    html_table,
+    img,
+    md_bullets,
+    md_table,
+    page,
+    pct_interval,
+    pyplot,
+)
 from pdbgym.termination import TERMINATION_MEANINGS
-from pdbgym.versions import require
 
 CI_EXPLANATION = (
     "Each interval is clustered by task (runs of one task are not independent). It is the hull of a "
@@ -63,16 +77,6 @@ def explanations(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
             ("Termination reasons", reasons)]
 
 
-def _fmt(estimate: dict[str, Any]) -> str:
-    low, high = estimate["ci"]
-    return f"{100 * estimate['mean']:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
-
-
-def _corr(value: float) -> str:
-    """Pearson correlation, or n/a where an arm's per-task values do not vary (it is undefined)."""
-    return "n/a" if value != value else f"{value:.2f}"
-
-
 def _pass_keys(summary: dict[str, Any]) -> list[str]:
     keys: list[str] = []
     for block in summary["arm_results"].values():
@@ -83,12 +87,7 @@ def _pass_keys(summary: dict[str, Any]) -> list[str]:
 
 def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """pass@k curves, the per-task solve heatmap and the outcome breakdown, as PNG files."""
-    require("matplotlib")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     arms, figures = summary["arms"], {}
     keys = _pass_keys(summary)
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -159,8 +158,43 @@ def _runs_by_cell(rows: Sequence[EpisodeRow]) -> dict[tuple[str, str], list[Epis
     return cells
 
 
+COMPARISON_HEAD = ["A", "B", "mean diff", "CI", "SE", "correlation", "min. detectable diff (80% power)"]
+
+
+def _headline(summary: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """Head and rows of the headline table: each arm's pass@k in percent, linked to its per-task row."""
+    keys = _pass_keys(summary)
+    rows = []
+    for arm in summary["arms"]:
+        block = summary["arm_results"][arm]
+        rows.append([Link(arm, f"#arm-{arm}"), *(pct_interval(block[k]) for k in keys),
+                     f"{block['solved']} / {block['episodes']}", block["pass@1"]["ci_method"]])
+    return ["arm", *keys, "solved / episodes", "CI method"], rows
+
+
+def _comparisons(summary: dict[str, Any]) -> list[list[str]]:
+    """Paired comparisons in percent points; the correlation is n/a where a side does not vary."""
+    return [[c["arm_a"], c["arm_b"], fmt(100 * c["mean_diff"], PCT_DIFF),
+             bounds(100 * c["ci"][0], 100 * c["ci"][1], PCT_DIFF), fmt(100 * c["se"], PCT_POINTS),
+             correlation(c["correlation"]), fmt(100 * c["min_detectable_diff"], PCT_POINTS)]
+            for c in summary["comparisons"]]
+
+
+def _endings(summary: dict[str, Any]) -> list[list[Any]]:
+    return [[arm, *(summary["arm_results"][arm]["termination_reasons"].get(r, 0) for r in REASONS)]
+            for arm in summary["arms"]]
+
+
+def _per_task(summary: dict[str, Any], rows: Sequence[EpisodeRow]) -> list[list[Any]]:
+    """One row per task: each arm's runs as marks (✓ solved, ✗ not), each linking to its transcript."""
+    cells = _runs_by_cell(rows)
+    return [[task, *([Link("✓" if r.final_test_passed else "✗", r.transcript, "ok" if r.final_test_passed else "bad")
+                      for r in cells.get((task, a), [])] for a in summary["arms"])]
+            for task in summary["per_task"]]
+
+
 def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str) -> str:
-    arms, keys = summary["arms"], _pass_keys(summary)
+    arms = summary["arms"]
     conf = int(100 * summary["confidence"])
     lines = [f"# {title}", "", f"{summary['tasks']} tasks x {summary['runs_per_task']} runs per arm. "
              f"Values in percent with {conf}% CIs clustered by task.", ""]
@@ -170,96 +204,43 @@ def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: 
         lines += [f"**Warning (selection bias):** {warning}", ""]
     for warning in summary.get("warnings", []):
         lines += [f"**Warning:** {warning}", ""]
-    lines += ["| arm | " + " | ".join(keys) + " | solved / episodes | CI method |",
-              "|---|" + "---|" * len(keys) + "---|---|"]
-    for arm in arms:
-        block = summary["arm_results"][arm]
-        cells = [_fmt(block[k]) for k in keys]
-        lines.append(f"| [{arm}](#arm-{arm}) | " + " | ".join(cells)
-                     + f" | {block['solved']} / {block['episodes']} | {block['pass@1']['ci_method']} |")
+    lines += md_table(*_headline(summary))
     if summary["comparisons"]:
-        lines += ["", "## Paired comparisons (pass@1, A - B)", "",
-                  "| A | B | mean diff | CI | SE | correlation | min. detectable diff (80% power) |",
-                  "|---|---|---|---|---|---|---|"]
-        for c in summary["comparisons"]:
-            lo, hi = c["ci"]
-            lines.append(f"| {c['arm_a']} | {c['arm_b']} | {100 * c['mean_diff']:+.1f} | [{100 * lo:+.1f}, "
-                         f"{100 * hi:+.1f}] | {100 * c['se']:.1f} | {_corr(c['correlation'])} | "
-                         f"{100 * c['min_detectable_diff']:.1f} |")
-    lines += ["", "## How episodes ended", "", "| arm | " + " | ".join(REASONS) + " |",
-              "|---|" + "---|" * len(REASONS)]
-    for arm in arms:
-        reasons = summary["arm_results"][arm]["termination_reasons"]
-        lines.append(f"| {arm} | " + " | ".join(str(reasons.get(r, 0)) for r in REASONS) + " |")
+        lines += ["", "## Paired comparisons (pass@1, A - B)", "", *md_table(COMPARISON_HEAD, _comparisons(summary))]
+    lines += ["", "## How episodes ended", "", *md_table(["arm", *REASONS], _endings(summary))]
     lines += markdown_sections(summary)
     lines += ["", "## Per task (each mark links to that run's transcript)", "",
-              "| task | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
-    cells = _runs_by_cell(rows)
-    for task in summary["per_task"]:
-        marks = [" ".join(f"[{'✓' if r.final_test_passed else '✗'}]({r.transcript})" for r in cells.get((task, a), []))
-                 for a in arms]
-        lines.append(f"| {task} | " + " | ".join(marks) + " |")
+              *md_table(["task", *arms], _per_task(summary, rows))]
     lines += ["", "![pass@k](pass_at_k.png)", "![per-task](per_task_heatmap.png)", "![outcomes](outcomes.png)", ""]
     for heading, items in explanations(summary):
-        lines += [f"## {heading}", ""] + [f"- {item}" for item in items] + [""]
+        lines += [f"## {heading}", "", *md_bullets(items), ""]
     return "\n".join(lines)
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+STYLE = "a.ok{color:#080}a.bad{color:#b00}img{max-width:100%;margin:1em 0}.warn{background:#fff3cd;padding:.5em}"
 
 
 def html_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str, figures: dict[str, Path]) -> str:
-    arms, keys, esc = summary["arms"], _pass_keys(summary), html.escape
-    head = "".join(f"<th>{k}</th>" for k in keys)
-    body = []
-    for arm in arms:
-        block = summary["arm_results"][arm]
-        cells = "".join(f"<td>{_fmt(block[k])}</td>" for k in keys)
-        body.append(f'<tr><td><a href="#arm-{esc(arm)}">{esc(arm)}</a></td>{cells}'
-                    f"<td>{block['solved']} / {block['episodes']}</td><td>{block['pass@1']['ci_method']}</td></tr>")
-    comparisons = "".join(
-        f"<tr><td>{esc(c['arm_a'])}</td><td>{esc(c['arm_b'])}</td><td>{100 * c['mean_diff']:+.1f}</td>"
-        f"<td>[{100 * c['ci'][0]:+.1f}, {100 * c['ci'][1]:+.1f}]</td><td>{_corr(c['correlation'])}</td>"
-        f"<td>{100 * c['min_detectable_diff']:.1f}</td></tr>" for c in summary["comparisons"])
-    cells = _runs_by_cell(rows)
-    task_rows = []
-    for task in summary["per_task"]:
-        marks = "".join(
-            "<td>" + " ".join(
-                f'<a class="{"ok" if r.final_test_passed else "bad"}" href="{esc(r.transcript)}">'
-                f'{"&#10003;" if r.final_test_passed else "&#10007;"}</a>' for r in cells.get((task, a), [])
-            ) + "</td>" for a in arms)
-        task_rows.append(f"<tr><td>{esc(task)}</td>{marks}</tr>")
-    anchors = "".join(f'<span id="arm-{esc(a)}"></span>' for a in arms)
+    arms = summary["arms"]
+    anchors = "".join(f'<span id="arm-{escape(a)}"></span>' for a in arms)
     missing = (f"<p><b>Incomplete:</b> {summary['episodes_missing']} episodes not run yet.</p>"
                if summary["episodes_missing"] > 0 else "")
-    missing += "".join(f'<p class="warn"><b>Warning (selection bias):</b> {esc(w)}</p>'
+    missing += "".join(f'<p class="warn"><b>Warning (selection bias):</b> {escape(w)}</p>'
                        for w in summary.get("selection_warnings", []))
-    missing += "".join(f'<p class="warn"><b>Warning:</b> {esc(w)}</p>' for w in summary.get("warnings", []))
-    guide = "".join(f"<h2>{esc(heading)}</h2><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
-                    for heading, items in explanations(summary))
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{esc(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}a.ok{{color:#080}}a.bad{{color:#b00}}
-img{{max-width:100%;margin:1em 0}}.warn{{background:#fff3cd;padding:.5em}}</style></head><body>
-<h1>{esc(title)}</h1>
-<p>{summary['tasks']} tasks &times; {summary['runs_per_task']} runs per arm; percent with
+    missing += "".join(f'<p class="warn"><b>Warning:</b> {escape(w)}</p>' for w in summary.get("warnings", []))
+    guide = "".join(f"<h2>{escape(heading)}</h2>{html_list(items)}" for heading, items in explanations(summary))
+    body = f"""<p>{summary['tasks']} tasks &times; {summary['runs_per_task']} runs per arm; percent with
 {int(100 * summary['confidence'])}% confidence intervals clustered by task.</p>{missing}
-<h2>Headline</h2><table><tr><th>arm</th>{head}<th>solved / episodes</th><th>CI method</th></tr>{''.join(body)}</table>
+<h2>Headline</h2>{html_table(*_headline(summary))}
 <h2>Paired comparisons (pass@1, A &minus; B)</h2>
-<table><tr><th>A</th><th>B</th><th>mean diff</th><th>CI</th><th>correlation</th><th>min. detectable diff</th></tr>
-{comparisons}</table>
+{html_table(COMPARISON_HEAD, _comparisons(summary))}
 {html_sections(summary)}
-{_img(figures['pass_at_k'])}{_img(figures['outcomes'])}
+{img(figures['pass_at_k'])}{img(figures['outcomes'])}
 <h2>Per task</h2>{anchors}<p>Each mark links to that run's transcript.</p>
-<table><tr><th>task</th>{''.join(f'<th>{esc(a)}</th>' for a in arms)}</tr>{''.join(task_rows)}</table>
-{_img(figures['heatmap'])}
-{guide}
-</body></html>
-"""
+{html_table(["task", *arms], _per_task(summary, rows))}
+{img(figures['heatmap'])}
+{guide}"""
+    return page(title, body, STYLE)
 
 
 def machine_summary(summary: dict[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,21 @@ campaign has nothing for it (no task declares a wrong site; no ``--teacher-cache
 
 from __future__ import annotations
 
-import html
 from typing import Any
+
+from pdbgym.reportkit import (
+    DIFF,
+    NA,
+    NATS,
+    bounds,
+    correlation,
+    escape,
+    fmt,
+    html_table,
+    interval,
+    md_table,
+    pct_interval,
+)
 
 KL_COLUMNS = (
     ("kl_fwd_mean", "kl_teacher_student/k3/token_mean", "KL(T||S) k3"),
@@ -45,45 +58,33 @@ def has_wrong_site(summary: dict[str, Any]) -> bool:
     return any(block.get("wrong_site") for block in summary["arm_results"].values())
 
 
-def _pct(estimate: dict[str, Any]) -> str:
-    low, high = estimate["ci"]
-    return f"{100 * estimate['mean']:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
-
-
 def _wrong_site_rows(summary: dict[str, Any]) -> list[list[str]]:
     rows = []
     for arm in summary["arms"]:
         block = summary["arm_results"][arm].get("wrong_site")
         if block is None:
-            rows.append([arm, "n/a (no task with a declared wrong site)", "", "", ""])
+            rows.append([arm, f"{NA} (no task with a declared wrong site)", "", "", ""])
             continue
-        rows.append([arm, _pct(block["rate"]), f"{block['touched']} / {block['episodes']}", str(len(block["tasks"])),
+        rows.append([arm, pct_interval(block["rate"]), f"{block['touched']} / {block['episodes']}", str(len(block["tasks"])),
                      block["rate"]["ci_method"]])
     return rows
 
 
 def _nats(metric: dict[str, Any] | None) -> str:
-    if not metric or metric.get("value") is None:
-        return "n/a"
-    low, high = metric.get("ci_low"), metric.get("ci_high")
-    interval = f" [{low:.4f}, {high:.4f}]" if low is not None and high is not None else ""
-    return f"{metric['value']:.4f}{interval}"
-
-
-def _compat(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
+    metric = metric or {}
+    return interval(metric.get("value"), metric.get("ci_low"), metric.get("ci_high"), NATS)
 
 
 def _kl_rows(divergence: dict[str, Any]) -> list[list[str]]:
     rows = []
     for arm, entry in divergence["arms"].items():
         if not entry["available"]:
-            rows.append([arm] + ["n/a"] * (len(KL_COLUMNS) + 3) + [entry["reason"]])
+            rows.append([arm] + [NA] * (len(KL_COLUMNS) + 3) + [entry["reason"]])
             continue
         cells = [_nats(entry["metrics"].get(metric)) for _, metric, _ in KL_COLUMNS]
         compat = entry["compat"]
         tokens = entry["teacher_samples"]["n_tokens"]
-        rows.append([arm, *cells, _compat(compat["kl_back_mean"]), _compat(compat["jsd_mean"]), str(tokens), ""])
+        rows.append([arm, *cells, fmt(compat["kl_back_mean"]), fmt(compat["jsd_mean"]), str(tokens), ""])
     return rows
 
 
@@ -96,25 +97,9 @@ def _diff_rows(divergence: dict[str, Any]) -> list[list[str]]:
     for c in divergence["comparisons"]:
         if c["metric"] != KL_DIFF_METRIC:
             continue
-        ci = "n/a" if c["ci_low"] is None else f"[{c['ci_low']:+.4f}, {c['ci_high']:+.4f}]"
-        corr = c.get("per_task_correlation")
-        rows.append([c["a"], c["b"], "n/a" if c["value"] is None else f"{c['value']:+.4f}", ci, str(c["n_tasks"]),
-                     "n/a" if corr is None else f"{corr:.2f}"])
+        rows.append([c["a"], c["b"], fmt(c["value"], DIFF), bounds(c["ci_low"], c["ci_high"], DIFF),
+                     str(c["n_tasks"]), correlation(c.get("per_task_correlation"))])
     return rows
-
-
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    def clean(cell: str) -> str:
-        return cell.replace("|", "\\|").replace("\n", " ")
-
-    return (["| " + " | ".join(clean(h) for h in head) + " |", "|" + "---|" * len(head)]
-            + ["| " + " | ".join(clean(c) for c in row) + " |" for row in rows])
-
-
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
-    esc = html.escape
-    return ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
-            + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>")
 
 
 WS_HEAD = ["arm", "wrong-site rate (%)", "touched / episodes", "tasks", "CI method"]
@@ -124,14 +109,14 @@ def markdown_sections(summary: dict[str, Any]) -> list[str]:
     """Markdown lines of the wrong-site and KL sections (empty when the summary has neither)."""
     lines: list[str] = []
     if has_wrong_site(summary):
-        lines += ["", "## Wrong-site fixation", "", *_md_table(WS_HEAD, _wrong_site_rows(summary))]
+        lines += ["", "## Wrong-site fixation", "", *md_table(WS_HEAD, _wrong_site_rows(summary))]
     divergence = summary.get("divergence")
     if divergence:
         lines += ["", f"## KL to the teacher cache ({divergence['n_records']} records, {divergence['n_tasks']} tasks)",
-                  "", f"Cache: `{divergence['cache']}`", "", *_md_table(KL_HEAD, _kl_rows(divergence))]
+                  "", f"Cache: `{divergence['cache']}`", "", *md_table(KL_HEAD, _kl_rows(divergence))]
         diffs = _diff_rows(divergence)
         if diffs:
-            lines += ["", "### Paired KL differences (A - B)", "", *_md_table(DIFF_HEAD, diffs)]
+            lines += ["", "### Paired KL differences (A - B)", "", *md_table(DIFF_HEAD, diffs)]
     return lines
 
 
@@ -139,15 +124,15 @@ def html_sections(summary: dict[str, Any]) -> str:
     """The same sections as HTML."""
     parts = []
     if has_wrong_site(summary):
-        parts.append("<h2>Wrong-site fixation</h2>" + _html_table(WS_HEAD, _wrong_site_rows(summary)))
+        parts.append("<h2>Wrong-site fixation</h2>" + html_table(WS_HEAD, _wrong_site_rows(summary)))
     divergence = summary.get("divergence")
     if divergence:
         parts.append(f"<h2>KL to the teacher cache ({divergence['n_records']} records, {divergence['n_tasks']} "
-                     f"tasks)</h2><p>Cache: <code>{html.escape(divergence['cache'])}</code></p>"
-                     + _html_table(KL_HEAD, _kl_rows(divergence)))
+                     f"tasks)</h2><p>Cache: <code>{escape(divergence['cache'])}</code></p>"
+                     + html_table(KL_HEAD, _kl_rows(divergence)))
         diffs = _diff_rows(divergence)
         if diffs:
-            parts.append("<h3>Paired KL differences (A &minus; B)</h3>" + _html_table(DIFF_HEAD, diffs))
+            parts.append("<h3>Paired KL differences (A &minus; B)</h3>" + html_table(DIFF_HEAD, diffs))
     return "\n".join(parts)
 
 

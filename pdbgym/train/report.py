@@ -12,26 +12,17 @@ plot with its meaning written under it, and the metrics no panel names follow as
 
 from __future__ import annotations
 
-import base64
-import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pdbgym.fileio import write_json_atomic, write_text_atomic
+from pdbgym.reportkit import Link, escape, html_list, html_table, img, md_bullets, md_table, page, pyplot
 
 REPORT_NAME = "training_report"
 _SKIP = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second",
          "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"}
-
-
-@dataclass(frozen=True)
-class Link:
-    """A table cell that links to a file or folder, ``href`` relative to the report's folder."""
-
-    text: str
-    href: str
 
 
 @dataclass(frozen=True)
@@ -71,15 +62,6 @@ def _groups(series: dict[str, list[tuple[int, float]]]) -> dict[str, list[str]]:
     return groups
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _save(plt: Any, fig: Any, path: Path) -> Path:
     from matplotlib.ticker import MaxNLocator
 
@@ -93,7 +75,7 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
 
 def plot_metrics(history: Sequence[dict[str, Any]], out_dir: Path, skip: Sequence[str] = ()) -> dict[str, Path]:
     """One PNG per metric group, named ``train_<group>.png`` (metrics in ``skip`` left out)."""
-    plt = _pyplot()
+    plt = pyplot()
     series = {k: v for k, v in metric_series(history).items() if k not in set(skip)}
     figures: dict[str, Path] = {}
     for group, keys in _groups(series).items():
@@ -112,7 +94,7 @@ def plot_metrics(history: Sequence[dict[str, Any]], out_dir: Path, skip: Sequenc
 
 def plot_panels(history: Sequence[dict[str, Any]], panels: Sequence[Panel], out_dir: Path) -> dict[str, Path]:
     """One PNG per panel, ``plot_<name>.png``, drawn even when none of its metrics was logged (it says so)."""
-    plt = _pyplot()
+    plt = pyplot()
     series = metric_series(history)
     figures: dict[str, Path] = {}
     for panel in panels:
@@ -143,29 +125,6 @@ def plot_panels(history: Sequence[dict[str, Any]], panels: Sequence[Panel], out_
     return figures
 
 
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.5g}"
-    return "-" if value is None else str(value)
-
-
-def _md_cell(value: Any) -> str:
-    if isinstance(value, Link):
-        return f"[{value.text}]({value.href})"
-    if isinstance(value, list) and value and all(isinstance(v, Link) for v in value):
-        return " ".join(_md_cell(v) for v in value)
-    return _cell(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _html_cell(value: Any) -> str:
-    esc = html.escape
-    if isinstance(value, Link):
-        return f'<a href="{esc(value.href)}">{esc(value.text)}</a>'
-    if isinstance(value, list) and value and all(isinstance(v, Link) for v in value):
-        return " ".join(_html_cell(v) for v in value)
-    return esc(_cell(value))
-
-
 def _plain(value: Any) -> Any:
     """JSON form of a cell: a link becomes {text, href}."""
     if isinstance(value, Link):
@@ -180,8 +139,7 @@ def _plain(value: Any) -> Any:
 def markdown_report(title: str, summary: dict[str, Any], tables: dict[str, list[dict[str, Any]]],
                     figures: dict[str, Path], panels: Sequence[Panel] = (),
                     notes: dict[str, list[str]] | None = None) -> str:
-    lines = [f"# {title}", "", "| | |", "|---|---|"]
-    lines += [f"| {key} | {_md_cell(value)} |" for key, value in summary.items()]
+    lines = [f"# {title}", "", *md_table(["", ""], list(summary.items()))]
     named = {p.name for p in panels}
     if panels:
         lines += ["", "## Over steps", ""]
@@ -191,46 +149,37 @@ def markdown_report(title: str, summary: dict[str, Any], tables: dict[str, list[
         if not rows:
             continue
         keys = list(rows[0])
-        lines += ["", f"## {heading}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        lines += ["| " + " | ".join(_md_cell(row.get(k)) for k in keys) + " |" for row in rows]
+        lines += ["", f"## {heading}", "", *md_table(keys, [[row.get(k) for k in keys] for row in rows])]
     rest = [f"![{name}]({path.name})" for name, path in figures.items() if name not in named]
     if rest:
         lines += ["", "## Other logged metrics" if panels else "## Metrics per step", ""] + rest
     for heading, items in (notes or {}).items():
-        lines += ["", f"## {heading}", ""] + [f"- {item}" for item in items]
+        lines += ["", f"## {heading}", "", *md_bullets(items)]
     return "\n".join(lines) + "\n"
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+STYLE = "img{max-width:32em;margin:.5em}.panels{display:flex;flex-wrap:wrap}figure{width:34em;margin:.5em}" \
+        "figure img{max-width:100%}"
 
 
 def html_report(title: str, summary: dict[str, Any], tables: dict[str, list[dict[str, Any]]],
                 figures: dict[str, Path], panels: Sequence[Panel] = (),
                 notes: dict[str, list[str]] | None = None) -> str:
-    esc = html.escape
-    head = "".join(f"<tr><th>{esc(str(k))}</th><td>{_html_cell(v)}</td></tr>" for k, v in summary.items())
     named = {p.name for p in panels}
-    over = "".join(f'<figure id="plot-{esc(p.name)}">{_img(figures[p.name])}<figcaption><b>{esc(p.title)}</b>: '
-                   f"{esc(p.meaning)}</figcaption></figure>" for p in panels)
-    blocks = [f"<h2>Over steps</h2><div class='panels'>{over}</div>"] if panels else []
+    over = "".join(f'<figure id="plot-{escape(p.name)}">{img(figures[p.name])}<figcaption><b>{escape(p.title)}</b>: '
+                   f"{escape(p.meaning)}</figcaption></figure>" for p in panels)
+    blocks = [html_table(None, [[k, v] for k, v in summary.items()], row_headers=True)]
+    blocks += [f"<h2>Over steps</h2><div class='panels'>{over}</div>"] if panels else []
     for heading, rows in tables.items():
         if not rows:
             continue
         keys = list(rows[0])
-        body = "".join("<tr>" + "".join(f"<td>{_html_cell(row.get(k))}</td>" for k in keys) + "</tr>" for row in rows)
-        blocks.append(f"<h2>{esc(heading)}</h2><table><tr>{''.join(f'<th>{esc(k)}</th>' for k in keys)}</tr>{body}</table>")
-    rest = "".join(_img(path) for name, path in figures.items() if name not in named)
+        blocks.append(f"<h2>{escape(heading)}</h2>" + html_table(keys, [[row.get(k) for k in keys] for row in rows]))
+    rest = "".join(img(path) for name, path in figures.items() if name not in named)
     if rest:
         blocks.append(f"<h2>{'Other logged metrics' if panels else 'Metrics per step'}</h2>{rest}")
-    blocks += [f"<h2>{esc(heading)}</h2><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
-               for heading, items in (notes or {}).items()]
-    style = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}img{max-width:32em;margin:.5em}"
-             ".panels{display:flex;flex-wrap:wrap}figure{width:34em;margin:.5em}figure img{max-width:100%}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{style}</style>"
-            f"</head><body><h1>{esc(title)}</h1><table>{head}</table>{''.join(blocks)}</body></html>\n")
+    blocks += [f"<h2>{escape(heading)}</h2>{html_list(items)}" for heading, items in (notes or {}).items()]
+    return page(title, "".join(blocks), STYLE)
 
 
 def write_training_report(out_dir: Path, title: str, history: Sequence[dict[str, Any]], summary: dict[str, Any],

@@ -57,7 +57,7 @@ def test_two_gloo_ranks_spawned_or_under_torchrun_give_the_one_process_report_to
     assert reference["students"][0]["compat"]["jsd_mean"] is not None  # samples were drawn and scored
     assert [s["name"] for s in reference["students"]] == ["student", "teacher:teacher"]
     _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-          "-m", "pdbgym.divergence.distributed", *_divergence_args(setup, ranked)])
+          "-m", "pdbgym.divergence", *_divergence_args(setup, ranked)])
     assert json.loads(ranked.read_text()) == reference
 
 

@@ -17,7 +17,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic, write_text_atomic
 from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
 from pdbgym.rollouts.validate import validate_record
+from pdbgym.train.corpus.chat_jsonl import read_chat_jsonl
+from pdbgym.train.corpus.example import Example
 
 EXAMPLES_FILE = "examples.jsonl"
 MANIFEST_FILE = "corpus.json"
@@ -60,35 +62,6 @@ class CorpusConfig:
     overlength: str = "drop"
     splits: Path | None = None
     keep_tampered: bool = False
-
-
-@dataclass
-class Example:
-    """One training example; ``assistant_masks[i] == 1`` marks an id the loss is taken on."""
-
-    instance_id: str
-    dataset: str
-    sample_idx: int
-    source: str
-    solved: bool
-    input_ids: list[int]
-    assistant_masks: list[int]
-    truncated: bool = False
-    termination_reason: str | None = None
-
-    @property
-    def content_hash(self) -> str:
-        """sha256 (hex) of the ids and mask: equal hashes are the same training signal."""
-        digest = hashlib.sha256()
-        digest.update(json.dumps([self.input_ids, self.assistant_masks], separators=(",", ":")).encode())
-        return digest.hexdigest()
-
-    @property
-    def loss_tokens(self) -> int:
-        return sum(self.assistant_masks)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "content_hash": self.content_hash}
 
 
 def example_from_record(record: RolloutRecord, source: str) -> Example:
@@ -144,7 +117,6 @@ def _load_sources(config: CorpusConfig) -> tuple[list[Example], dict[str, str], 
                 tokenizers[fingerprint] = str((record.metadata.get("tokenizer") or {}).get("name") or "?")
             examples.append(example_from_record(record, str(cache)))
     if config.jsonl:
-        from pdbgym.train.corpus.chat_jsonl import read_chat_jsonl
 
         if not config.tokenizer:
             raise CorpusError("--jsonl trajectories are text: give --tokenizer (embedded, or a model folder) "

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.train.corpus.example import Example
 
 MESSAGE_KEYS = ("messages", "history", "trajectory")
 ROLES = ("system", "user", "assistant", "tool")
@@ -97,8 +98,6 @@ def tokenize_conversation(messages: list[dict[str, str]], tokenizer: Any, where:
 
 def read_chat_jsonl(path: Path, tokenizer: Any) -> list[Any]:
     """Examples (``pdbgym.train.corpus.build.Example``) from one JSONL file; errors name the file and line."""
-    from pdbgym.train.corpus.build import Example
-
     examples = []
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():

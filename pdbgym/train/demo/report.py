@@ -2,8 +2,8 @@
 
 - ``oracle_kl``: KL(oracle || arm) on a held-out cache of a deterministic teacher (``scripted``). Such a
   teacher puts probability 1 on each token it writes, so KL(teacher || arm) at a token is
-  ``-log q_arm(token | context)`` exactly; the figure is its mean over the cache's scored (loss_mask 1)
-  tokens, per task, then over tasks (nats/token), with a task-bootstrap 95% CI.
+  ``-log q_arm(token | context)`` exactly; the figure is the divergence library's ``kl_to_cache``: the mean
+  over all the cache's scored (loss_mask 1) tokens pooled (nats/token), with a task-bootstrap 95% CI.
 - ``tool_call_validity``: per arm, the share of model turns that parse as a tool call in the episode's
   tool-call format (``agent.toolcalls.parse_tool_call``, the loop's own parser), from the transcripts.
 - ``write_demo_report``: ``OUT/demo_report.{html,md}``, with the training curve, pass@k with CIs, the
@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import os
 from collections import Counter
@@ -22,52 +20,51 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pdbgym.fileio import write_json_atomic, write_text_atomic
+from pdbgym.reportkit import (
+    NATS,
+    Html,
+    bounds,
+    escape,
+    fmt,
+    html_list,
+    html_table,
+    img,
+    md_bullets,
+    md_table,
+    page,
+    pct,
+    pct_interval,
+)
 from pdbgym.termination import TERMINATION_MEANINGS, TERMINATION_REASONS
 
 ORACLE_LABEL = "scripted oracle: replays the task's reference fix (not a model; an upper bound)"
 KL_NOTE = ("KL(oracle || arm): the scripted oracle is deterministic (probability 1 on each token it wrote), so "
            "the KL at each of its tokens is exactly the arm's -log q(token | context); shown is the mean over "
-           "the oracle's tokens per held-out task, then over tasks, in nats per token, with a task-bootstrap "
-           "95% CI. Lower is closer to the teacher.")
-
-
-def _cut(record: Any, max_ids: int) -> Any:
-    """``record`` cut to its first ``max_ids`` ids (0: whole), its mask and log-probs with it."""
-    import dataclasses
-
-    if not max_ids or len(record.tokens) <= max_ids:
-        return record
-    keep = max(0, max_ids - record.prompt_len)
-    return dataclasses.replace(record, tokens=record.tokens[:max_ids], response_length=keep,
-                               loss_mask=record.loss_mask[:keep], rollout_log_probs=record.rollout_log_probs[:keep])
+           "all the oracle's held-out tokens pooled, in nats per token (the divergence library's "
+           "kl_teacher_student/k1/token_mean), with a task-bootstrap 95% CI. Lower is closer to the teacher.")
 
 
 def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int = 0,
               device: str = "cpu") -> dict[str, Any]:
-    """KL(oracle || arm) per arm with a local model (see the module docstring); kept in ``out_file``.
+    """KL(oracle || arm) per arm with a local model, by the divergence library's ``kl_to_cache`` (one
+    aggregation everywhere: the token mean over the cache's scored tokens with a task-bootstrap 95% CI;
+    k1, exact for the deterministic oracle); kept in ``out_file``.
 
     ``max_ids`` (0: whole episodes) scores only the first ids of each episode: the prompt and the first
     tool calls, the window the demo's SFT trains on (scoring cost grows with the ids scored). Models are
     scored in float32 on ``device``.
 
-    An arm already scored with the same model path is reused. Arms without local weights (scripted, a
-    URL, a grammar-constrained arm) get ``{"available": False, "reason"}``.
+    An arm already scored with the same model path, window and metric is reused. Arms without local
+    weights (scripted, a URL, a grammar-constrained arm) get ``{"available": False, "reason"}``.
     """
-    from pdbgym.divergence.compare import load_records
-    from pdbgym.divergence.loading import load_causal_lm
-    from pdbgym.divergence.scoring import ScoringConfig, score_records
-    from pdbgym.divergence.semantics import resolve_semantics
+    from pdbgym.divergence.tocache import kl_to_cache, open_teacher_cache
     from pdbgym.evaluate.divergence_arms import local_model_of
-    from pdbgym.evaluate.stats import bootstrap_ci
 
-    folder, records = load_records(cache, None)
-    semantics = resolve_semantics(records, None)
-    records = [r for r in (_cut(r, max_ids) for r in records) if any(r.loss_mask)]
+    target = open_teacher_cache(cache, max_ids=max_ids)
     old = json.loads(out_file.read_text()) if out_file.is_file() else {}
-    done = old.get("arms", {}) if old.get("max_ids") == max_ids else {}
+    same = old.get("max_ids") == max_ids and old.get("metric") == target.metric
+    done = old.get("arms", {}) if same else {}
     result: dict[str, Any] = {}
     for arm, model in arms.items():
         path, reason = local_model_of(model)
@@ -77,17 +74,13 @@ def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int
         if done.get(arm, {}).get("path") == path:
             result[arm] = done[arm]
             continue
-        logprobs = score_records(load_causal_lm(path, device=device, dtype="float32"), records, semantics,
-                                 ScoringConfig(show_progress=False))
-        per_task: dict[str, list[float]] = {}
-        for record, values in zip(records, logprobs, strict=True):
-            per_task.setdefault(record.instance_id, []).append(float(-np.mean(values)))
-        means = np.array([np.mean(v) for v in per_task.values()])
-        low, high = bootstrap_ci(means, seed=0)
-        result[arm] = {"available": True, "path": path, "kl_per_token": float(means.mean()), "ci_low": low,
-                       "ci_high": high, "tasks": len(per_task), "tokens": int(sum(len(v) for v in logprobs))}
-    data = {"cache": str(folder), "records": len(records), "max_ids": max_ids, "arms": result,
-            "meaning": "KL(oracle || arm) in nats per oracle token = the arm's mean -log q of the oracle's tokens"}
+        kl = kl_to_cache(path, target, name=arm, device=device, dtype="float32")
+        result[arm] = {"available": True, "path": path, "kl_per_token": kl.value, "ci_low": kl.ci_low,
+                       "ci_high": kl.ci_high, "tasks": kl.n_tasks, "tokens": kl.n_tokens}
+    data = {"cache": str(target.folder), "records": len(target.records), "max_ids": max_ids, "metric": target.metric,
+            "arms": result, "meaning": f"KL(teacher || arm) in nats per teacher token: {target.metric}, the "
+                                       "divergence library's token mean (for the oracle: the arm's mean -log q of "
+                                       "the oracle's tokens)"}
     write_json_atomic(out_file, data, indent=1)
     return data
 
@@ -128,14 +121,6 @@ def arm_meaning(name: str, model: str) -> str:
     return f"the base model as given ({model}), free-form tool calls"
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
-
-
 def _tables(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str, dict[str, Any]],
             kl: dict[str, Any] | None) -> dict[str, list[list[str]]]:
     """Section -> rows (the first row is the header)."""
@@ -143,15 +128,14 @@ def _tables(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str
     ks = sorted({k for r in results.values() for k in r if k.startswith("pass@")})
     tables: dict[str, list[list[str]]] = {"What each arm is": [["arm", "what it is"]]}
     tables["What each arm is"] += [[a, arm_meaning(a, m)] for a, m in arms.items()]
-    rows = [["arm", "episodes", "solved"] + [f"{k} (95% CI)" for k in ks]]
+    rows = [["arm", "episodes", "solved"] + [f"{k} % [95% CI]" for k in ks]]
     for arm in arms:
         r = results.get(arm, {})
-        cells = [f"{_pct(r[k]['mean'])} [{_pct(r[k]['ci'][0])}, {_pct(r[k]['ci'][1])}] ({r[k].get('ci_method', '')})"
-                 if k in r else "-" for k in ks]
+        cells = [f"{pct_interval(r[k])} ({r[k].get('ci_method', '')})" if k in r else "-" for k in ks]
         rows.append([arm, str(r.get("episodes", 0)), str(r.get("solved", 0))] + cells)
     tables["Pass@k on the held-out tasks"] = rows
     rows = [["arm", "model turns", "valid tool calls", "rate", "episodes with >= 1 valid call"]]
-    rows += [[a, str(v.get("turns", 0)), str(v.get("valid", 0)), _pct(v.get("rate")),
+    rows += [[a, str(v.get("turns", 0)), str(v.get("valid", 0)), pct(v.get("rate")),
               f"{v.get('episodes_with_valid', 0)} of {v.get('episodes', 0)}"] for a, v in validity.items()]
     tables["Valid tool-call rate"] = rows
     reasons = [r for r in TERMINATION_REASONS if any(results.get(a, {}).get("termination_reasons", {}).get(r)
@@ -170,16 +154,17 @@ def _kl_rows(arms: Mapping[str, str], summary: dict[str, Any], kl: dict[str, Any
         window = f" in the first {kl['max_ids']} ids of each episode" if kl.get("max_ids") else ""
         for arm in arms:
             e = kl["arms"].get(arm, {})
-            rows.append([arm, f"{e['kl_per_token']:.3f}", f"[{e['ci_low']:.3f}, {e['ci_high']:.3f}]",
+            rows.append([arm, fmt(e["kl_per_token"], NATS), bounds(e["ci_low"], e["ci_high"], NATS),
                          f"{e['tasks']} tasks, {e['tokens']} oracle tokens" + window] if e.get("available")
-                        else [arm, "n/a", "-", e.get("reason", "")])
+                        else [arm, fmt(None), bounds(None, None), e.get("reason", "")])
         return rows
-    from pdbgym.divergence.report import HEADLINE
+    from pdbgym.divergence.tocache import HEADLINE
 
     for arm, e in ((summary.get("divergence") or {}).get("arms") or {}).items():
         m = (e.get("metrics") or {}).get(HEADLINE, {})
-        rows.append([arm, f"{m['value']:.3f}", f"[{m['ci_low']:.3f}, {m['ci_high']:.3f}]", HEADLINE]
-                    if e.get("available") and m.get("value") is not None else [arm, "n/a", "-", e.get("reason", "")])
+        rows.append([arm, fmt(m["value"], NATS), bounds(m.get("ci_low"), m.get("ci_high"), NATS), HEADLINE]
+                    if e.get("available") and m.get("value") is not None
+                    else [arm, fmt(None), bounds(None, None), e.get("reason", "")])
     return rows
 
 
@@ -196,7 +181,7 @@ def _facts(config: Any, record: dict[str, Any], corpus: dict[str, Any], caches: 
                            f"({corpus.get('tokens')} ids, {corpus.get('loss_tokens')} loss ids)"],
             ["SFT", f"LoRA r{recipe.get('rank')} alpha {recipe.get('lora_alpha')} on {recipe.get('target_modules')}, "
                     f"lr {recipe.get('lr')}, {record.get('steps')} steps of 1 example, "
-                    f"best val loss {_num(record.get('best_val_loss'))} at step {record.get('best_step')} "
+                    f"best val loss {fmt(record.get('best_val_loss'), NATS)} at step {record.get('best_step')} "
                     f"({len(record.get('corpus', {}).get('val_tasks', []))} val tasks of the train split)"],
             ["held-out episodes", f"{config.eval_runs} run(s) per task, turn budget {config.turn_budget}, "
                                   f"{config.max_new_tokens} tokens per turn, T=0.7"]]
@@ -252,34 +237,28 @@ def write_demo_report(config: Any, out: Path, arms: Mapping[str, str], summary: 
 def _markdown(title: str, tables: dict[str, list[list[str]]], notes: list[str], curve: Path | None) -> str:
     lines = [f"# {title}", ""]
     for heading, rows in tables.items():
-        lines += [f"## {heading}", "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-        lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows[1:]] + [""]
+        lines += [f"## {heading}", "", *md_table(rows[0], rows[1:]), ""]
         if heading == "The run":
             lines += ["## Training curve", "", f"![SFT loss per step]({curve.name})" if curve else "(no steps logged)", ""]
-    return "\n".join(lines + [f"- {n}" for n in notes]) + "\n"
+    return "\n".join(lines + md_bullets(notes)) + "\n"
 
 
-def _linked(text: str) -> str:
-    """The two sibling reports named in a note become links."""
+def _linked(text: str) -> Html:
+    """A note, escaped, with the two sibling reports it names as links."""
+    text = escape(text)
     for target in ("eval/report.html", "sft/training_report.html"):
-        text = text.replace(target, f"<a href='{target}'>{target}</a>")
-    return text
+        text = text.replace(target, f'<a href="{target}">{target}</a>')
+    return Html(text)
+
+
+STYLE = "img{max-width:36em}"
 
 
 def _html(title: str, tables: dict[str, list[list[str]]], notes: list[str], curve: Path | None) -> str:
-    esc = html.escape
     blocks = []
     for heading, rows in tables.items():
-        head = "".join(f"<th>{esc(c)}</th>" for c in rows[0])
-        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows[1:])
-        slug = heading.split()[0].lower()
-        blocks.append(f"<h2>{esc(heading)}</h2><table id='{slug}'><tr>{head}</tr>{body}</table>")
+        blocks.append(f"<h2>{escape(heading)}</h2>" + html_table(rows[0], rows[1:], id=heading.split()[0].lower()))
         if heading == "The run":
-            image = (f"<img id='curve' alt='SFT loss per step' src='data:image/png;base64,"
-                     f"{base64.b64encode(curve.read_bytes()).decode()}'>" if curve else "<p>(no steps logged)</p>")
+            image = img(curve, "SFT loss per step", id="curve") if curve else "<p>(no steps logged)</p>"
             blocks.append(f"<h2>Training curve (loss per step, val loss)</h2>{image}")
-    style = ("body{font-family:sans-serif;max-width:72em;margin:1em auto}table{border-collapse:collapse;margin-bottom:1em}"
-             "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}img{max-width:36em}")
-    items = "".join(f"<li>{_linked(esc(n))}</li>" for n in notes)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{style}</style>"
-            f"</head><body><h1>{esc(title)}</h1>{''.join(blocks)}<ul>{items}</ul></body></html>\n")
+    return page(title, "".join(blocks) + html_list([_linked(n) for n in notes]), STYLE)

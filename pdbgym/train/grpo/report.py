@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.train.report import Link, Panel, write_training_report
+from pdbgym.reportkit import Link, pct_interval
+from pdbgym.train.report import Panel, write_training_report
 
 STEPS_FILE, GATES_FILE, RUN_FILE = "steps.jsonl", "gates.jsonl", "grpo_run.json"
 EPISODES_DIR = "episodes"
@@ -104,11 +105,6 @@ def _transcripts(out: Path, folder: str) -> list[Link]:
     return links
 
 
-def _pct(estimate: dict[str, Any]) -> str:
-    low, high = estimate.get("ci", [float("nan")] * 2)
-    return f"{100 * estimate['mean']:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
-
-
 def _ledger_choice(ledger: Path | None, name: str, chosen: str, gates: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The latest ledger selection among exactly this run's candidates (``name``, ``name@checkpoint-N``)."""
     from pdbgym.evaluate.selection import SelectionLedger
@@ -133,8 +129,8 @@ def _gate_rows(out: Path, gates: list[dict[str, Any]], checkpoints: dict[int, Pa
             "step": gate["step"],
             "checkpoint": Link(f"checkpoints/{gate['checkpoint']}", f"checkpoints/{gate['checkpoint']}")
             if folder.is_dir() else f"checkpoints/{gate['checkpoint']} (folder gone)",
-            "val pass@1 % [95% CI]": _pct(gate["pass_at_1"]),
-            "val pass@k % [95% CI]": f"k={gate['k']}: {_pct(gate['pass_at_k'])}",
+            "val pass@1 % [95% CI]": pct_interval(gate["pass_at_1"]),
+            "val pass@k % [95% CI]": f"k={gate['k']}: {pct_interval(gate['pass_at_k'])}",
             "runs a task": gate["runs"],
             "ended": reasons,
             "ledger candidate": name if gate["checkpoint"] == chosen else f"{name}@{gate['checkpoint']}",
