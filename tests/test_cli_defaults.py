@@ -1,23 +1,35 @@
 """One source of defaults and one name per flag: every command's flag defaults are its config's field
-defaults, and the old flag spellings still work without being shown."""
+defaults, every episode setting is the shared home's (pdbgym.episode_defaults) or a named exception, the
+tables of docs/defaults.md say the same, and the old flag spellings still work without being shown."""
 
+import dataclasses
 import inspect
 import json
+import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from pdbgym import episode_defaults
+from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.build import CacheBuildConfig
 from pdbgym.agent.commands import cache_build_command, run_command
+from pdbgym.agent.loop import AgentConfig
+from pdbgym.agent.play import RunConfig
 from pdbgym.cli import app
 from pdbgym.defaults import defaults_of
 from pdbgym.divergence.commands import divergence_command
 from pdbgym.divergence.compare import DivergenceConfig
 from pdbgym.env import EnvConfig
+from pdbgym.episode_defaults import EPISODE, EXCEPTIONS
+from pdbgym.evaluate.campaign import CampaignConfig
 from pdbgym.evaluate.commands import eval_command, select_command
 from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
 from pdbgym.train.commands import dagger_command, sft_command
 from pdbgym.train.dagger.config import DaggerConfig
+from pdbgym.train.demo.commands import demo_command
+from pdbgym.train.demo.phases import DemoConfig
 from pdbgym.train.grpo.commands import grpo
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.sft.config import SFTTrainConfig
@@ -32,7 +44,7 @@ RENAMED = {"json_output": None, "as_json": None, "json_out": "json_out", "k": No
 @pytest.mark.parametrize("command,config", [
     (cache_build_command, CacheBuildConfig), (eval_command, EvalConfig), (select_command, SelectConfig),
     (divergence_command, DivergenceConfig), (run_command, EnvConfig),
-    (sft_command, SFTTrainConfig), (dagger_command, DaggerConfig), (grpo, GRPORunConfig),
+    (sft_command, SFTTrainConfig), (dagger_command, DaggerConfig), (grpo, GRPORunConfig), (demo_command, DemoConfig),
 ])
 def test_flag_defaults_are_the_config_defaults(command, config):
     defaults = vars(defaults_of(config))
@@ -45,9 +57,123 @@ def test_flag_defaults_are_the_config_defaults(command, config):
     assert checked >= 2
 
 
-def test_shared_defaults_have_one_home():
-    assert CacheBuildConfig.turn_budget == EvalConfig.turn_budget == SelectConfig.turn_budget == EnvConfig.turn_budget
-    assert CacheBuildConfig.temperature == EvalConfig.temperature
+DOC = Path(__file__).resolve().parents[1] / "docs" / "defaults.md"
+SETTINGS = tuple(f.name for f in dataclasses.fields(episode_defaults.EpisodeDefaults))
+COMMANDS = {"run": run_command, "cache build": cache_build_command, "eval": eval_command,
+            "eval select": select_command, "train dagger": dagger_command, "train grpo": grpo, "demo": demo_command}
+SETTING_OF = {("train grpo", "budget_end"): "turn_budget"}  # GRPO's turn budget is where its curriculum ends
+
+
+def _expected(command: str, setting: str) -> float:
+    return EXCEPTIONS.get((command, setting), getattr(EPISODE, setting))
+
+
+def _episode_flags() -> list[tuple[str, str, object]]:
+    """(command, episode setting, the flag's default) for every episode flag of every command."""
+    found = []
+    for command, function in COMMANDS.items():
+        for name, parameter in inspect.signature(function).parameters.items():
+            setting = SETTING_OF.get((command, name), name)
+            if setting in SETTINGS:
+                found.append((command, setting, parameter.default))
+    return found
+
+
+def test_every_episode_flag_defaults_to_the_shared_home_or_a_named_exception():
+    flags = _episode_flags()
+    for command, setting, default in flags:
+        assert default == _expected(command, setting), (
+            f"pdbgym {command} --{setting.replace('_', '-')} defaults to {default}, not "
+            f"{_expected(command, setting)}: take it from pdbgym.episode_defaults, or name the exception there")
+    assert {c for c, _, _ in flags} == set(COMMANDS) and len(flags) >= 20
+    # an exception differs from the shared value, and a command holds each one as a flag or as its config's value
+    unshared = {(c, s) for c, s, default in flags if default != getattr(EPISODE, s)}
+    assert unshared <= set(EXCEPTIONS)
+    assert all(value != getattr(EPISODE, setting) for (_, setting), value in EXCEPTIONS.items())
+    held_by_config = {("demo", "max_context_tokens"), ("demo", "max_new_tokens")}  # demo has no flag for these
+    assert set(EXCEPTIONS) == unshared | held_by_config
+    assert DemoConfig.max_new_tokens == EXCEPTIONS[("demo", "max_new_tokens")]
+
+
+def test_configs_without_a_flag_read_the_shared_home():
+    assert AgentConfig().max_context_tokens == EPISODE.max_context_tokens  # run's context (no flag)
+    sampling = SamplingParams()
+    assert (sampling.temperature, sampling.top_p, sampling.max_new_tokens) == (
+        EPISODE.temperature, EPISODE.top_p, EPISODE.max_new_tokens)
+    assert EnvConfig().turn_budget == EPISODE.turn_budget
+    assert RunConfig("t").sampling == sampling and RunConfig("t").env.turn_budget == EPISODE.turn_budget
+    campaign = CampaignConfig(tasks="builtin", arms=[])
+    assert (campaign.context_tokens, campaign.turn_budget, campaign.temperature, campaign.top_p,
+            campaign.max_new_tokens) == (EPISODE.max_context_tokens, EPISODE.turn_budget, EPISODE.temperature,
+                                         EPISODE.top_p, EPISODE.max_new_tokens)
+    # DAgger's context is SFT's example length: a labelled state must fit it whole
+    assert DaggerConfig.max_context_tokens == SFTTrainConfig.max_length
+
+
+def test_grpo_config_fields_are_its_flags_but_the_two_named():
+    flags = set(inspect.signature(grpo).parameters)
+    fields = {f.name for f in dataclasses.fields(GRPORunConfig)}
+    assert fields - flags == {"use_dora", "extra"}  # --lora sets use_dora; extra is for library callers
+    assert "``use_dora``" in GRPORunConfig.__doc__ and "``extra``" in GRPORunConfig.__doc__
+
+
+def _table(section: str) -> list[list[str]]:
+    """The rows (cells stripped) of the first table under the ``## section`` heading of docs/defaults.md."""
+    text = DOC.read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in body.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def _number(cell: str) -> float:
+    return float(re.search(r"\d[\d,]*(?:\.\d+)?", cell).group().replace(",", ""))
+
+
+def _command(cell: str) -> str:
+    return cell.strip("`").removeprefix("pdbgym ")
+
+
+def test_the_documented_shared_values_are_the_home():
+    documented = {row[0].strip("`"): _number(row[1]) for row in _table("Shared values")}
+    assert documented == dataclasses.asdict(EPISODE)
+
+
+SETTINGS_BY_COLUMN = ("max_context_tokens", "turn_budget", "temperature", "top_p", "max_new_tokens")
+
+
+def test_the_documented_command_table_is_what_the_commands_do():
+    rows = _table("Per command")
+    assert {_command(row[0]) for row in rows} == set(COMMANDS)
+    flags = {(c, s): default for c, s, default in _episode_flags()}
+    bold = set()
+    for row in rows:
+        command = _command(row[0])
+        for setting, cell in zip(SETTINGS_BY_COLUMN, row[1:], strict=True):
+            assert _number(cell) == _expected(command, setting), (command, setting, cell)
+            if "**" in cell:
+                bold.add((command, setting))
+            if "no flag" in cell:
+                assert (command, setting) not in flags, f"{command} has a flag for {setting}: the table says not"
+            else:
+                assert flags[(command, setting)] == _number(cell), (command, setting, cell)
+    assert bold == set(EXCEPTIONS)
+
+
+def test_the_documented_exceptions_are_the_named_constants():
+    documented = {}
+    for constant, command, setting, value, why in _table("Named exceptions"):
+        assert getattr(episode_defaults, constant.strip("`")) == _number(value) and why
+        documented[(command.strip("`"), setting.strip("`"))] = _number(value)
+    assert documented == EXCEPTIONS
+
+
+def test_every_named_default_change_is_the_default_now():
+    rows = _table("Named default changes")
+    assert rows
+    for command, flag, old, new in rows:
+        parameters = inspect.signature(COMMANDS[_command(command)]).parameters
+        default = parameters[flag.strip("`").removeprefix("--").replace("-", "_")].default
+        assert default == _number(new) != _number(old), (command, flag)
 
 
 @pytest.mark.parametrize("argv,hidden", [

@@ -50,3 +50,21 @@ def test_eval_takes_a_seed_and_records_it(tmp_path):
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert json.loads((out / "campaign.json").read_text())["config"]["seed"] == 7
+
+
+def test_run_takes_a_seed(tiny_model_dir, tiny_task, tmp_path):
+    from pdbgym.cli import app
+
+    def assistant_turns(seed: int, name: str) -> list[str]:
+        transcript = tmp_path / f"{name}.json"
+        result = CliRunner().invoke(app, ["run", "--task", str(tiny_task.path), "--policy", str(tiny_model_dir),
+                                          "--seed", str(seed), "--turn-budget", "2", "--max-new-tokens", "12",
+                                          "--temperature", "1.0", "--json", "--transcript", str(transcript)])
+        assert result.exit_code == 0, result.output
+        messages = json.loads(transcript.read_text())["messages"]
+        return [m["content"] for m in messages if m["role"] == "assistant"]
+
+    first = assistant_turns(5, "a")
+    assert first
+    assert assistant_turns(5, "b") == first  # the same seed draws the same turns
+    assert assistant_turns(6, "c") != first

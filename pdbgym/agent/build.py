@@ -17,6 +17,7 @@ from typing import Any
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.runner import JobResult
 from pdbgym.env.environment import EnvConfig
+from pdbgym.episode_defaults import EPISODE
 
 
 @dataclass
@@ -28,15 +29,15 @@ class CacheBuildConfig:
         out: cache folder to write; a rerun with the same folder resumes it.
         tasks: a suite name (``builtin``, ``regression``) or a task folder. Default ``"builtin"``.
         runs: samples per task; their ``_sample_idx`` is 0..runs-1. Default 1.
-        temperature: sampling temperature (0 = greedy). Default ``SamplingParams.temperature`` (0.7).
-        top_p: top-p nucleus mass in (0, 1]. Default 1.0.
+        temperature: sampling temperature (0 = greedy). Default ``EPISODE.temperature`` (0.7).
+        top_p: top-p nucleus mass in (0, 1]. Default ``EPISODE.top_p`` (1.0).
         dataset: dataset name stored in every record. Default ``"pdbgym_builtin"``.
         workers: episodes at once (``ExecutorConfig.workers``); 0 = one per core; local models always
             take turns in this process. Default 0.
-        max_new_tokens: token cap of one model turn. Default 512.
+        max_new_tokens: token cap of one model turn. Default ``EPISODE.max_new_tokens`` (512).
         max_context_tokens: trajectory cap in tokens; reaching it ends the episode as ``ctx_overflow``.
-            Default 32768.
-        turn_budget: tool calls per episode before ``budget`` ends it. Default ``EnvConfig.turn_budget`` (30).
+            Default ``EPISODE.max_context_tokens`` (32,768).
+        turn_budget: tool calls per episode before ``budget`` ends it. Default ``EPISODE.turn_budget`` (30).
         command_timeout_s: seconds before a pdb command is interrupted. Default 10.0.
         seed: base seed; each episode gets ``pdbgym.seeds.episode_seed(seed, task id, sample_idx)``.
             Default None (unseeded).
@@ -52,13 +53,13 @@ class CacheBuildConfig:
     out: Path
     tasks: str = "builtin"
     runs: int = 1
-    temperature: float = SamplingParams.temperature
-    top_p: float = SamplingParams.top_p
+    temperature: float = EPISODE.temperature
+    top_p: float = EPISODE.top_p
     dataset: str = "pdbgym_builtin"
     workers: int = 0
-    max_new_tokens: int = SamplingParams.max_new_tokens
-    max_context_tokens: int = 32768
-    turn_budget: int = EnvConfig.turn_budget
+    max_new_tokens: int = EPISODE.max_new_tokens
+    max_context_tokens: int = EPISODE.max_context_tokens
+    turn_budget: int = EPISODE.turn_budget
     command_timeout_s: float = EnvConfig.command_timeout_s
     seed: int | None = None
     tokenizer: str = "embedded"

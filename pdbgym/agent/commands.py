@@ -21,20 +21,21 @@ from pdbgym.agent.play import RunConfig
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 
-B, E, S = defaults_of(CacheBuildConfig), defaults_of(EnvConfig), defaults_of(SamplingParams)
+B, E, S, R = defaults_of(CacheBuildConfig), defaults_of(EnvConfig), defaults_of(SamplingParams), defaults_of(RunConfig)
 POLICY_HELP = "scripted | embedded | a model folder | a server URL"
 
 
 def run_command(
     task: Annotated[str, typer.Option("--task", help="A built-in task id or a task folder")],
     policy: Annotated[str, typer.Option(help="scripted (reference patch), human (you, at the terminal), "
-                                        "embedded, a model folder, or a server URL")] = defaults_of(RunConfig).policy,
+                                        "embedded, a model folder, or a server URL")] = R.policy,
     turn_budget: Annotated[int, typer.Option(min=1, help="Tool calls per episode before 'budget'")] = E.turn_budget,
     transcript: Annotated[Path | None, typer.Option(help="Where to write the JSON transcript")] = None,
     sandbox: Annotated[str, typer.Option(help="auto, bwrap or plain")] = E.sandbox,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON")] = False,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of a model policy")] = S.temperature,
     max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = S.max_new_tokens,
+    seed: Annotated[int | None, typer.Option(help="Base seed (the episode samples with its derived seed)")] = R.seed,
     budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
 ) -> None:
     """Run one episode and print its outcome."""
@@ -42,7 +43,7 @@ def run_command(
 
     env = EnvConfig(turn_budget=pick(turn_budget, budget), sandbox=sandbox)
     sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
-    result, target = run_one(RunConfig(task, policy, env, sampling, transcript))
+    result, target = run_one(RunConfig(task, policy, env, sampling, transcript, seed))
     if as_json:
         print(json.dumps({**result.to_dict(), "transcript": str(target)}, indent=2))
         return

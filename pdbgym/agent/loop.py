@@ -28,6 +28,7 @@ from pdbgym.agent.trajectory import ChatTemplate, TokenTrajectory, check_decodes
 from pdbgym.agent.turns import TurnSource
 from pdbgym.env.environment import DebugEnv, EpisodeResult
 from pdbgym.env.tools import tool_specs
+from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.tasks.model import Task
@@ -41,7 +42,7 @@ class AgentConfig:
         tool_format: how turns write tool calls: ``text``, ``qwen3_xml`` or ``hermes``
             (``agent.toolcalls.FORMATS``); callers usually take it from the tokenizer's chat template.
         max_context_tokens: trajectory cap; a turn may use only the room left, and none left ends the
-            episode as ``ctx_overflow``. Default 32768.
+            episode as ``ctx_overflow``. Default ``EPISODE.max_context_tokens`` (32,768).
         sampling: temperature, top_p, max_new_tokens (per turn), seed. Default ``SamplingParams()``.
         max_malformed: malformed tool calls in a row that end the episode as ``other``. Default 3.
         dataset: the record's ``_eval_dataset_name``. Default ``"pdbgym"``.
@@ -51,7 +52,7 @@ class AgentConfig:
     """
 
     tool_format: str = "text"
-    max_context_tokens: int = 32768
+    max_context_tokens: int = EPISODE.max_context_tokens
     sampling: SamplingParams = field(default_factory=SamplingParams)
     max_malformed: int = 3
     dataset: str = "pdbgym"

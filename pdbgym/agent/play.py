@@ -26,6 +26,8 @@ class RunConfig:
         sampling: how a model policy samples (temperature, top_p, max_new_tokens, seed). Default
             ``SamplingParams()``: temperature 0.7, top_p 1.0, 512 tokens per turn, unseeded.
         transcript: where the JSON transcript goes; None: ``runs/episodes/<id>-<unix time>.json``.
+        seed: base seed; the episode samples with ``pdbgym.seeds.episode_seed(seed, task id, 0)`` (run 0,
+            as the first sample of a cache build or a campaign). Default None (unseeded).
     """
 
     task: str
@@ -33,6 +35,7 @@ class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     transcript: Path | None = None
+    seed: int | None = None
 
 
 def play_episode(task: Task, policy: str, env_config: EnvConfig, transcript_path: Path, *,
@@ -96,9 +99,13 @@ def play_policy(task: Task, policy: Policy, env_config: EnvConfig | None = None,
 def run_one(config: RunConfig) -> tuple[EpisodeResult, Path]:
     """``pdbgym run``: resolve the task, play it, write the transcript; the result and where it went."""
     import time
+    from dataclasses import replace
 
+    from pdbgym.seeds import episode_seed
     from pdbgym.tasks.suites import resolve_task
 
     task = resolve_task(config.task)
     target = config.transcript or Path("runs") / "episodes" / f"{task.instance_id}-{int(time.time())}.json"
-    return play_episode(task, config.policy, config.env, target, sampling=config.sampling), target
+    sampling = config.sampling if config.seed is None else replace(
+        config.sampling, seed=episode_seed(config.seed, task.instance_id, 0))
+    return play_episode(task, config.policy, config.env, target, sampling=sampling), target

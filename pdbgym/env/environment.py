@@ -15,6 +15,7 @@ from pdbgym.env import files
 from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.env.grading import GradeResult, agent_lines, grade, grading_preview
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
+from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
@@ -28,7 +29,7 @@ from pdbgym.termination import TERMINATION_REASONS
 class EnvConfig:
     """Episode settings. ``turn_budget`` counts every step, malformed ones included."""
 
-    turn_budget: int = 30
+    turn_budget: int = EPISODE.turn_budget  # pdbgym.episode_defaults: every command's default
     command_timeout_s: float = 10.0  # a pdb command running longer is interrupted with SIGINT
     sandbox: str = "auto"  # "bwrap", "plain" or "auto" (bwrap when available)
     observation_max_chars: int = 12_000  # longer observations keep a head and a tail

@@ -18,6 +18,7 @@ from pdbgym.agent.executor import ExecutorConfig, run_jobs
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.runner import EpisodeJob, JobResult, raise_failures, run_job
 from pdbgym.env.environment import EnvConfig, EpisodeResult
+from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
@@ -64,11 +65,12 @@ class CampaignConfig:
         arms: the policies compared.
         runs: episodes per task per arm. Default 2.
         split: the split evaluated (``None``: all tasks). splits_file: the split file it came from.
-        turn_budget: tool calls per episode before ``budget`` ends it. Default ``EnvConfig.turn_budget`` (30).
-        temperature: sampling temperature of model arms (0 = greedy). Default ``SamplingParams.temperature``.
-        top_p: nucleus mass of model arms. Default 1.0 (no truncation).
-        max_new_tokens: token cap of one model turn. Default 512.
-        context_tokens: trajectory cap in tokens; reaching it ends the episode as ``ctx_overflow``. Default 8192.
+        turn_budget: tool calls per episode before ``budget`` ends it. Default ``EPISODE.turn_budget`` (30).
+        temperature: sampling temperature of model arms (0 = greedy). Default ``EPISODE.temperature`` (0.7).
+        top_p: nucleus mass of model arms. Default ``EPISODE.top_p`` (1.0, no truncation).
+        max_new_tokens: token cap of one model turn. Default ``EPISODE.max_new_tokens`` (512).
+        context_tokens: trajectory cap in tokens; reaching it ends the episode as ``ctx_overflow``. Default
+            ``EPISODE.max_context_tokens`` (32,768).
         seed: base of the per-(task, run) sampling seeds, shared by all arms. Default 0.
         task_ids: filled in by ``run_campaign`` with the ids played.
     """
@@ -78,11 +80,11 @@ class CampaignConfig:
     runs: int = 2
     split: str | None = None
     splits_file: str | None = None
-    turn_budget: int = EnvConfig.turn_budget
-    temperature: float = SamplingParams.temperature
-    top_p: float = SamplingParams.top_p
-    max_new_tokens: int = SamplingParams.max_new_tokens
-    context_tokens: int = 8192
+    turn_budget: int = EPISODE.turn_budget
+    temperature: float = EPISODE.temperature
+    top_p: float = EPISODE.top_p
+    max_new_tokens: int = EPISODE.max_new_tokens
+    context_tokens: int = EPISODE.max_context_tokens
     seed: int = 0
     task_ids: list[str] = field(default_factory=list)
 

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig
-from pdbgym.env.environment import EnvConfig
+from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
@@ -32,10 +31,11 @@ class EvalConfig:
         runs: episodes per task per arm. Default 2.
         split: evaluate only this split of ``splits`` (a split file). Default None (all tasks).
         out: campaign folder; a rerun with the same settings resumes it. Default ``runs/eval``.
-        turn_budget: tool calls per episode before ``budget``. Default ``EnvConfig.turn_budget`` (30).
-        temperature: sampling temperature of model arms. Default ``SamplingParams.temperature`` (0.7).
-        max_new_tokens: token cap of one model turn. Default 512.
-        max_context_tokens: trajectory cap in tokens (then ``ctx_overflow``). Default 8192.
+        turn_budget: tool calls per episode before ``budget``. Default ``EPISODE.turn_budget`` (30).
+        temperature: sampling temperature of model arms. Default ``EPISODE.temperature`` (0.7).
+        max_new_tokens: token cap of one model turn. Default ``EPISODE.max_new_tokens`` (512).
+        max_context_tokens: trajectory cap in tokens (then ``ctx_overflow``). Default
+            ``EPISODE.max_context_tokens`` (32,768), as ``run`` and ``cache build``.
         executor: where episodes run (workers, Ray address). Default: local, one worker per core.
         force: report even on a task set that selected one of the arms (the report carries a warning).
         json_out: also write the machine summary here. Default None.
@@ -53,10 +53,10 @@ class EvalConfig:
     split: str | None = None
     splits: Path | None = None
     out: Path = Path("runs/eval")
-    turn_budget: int = EnvConfig.turn_budget
-    temperature: float = SamplingParams.temperature
-    max_new_tokens: int = SamplingParams.max_new_tokens
-    max_context_tokens: int = 8192
+    turn_budget: int = EPISODE.turn_budget
+    temperature: float = EPISODE.temperature
+    max_new_tokens: int = EPISODE.max_new_tokens
+    max_context_tokens: int = EPISODE.max_context_tokens
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     force: bool = False
     json_out: Path | None = None
@@ -138,7 +138,7 @@ class SelectConfig:
         report_on: the held-out split the chosen checkpoint is measured on, once. Default ``"test"``.
         runs: episodes per task per candidate. Default 2.
         out: folder for both campaigns (``select-<split>``, ``report-<split>``). Default ``runs/select``.
-        turn_budget: tool calls per episode. Default ``EnvConfig.turn_budget`` (30).
+        turn_budget: tool calls per episode. Default ``EPISODE.turn_budget`` (30).
         force: allow ``report_on`` equal to ``select_on`` (a biased number). Default False.
         temperature, max_new_tokens, max_context_tokens, executor: as in ``EvalConfig``, for both
             campaigns.
@@ -151,11 +151,11 @@ class SelectConfig:
     report_on: str = "test"
     runs: int = 2
     out: Path = Path("runs/select")
-    turn_budget: int = EnvConfig.turn_budget
+    turn_budget: int = EPISODE.turn_budget
     force: bool = False
-    temperature: float = SamplingParams.temperature
-    max_new_tokens: int = SamplingParams.max_new_tokens
-    max_context_tokens: int = 8192
+    temperature: float = EPISODE.temperature
+    max_new_tokens: int = EPISODE.max_new_tokens
+    max_context_tokens: int = EPISODE.max_context_tokens
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
 

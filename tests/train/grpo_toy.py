@@ -50,8 +50,10 @@ def make_toy_tasks(root: Path, count: int = 2, prefix: str = "toy") -> Path:
     return root
 
 
-def toy_play(tasks: list[Any], trainer: Any, turn_budget: int, temperature: float) -> list[Any]:
-    """Two-turn toy episodes for ``tasks``, generated together (one batched call per turn)."""
+def toy_play(tasks: list[Any], trainer: Any, turn_budget: int, temperature: float,
+             seeds: list[int] | None = None) -> list[Any]:
+    """Two-turn toy episodes for ``tasks``, generated together (one batched call per turn); ``seeds`` (one per
+    episode, as GRPO passes them) go unused: the toy draws from the global stream."""
     from pdbgym.agent.backends.base import GenerationRequest, SamplingParams
     from pdbgym.train.grpo.rollout import BatchedGenerator, EpisodeSample
 

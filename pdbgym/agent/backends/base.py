@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import LogprobSemantics, tokenizer_fingerprint
 
@@ -26,9 +27,9 @@ class BackendError(PdbgymError):
 class SamplingParams:
     """How to sample. ``temperature == 0`` is greedy. ``max_new_tokens`` caps one turn (tokens)."""
 
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_new_tokens: int = 512
+    temperature: float = EPISODE.temperature  # pdbgym.episode_defaults: every command's defaults
+    top_p: float = EPISODE.top_p
+    max_new_tokens: int = EPISODE.max_new_tokens
     seed: int | None = None
 
 

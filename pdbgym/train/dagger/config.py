@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdbgym.episode_defaults import DAGGER_MAX_CONTEXT_TOKENS, EPISODE
+
 
 @dataclass
 class DaggerConfig:
@@ -16,6 +18,11 @@ class DaggerConfig:
     token-exact) is given to the teacher, whose next turn becomes a labelled example; examples of all
     iterations so far are aggregated and an adapter ``iter{i}`` is trained by SFT from the same parent
     as iteration 0 (the student's own weights), so each iterate is one adapter over one parent.
+
+    Episode settings (``turn_budget``, ``max_new_tokens``, ``temperature`` of the student) default to
+    ``pdbgym.episode_defaults.EPISODE``, as every command's; ``max_context_tokens`` to
+    ``DAGGER_MAX_CONTEXT_TOKENS`` (SFT's ``max_length``: a labelled example must fit it whole).
+    ``teacher_temperature`` is the teacher's labelling draw (0: greedy), not an episode setting.
     """
 
     student: str
@@ -28,10 +35,10 @@ class DaggerConfig:
     splits: Path | None = None
     teacher_cache: Path | None = None
     eval_runs: int = 1
-    turn_budget: int = 8
-    max_new_tokens: int = 64
-    max_context_tokens: int = 4096
-    temperature: float = 0.7
+    turn_budget: int = EPISODE.turn_budget
+    max_new_tokens: int = EPISODE.max_new_tokens
+    max_context_tokens: int = DAGGER_MAX_CONTEXT_TOKENS
+    temperature: float = EPISODE.temperature
     teacher_temperature: float = 0.0
     tokenizer: str = "embedded"
     device: str = "auto"

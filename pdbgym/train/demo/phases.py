@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pdbgym.episode_defaults import DEMO_MAX_CONTEXT_TOKENS, DEMO_MAX_NEW_TOKENS, DEMO_TURN_BUDGET, EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 
@@ -74,8 +75,8 @@ class DemoConfig:
     rank: int = 16
     lr: float = 1e-3
     eval_runs: int = 1
-    turn_budget: int = 8
-    max_new_tokens: int = 64
+    turn_budget: int = DEMO_TURN_BUDGET
+    max_new_tokens: int = DEMO_MAX_NEW_TOKENS
     constrained: bool = False
     kl_tokens: int = 1024
     workers: int = 2
@@ -275,7 +276,8 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
     evaluation = EvalConfig(arms=[f"{k}={v}" for k, v in arms.items()], tasks=config.tasks, split="test",
                             splits=out / "splits.json", runs=config.eval_runs, out=out / "eval",
                             turn_budget=config.turn_budget, max_new_tokens=config.max_new_tokens,
-                            temperature=0.7, executor=ExecutorConfig(workers=config.workers), json_out=out / "eval-summary.json",
+                            max_context_tokens=DEMO_MAX_CONTEXT_TOKENS, temperature=EPISODE.temperature,
+                            executor=ExecutorConfig(workers=config.workers), json_out=out / "eval-summary.json",
                             teacher_cache=None if config.teacher == "scripted" else out / "cache-test",
                             title="pdbgym demo: held-out evaluation")
     played = out / "eval" / "episodes.jsonl"

@@ -1,4 +1,4 @@
-"""The config of ``pdbgym train grpo``: every field is a flag of the same name."""
+"""The config of ``pdbgym train grpo``: every field but ``extra`` is a flag of the same name."""
 
 from __future__ import annotations
 
@@ -6,10 +6,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdbgym.episode_defaults import EPISODE, GRPO_MAX_CONTEXT_TOKENS, GRPO_TEMPERATURE
+
 
 @dataclass
 class GRPORunConfig:
-    """``pdbgym train grpo``: every field is a flag; formulas of the recipe terms in ``schedules.py``."""
+    """``pdbgym train grpo``: formulas of the recipe terms in ``schedules.py``.
+
+    Every field is a flag of the same name whose default is read from here, except ``use_dora`` (the
+    flag is ``--lora``, its negation) and ``extra`` (further ``GRPOConfig`` fields; library callers
+    only). Episode settings default to ``pdbgym.episode_defaults``: ``max_new_tokens`` and
+    ``budget_end`` (the turn budget the curriculum ends at, and val gates play) to ``EPISODE``'s;
+    ``temperature`` and ``max_context_tokens`` to the named GRPO exceptions there (``GRPO_TEMPERATURE``,
+    ``GRPO_MAX_CONTEXT_TOKENS``, with their reasons). Each episode's draw is seeded by
+    ``pdbgym.seeds.grpo_episode_seed`` from ``seed``.
+    """
 
     policy: str  # adapter-store reference of the SFT adapter, a model folder, or "embedded"
     tasks: str  # suite, task id or folder: the training tasks
@@ -22,9 +33,9 @@ class GRPORunConfig:
     rank: int = 16
     alpha: int = 32
     use_dora: bool = True
-    temperature: float = 1.0
-    max_new_tokens: int = 512  # per turn
-    max_context_tokens: int = 8192  # per episode (prompt + response)
+    temperature: float = GRPO_TEMPERATURE
+    max_new_tokens: int = EPISODE.max_new_tokens  # per turn
+    max_context_tokens: int = GRPO_MAX_CONTEXT_TOKENS  # per episode (prompt + response)
     command_timeout_s: float = 10.0
     kl_mode: str = "adaptive"  # adaptive | fixed
     beta: float = 0.04  # initial (or fixed) KL coefficient
@@ -32,7 +43,7 @@ class GRPORunConfig:
     kl_horizon: int = 10_000
     curriculum: str = "schedule"  # schedule | solve_rate | fixed
     budget_start: int = 10
-    budget_end: int = 30
+    budget_end: int = EPISODE.turn_budget
     budget_ramp_steps: int = 100
     budget_threshold: float = 0.5
     budget_increment: int = 2

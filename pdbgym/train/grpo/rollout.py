@@ -9,12 +9,19 @@ of the local model over all pending requests and hands each episode its ids and 
 Log-probs are ``log_softmax(logits / T)[sampled id]`` of the raw logits (``hf:tempered``), the same
 quantity TRL's GRPO computes on the trainer side (it also divides by ``temperature``), so the
 rollout/trainer mismatch is numerical only (padding, batch shape, kernels).
+
+Seeds: each episode's ``SamplingParams.seed`` is its ``pdbgym.seeds`` episode seed. A batched ``generate``
+draws every row from one generator, so a round whose requests all carry a seed orders its rows by
+(seed, prompt) and draws from ``round_seed`` of those seeds and prompt lengths, in a forked RNG state
+(the trainer's own random stream is left as it was): a group replays alike whatever order its episodes
+asked in, up to the numerics of the batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -25,6 +32,7 @@ from pdbgym.agent.backends.base import Generation, GenerationRequest, SamplingPa
 from pdbgym.agent.loop import AgentConfig, EpisodeOutcome, run_episode
 from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
 from pdbgym.rollouts.record import LogprobSemantics
+from pdbgym.seeds import episode_seed, grpo_episode_seed
 
 GROUP_SEMANTICS_ENGINE = "hf:tempered"
 
@@ -100,7 +108,22 @@ class BatchedGenerator:
 
     # -- the batched model call ------------------------------------------------------------------
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        """One left-padded ``generate`` over ``requests`` (same sampling params); ids cut at each stop."""
+        """One left-padded ``generate`` over ``requests`` (same sampling params); ids cut at each stop.
+
+        When every request carries a seed, the rows are ordered by (seed, prompt) and the draw is seeded
+        with ``round_seed`` (see the module's docstring); the results come back in ``requests``' order.
+        """
+        seeds = [r.params.seed for r in requests]
+        if not requests or any(seed is None for seed in seeds):
+            return self._generate_rows(requests, None)
+        order = sorted(range(len(requests)), key=lambda i: (seeds[i], requests[i].prompt_ids))
+        drawn = self._generate_rows([requests[i] for i in order], round_seed(requests))
+        results: list[Generation] = [drawn[0]] * len(requests)
+        for position, index in enumerate(order):
+            results[index] = drawn[position]
+        return results
+
+    def _generate_rows(self, requests: Sequence[GenerationRequest], seed: int | None) -> list[Generation]:
         import torch
 
         started = time.perf_counter()
@@ -113,8 +136,12 @@ class BatchedGenerator:
             input_ids[row, width - len(request.prompt_ids):] = torch.tensor(request.prompt_ids)
             attention[row, width - len(request.prompt_ids):] = 1
         max_new = max(r.params.max_new_tokens for r in requests)
-        with self.context() as model, torch.no_grad():
+        forked = torch.random.fork_rng(devices=[device] if device.type == "cuda" else []) if seed is not None \
+            else nullcontext()
+        with self.context() as model, torch.no_grad(), forked:
             model = model if model is not None else self.model
+            if seed is not None:
+                torch.manual_seed(seed)
             out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                                  generation_config=self._generation_config(params, max_new))
         generated = out.sequences[:, width:].cpu()
@@ -151,6 +178,16 @@ class BatchedGenerator:
             pad_token_id=self.pad_id, use_cache=True, return_dict_in_generate=True, output_logits=True)
 
 
+def round_seed(requests: Sequence[GenerationRequest]) -> int:
+    """The seed of one batched draw: crc32 of its requests' (episode seed, prompt length) pairs, sorted.
+
+    The prompt length tells an episode's turns apart, so each round of a group draws afresh; sorting makes
+    it independent of the order the episodes asked in.
+    """
+    pairs = sorted((int(r.params.seed if r.params.seed is not None else -1), len(r.prompt_ids)) for r in requests)
+    return zlib.crc32(repr(pairs).encode()) % 2**31
+
+
 class GroupTurns:
     """A turn source for one episode whose turns come from a shared ``BatchedGenerator``."""
 
@@ -182,18 +219,51 @@ async def gather_with_threads(jobs: Sequence[Callable[[], Awaitable[Any]]], thre
 EpisodeHook = Callable[[int, EpisodeOutcome], None]  # (index in the batch, the finished episode)
 
 
+def group_seeds(base: int, prompts: Sequence[str], positions: Sequence[int], step: int, group_size: int,
+                groups_per_step: int, process_index: int = 0) -> list[int]:
+    """The seeds of the episodes at ``positions`` of one process's rollout batch at optimizer step ``step``.
+
+    ``prompts`` is the batch as TRL hands it (task ids, each repeated ``group_size`` times in a row), so
+    position p is slot ``p % group_size`` of this process's group ``p // group_size``; this process's groups
+    follow those of the processes before it. Each seed is ``pdbgym.seeds.grpo_episode_seed(base, task id,
+    step, group, slot, ...)``.
+    """
+    here = -(-len(prompts) // group_size)
+    first = process_index * here
+    total = max(groups_per_step, first + here)
+    return [grpo_episode_seed(base, prompts[p], step, first + p // group_size, p % group_size, group_size, total)
+            for p in positions]
+
+
+def repeat_seeds(base: int, instance_ids: Sequence[str]) -> list[int]:
+    """Seeds of a list of episodes that repeats tasks (a val gate's runs): the r-th occurrence of a task is
+    its run r, ``episode_seed(base, task id, r)``, so every checkpoint is gated on the same draws."""
+    seen: dict[str, int] = {}
+    seeds = []
+    for instance_id in instance_ids:
+        seeds.append(episode_seed(base, instance_id, seen.get(instance_id, 0)))
+        seen[instance_id] = seen.get(instance_id, 0) + 1
+    return seeds
+
+
 def run_episodes(tasks: Sequence[Any], generator: BatchedGenerator, agent: AgentConfig,
                  make_env: Callable[[Any], Any], name: str = "policy",
-                 on_episode: EpisodeHook | None = None) -> list[EpisodeOutcome]:
+                 on_episode: EpisodeHook | None = None, seeds: Sequence[int] | None = None) -> list[EpisodeOutcome]:
     """Play one episode per entry of ``tasks`` (repeat a task G times for a group), all together.
 
     Returns the outcomes in the order of ``tasks``. ``make_env(task)`` builds a fresh env per episode.
     ``on_episode(index, outcome)`` runs as each episode finishes (progress, saving its transcript), in
-    finishing order, on the event loop's thread.
+    finishing order, on the event loop's thread. ``seeds`` (one per entry of ``tasks``, from
+    ``pdbgym.seeds``) become each episode's sampling seed; None keeps ``agent.sampling.seed``.
     """
+    if seeds is not None and len(seeds) != len(tasks):
+        raise ValueError(f"{len(seeds)} seed(s) for {len(tasks)} episode(s): give one seed per episode")
+
     async def one(index: int, task: Any) -> EpisodeOutcome:
         turns = GroupTurns(generator, name, agent.sampling.temperature, agent.sampling.top_p)
         config = replace(agent, sample_idx=index)
+        if seeds is not None:
+            config = replace(config, sampling=replace(agent.sampling, seed=int(seeds[index])))
         try:
             outcome = await run_episode(task, turns, make_env(task), config)
         finally:
