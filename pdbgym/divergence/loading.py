@@ -1,79 +1,36 @@
-"""Loading a HF causal LM for scoring, and the checks that must pass before any scoring starts."""
+"""Loading a HF causal LM for scoring, and the checks that must pass before any scoring starts.
+
+Loading itself is the one model loader's (``pdbgym.modelload``: ``load_causal_lm``, ``ModelLoadError``,
+the device-map names and dtype defaults are re-exported here for the divergence library's callers).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.modelrefs import local_model_path
+from pdbgym.modelload import (
+    DEVICE_MAPS,
+    ModelLoadError,
+    default_device,
+    default_dtype,
+    load_causal_lm,
+    model_path,
+)
 from pdbgym.rollouts.record import RolloutRecord, declared_fingerprints, tokenizer_fingerprint
 from pdbgym.versions import require
+
+__all__ = ["DEVICE_MAPS", "ModelLoadError", "VocabMismatchError", "check_tokenizer", "check_vocab", "default_device",
+           "default_dtype", "lm_head_and_decoder", "load_causal_lm", "load_tokenizer_if_any", "vocab_rows"]
 
 # Config fields that change logits after the lm_head; scoring without them would be silently wrong.
 _UNSUPPORTED_LOGIT_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
 
 
-class ModelLoadError(PdbgymError):
-    """A model path cannot be loaded or the model cannot be scored with."""
-
-
 class VocabMismatchError(PdbgymError):
     """The cache's token ids do not fit the model's vocabulary."""
-
-
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def default_dtype(device: str) -> str:
-    """bf16 on CUDA; fp32 elsewhere (CPU bf16 matmuls are slow and lose fp32 agreement)."""
-    return "bfloat16" if str(device).startswith("cuda") else "float32"
-
-
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
-
-
-def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtype: str | None = None,
-                   device_map: str | None = None) -> Any:
-    """Load a local HF causal LM: a model folder, or a ``.gguf`` file (de-quantized by transformers).
-
-    Never reaches a hub: a path that does not exist is an error. ``dtype`` defaults to bf16 on CUDA,
-    fp32 on CPU; attention is sdpa. The model is returned in eval mode on ``device``, or with
-    ``device_map`` (one of ``DEVICE_MAPS``) its layers spread by accelerate over every visible GPU (then
-    CPU memory) for a model too large for one GPU.
-    """
-    require("torch", "transformers")
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    path = Path(local_model_path(str(spec)))  # an adapter-store name becomes its merged folder
-    if not path.exists():
-        raise ModelLoadError(
-            f"model path {str(spec)!r} does not exist; give a local model folder (config.json + weights) "
-            "or a .gguf file (models are never downloaded)"
-        )
-    if device_map is not None and device_map not in DEVICE_MAPS:
-        raise ModelLoadError(f"device map {device_map!r} is not one of {', '.join(DEVICE_MAPS)}")
-    device = device or default_device()
-    torch_dtype = getattr(torch, dtype or default_dtype(device))
-    kwargs: dict[str, Any] = {"dtype": torch_dtype, "attn_implementation": "sdpa", "local_files_only": True}
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-    folder = path
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise ModelLoadError(f"{path} is a file but not a .gguf; give the model's folder instead")
-        folder, kwargs["gguf_file"] = path.parent, path.name
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load a causal LM from {path}: {exc}") from exc
-    return (model if device_map is not None else model.to(device)).eval()
 
 
 def lm_head_and_decoder(model: Any) -> tuple[Any, Any]:
@@ -110,7 +67,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> Any | None:
     """The tokenizer shipped beside a local model (its folder, or the .gguf file itself); None when it
     has none or it cannot be read (then only the vocabulary size can be checked)."""
-    path = Path(local_model_path(str(spec)))
+    path = model_path(spec)  # 'embedded' and adapter-store names included
     folder, gguf = (path.parent, path.name) if path.is_file() else (path, None)
     if gguf is None and not any((folder / name).exists() for name in _TOKENIZER_FILES):
         return None

@@ -70,6 +70,7 @@ class DivergenceRun:
     noise_floor: also score the teacher model against the cache, as a row named ``teacher:<name>``.
     rescore_teacher: use the teacher model's own log-probs instead of the cached ones as lT.
     teacher_device_map: load a local teacher spread over the visible GPUs (``loading.DEVICE_MAPS``).
+    dtype: the dtype local models are loaded in (``float32``...); None: bf16 on CUDA, fp32 elsewhere.
     """
 
     records: list[RolloutRecord]
@@ -83,6 +84,7 @@ class DivergenceRun:
     rescore_teacher: bool = False
     device: str | None = None
     teacher_device_map: str | None = None
+    dtype: str | None = None
     work_dir: Path | None = None
     seed: int = 0
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
@@ -158,14 +160,14 @@ class LazyModel:
     """Loads the model at first use, so a resumed run whose results are all stored loads nothing."""
 
     def __init__(self, spec: str, device: str | None, label: str, records: Sequence[RolloutRecord],
-                 device_map: str | None = None) -> None:
+                 device_map: str | None = None, dtype: str | None = None) -> None:
         self.spec, self.device, self.label, self.records = spec, device, label, records
-        self.device_map = device_map
+        self.device_map, self.dtype = device_map, dtype
         self._model: Any = None
 
     def get(self) -> Any:
         if self._model is None:
-            self._model = load_causal_lm(self.spec, self.device, device_map=self.device_map)
+            self._model = load_causal_lm(self.spec, self.device, self.dtype, device_map=self.device_map)
             check_vocab(self._model, self.records, self.label, load_tokenizer_if_any(self.spec))
         return self._model
 
@@ -182,8 +184,10 @@ class LazyModel:
 
 def _score_with_model(run: DivergenceRun, store: ScoreStore, role: str, model: LazyModel,
                       records: list[RolloutRecord]) -> list[np.ndarray]:
+    # A dtype asked for is part of what produced the scores (None, the default, keeps the older keys).
+    extra = {"dtype": model.dtype} if model.dtype is not None else {}
     key = store.key(role=role, model=str(Path(model.spec).resolve()), semantics=run.semantics.to_dict(),
-                    records=records_digest(records))
+                    records=records_digest(records), **extra)
     run.scoring.progress_label = f"{model.label}: {role}"
     return store.arrays(key, lambda: run.execution.score(model.get(), records, run.semantics, run.scoring))
 
@@ -209,7 +213,7 @@ def run_divergence(run: DivergenceRun) -> list[StudentScores]:
     on_cache: dict[str, list[np.ndarray]] = {}
     samples: dict[str, list[RolloutRecord]] = {}
     for name, spec in zip(names, run.students, strict=True):
-        model = LazyModel(spec, run.device, f"student {name}", run.records)
+        model = LazyModel(spec, run.device, f"student {name}", run.records, dtype=run.dtype)
         on_cache[name] = _score_with_model(run, store, "on cache", model, run.records)
         if wants_samples:
             key = store.key(role="student-samples", model=str(Path(spec).resolve()), seed=run.seed,
@@ -248,7 +252,7 @@ def _teacher_scores(
             scored[name] = store.arrays(key, lambda r=recs: score_records_with_server(
                 run.teacher or "", run.server_model, r, run.semantics))
         return scored, None
-    model = LazyModel(run.teacher, run.device, "the teacher", run.records, run.teacher_device_map)
+    model = LazyModel(run.teacher, run.device, "the teacher", run.records, run.teacher_device_map, run.dtype)
     scored = {name: _score_with_model(run, store, f"on {name} samples", model, recs)
               for name, recs in samples.items()}
     on_cache = _score_with_model(run, store, "on cache", model, run.records) if wants_cache else None

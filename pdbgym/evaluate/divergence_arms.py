@@ -1,9 +1,10 @@
 """KL to a teacher cache for each arm of an evaluation (``pdbgym eval --teacher-cache DIR``).
 
 Every arm with a local model (a model folder or ``.gguf``, or ``embedded``: the de-quantized
-SmolLM2 folder) is force-decoded on the cache's teacher samples by the divergence library
-(``divergence.pipeline.run_divergence``, one arm at a time), and the arms' scores go through one
-``divergence.report.build_report``: the named estimators (``kl_teacher_student/<k1|k2|k3>/<aggregation>``)
+SmolLM2 folder) is force-decoded on the cache's teacher samples through the divergence library's
+KL-to-cache entry point (``divergence.tocache``: ``score_on_cache``, one arm at a time, the scoring of
+``kl_to_cache``), and the arms' scores go through one report (``tocache.kl_report``): the named
+estimators (``kl_teacher_student/<k1|k2|k3>/<aggregation>``)
 with task-level bootstrap CIs, the compatibility keys ``kl_fwd_mean``, ``kl_back_mean``, ``jsd_mean``
 (docs/metrics.md), and paired differences between arms (both arms resampled with the same tasks).
 
@@ -16,15 +17,13 @@ whose fingerprint differs from the cache's, a vocabulary too small, a folder tha
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdbgym.divergence.loading import ModelLoadError, VocabMismatchError
 from pdbgym.divergence.report import ReportConfig
-from pdbgym.divergence.scoring import ScoringConfig
+from pdbgym.divergence.tocache import ModelLoadError, VocabMismatchError
 from pdbgym.errors import PdbgymError
 from pdbgym.policyname import policy_kind, split_constrained
 
@@ -73,15 +72,12 @@ def local_model_of(model: str) -> tuple[str | None, str]:
         return None, SCRIPTED_REASON
     if kind == "url":
         return None, SERVER_REASON
-    if kind == "embedded":
-        from pdbgym.agent.backends.embedded import embedded_model_dir
+    from pdbgym.modelload import model_path
 
-        return str(embedded_model_dir()), ""
-    from pdbgym.modelrefs import local_model_path
-
-    # An adapter-store reference becomes the folder of its merged lineage, named by the artifact's id, so
-    # scores stored under divergence-work/ can never be reused for another artifact given the same name.
-    return local_model_path(model), ""
+    # The one model loader's resolution: ``embedded`` is its folder, an adapter-store reference the folder of
+    # its merged lineage, named by the artifact's id, so scores stored under divergence-work/ can never be
+    # reused for another artifact given the same name.
+    return str(model_path(model)), ""
 
 
 def _unavailable(reason: str) -> dict[str, Any]:
@@ -99,14 +95,10 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
     comparisons are the report's ``paired_differences`` between available arms. A cache that is invalid,
     empty or silent about its transform raises (``PdbgymError``) before any model loads.
     """
-    from pdbgym.divergence.compare import load_records
-    from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
-    from pdbgym.divergence.report import build_report
-    from pdbgym.divergence.semantics import check_teacher_logprobs, resolve_semantics
+    from pdbgym.divergence.tocache import kl_report, open_teacher_cache, score_on_cache
 
-    folder, records = load_records(config.cache, config.max_records)
-    semantics = resolve_semantics(records, None)
-    check_teacher_logprobs(semantics)  # a constrained or log-prob-less cache, before any model loads
+    target = open_teacher_cache(config.cache, config.max_records)  # refused before any model loads
+    folder, records, semantics = target.folder, target.records, target.semantics
     entries: dict[str, dict[str, Any]] = {}
     scores = []
     for arm, model in arms.items():
@@ -117,17 +109,12 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
         if path is None:
             entries[arm] = _unavailable(reason)
             continue
-        run = DivergenceRun(records, semantics, [path], device=config.device, work_dir=config.work_dir,
-                            seed=config.seed, scoring=ScoringConfig(show_progress=config.show_progress))
         try:
-            (student,) = run_divergence(run)
+            scores.append(score_on_cache(path, target, arm, device=config.device, work_dir=config.work_dir,
+                                         seed=config.seed, show_progress=config.show_progress))
         except (VocabMismatchError, ModelLoadError) as exc:
             entries[arm] = _unavailable(str(exc))
-            continue
-        scores.append(dataclasses.replace(student, name=arm))
-    context = {"cache": str(folder), "n_records": len(records), "semantics": semantics.to_dict()}
-    report_config = ReportConfig(n_resamples=config.bootstrap, seed=config.seed, context=context)
-    report = build_report(scores, report_config)
+    report = kl_report(scores, target, config.bootstrap, config.seed)
     for student in report["students"]:
         entries[student["name"]] = {"available": True, **{k: v for k, v in student.items() if k != "name"}}
     return {

@@ -70,3 +70,31 @@ def test_unknown_names_and_broken_lineage_are_refused(trained):
     stored.write_bytes(stored.read_bytes()[:-4])
     with pytest.raises(LineageError, match="missing or changed"):
         parse_policy("ref-sft")
+
+
+def test_the_model_loader_takes_a_store_reference_with_its_lineage(trained):
+    """With the store as lineage, a name loads its stack in memory and the parent id is the artifact's; a
+    base folder's parent id is its weights' id (what SFT records); without a lineage the registered
+    resolver's merged folder loads, and a missing path names the store it searched."""
+    import torch
+
+    from pdbgym.adapters.fingerprint import weights_hash
+    from pdbgym.adapters.store import Store
+    from pdbgym.modelload import ModelLoadError, load_model
+    from pdbgym.train.sft.trainer import StoreLineage, resolve_base
+
+    config, result = trained
+    lineage = StoreLineage(Store(config.store))
+    stacked = load_model("ref-sft", "cpu", lineage=lineage)
+    assert stacked.parent_id == result.node_id and stacked.path is None and stacked.label.startswith("ref-sft")
+    merged = load_model("ref-sft", "cpu")  # no lineage: the resolver registered by the fixture
+    assert merged.parent_id is None and merged.path is not None and merged.path.name == result.node_id
+    expected = dict(stacked.model.named_parameters())
+    for name, value in merged.model.named_parameters():
+        assert torch.allclose(value, expected[name], atol=1e-6), name
+    base = load_model(config.base, "cpu", lineage=lineage, parent=True)
+    assert base.parent_id == weights_hash(config.base) == result.parent_id
+    assert load_model(config.base, "cpu", lineage=lineage).parent_id is None  # hashing only when asked
+    assert resolve_base("ref-sft", Store(config.store), "cpu").parent_id == result.node_id
+    with pytest.raises(ModelLoadError, match=f"does not exist; .*the adapter store at {config.store}"):
+        load_model("no-such-adapter", "cpu", lineage=lineage)

@@ -24,7 +24,6 @@ from pdbgym.agent.backends.base import (
     stop_token_ids,
 )
 from pdbgym.rollouts.record import LogprobSemantics
-from pdbgym.versions import require
 
 if TYPE_CHECKING:
     from pdbgym.agent.constrained import TurnMask
@@ -34,24 +33,19 @@ _LOAD_LOCK = threading.Lock()
 
 
 def load_model_and_tokenizer(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
-    """Load (once per process) a causal LM and its tokenizer from a local folder."""
+    """Load (once per process) a causal LM and its tokenizer from a local folder, by the one model loader
+    (``pdbgym.modelload``); a folder it refuses is a ``BackendError`` with the loader's message."""
+    from pdbgym.modelload import ModelLoadError, load_model
+
     folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise BackendError(f"model path {folder} does not exist; give a folder holding config.json "
-                           "and weights, 'embedded', or a server URL")
-    if not (folder / "config.json").is_file():
-        raise BackendError(f"{folder} holds no config.json: not a Hugging Face model folder")
     key = (str(folder.resolve()), device)
     with _LOAD_LOCK:
         if key not in _LOADED:
-            require("torch", "transformers")
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(folder)
-            dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
-            _LOADED[key] = (model, tokenizer)
+            try:
+                loaded = load_model(folder, device)
+            except ModelLoadError as exc:
+                raise BackendError(str(exc)) from exc
+            _LOADED[key] = (loaded.model, loaded.tokenizer)
     return _LOADED[key]
 
 

@@ -12,7 +12,7 @@ Each iteration i:
 4. adapter ``iter{i}`` is trained on it by SFT from the same parent as iteration 0 (the student's own
    weights), and registered in the store under ``{prefix}-iter{i}``;
 5. the iterate is evaluated: pass@1 on the val tasks (episodes, ``pdbgym.evaluate`` statistics) and,
-   given a teacher cache, KL(teacher || student) per token on it (``pdbgym.divergence`` scoring, k3).
+   given a teacher cache, KL(teacher || student) per token on it (``pdbgym.divergence.tocache.kl_to_cache``).
 
 The teacher must be able to answer an arbitrary state: a model (``embedded``, a folder, a store
 reference) or an SGLang server URL (``/generate`` takes ids, so the state is conditioned on exactly).
@@ -83,32 +83,29 @@ class DaggerResult:
 
 
 def load_policy(ref: str, config: DaggerConfig, device: str, name: str | None = None) -> Policy:
-    """A backend for ``ref``: ``embedded``, a model folder, an SGLang URL, or an adapter-store reference."""
-    from pdbgym.adapters.stacked import is_store_ref, load_stacked_model
+    """A backend for ``ref``: an SGLang URL, or a model through the one model loader (``pdbgym.modelload``:
+    ``embedded``, a model folder, a name or hash in the run's adapter store, its stack merged in memory)."""
     from pdbgym.adapters.store import Store
     from pdbgym.agent.backends.hf import HFBackend
+    from pdbgym.modelload import EMBEDDED, EMBEDDED_NAME, load_model
+    from pdbgym.policyname import is_server_url
+    from pdbgym.train.sft.trainer import StoreLineage
 
     if ref == "scripted":
         raise DaggerError("the scripted policy replays the task's reference fix whatever state it is in, so it "
                           "cannot label the student's states; give --teacher a model ('embedded', a folder, an "
                           "adapter-store reference) or an SGLang server URL")
-    if ref.startswith(("http://", "https://")):
+    if is_server_url(ref):
         from pdbgym.agent.backends.sglang import SGLangBackend
         from pdbgym.agent.policies import load_tokenizer
 
         return Policy(SGLangBackend.connect(ref, load_tokenizer(config.tokenizer)), ref)
-    if ref == "embedded":
-        from pdbgym.agent.backends.embedded import load_embedded_backend
-
-        return Policy(load_embedded_backend(device), "embedded")
-    store = Store(config.store)
-    if is_store_ref(ref, store):
-        stacked = load_stacked_model(ref, store, device)
-        return Policy(HFBackend(stacked.model, stacked.tokenizer, name or ref), store.label(stacked.node_id))
-    if Path(ref).expanduser().is_dir():
-        return Policy(HFBackend.from_path(Path(ref).expanduser(), device), Path(ref).name)
-    raise DaggerError(f"{ref!r} is not 'embedded', a model folder, an http(s):// SGLang URL, or a name in the "
-                      f"adapter store at {store.root}")
+    loaded = load_model(ref, device, lineage=StoreLineage(Store(config.store)))
+    if ref == EMBEDDED:
+        return Policy(HFBackend(loaded.model, loaded.tokenizer, EMBEDDED_NAME), EMBEDDED)
+    if loaded.path is None:  # a store reference: its label names the artifact
+        return Policy(HFBackend(loaded.model, loaded.tokenizer, name or ref), loaded.label)
+    return Policy(HFBackend(loaded.model, loaded.tokenizer, name or loaded.path.name), loaded.path.name)
 
 
 def turn_spans(record: RolloutRecord) -> list[tuple[int, int]]:
@@ -196,28 +193,18 @@ def val_pass1(policy: Policy, tasks: list[Any], config: DaggerConfig, transcript
 
 
 def kl_to_cache(policy: Policy, cache: Path) -> float:
-    """Token-mean estimate of KL(teacher || student) (nats/token) on the teacher cache's own samples: k3, or
-    k1 (exact) for a deterministic teacher."""
-    import numpy as np
+    """KL(teacher || student) in nats per teacher token on the teacher cache's own samples: the divergence
+    library's ``kl_to_cache`` (its ``token_mean`` over the cache's scored tokens; k3, or k1, exact, for a
+    deterministic teacher). The cache is checked before the model is touched."""
+    from pdbgym.divergence.tocache import kl_to_cache as kl_of_model
+    from pdbgym.divergence.tocache import open_teacher_cache
 
-    from pdbgym.divergence.estimators import kl_teacher_student_terms
-    from pdbgym.divergence.loading import check_tokenizer
-    from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, score_records
-    from pdbgym.divergence.semantics import check_teacher_logprobs, declared_semantics
-    from pdbgym.rollouts.cache import read_cache
-
-    records = read_cache(cache)
-    semantics = declared_semantics(records)
-    if semantics is None:
-        raise DaggerError(f"{cache} records no logprob_semantics; KL against it would compare unlike log-probs")
-    check_teacher_logprobs(semantics)  # grammar-constrained or log-prob-less caches, before any scoring
-    check_tokenizer(policy.tokenizer, records, policy.label)
-    student = score_records(policy.backend.model, records, semantics, ScoringConfig(show_progress=False))
-    # A deterministic (scripted) teacher is a point mass: k1 is its exact KL, k3 reads low (docs/metrics.md).
-    estimator = "k1" if semantics.engine == "deterministic" else "k3"
-    terms = [kl_teacher_student_terms(masked_rollout_logprobs(r), s, estimator)
-             for r, s in zip(records, student, strict=True)]
-    return float(np.concatenate(terms).mean())
+    target = open_teacher_cache(cache)  # a grammar-constrained or log-prob-less cache is refused here
+    kl = kl_of_model(policy.backend.model, target, name=policy.label, tokenizer=policy.tokenizer)
+    if kl.value is None:
+        raise DaggerError(f"no finite KL term of {policy.label} on {cache} (share non-finite: "
+                          f"{kl.nonfinite_share:.0%}); the model puts no probability on the cache's tokens")
+    return kl.value
 
 
 def _resolve_tasks(config: DaggerConfig) -> tuple[list[Any], list[Any]]:

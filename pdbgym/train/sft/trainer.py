@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.fileio import write_json_atomic
+from pdbgym.modelload import LoadedModel, load_model
 from pdbgym.train import seams
 from pdbgym.train.checkpoints import TENSORBOARD_DIR, TRAINER_STATE, tensorboard_callback
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
@@ -50,15 +51,9 @@ SELECTION_SPLIT = "sft-val"
 LogHook = Callable[[dict[str, Any], int], None]  # (logged row with its step, total optimizer steps)
 
 
-@dataclass
-class BaseModel:
-    """The model training starts from: weights, tokenizer, and the store id of those exact weights."""
-
-    model: Any
-    tokenizer: Any
-    parent_id: str
-    label: str
-    path: Path | None  # the folder the weights came from (None for a merged stack)
+BaseModel = LoadedModel
+"""The model training starts from: weights, tokenizer, the store id of those exact weights (``parent_id``),
+a label and the folder they came from (None for a stack merged in memory): ``pdbgym.modelload.LoadedModel``."""
 
 
 @dataclass
@@ -94,35 +89,49 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+class StoreLineage:
+    """An adapter store as the model loader's lineage (``pdbgym.modelload.ModelLineage``): store names,
+    hashes and registered adapter folders load as their stack merged in memory; a model folder's parent id
+    is its weights' id, the folder registered as a base when new (or the stack a merged folder holds)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.where = f"the adapter store at {store.root}"
+
+    def claims(self, ref: str) -> bool:
+        from pdbgym.adapters.peft_format import is_adapter_folder
+        from pdbgym.adapters.stacked import is_store_ref
+
+        path = Path(ref).expanduser()
+        if path.exists():
+            return path.is_dir() and is_adapter_folder(path)
+        return is_store_ref(ref, self.store)
+
+    def load(self, ref: str, device: str, dtype: Any) -> LoadedModel:
+        from pdbgym.adapters.operations import lookup
+        from pdbgym.adapters.stacked import load_stacked_model
+
+        node_id = lookup(self.store, ref)  # an unregistered adapter folder is refused here, with the register command
+        stacked = load_stacked_model(node_id, self.store, device, dtype)
+        return LoadedModel(stacked.model, stacked.tokenizer, stacked.node_id, self.store.label(node_id), None)
+
+    def parent_of(self, folder: Path) -> str:
+        from pdbgym.adapters.operations import resolve_parent
+
+        if not folder.is_dir():
+            raise TrainError(f"{folder} is a single file; the adapter store records bases as Hugging Face model "
+                             "folders: give the folder (config.json + weights), 'embedded', or a store reference")
+        return resolve_parent(self.store, str(folder), [])
+
+
 def resolve_base(ref: str, store: Any, device: str) -> BaseModel:
     """``embedded``, a HF model folder (registered as a base if new), a registered adapter folder, or a
-    store reference (name / hash) whose whole chain is merged in memory."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from pdbgym.adapters.operations import lookup, resolve_parent
-    from pdbgym.adapters.peft_format import is_adapter_folder
-    from pdbgym.adapters.stacked import load_stacked_model
-
-    folder: Path | None = None
-    if ref == "embedded":
-        from pdbgym.agent.backends.embedded import embedded_model_dir
-
-        folder = embedded_model_dir()
-    elif Path(ref).expanduser().is_dir() and not is_adapter_folder(Path(ref).expanduser()):
-        folder = Path(ref).expanduser().resolve()
-    if folder is not None:
-        if not (folder / "config.json").is_file():
-            raise TrainError(f"{folder} holds no config.json: give a Hugging Face model folder, 'embedded', "
-                             "or an adapter-store reference")
-        parent = resolve_parent(store, str(folder), [])
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True).to(device)
-        return BaseModel(model, AutoTokenizer.from_pretrained(folder), parent, ref, folder)
-    node_id = lookup(store, ref)  # an unregistered adapter folder is refused here, with the register command
-    stacked = load_stacked_model(node_id, store, device)
-    stacked.model.train()
-    return BaseModel(stacked.model, stacked.tokenizer, stacked.node_id, store.label(node_id), None)
+    store reference (name / hash) whose whole chain is merged in memory: ``pdbgym.modelload.load_model``
+    with this store as the lineage; ``parent_id`` is what the trained adapter records as its parent."""
+    base = load_model(ref, device, lineage=StoreLineage(store), parent=True)
+    if base.path is None:  # a stack merged in memory: PEFT wraps it for training
+        base.model.train()
+    return base
 
 
 def prepare_examples(examples: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
