@@ -25,14 +25,23 @@ err_console = Console(stderr=True)
 
 
 def _mount() -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.commands import app as adapters_app
     from pdbgym.adapters.stacked import register_store_refs
+
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.agent.commands import cache_build_command, run_command
     from pdbgym.divergence.commands import divergence_command
+
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.commands import app as eval_app
     from pdbgym.rollouts.commands import app as cache_app
+
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.commands import app as tasks_app
     from pdbgym.train.commands import app as train_app
+
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.demo.commands import demo_command
 
     register_store_refs()  # --policy, --arm and --student take adapter-store names

@@ -79,7 +79,7 @@ class ModelLineage(Protocol):
 
 
 def default_device() -> str:
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -91,7 +91,7 @@ def default_dtype(device: str) -> str:
 
 def torch_dtype(dtype: Any, device: str) -> Any:
     """``dtype`` as a torch dtype (a name such as ``float32``, a torch dtype, or None: ``default_dtype``)."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     if dtype is None:
         dtype = default_dtype(device)
@@ -141,7 +141,7 @@ def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtyp
 
 def _load_weights(path: Path, device: str, dtype: Any, device_map: str | None = None) -> Any:
     require("torch", "transformers")
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
     kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype, device), "attn_implementation": "sdpa",
                               "local_files_only": True}
@@ -160,7 +160,7 @@ def _load_weights(path: Path, device: str, dtype: Any, device_map: str | None = 
 def load_tokenizer(path: Path) -> Any:
     """The tokenizer shipped with a model folder, or inside a ``.gguf`` file."""
     require("transformers")
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
 
     folder, kwargs = path, {"local_files_only": True}
     if path.is_file():
@@ -222,7 +222,7 @@ def embedded_model_dir() -> Path:
 def _dequantize_into(target: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     require("torch", "transformers", "gguf")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional: transformers (pdbgym[hf])
 
     source = gguf_package_dir()
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)

@@ -198,9 +198,9 @@ def page(title: str, body: str, style: str = "") -> str:
 def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend (files only, no display), after checking matplotlib's floor."""
     require("matplotlib")
-    import matplotlib
+    import matplotlib  # optional: matplotlib (pdbgym[report])
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib (pdbgym[report])
 
     return plt

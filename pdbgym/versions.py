@@ -45,6 +45,7 @@ MINIMUM: dict[str, str] = {
     "pyarrow": "15",
     "matplotlib": "3.8",
     "ray": "2.9",
+    "pytest-xdist": "3.8",  # `make test` runs the suite on every core (--dist loadgroup); the tested version
     "ruff": "0.5",
     "xgrammar": "0.2.9",
 }
@@ -53,7 +54,7 @@ MINIMUM: dict[str, str] = {
 EXTRA: dict[str, str] = {
     "torch": "hf", "transformers": "hf", "accelerate": "hf", "safetensors": "hf", "gguf": "hf",
     "peft": "train", "trl": "train", "tensorboard": "train", "openai": "serve", "pyarrow": "parquet",
-    "matplotlib": "report", "ray": "ray", "ruff": "test", "xgrammar": "constrained",
+    "matplotlib": "report", "ray": "ray", "pytest-xdist": "test", "ruff": "test", "xgrammar": "constrained",
 }
 
 TRAINING = ("torch", "transformers", "accelerate", "peft", "trl")

@@ -24,7 +24,7 @@ from typing import Any
 
 from pdbgym.adapters.errors import AdapterError
 from pdbgym.adapters.files import read_json
-from pdbgym.adapters.peft_format import load_adapter
+from pdbgym.adapters.peft_format import adapter_content_hash, load_adapter
 
 DEFAULT_VAL_LOSS_TOLERANCE = 0.005
 
@@ -167,8 +167,6 @@ def evaluate(candidate: Path, targets: dict[str, Any], metrics: Path | None = No
 
 def relate_to_lineage(store: Any, ref: str, candidate: Path) -> str:
     """Say how the candidate relates to the first missing layer of REF's lineage (it is never the lost delta)."""
-    from pdbgym.adapters.peft_format import adapter_content_hash
-
     lineage = store.lineage(store.resolve(ref))
     missing = [layer.node_id for layer in lineage.layers if layer.record is None]
     candidate_id = adapter_content_hash(load_adapter(candidate))

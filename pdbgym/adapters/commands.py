@@ -21,6 +21,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable
 
 
 def _store(root: Path | None) -> Any:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.store import Store
 
     return Store(root)
@@ -36,6 +37,7 @@ def _byte_progress(description: str, enabled: bool):
     if not enabled:
         yield None
         return
+    # the command's code loads when it runs: every other command starts without it
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
     with Progress(TextColumn(description), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -61,6 +63,7 @@ def register_command(
     as_json: JsonOption = False,
 ) -> None:
     """Store an adapter with the exact weights it was trained against, or a base model reference."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.operations import load_recipe, register_path
 
     recipe_data = load_recipe(recipe, {"corpus_hash": corpus_hash, "seed": seed, "rank": rank, "epochs": epochs,
@@ -93,6 +96,7 @@ def lineage_command(
     as_json: JsonOption = False,
 ) -> None:
     """Print the chain base -> ... -> REF with hashes, and whether every layer is present (exit 1 if not)."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.operations import lookup
 
     target = _store(store)
@@ -114,6 +118,7 @@ def lineage_command(
 
 def _lineage_table(target: Any, lineage: Any, ref: str) -> Table:
     """One row per layer, base first: label, kind (method and rank for adapters), hash, status, recipe."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.operations import describe_recipe
 
     table = Table(title=f"lineage of {escape(ref)}")
@@ -159,6 +164,7 @@ def merge_command(
     as_json: JsonOption = False,
 ) -> None:
     """Merge REF's whole recorded chain (base, SFT, delta) into a model folder with a lineage manifest."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.operations import merge_ref
     from pdbgym.adapters.verify import verify_folder
 
@@ -193,6 +199,7 @@ def verify_command(
     as_json: JsonOption = False,
 ) -> None:
     """Rerun the merged-vs-stacked logit comparison recorded in FOLDER's manifest."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.verify import verify_folder
 
     result = verify_folder(folder)
@@ -214,6 +221,7 @@ def accept_command(
     as_json: JsonOption = False,
 ) -> None:
     """Compare a retrained adapter with the recorded targets of a lost layer."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.accept import evaluate, load_targets, relate_to_lineage
 
     report = evaluate(candidate, load_targets(targets), metrics)

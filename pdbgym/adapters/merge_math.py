@@ -21,7 +21,7 @@ def lora_delta(lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float, fan_i
 
 def output_row_norms(weight: torch.Tensor, fan_in_fan_out: bool) -> torch.Tensor:
     """L2 norm of each output row of W, shape (out,): PEFT's DoRA norm axis (dim=1 of the (out, in) view)."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     oriented = weight.float().T if fan_in_fan_out else weight.float()
     return torch.linalg.norm(oriented, dim=1)

@@ -108,7 +108,7 @@ def _parse_entry(path: Path, name: str, spec: Any, data_start: int, file_size: i
 
 def torch_dtype(tag: str) -> torch.dtype:
     """The torch dtype for a safetensors dtype tag."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     table = {
         "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -122,7 +122,7 @@ def torch_dtype(tag: str) -> torch.dtype:
 
 def dtype_tag(dtype: torch.dtype) -> str:
     """The safetensors dtype tag for a torch dtype."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     table = {
         torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -134,7 +134,7 @@ def dtype_tag(dtype: torch.dtype) -> str:
 
 def read_tensor(handle: IO[bytes], entry: TensorEntry) -> torch.Tensor:
     """Read one tensor straight into a fresh torch buffer (no mmap, no intermediate copy)."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     tensor = torch.empty(entry.shape, dtype=torch_dtype(entry.dtype))
     if entry.nbytes:
@@ -167,7 +167,7 @@ def tensor_digest(name: str, dtype: str, shape: tuple[int, ...], chunks: Iterato
 
 def digest_torch_tensor(name: str, tensor: torch.Tensor) -> str:
     """The :func:`tensor_digest` of an in-memory tensor, as it will be written."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     # hashlib reads the numpy buffer in place: no copy of the tensor is made.
     raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()
@@ -202,7 +202,7 @@ class StreamingWriter:
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         """Append the next tensor; it must be the one the layout declared next, with the same size."""
-        import torch
+        import torch  # optional: torch (pdbgym[hf])
 
         expected_name, expected_size = self._expected[self._next]
         raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()

@@ -16,7 +16,11 @@ from typing import Any
 
 from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.fingerprint import weights_hash
+from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
+from pdbgym.adapters.operations import merge_ref, stack_layers
 from pdbgym.adapters.store import Store
+from pdbgym.modelrefs import ModelRefResolver, register_model_refs
+from pdbgym.paths import pdbgym_home
 from pdbgym.versions import require
 
 
@@ -67,11 +71,9 @@ def load_stacked_model(ref: str, store: Store | None = None, device: str = "cpu"
     ``verify_base`` re-hashes the base folder's weights against the id the store recorded (a base
     changed in place at the same file sizes would otherwise be merged onto silently)."""
     require("torch", "transformers", "peft")
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from pdbgym.adapters.operations import stack_layers
+    import torch  # optional: torch (pdbgym[hf])
+    from peft import PeftModel  # optional: peft (pdbgym[train])
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional: transformers (pdbgym[hf])
 
     store, node_id, chain, base_path = resolve_chain(ref, store)
     if verify_base and weights_hash(base_path) != chain[0]:
@@ -91,10 +93,6 @@ def materialize_ref(ref: str, store: Store | None = None) -> Path:
     """A model folder holding ``ref``'s merged chain: ``$PDBGYM_HOME/merged/<id>``, merged (lineage-checked,
     streamed, hash-verified by ``pdbgym adapters merge``) on first use and reused while its manifest and
     the store's record of it agree. A base reference is its registered folder."""
-    from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
-    from pdbgym.adapters.operations import merge_ref
-    from pdbgym.paths import pdbgym_home
-
     store = store or Store()
     node_id = store.resolve(ref)
     record = store.get(node_id)
@@ -120,8 +118,6 @@ _REGISTERED: dict[str | None, Any] = {}
 def register_store_refs(store_root: Path | None = None) -> None:
     """Let ``--policy``, ``--arm NAME=REF`` and ``--student`` take names and hashes of this store
     (default: ``$PDBGYM_HOME/adapters``). Registering one store twice is a no-op."""
-    from pdbgym.modelrefs import ModelRefResolver, register_model_refs
-
     key = str(store_root) if store_root is not None else None
     if key not in _REGISTERED:
         _REGISTERED[key] = ModelRefResolver(lambda text: is_store_ref(text, Store(store_root)),

@@ -44,7 +44,7 @@ class Verification:
 def _quiet_loading() -> Iterator[None]:
     """Silence transformers' per-load progress bars (they would flood stderr once per layer)."""
     require("transformers")
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # optional: transformers (pdbgym[hf])
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -57,7 +57,7 @@ def _quiet_loading() -> Iterator[None]:
 
 def probe_ids(vocab_size: int, batch: int, tokens: int, seed: int) -> Any:
     """Seeded random token ids, shape (batch, tokens)."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab_size, (batch, tokens), generator=generator)
@@ -66,9 +66,9 @@ def probe_ids(vocab_size: int, batch: int, tokens: int, seed: int) -> Any:
 def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) -> Any:
     """Logits (batch, tokens, vocab) of PEFT's stack: lower layers merged in turn, the top one live."""
     require("torch", "transformers", "peft")
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    import torch  # optional: torch (pdbgym[hf])
+    from peft import PeftModel  # optional: peft (pdbgym[train])
+    from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype="auto")
     for position, adapter_dir in enumerate(adapter_dirs):
@@ -85,8 +85,8 @@ def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) ->
 def plain_logits(model_path: Path, input_ids: Any) -> tuple[Any, str]:
     """Logits (batch, tokens, vocab) of a plain model folder, and its weights' dtype name."""
     require("torch", "transformers")
-    import torch
-    from transformers import AutoModelForCausalLM
+    import torch  # optional: torch (pdbgym[hf])
+    from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto").eval()
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")

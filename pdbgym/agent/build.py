@@ -15,9 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.agent.backends.base import SamplingParams
-from pdbgym.agent.runner import JobResult
+from pdbgym.agent.executor import ExecutorConfig
+from pdbgym.agent.loop import AgentConfig
+from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
+from pdbgym.agent.runner import JobResult, completed_samples, plan_jobs, run_all
 from pdbgym.env.environment import EnvConfig
 from pdbgym.episode_defaults import EPISODE
+from pdbgym.errors import PdbgymError
+from pdbgym.policyname import INTERACTIVE_POLICIES
+from pdbgym.sandbox.workspace import reap_stale_workspaces
+from pdbgym.tasks.suites import resolve_tasks
 
 
 @dataclass
@@ -77,15 +84,6 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
     ``episodes_run``, ``episodes_skipped_already_done``, ``termination_reasons``, ``solved``,
     ``wall_seconds`` and ``episodes_per_minute``.
     """
-    from pdbgym.agent.executor import ExecutorConfig
-    from pdbgym.agent.loop import AgentConfig
-    from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
-    from pdbgym.agent.runner import completed_samples, plan_jobs, run_all
-    from pdbgym.errors import PdbgymError
-    from pdbgym.policyname import INTERACTIVE_POLICIES
-    from pdbgym.sandbox.workspace import reap_stale_workspaces
-    from pdbgym.tasks.suites import resolve_tasks
-
     reap_stale_workspaces()  # workspaces a killed earlier build left in the temp folder
     task_list = resolve_tasks(config.tasks)
     if config.policy in INTERACTIVE_POLICIES:

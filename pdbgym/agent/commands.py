@@ -39,6 +39,7 @@ def run_command(
     budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
 ) -> None:
     """Run one episode and print its outcome."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.agent.play import run_one
 
     env = EnvConfig(turn_budget=pick(turn_budget, budget), sandbox=sandbox)
@@ -89,6 +90,7 @@ def cache_build_command(
     ray: Annotated[bool, typer.Option("--ray", hidden=True)] = False,
 ) -> None:
     """Build a teacher cache: manifest.json + one .pt per task, plus transcripts/."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.agent.build import build_cache
 
     config = CacheBuildConfig(

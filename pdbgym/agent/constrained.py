@@ -211,7 +211,7 @@ def compile_constraint(tokenizer: Any, vocab_size: int, stops: set[int], fmt: st
     """
     require("xgrammar")
     try:
-        import xgrammar as xgr
+        import xgrammar as xgr  # optional: xgrammar (pdbgym[constrained])
     except ImportError as exc:
         raise ConstrainedError("constrained tool calls need xgrammar: pip install 'pdbgym[constrained]'") from exc
     ebnf = tool_call_grammar(fmt, max_new_tokens)
@@ -235,7 +235,7 @@ class TurnMask:
     """
 
     def __init__(self, constraint: ToolCallConstraint) -> None:
-        import xgrammar as xgr
+        import xgrammar as xgr  # optional: xgrammar (pdbgym[constrained])
 
         self.constraint = constraint
         self.matcher = xgr.GrammarMatcher(constraint.compiled)
@@ -245,8 +245,8 @@ class TurnMask:
 
     def apply(self, logits: Any, left: int | None = None) -> Any:
         """``logits`` ([V] float32, CPU) with every id forbidden here set to -inf (in place)."""
-        import torch
-        import xgrammar as xgr
+        import torch  # optional: torch (pdbgym[hf])
+        import xgrammar as xgr  # optional: xgrammar (pdbgym[constrained])
 
         if self.forced is None and left is not None and left <= self.reserve and not self.matcher.is_completed():
             self.forced = self._ending_ids(left)

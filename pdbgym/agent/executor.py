@@ -67,7 +67,7 @@ def init_ray(address: str) -> None:
     """Connect to the Ray cluster at ``address`` (``"local"``: start or join one here), once per process."""
     require("ray")
     try:
-        import ray
+        import ray  # optional: ray (pdbgym[ray])
     except ImportError as exc:
         raise PdbgymError("--ray-address needs Ray: pip install 'pdbgym[ray]'") from exc
     if not ray.is_initialized():
@@ -87,7 +87,7 @@ def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig, play: Play) -> Iter
 def _init_worker(torch_threads: int) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        import torch
+        import torch  # optional: torch (pdbgym[hf])
 
         torch.set_num_threads(torch_threads)
     except ImportError:

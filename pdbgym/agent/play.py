@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.backends.base import BackendError, SamplingParams
+from pdbgym.agent.loop import AgentConfig, run_episode
+from pdbgym.agent.policies import PolicySpec, build_backend, load_tokenizer, parse_policy, tool_format_for
 from pdbgym.agent.policy import Policy
-from pdbgym.env.environment import EnvConfig, EpisodeResult
+from pdbgym.agent.runner import EpisodeJob, run_job, run_to_end
+from pdbgym.agent.turns import ActionPolicyTurns
+from pdbgym.env.environment import DebugEnv, EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox
+from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task
+from pdbgym.tasks.suites import resolve_task
 
 
 @dataclass
@@ -47,11 +54,6 @@ def play_episode(task: Task, policy: str, env_config: EnvConfig, transcript_path
     written, and ``KeyboardInterrupt`` is raised again. The transcript holds the chat messages and the
     environment's own transcript (``env``: steps, grading).
     """
-    from pdbgym.agent.backends.base import BackendError
-    from pdbgym.agent.loop import AgentConfig
-    from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
-    from pdbgym.agent.runner import EpisodeJob, run_job
-
     try:
         spec = parse_policy(policy)
         # Load the model, reach the server or load the tokenizer before the episode starts.
@@ -77,12 +79,6 @@ def play_policy(task: Task, policy: Policy, env_config: EnvConfig | None = None,
     ``tokenizer`` (``embedded`` or a folder) tokenizes the policy's turns for the record. Failures and
     Ctrl-C end the episode as ``play_episode`` describes; the transcript is written when a path is given.
     """
-    from pdbgym.agent.loop import AgentConfig, run_episode
-    from pdbgym.agent.policies import PolicySpec, load_tokenizer, tool_format_for
-    from pdbgym.agent.runner import run_to_end
-    from pdbgym.agent.turns import ActionPolicyTurns
-    from pdbgym.env.environment import DebugEnv
-
     loaded = load_tokenizer(tokenizer)
     tool_format = tool_format_for(PolicySpec(kind="scripted", tokenizer=tokenizer), loaded)
     turns = ActionPolicyTurns(policy, loaded, tool_format, policy.name)
@@ -98,12 +94,6 @@ def play_policy(task: Task, policy: Policy, env_config: EnvConfig | None = None,
 
 def run_one(config: RunConfig) -> tuple[EpisodeResult, Path]:
     """``pdbgym run``: resolve the task, play it, write the transcript; the result and where it went."""
-    import time
-    from dataclasses import replace
-
-    from pdbgym.seeds import episode_seed
-    from pdbgym.tasks.suites import resolve_task
-
     task = resolve_task(config.task)
     target = config.transcript or Path("runs") / "episodes" / f"{task.instance_id}-{int(time.time())}.json"
     sampling = config.sampling if config.seed is None else replace(

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.agent.backends.base import Backend, BackendError, SamplingParams
+from pdbgym.agent.backends.embedded import load_embedded_backend, load_embedded_tokenizer
+from pdbgym.agent.backends.hf import HFBackend
+from pdbgym.agent.backends.http import ServerUnreachableError, request_json
+from pdbgym.agent.backends.openai_text import connect_chat
+from pdbgym.agent.backends.sglang import SGLangBackend
+from pdbgym.agent.constrained import constrain
+from pdbgym.agent.human import HumanPolicy
 from pdbgym.agent.policy import Policy
+from pdbgym.agent.scripted import ScriptedPolicy
 from pdbgym.agent.toolcalls import FORMATS, detect_format
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns, TurnSource
 from pdbgym.modelrefs import is_model_ref, local_model_path
@@ -89,14 +97,12 @@ def load_tokenizer(name: str) -> Any:
 
 def _load_tokenizer(name: str) -> Any:
     if name == "embedded":
-        from pdbgym.agent.backends.embedded import load_embedded_tokenizer
-
         return load_embedded_tokenizer()
     folder = Path(name).expanduser()
     if not folder.is_dir():
         raise BackendError(f"tokenizer folder {folder} does not exist; pass --tokenizer embedded or a folder")
     require("transformers")
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
 
     return AutoTokenizer.from_pretrained(folder)
 
@@ -106,12 +112,8 @@ def build_backend(spec: PolicySpec) -> Backend:
     if spec in _BACKENDS:
         return _BACKENDS[spec]
     if spec.kind == "embedded":
-        from pdbgym.agent.backends.embedded import load_embedded_backend
-
         backend: Backend = load_embedded_backend(spec.device)
     elif spec.kind == "path":
-        from pdbgym.agent.backends.hf import HFBackend
-
         backend = HFBackend.from_path(spec.target, spec.device)
     elif spec.kind == "url":
         backend = _connect(spec)
@@ -122,10 +124,6 @@ def build_backend(spec: PolicySpec) -> Backend:
 
 
 def _connect(spec: PolicySpec) -> Backend:
-    from pdbgym.agent.backends.http import ServerUnreachableError, request_json
-    from pdbgym.agent.backends.openai_text import connect_chat
-    from pdbgym.agent.backends.sglang import SGLangBackend
-
     if spec.api not in SERVER_APIS:
         raise BackendError(f"--api must be one of {SERVER_APIS}, got {spec.api!r}")
     tokenizer = load_tokenizer(spec.tokenizer)
@@ -159,18 +157,12 @@ def build_turns(spec: PolicySpec, params: SamplingParams) -> tuple[TurnSource, s
     backend = build_backend(spec)
     fmt = tool_format_for(spec, backend.tokenizer)
     if spec.constrained:
-        from pdbgym.agent.constrained import constrain
-
         constrain(backend, fmt, params.max_new_tokens)
     return ModelTurns(backend, params), fmt
 
 
-
 def _action_policy(kind: str) -> Policy:
     if kind == "human":
-        from pdbgym.agent.human import HumanPolicy
-
         return HumanPolicy()
-    from pdbgym.agent.scripted import ScriptedPolicy
 
     return ScriptedPolicy()

@@ -20,11 +20,14 @@ from pdbgym.agent.backends.base import tokenizer_info
 from pdbgym.agent.executor import ExecutorConfig, run_jobs
 from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.policies import PolicySpec, build_turns
+from pdbgym.env import DebugEnv
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.rollouts.cache import MANIFEST_NAME, append_records, read_cache
+from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.seeds import episode_seed
-from pdbgym.tasks.model import Task
+from pdbgym.tasks.model import Task, load_task
 
 T = TypeVar("T")
 TRANSCRIPTS_DIR = "transcripts"
@@ -108,9 +111,6 @@ def run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 async def _run_job(job: EpisodeJob) -> JobResult:
-    from pdbgym.env import DebugEnv
-    from pdbgym.tasks.model import load_task
-
     task = load_task(job.task_path)
     turns, tool_format = build_turns(job.policy, job.agent.sampling)
     agent = replace(job.agent, tool_format=tool_format)
@@ -126,9 +126,6 @@ async def _run_job(job: EpisodeJob) -> JobResult:
 
 def save_result(out_dir: Path, result: JobResult) -> None:
     """Append the record to the cache and write the transcript, both atomically."""
-    from pdbgym.rollouts.cache import append_records
-    from pdbgym.rollouts.record import RolloutRecord
-
     write_json_atomic(out_dir / TRANSCRIPTS_DIR / f"{result.instance_id}__{result.sample_idx}.json", result.transcript)
     append_records(out_dir, [RolloutRecord.from_dict(result.record)])
 
@@ -136,8 +133,6 @@ def save_result(out_dir: Path, result: JobResult) -> None:
 def completed_samples(out_dir: Path, tokenizer: Any | None) -> set[tuple[str, int]]:
     """``(instance_id, _sample_idx)`` already in ``out_dir``'s cache. Refuses (``PdbgymError``) a cache
     written with another vocabulary than ``tokenizer``'s, before any episode runs."""
-    from pdbgym.rollouts.cache import MANIFEST_NAME, read_cache
-
     if not (out_dir / MANIFEST_NAME).exists():
         return set()
     records = read_cache(out_dir)

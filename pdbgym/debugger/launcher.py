@@ -40,6 +40,7 @@ def import_stdlib_debugger():
     saved_path = sys.path[:]
     sys.path[:] = [entry for entry in saved_path if entry in stdlib_dirs or "lib-dynload" in entry]
     try:
+        # the standard library's own debugger: imported here, with sys.path cut to the stdlib, never a replacement
         import bdb
         import cmd
         import pdb
@@ -160,7 +161,7 @@ def apply_breakpoints(debugger, breakpoints):
 
 def pytest_main_code():
     """pytest's ``__main__`` as a code object, found without importing pytest (that is slow)."""
-    import importlib.util
+    import importlib.util  # in the sandbox: only the pytest path needs it, every pdb session starts without it
 
     spec = importlib.util.find_spec("pytest")
     locations = spec.submodule_search_locations if spec is not None else None
@@ -177,7 +178,7 @@ def preimport_pytest(folder):
     real = os.path.realpath(folder)
     sys.path[:] = [entry for entry in saved if os.path.realpath(entry or ".") != real]
     try:
-        import pytest  # noqa: F401
+        import pytest  # noqa: F401  # with the project folder off sys.path: no project code runs yet
     except BaseException:
         pass  # the run itself will report it, as a cold start would
     finally:

@@ -50,6 +50,7 @@ def divergence_command(
 ) -> None:
     """Score students on a teacher cache: KL(teacher||student) from the cache's samples; with --teacher,
     also KL(student||teacher) and JSD from student samples. Formulas: docs/metrics.md."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.divergence.compare import compare
 
     to_stdout = str(json_out) == "-"
@@ -67,6 +68,7 @@ def divergence_command(
 
 
 def _show(outcome: DivergenceOutcome, json_out: Path, plot: Path | None, to_stdout: bool) -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.divergence.render import differences_table, plot_report, report_table, write_report
     from pdbgym.divergence.semantics import describe
 

@@ -11,10 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pdbgym.divergence.distributed import compare_on_devices, launched_by_torchrun
+from pdbgym.divergence.pipeline import DivergenceRun, Execution, run_divergence
 from pdbgym.divergence.report import ReportConfig
+from pdbgym.divergence.report import build_report as make_report
 from pdbgym.divergence.scoring import ScoringConfig
+from pdbgym.divergence.semantics import explicit_semantics, resolve_semantics
 from pdbgym.errors import PdbgymError
+from pdbgym.rollouts.cache import read_cache, resolve_cache_dir
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+from pdbgym.rollouts.validate import validate_cache_report
 
 if TYPE_CHECKING:
     from pdbgym.divergence.pipeline import Execution
@@ -83,9 +88,6 @@ class DivergenceOutcome:
 
 def load_records(cache: Path | None, max_records: int | None) -> tuple[Path, list[RolloutRecord]]:
     """The cache folder and its records (the first ``max_records``), after validating the whole cache."""
-    from pdbgym.rollouts.cache import read_cache, resolve_cache_dir
-    from pdbgym.rollouts.validate import validate_cache_report
-
     folder = resolve_cache_dir(cache)
     report = validate_cache_report(folder)
     if not report.ok:
@@ -123,10 +125,6 @@ def compare_here(config: DivergenceConfig, execution: Execution | None = None,
                  build_report: bool = True) -> DivergenceOutcome | None:
     """``compare`` in this process; ``execution`` spreads its scoring (one rank's hooks), and
     ``build_report=False`` (ranks other than 0) scores without building the report (returns None)."""
-    from pdbgym.divergence.pipeline import DivergenceRun, Execution, run_divergence
-    from pdbgym.divergence.report import build_report as make_report
-    from pdbgym.divergence.semantics import explicit_semantics, resolve_semantics
-
     folder, records = load_records(config.cache, config.max_records)
     stated = explicit_semantics(config.temperature, config.top_p, config.renormalized)
     semantics = resolve_semantics(records, stated)

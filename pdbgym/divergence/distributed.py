@@ -34,6 +34,7 @@ from pdbgym.divergence.pipeline import Execution
 from pdbgym.divergence.sampling import generate_samples, with_own_logprobs
 from pdbgym.divergence.scoring import ScoringConfig, plan_record_batches, record_lengths, score_records
 from pdbgym.errors import PdbgymError
+from pdbgym.policyname import is_server_url
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
 if TYPE_CHECKING:
@@ -78,14 +79,14 @@ class DataParallel:
         return Execution(score=self.score, sample=self.sample, writes=self.rank == 0, agree=self.agree)
 
     def agree(self, found: bool) -> bool:
-        import torch.distributed as dist
+        import torch.distributed as dist  # optional: torch (pdbgym[hf])
 
         box = [found]
         dist.broadcast_object_list(box, src=0)
         return bool(box[0])
 
     def _gather(self, part: dict[int, Any]) -> dict[int, Any]:
-        import torch.distributed as dist
+        import torch.distributed as dist  # optional: torch (pdbgym[hf])
 
         parts: list[Any] = [None] * self.world
         dist.all_gather_object(parts, part)
@@ -131,7 +132,7 @@ def compare_on_devices(config: DivergenceConfig, run_here: RunHere) -> Divergenc
 
 
 def _device_of(config: DivergenceConfig, local_rank: int, world: int) -> str:
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     wanted = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if wanted == "cpu":
@@ -145,8 +146,6 @@ def _device_of(config: DivergenceConfig, local_rank: int, world: int) -> str:
 
 
 def _check(config: DivergenceConfig) -> None:
-    from pdbgym.policyname import is_server_url
-
     if config.teacher is not None and is_server_url(config.teacher):
         raise DevicesError("a teacher server scores on its own machines; run a server teacher with --devices 1")
     if config.teacher_device_map is not None:
@@ -156,7 +155,7 @@ def _check(config: DivergenceConfig) -> None:
 
 def _rank_main(config: DivergenceConfig, run_here: RunHere) -> DivergenceOutcome | None:
     import torch  # heavy: only ranks load it
-    import torch.distributed as dist
+    import torch.distributed as dist  # optional: torch (pdbgym[hf])
 
     _check(config)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -187,7 +186,7 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, config: DivergenceConfig, world: int, port: int, folder: str, run_here: RunHere) -> None:
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
@@ -204,7 +203,7 @@ def _worker(rank: int, config: DivergenceConfig, world: int, port: int, folder: 
 
 def _spawn(config: DivergenceConfig, run_here: RunHere) -> DivergenceOutcome:
     """Run ``config.devices`` ranks as child processes on this host; rank 0's outcome."""
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # optional: torch (pdbgym[hf])
 
     _check(config)
     with tempfile.TemporaryDirectory(prefix="pdbgym-dp-") as folder:

@@ -72,7 +72,7 @@ def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> Any | None:
     if gguf is None and not any((folder / name).exists() for name in _TOKENIZER_FILES):
         return None
     require("transformers")
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
 
     try:
         kwargs: dict[str, Any] = {"local_files_only": True}

@@ -174,7 +174,7 @@ class LazyModel:
     def release(self) -> None:
         if self._model is None:
             return
-        import torch
+        import torch  # optional: torch (pdbgym[hf])
 
         self._model = None
         gc.collect()

@@ -21,7 +21,7 @@ from pdbgym.versions import require
 
 def _generation_config(model: Any, semantics: LogprobSemantics, max_new_tokens: int) -> Any:
     require("transformers")
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # optional: transformers (pdbgym[hf])
 
     model_defaults = getattr(model, "generation_config", None)
     eos = getattr(model_defaults, "eos_token_id", None) or getattr(model.config, "eos_token_id", None)
@@ -66,7 +66,7 @@ def generate_samples(
     prompts samples exactly what the whole run would. ``rollout_log_probs`` are zeros until
     ``with_own_logprobs``.
     """
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

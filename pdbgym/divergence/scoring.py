@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from pdbgym.divergence.loading import check_vocab, lm_head_and_decoder
 from pdbgym.divergence.transform import check_transform, token_logprobs
@@ -99,7 +101,7 @@ def plan_record_batches(records: Sequence[RolloutRecord], config: ScoringConfig)
 
 def _forward_inputs(records: Sequence[RolloutRecord], lengths: Sequence[int], device: Any) -> tuple:
     """Right-padded input ids [B, L] and attention mask (None when no row is padded)."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     longest = max(lengths)
     ids = torch.zeros((len(records), longest), dtype=torch.long)
@@ -114,7 +116,7 @@ def _forward_inputs(records: Sequence[RolloutRecord], lengths: Sequence[int], de
 def _score_batch(
     model: Any, records: Sequence[RolloutRecord], semantics: LogprobSemantics, chunk: int
 ) -> list[np.ndarray]:
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     lm_head, decoder = lm_head_and_decoder(model)
     device = lm_head.weight.device
@@ -156,7 +158,7 @@ def score_records(
     width changes the kernels' rounding), so a shard of whole planned batches scores exactly as the
     whole cache would.
     """
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     config = config or ScoringConfig()
     check_transform(semantics)
@@ -197,8 +199,6 @@ class _progress:
     def __enter__(self) -> Callable[[int], None]:
         if not self.enabled:
             return lambda _tokens: None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),

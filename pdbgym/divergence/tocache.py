@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdbgym.divergence.compare import load_records
 from pdbgym.divergence.loading import ModelLoadError, VocabMismatchError, check_vocab
+from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
 from pdbgym.divergence.report import (
     HEADLINE,
     ReportConfig,
@@ -41,7 +43,9 @@ from pdbgym.divergence.report import (
     student_statistics,
 )
 from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, score_records
+from pdbgym.divergence.semantics import check_teacher_logprobs, resolve_semantics
 from pdbgym.errors import PdbgymError
+from pdbgym.modelload import model_path
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
 __all__ = ["HEADLINE", "KLToCache", "ModelLoadError", "TeacherCache", "VocabMismatchError", "headline_metric",
@@ -111,9 +115,6 @@ def open_teacher_cache(cache: Path | str | TeacherCache, max_records: int | None
     """The cache checked and read: validated, its declared transform, refused when its log-probs are not
     a model's (``NotModelLogprobsError``). ``max_records``: the first N records; ``max_ids`` (0: whole
     records): only the first ids of each record (prompt included), records left with no scored id dropped."""
-    from pdbgym.divergence.compare import load_records
-    from pdbgym.divergence.semantics import check_teacher_logprobs, resolve_semantics
-
     if isinstance(cache, TeacherCache):
         return cache
     folder, records = load_records(Path(cache), max_records)
@@ -142,9 +143,6 @@ def score_on_cache(model_or_ref: Any, target: TeacherCache, name: str = "model",
     """
     scoring = ScoringConfig(show_progress=show_progress)
     if isinstance(model_or_ref, str | os.PathLike):
-        from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
-        from pdbgym.modelload import model_path
-
         run = DivergenceRun(target.records, target.semantics, [str(model_path(model_or_ref))], device=device,
                             dtype=dtype, work_dir=work_dir, seed=seed, scoring=scoring)
         (scores,) = run_divergence(run)

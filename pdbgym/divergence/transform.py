@@ -37,9 +37,9 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, semantics: Logpr
     target OUTSIDE the nucleus gets -inf: the model could not have sampled it. Callers count those.
     Without renormalization top-p does not change the log-prob (SGLang's recent behaviour).
     """
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
-    from pdbgym.nucleus import nucleus_mask
+    from pdbgym.nucleus import nucleus_mask  # heavy: imports torch at load
 
     scaled = logits.float()
     if semantics.temperature != 1.0:

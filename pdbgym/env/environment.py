@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdbgym.debugger import PdbSession
 from pdbgym.env import files
 from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.env.grading import GradeResult, agent_lines, grade, grading_preview
@@ -105,8 +106,6 @@ class DebugEnv:
         return self._initial_observation
 
     def _start_session(self) -> str:
-        from pdbgym.debugger import PdbSession
-
         node = self.task.FAIL_TO_PASS[0]
         try:
             self.session = PdbSession(

@@ -16,6 +16,7 @@ from typing import Any
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig, run_jobs
 from pdbgym.agent.loop import AgentConfig
+from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
 from pdbgym.agent.runner import EpisodeJob, JobResult, raise_failures, run_job
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.episode_defaults import EPISODE
@@ -24,6 +25,8 @@ from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
 from pdbgym.modelrefs import is_model_ref
 from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind, split_constrained
+from pdbgym.rollouts.cache import append_records
+from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.sandbox.workspace import reap_stale_workspaces
 from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task
@@ -105,8 +108,6 @@ def _episode_seed(config: CampaignConfig, task: Task, run_index: int) -> int:
 
 def campaign_job(arm: Arm, config: CampaignConfig, task: Task, run_index: int) -> EpisodeJob:
     """The episode of ``arm`` on ``task``, run ``run_index``, as a job for the shared executor."""
-    from pdbgym.agent.policies import parse_policy
-
     sampling = SamplingParams(config.temperature, config.top_p, config.max_new_tokens,
                               _episode_seed(config, task, run_index))
     agent = AgentConfig(max_context_tokens=config.context_tokens, sampling=sampling,
@@ -120,8 +121,6 @@ def check_arm(arm: Arm, on_ray: bool) -> None:
 
     On Ray the model loads on the cluster's nodes instead, so only the spec is checked here.
     """
-    from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
-
     spec = parse_policy(arm.model)
     if spec.generates_tokens and not on_ray:
         build_backend(spec)
@@ -201,8 +200,5 @@ def _run_on_executor(todo: list[tuple[Arm, Task, int]], config: CampaignConfig, 
 
 def _save(store: ResultsStore, arm: Arm, result: JobResult) -> None:
     """The transcript, then the record: a row is written only after both (a kill reruns the episode)."""
-    from pdbgym.rollouts.cache import append_records
-    from pdbgym.rollouts.record import RolloutRecord
-
     write_json_atomic(store.transcript_path(arm.name, result.instance_id, result.sample_idx), result.transcript)
     append_records(store.out_dir / "cache" / arm.name, [RolloutRecord.from_dict(result.record)])

@@ -66,6 +66,7 @@ def eval_command(
     ray: Annotated[str | None, typer.Option("--ray", hidden=True)] = None,
 ) -> None:
     """Run an evaluation campaign: every task x run x arm is an episode; resumable; ends in a report."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.procedures import run_evaluation
 
     if ctx.invoked_subcommand is not None:
@@ -95,6 +96,7 @@ def plan_command(
     power: Annotated[float, typer.Option(help="Power")] = 0.8,
 ) -> None:
     """Size a campaign: tasks needed to detect a difference of --delta between two arms."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.planning import plan
 
     result = plan(delta, runs=runs, base_rate=base_rate, sd_diff=sd_diff, pilot=pilot, alpha=alpha, power=power)
@@ -120,6 +122,7 @@ def select_command(
     budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
 ) -> None:
     """Choose a checkpoint on one split, then measure the chosen one once on another."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.procedures import select_checkpoint
 
     config = SelectConfig(checkpoints=checkpoints, splits=splits, tasks=tasks, select_on=select_on,
@@ -138,6 +141,7 @@ def report_command(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write a machine summary here")] = None,
 ) -> None:
     """Rebuild the report of a campaign folder from its episodes (e.g. of one still running)."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.procedures import rebuild_report
 
     console.print(f"report: {rebuild_report(out, json_out)}")

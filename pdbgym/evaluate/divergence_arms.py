@@ -17,14 +17,23 @@ whose fingerprint differs from the cache's, a vocabulary too small, a folder tha
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pdbgym.divergence.report import ReportConfig
-from pdbgym.divergence.tocache import ModelLoadError, VocabMismatchError
+from pdbgym.divergence.tocache import (
+    ModelLoadError,
+    VocabMismatchError,
+    kl_report,
+    open_teacher_cache,
+    score_on_cache,
+)
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_json_atomic
+from pdbgym.modelload import model_path
 from pdbgym.policyname import policy_kind, split_constrained
 
 SCRIPTED_REASON = ("the scripted oracle replays the task's reference fix: it samples no tokens, so it has "
@@ -72,7 +81,6 @@ def local_model_of(model: str) -> tuple[str | None, str]:
         return None, SCRIPTED_REASON
     if kind == "url":
         return None, SERVER_REASON
-    from pdbgym.modelload import model_path
 
     # The one model loader's resolution: ``embedded`` is its folder, an adapter-store reference the folder of
     # its merged lineage, named by the artifact's id, so scores stored under divergence-work/ can never be
@@ -95,8 +103,6 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
     comparisons are the report's ``paired_differences`` between available arms. A cache that is invalid,
     empty or silent about its transform raises (``PdbgymError``) before any model loads.
     """
-    from pdbgym.divergence.tocache import kl_report, open_teacher_cache, score_on_cache
-
     target = open_teacher_cache(config.cache, config.max_records)  # refused before any model loads
     folder, records, semantics = target.folder, target.records, target.semantics
     entries: dict[str, dict[str, Any]] = {}
@@ -134,8 +140,6 @@ DIVERGENCE_FILE = "divergence.json"
 def campaign_divergence(arms: Mapping[str, str], cache: Path, out_dir: Path) -> dict[str, Any]:
     """``arm_divergence`` for a campaign folder: scored arrays resume from ``OUT/divergence-work``, and the
     result is kept as ``OUT/divergence.json`` so ``pdbgym eval report OUT`` shows it again."""
-    from pdbgym.fileio import write_json_atomic
-
     result = arm_divergence(arms, ArmDivergenceConfig(cache, work_dir=Path(out_dir) / "divergence-work",
                                                       show_progress=True))
     write_json_atomic(Path(out_dir) / DIVERGENCE_FILE, result)
@@ -144,7 +148,5 @@ def campaign_divergence(arms: Mapping[str, str], cache: Path, out_dir: Path) -> 
 
 def stored_divergence(out_dir: Path) -> dict[str, Any] | None:
     """The divergence a campaign folder keeps (``campaign_divergence``), or None."""
-    import json
-
     path = Path(out_dir) / DIVERGENCE_FILE
     return json.loads(path.read_text()) if path.is_file() else None

@@ -10,13 +10,12 @@ import numpy as np
 
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate import stats
+from pdbgym.evaluate.analysis import outcome_matrix
+from pdbgym.evaluate.results import ResultsStore
 
 
 def pilot_sd_diff(campaign_dir: Path) -> tuple[float, int]:
     """sd of per-task pass@1 differences between the first two arms of a finished campaign."""
-    from pdbgym.evaluate.analysis import outcome_matrix
-    from pdbgym.evaluate.results import ResultsStore
-
     store = ResultsStore(campaign_dir)
     config, rows = store.config(), store.rows()
     arms = list(config["arms"])

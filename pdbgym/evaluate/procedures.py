@@ -14,9 +14,13 @@ from typing import Any
 from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.analysis import summarize
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
+from pdbgym.evaluate.divergence_arms import campaign_divergence, stored_divergence
+from pdbgym.evaluate.report import write_report
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
-from pdbgym.evaluate.selection import SelectionWarning
+from pdbgym.evaluate.selection import SelectionWarning, check_reportable, record_selection
+from pdbgym.evaluate.splitsel import tasks_for_split
 
 OnEpisode = Callable[[EpisodeRow], None]
 
@@ -81,12 +85,6 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
     Refuses (``PdbgymError``) before any episode: pass@k with k above ``runs``, repeated arm names, a
     bad arm, a bad split, and reporting an arm on the task set that selected it (unless ``force``).
     """
-    from pdbgym.evaluate.analysis import summarize
-    from pdbgym.evaluate.divergence_arms import campaign_divergence
-    from pdbgym.evaluate.report import write_report
-    from pdbgym.evaluate.selection import check_reportable
-    from pdbgym.evaluate.splitsel import tasks_for_split
-
     too_big = [k for k in config.ks if k > config.runs or k < 1]
     if too_big:
         raise PdbgymError(f"pass@{too_big[0]} needs at least {too_big[0]} runs per task; "
@@ -114,10 +112,6 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
 
 def rebuild_report(out: Path, json_out: Path | None = None) -> Path:
     """The report of a campaign folder rebuilt from its episodes (e.g. of one still running)."""
-    from pdbgym.evaluate.analysis import summarize
-    from pdbgym.evaluate.divergence_arms import stored_divergence
-    from pdbgym.evaluate.report import write_report
-
     store = ResultsStore(out)
     config = store.config()
     rows = store.rows()
@@ -177,9 +171,6 @@ def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None)
        of the candidates' pass@1, so later reports on this task set carry the winner's-curse warning.
     4. Run the chosen checkpoint alone on ``report_on``; that campaign's report is the number to quote.
     """
-    from pdbgym.evaluate.selection import record_selection
-    from pdbgym.evaluate.splitsel import tasks_for_split
-
     if config.select_on == config.report_on and not config.force:
         raise PdbgymError(f"--report-on {config.report_on} is the selection split; choose a held-out split "
                           "(or --force to accept a biased number)")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import Task
+from pdbgym.tasks.splits import check_splits, empty_split_hint, load_splits, split_item
 from pdbgym.tasks.suites import resolve_tasks
 
 
@@ -22,7 +23,6 @@ def tasks_for_split(spec: str, split: str | None, splits_file: Path | None) -> l
         return tasks
     if splits_file is None:
         raise PdbgymError(f"--split {split} needs --splits FILE (make one with: pdbgym tasks split DIR --out FILE)")
-    from pdbgym.tasks.splits import check_splits, load_splits, split_item
 
     splits = load_splits(splits_file)
     if split not in splits:
@@ -45,8 +45,6 @@ def tasks_for_split(spec: str, split: str | None, splits_file: Path | None) -> l
 
 def require_tasks_in_split(splits: dict[str, list[dict]], split: str, splits_file: Path) -> None:
     """Refuse to evaluate an empty split: it would run 0 episodes and report nothing, silently."""
-    from pdbgym.tasks.splits import empty_split_hint
-
     if not splits.get(split):
         sizes = ", ".join(f"{name}: {len(items)}" for name, items in splits.items())
         raise PdbgymError(empty_split_hint(split, f"split '{split}' of {splits_file} holds no task ({sizes})"))

@@ -19,7 +19,7 @@ BOOTSTRAP_BELOW_TASKS = 200  # fewer tasks than this: task-level bootstrap CI; e
 
 def _norm() -> Any:
     """The standard normal of scipy, imported on first use (every CLI start imports this module)."""
-    from scipy import stats
+    from scipy import stats  # heavy: scipy takes about a second to import
 
     return stats.norm
 
@@ -267,7 +267,7 @@ def expected_max_standard_normal(k: int) -> float:
         raise ValueError("need at least one candidate")
     if k == 1:
         return 0.0
-    from scipy import integrate
+    from scipy import integrate  # heavy: scipy takes about a second to import
 
     value, _ = integrate.quad(lambda x: x * k * _norm().pdf(x) * _norm().cdf(x) ** (k - 1), -12, 12)
     return float(value)

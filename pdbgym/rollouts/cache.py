@@ -24,6 +24,7 @@ from urllib.parse import quote
 from pdbgym.fileio import atomic_target, write_json_atomic
 from pdbgym.rollouts.compare import record_differences
 from pdbgym.rollouts.optional import import_optional
+from pdbgym.rollouts.parquet import read_parquet, write_parquet
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
 
 CACHE_DIR_ENV = "KL_EVAL_TEACHER_CACHE_DIR"
@@ -140,8 +141,6 @@ def load_file_dicts(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise CacheFormatError(f"cache file {path} does not exist")
     if path.suffix == ".parquet":
-        from pdbgym.rollouts.parquet import read_parquet
-
         return [record.to_dict() for record in read_parquet(path)]
     if path.suffix != ".pt":
         raise CacheFormatError(f"cache file {path} must end in .pt or .parquet")
@@ -298,8 +297,6 @@ def save_instance_file(path: Path, samples: list[RolloutRecord]) -> None:
     """Write one instance's samples atomically: a dict for one sample, a list for several."""
     path = Path(path)
     if path.suffix == ".parquet":
-        from pdbgym.rollouts.parquet import write_parquet
-
         write_parquet(path, samples)
         return
     torch = import_optional("torch", "hf", "writing .pt cache files")

@@ -63,6 +63,7 @@ def validate_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Check every record and the manifest; exit 1 when there are errors (warnings do not fail)."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.rollouts.cache import resolve_cache_dir
     from pdbgym.rollouts.validate import validate_cache_report
 
@@ -87,6 +88,7 @@ def validate_command(
 @app.command("summary")
 def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> None:
     """Instances, samples, tokens, masked tokens, solve rate and how episodes ended."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.rollouts.cache import resolve_cache_dir
     from pdbgym.rollouts.summary import summarize_cache
 
@@ -136,6 +138,7 @@ def convert_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Copy a cache between .pt and Parquet, then read the copy back and check it bit for bit."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.rollouts.convert import convert_cache
 
     result = convert_cache(source, destination, fmt=fmt, overwrite=overwrite)

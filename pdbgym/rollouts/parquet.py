@@ -122,7 +122,7 @@ def write_parquet(
 
 def _split_list_column(column: Any) -> list[list[Any]]:
     """Rows of a list column as Python lists, sliced from one numpy buffer (fast for long rows)."""
-    import pyarrow as pa
+    import pyarrow as pa  # optional: pyarrow (pdbgym[parquet])
 
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     rows: list[list[Any]] = []

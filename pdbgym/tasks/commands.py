@@ -23,6 +23,7 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
 ) -> None:
     """List tasks with their bug class, difficulty and test counts."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.suites import resolve_tasks
 
     tasks = resolve_tasks(spec)
@@ -60,6 +61,7 @@ def validate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON reports")] = False,
 ) -> None:
     """Check every task: FAIL_TO_PASS fail then pass with the patch, PASS_TO_PASS pass, pdb starts."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.sandbox import get_sandbox
     from pdbgym.tasks.validate import validate_spec
 
@@ -86,6 +88,7 @@ def validate_command(
 
 
 def _mount_synthesis() -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.synth.commands import register
 
     register(app)

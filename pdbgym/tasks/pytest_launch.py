@@ -32,13 +32,15 @@ def main(argv: list[str]) -> int:
     if importlib.util.find_spec("pdbgym") is None:  # a source checkout, not installed
         sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     sys.path.append(root)
+    # pytest and the plugin load only now: after the environment and sys.path above are set, so no
+    # autoloaded plugin, PYTEST_ADDOPTS or project module takes part in the run
     import pytest
     from _pytest.config import default_plugins, essential_plugins
 
     for name in (*essential_plugins, *default_plugins):
         importlib.import_module(f"_pytest.{name}")
     pytest_timeout = importlib.import_module("pytest_timeout")
-    from pdbgym.tasks import pytest_report
+    from pdbgym.tasks import pytest_report  # reads PDBGYM_TEST_ROOT, set above, when it loads
 
     plugin = pytest_report.PLUGIN
     # pdbgym's modules leave sys.modules before any project code runs: the plugin is reachable only

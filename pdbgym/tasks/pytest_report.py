@@ -67,7 +67,7 @@ def _open_channel() -> int | None:
     """The write end of the host's pipe, moved to a private descriptor. The variable holds the number
     this process inherited it at, never a path: nothing of the channel is named where the project
     could replace it."""
-    import stat
+    import stat  # in the sandbox: this module's start-up imports stay few
 
     number = os.environ.pop(CHANNEL_ENV, None)
     if not number:
@@ -85,7 +85,7 @@ def _subtest_report_types() -> tuple[type, ...]:
     ``unittest``'s ``subTest`` through it. Before pytest 9 there is none, and a failing unittest subtest
     fails its test's own call."""
     try:
-        from _pytest.subtests import SubtestReport
+        from _pytest.subtests import SubtestReport  # pytest >= 9 only
     except ImportError:
         return ()
     return (SubtestReport,)
@@ -125,6 +125,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
     agent = AgentCode(abspath(root), agent_lines, libraries) if root and agent_lines is not None else None
     guard_findings = install_audit_hook(agent) if agent is not None else list_
     always_equal = always_equal_classes
+    # pytest's internals load with the plugin's set-up, after the guard above holds the run
     from _pytest.assertion.rewrite import _rewrite_test
     from _pytest.python import Function
 

@@ -14,12 +14,15 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from pdbgym.debugger import PdbSession
 from pdbgym.errors import PdbgymError
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.sandbox.workspace import escaping_links
 from pdbgym.tasks.model import Task, bad_test_command
 from pdbgym.tasks.patches import PatchEditsTestsError, UnsafePatchError, apply_patch, check_patch
+from pdbgym.tasks.suites import resolve_tasks_lenient
 from pdbgym.tasks.testrun import SuiteRun, failure_reason, run_tests
+from pdbgym.tasks.wrongsite import has_wrong_site_info, wrong_sites
 
 
 @dataclass
@@ -88,8 +91,6 @@ def _runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> tuple[Suite
 
 
 def _check_debugger(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:
-    from pdbgym.debugger import PdbSession
-
     with Workspace.create(task.repo) as ws:
         try:
             with PdbSession(sandbox, ws.path, task.FAIL_TO_PASS[0]) as session:
@@ -124,8 +125,6 @@ def _check_containment(task: Task, report: ValidationReport) -> bool:
 
 def _check_wrong_site(task: Task, report: ValidationReport) -> None:
     """A declared wrong site (``wrong_site`` or ``wrong_site_patch``) names code that exists in ``repo/``."""
-    from pdbgym.tasks.wrongsite import has_wrong_site_info, wrong_sites
-
     if not has_wrong_site_info(task):
         return
     try:
@@ -193,8 +192,6 @@ def validate_spec(
 
     ``on_total`` hears how many folders there are once they are found (for a progress bar).
     """
-    from pdbgym.tasks.suites import resolve_tasks_lenient
-
     tasks, errors = resolve_tasks_lenient(spec)
     if on_total is not None:
         on_total(len(tasks) + len(errors))

@@ -15,6 +15,7 @@ from typing import Any
 
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_text_atomic
+from pdbgym.train.seams import tensorboard_callback_class
 
 TRAINER_STATE = "trainer_state.json"
 TENSORBOARD_DIR = "tensorboard"
@@ -68,9 +69,7 @@ def tensorboard_callback(folder: Path, purge_step: int | None = None) -> Any:
     ``purge_step``: on resume from checkpoint N, N + 1. TensorBoard then hides the events a killed run
     wrote for steps >= N + 1, which the resumed run logs again (``SummaryWriter(purge_step=...)``).
     Tags are transformers' ``train/<metric>`` and ``eval/<metric>``."""
-    from transformers.integrations import is_tensorboard_available
-
-    from pdbgym.train.seams import tensorboard_callback_class
+    from transformers.integrations import is_tensorboard_available  # optional: transformers (pdbgym[hf])
 
     if not is_tensorboard_available():
         raise PdbgymError("--tensorboard needs the tensorboard package: pip install 'pdbgym[train]' (or tensorboard)")

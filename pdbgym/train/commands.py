@@ -35,6 +35,7 @@ def corpus_command(
     keep_tampered: Annotated[bool, typer.Option(help="Keep episodes graded tampered (never wise)")] = False,
 ) -> None:
     """Token-exact SFT examples from rollout records (loss on loss_mask == 1 ids only)."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.corpus.build import CorpusConfig, build_corpus
 
     manifest = build_corpus(CorpusConfig(caches=list(cache or []), jsonl=list(jsonl or []), tokenizer=tokenizer,
@@ -82,6 +83,7 @@ def sft_command(
     restart: Annotated[bool, typer.Option("--restart", help="Delete the run in --out and start over")] = S.restart,
 ) -> None:
     """Train a LoRA/DoRA adapter with TRL's SFTTrainer; defaults are the seed recipe."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.sft.trainer import train_sft
 
     config = SFTTrainConfig(base=base, data=data, out=out, seed=seed, rank=rank, lora_alpha=lora_alpha,
@@ -128,6 +130,7 @@ def dagger_command(
     context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
 ) -> None:
     """Online DAgger: student rollouts, teacher labels on every student state, SFT on the aggregate."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.dagger.loop import train_dagger
 
     try:
@@ -167,6 +170,7 @@ class _step_progress:
 
 
 def _mount_grpo() -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.grpo.commands import grpo, report
 
     app.command("grpo", help="GRPO of a DoRA delta over a frozen SFT adapter (seed recipe).")(grpo)

@@ -63,7 +63,7 @@ def _groups(series: dict[str, list[tuple[int, float]]]) -> dict[str, list[str]]:
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # optional: matplotlib (pdbgym[report])
 
     for ax in fig.axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers

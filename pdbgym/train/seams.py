@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from pdbgym.train.errors import TrainError
@@ -36,8 +37,6 @@ class SeamError(TrainError):
 
 
 def _versions() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     found = []
     for name in ("transformers", "trl", "accelerate"):
         try:
@@ -66,7 +65,7 @@ def require_method(cls: type, name: str, parameters: tuple[str, ...]) -> None:
 
 def grpo_trainer_base() -> type:
     """TRL's ``GRPOTrainer``, checked for the two methods ``PdbgymGRPOTrainer`` overrides."""
-    from trl import GRPOTrainer
+    from trl import GRPOTrainer  # optional: trl (pdbgym[train])
 
     require_method(GRPOTrainer, "_save_checkpoint", ("model", "trial"))
     require_method(GRPOTrainer, "_load_optimizer_and_scheduler", ("checkpoint",))
@@ -119,7 +118,7 @@ def load_best_model(trainer: Any) -> None:
 def unwrapped_for_generation(trainer: Any) -> Iterator[Any]:
     """The trainer's live policy, outside DDP/ZeRO wrappers, for generation (TRL's own helper)."""
     try:
-        from trl.models.utils import unwrap_model_for_generation
+        from trl.models.utils import unwrap_model_for_generation  # optional: trl (pdbgym[train])
     except ImportError as exc:
         raise _missing("trl.models.utils.unwrap_model_for_generation") from exc
     with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
@@ -129,7 +128,7 @@ def unwrapped_for_generation(trainer: Any) -> Iterator[Any]:
 
 def tensorboard_callback_class(folder: str, purge_step: int | None) -> Callable[[], Any]:
     """A ``TensorBoardCallback`` subclass whose writer logs to ``folder`` with ``purge_step``."""
-    from transformers.integrations import TensorBoardCallback
+    from transformers.integrations import TensorBoardCallback  # optional: transformers (pdbgym[hf])
 
     require_method(TensorBoardCallback, "_init_summary_writer", ("args",))
 
@@ -147,7 +146,7 @@ def check_all() -> None:
     """Check every class-level seam against the installed libraries (instance members are checked
     where they are reached); for a start-up check or a test."""
     grpo_trainer_base()
-    from transformers import Trainer
+    from transformers import Trainer  # optional: transformers (pdbgym[hf])
 
     for name in ("_load_from_checkpoint", "_load_best_model"):
         if not callable(getattr(Trainer, name, None)):

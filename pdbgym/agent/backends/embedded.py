@@ -12,6 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from pdbgym.agent.backends.hf import HFBackend, load_model_and_tokenizer
+
 # The folder is made by the model loader (base layer), so every package that loads models can name it.
 from pdbgym.modelload import EMBEDDED_NAME, GGUF_FILE, embedded_model_dir, gguf_package_dir
 from pdbgym.paths import pdbgym_home
@@ -23,8 +25,6 @@ __all__ = ["EMBEDDED_NAME", "GGUF_FILE", "embedded_model_dir", "gguf_package_dir
 
 def load_embedded_backend(device: str = "cpu", constrained_format: str | None = None):
     """The embedded model as an ``HFBackend`` (loaded once per process); ``constrained_format``: see HFBackend."""
-    from pdbgym.agent.backends.hf import HFBackend, load_model_and_tokenizer
-
     model, tokenizer = load_model_and_tokenizer(embedded_model_dir(), device)
     return HFBackend(model, tokenizer, name=EMBEDDED_NAME, constrained_format=constrained_format)
 
@@ -32,7 +32,7 @@ def load_embedded_backend(device: str = "cpu", constrained_format: str | None = 
 def load_embedded_tokenizer():
     """The embedded model's tokenizer alone (cached on its own: about 7 s from GGUF, 0.3 s cached)."""
     require("transformers", "gguf")
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
 
     model_dir = pdbgym_home() / "models" / EMBEDDED_NAME
     if (model_dir / "tokenizer.json").is_file():

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pdbgym.agent.backends.base import (
     BackendError,
@@ -23,10 +23,9 @@ from pdbgym.agent.backends.base import (
     semantics_fields,
     stop_token_ids,
 )
+from pdbgym.agent.constrained import TurnMask, compile_constraint
+from pdbgym.modelload import ModelLoadError, load_model
 from pdbgym.rollouts.record import LogprobSemantics
-
-if TYPE_CHECKING:
-    from pdbgym.agent.constrained import TurnMask
 
 _LOADED: dict[tuple[str, str], tuple[Any, Any]] = {}
 _LOAD_LOCK = threading.Lock()
@@ -35,8 +34,6 @@ _LOAD_LOCK = threading.Lock()
 def load_model_and_tokenizer(path: str | Path, device: str = "cpu") -> tuple[Any, Any]:
     """Load (once per process) a causal LM and its tokenizer from a local folder, by the one model loader
     (``pdbgym.modelload``); a folder it refuses is a ``BackendError`` with the loader's message."""
-    from pdbgym.modelload import ModelLoadError, load_model
-
     folder = Path(path).expanduser()
     key = (str(folder.resolve()), device)
     with _LOAD_LOCK:
@@ -68,9 +65,9 @@ def sample_turn(model: Any, prompt_ids: list[int], params: SamplingParams, stops
     ``mask`` (a grammar's state for this turn) sets forbidden logits to -inf before each draw, so ids
     and log-probs then come from the grammar-constrained distribution.
     """
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
-    from pdbgym.agent.sampling import draw_token
+    from pdbgym.agent.sampling import draw_token  # heavy: imports torch at load
 
     device = next(model.parameters()).device
     generator = torch.Generator(device="cpu")
@@ -142,16 +139,12 @@ class HFBackend:
         return LogprobSemantics(engine=f"hf:{self.logprob_mode}", **fields)
 
     def _constraint(self, max_new_tokens: int) -> Any:
-        from pdbgym.agent.constrained import compile_constraint
-
         vocab = self.model.get_output_embeddings().weight.shape[0]
         return compile_constraint(self.tokenizer, vocab, self.stops, str(self.constrained_format), max_new_tokens)
 
     def _generate_sync(self, request: GenerationRequest) -> Generation:
         mask = None
         if self.constrained_format is not None:
-            from pdbgym.agent.constrained import TurnMask
-
             mask = TurnMask(self._constraint(request.params.max_new_tokens))
         with self._lock:
             started = time.perf_counter()

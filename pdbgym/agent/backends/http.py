@@ -15,9 +15,9 @@ class ServerUnreachableError(BackendError):
 
 def _httpx() -> Any:
     try:
-        import httpx
+        import httpx  # optional: httpx (pdbgym[serve])
     except ImportError:  # openai >= 3 ships the client as httpx2
-        import httpx2 as httpx
+        import httpx2 as httpx  # optional: the httpx that openai >= 3 ships (pdbgym[serve])
     return httpx
 
 

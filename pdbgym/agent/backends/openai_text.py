@@ -17,7 +17,7 @@ from typing import Any
 
 from pdbgym.agent.backends.base import BackendError, Generation, GenerationRequest, SamplingParams
 from pdbgym.agent.backends.http import AsyncJsonClient, ServerUnreachableError, request_json
-from pdbgym.agent.backends.openai_server import chat_body, served_models
+from pdbgym.agent.backends.openai_server import OpenAIChatBackend, chat_body, served_models
 from pdbgym.rollouts.record import LogprobSemantics
 
 TEXT_ONLY_SEMANTICS = LogprobSemantics(engine="none", temperature=1.0)
@@ -91,8 +91,6 @@ def connect_chat(base_url: str, tokenizer: Any, logprob_mode: str = "raw", api_k
     token-id fields (``transformers serve``) gets ``OpenAITextChatBackend``, with a note on stderr that
     its turns carry no log-probs.
     """
-    from pdbgym.agent.backends.openai_server import OpenAIChatBackend
-
     try:
         return OpenAIChatBackend.connect(base_url, tokenizer, logprob_mode=logprob_mode, api_key=api_key)
     except ServerUnreachableError:

@@ -41,7 +41,11 @@ def synth_command(
     recheck_fixed: Annotated[bool, typer.Option("--recheck-fixed", help="Also rerun each kept task's tests on its patched repo.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the per-source report as JSON.")] = False,
 ) -> None:
-    from pdbgym.progress import progress
+    from pdbgym.progress import (
+        progress,  # the command's code loads when it runs: every other command starts without it
+    )
+
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.synth.engine import SynthConfig, synthesize_source
 
     config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, baseline_runs=baseline_runs,
@@ -71,6 +75,7 @@ def synth_command(
 
 
 def _write_report(out: Path, reports: list) -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.fileio import write_json_atomic
 
     write_json_atomic(out / "synth_report.json", [asdict(r) for r in reports], indent=2)
@@ -108,6 +113,7 @@ def split_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed for dealing groups to splits.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print split sizes as JSON.")] = False,
 ) -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.splits import check_splits, make_splits, split_warnings, write_splits
 
     data = make_splits(task_dir, val, test, group_by, seed)
@@ -142,6 +148,7 @@ def check_splits_command(
     split_file: Annotated[Path, typer.Argument(help="Split file written by `pdbgym tasks split`.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print overlaps as JSON.")] = False,
 ) -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.splits import check_splits, load_splits
 
     overlaps = check_splits(load_splits(split_file))
@@ -161,6 +168,7 @@ def import_swebench_command(
     repos: Annotated[Path, typer.Option("--repos", help="Folder holding <instance_id>/ checkouts for rows without repo_path.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print per-row outcomes as JSON.")] = False,
 ) -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.swebench import import_swebench
 
     outcomes = import_swebench(jsonl, out, repos)
@@ -181,6 +189,7 @@ def export_swebench_command(
     out: Annotated[Path, typer.Option("--out", help="JSONL file to write.")],
     lists: Annotated[bool, typer.Option("--lists", help="Write FAIL_TO_PASS/PASS_TO_PASS as lists, not JSON strings.")] = False,
 ) -> None:
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.suites import resolve_tasks
     from pdbgym.tasks.swebench import export_swebench
 

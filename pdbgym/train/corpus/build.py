@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdbgym.agent.policies import load_tokenizer
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic, write_text_atomic
+from pdbgym.rollouts.cache import iter_cache
 from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
 from pdbgym.rollouts.validate import validate_record
+from pdbgym.tasks.splits import load_splits
 from pdbgym.train.corpus.chat_jsonl import read_chat_jsonl
 from pdbgym.train.corpus.example import Example
 
@@ -77,8 +80,6 @@ def example_from_record(record: RolloutRecord, source: str) -> Example:
 
 def held_out_tasks(splits_file: Path) -> dict[str, str]:
     """instance_id -> split name, for every task a split file puts in val or test."""
-    from pdbgym.tasks.splits import load_splits
-
     splits = load_splits(splits_file)
     return {item["instance_id"]: name for name in HELD_OUT_SPLITS for item in splits.get(name, [])}
 
@@ -103,8 +104,6 @@ def _fingerprint_of(record: RolloutRecord) -> str | None:
 
 def _load_sources(config: CorpusConfig) -> tuple[list[Example], dict[str, str], int]:
     """Examples from every source, the tokenizer (fingerprint -> name) they carry, records read."""
-    from pdbgym.rollouts.cache import iter_cache
-
     examples: list[Example] = []
     tokenizers: dict[str, str] = {}
     unknown = 0
@@ -117,7 +116,6 @@ def _load_sources(config: CorpusConfig) -> tuple[list[Example], dict[str, str], 
                 tokenizers[fingerprint] = str((record.metadata.get("tokenizer") or {}).get("name") or "?")
             examples.append(example_from_record(record, str(cache)))
     if config.jsonl:
-
         if not config.tokenizer:
             raise CorpusError("--jsonl trajectories are text: give --tokenizer (embedded, or a model folder) "
                               "to tokenize them with")
@@ -136,8 +134,6 @@ def _load_sources(config: CorpusConfig) -> tuple[list[Example], dict[str, str], 
 
 
 def _load_tokenizer(name: str) -> Any:
-    from pdbgym.agent.policies import load_tokenizer
-
     return load_tokenizer(name)
 
 

@@ -29,13 +29,32 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pdbgym.adapters.store import Store
+from pdbgym.agent.backends.base import GenerationRequest, SamplingParams
+from pdbgym.agent.backends.hf import HFBackend
+from pdbgym.agent.backends.sglang import SGLangBackend
+from pdbgym.agent.loop import AgentConfig, check_tool_turns, run_episode
+from pdbgym.agent.policies import load_tokenizer
+from pdbgym.agent.toolcalls import detect_format
+from pdbgym.agent.turns import ModelTurns
+from pdbgym.divergence.tocache import kl_to_cache as kl_of_model
+from pdbgym.divergence.tocache import open_teacher_cache
+from pdbgym.env import DebugEnv, EnvConfig
 from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.analysis import summarize
+from pdbgym.evaluate.results import EpisodeRow
 from pdbgym.fileio import write_json_atomic
+from pdbgym.modelload import EMBEDDED, EMBEDDED_NAME, load_model
+from pdbgym.policyname import is_server_url
+from pdbgym.rollouts.cache import append_records
 from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
 from pdbgym.seeds import episode_seed
+from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.corpus.build import Example, refuse_held_out, write_corpus
 from pdbgym.train.dagger.config import DaggerConfig
+from pdbgym.train.report import write_training_report
 from pdbgym.train.sft.config import SFTTrainConfig
+from pdbgym.train.sft.trainer import StoreLineage, pick_device, train_sft
 
 Event = Callable[[str], None]
 
@@ -85,20 +104,11 @@ class DaggerResult:
 def load_policy(ref: str, config: DaggerConfig, device: str, name: str | None = None) -> Policy:
     """A backend for ``ref``: an SGLang URL, or a model through the one model loader (``pdbgym.modelload``:
     ``embedded``, a model folder, a name or hash in the run's adapter store, its stack merged in memory)."""
-    from pdbgym.adapters.store import Store
-    from pdbgym.agent.backends.hf import HFBackend
-    from pdbgym.modelload import EMBEDDED, EMBEDDED_NAME, load_model
-    from pdbgym.policyname import is_server_url
-    from pdbgym.train.sft.trainer import StoreLineage
-
     if ref == "scripted":
         raise DaggerError("the scripted policy replays the task's reference fix whatever state it is in, so it "
                           "cannot label the student's states; give --teacher a model ('embedded', a folder, an "
                           "adapter-store reference) or an SGLang server URL")
     if is_server_url(ref):
-        from pdbgym.agent.backends.sglang import SGLangBackend
-        from pdbgym.agent.policies import load_tokenizer
-
         return Policy(SGLangBackend.connect(ref, load_tokenizer(config.tokenizer)), ref)
     loaded = load_model(ref, device, lineage=StoreLineage(Store(config.store)))
     if ref == EMBEDDED:
@@ -123,8 +133,6 @@ def turn_spans(record: RolloutRecord) -> list[tuple[int, int]]:
 async def label_states(record: RolloutRecord, teacher: Policy, params: Any, iteration: int,
                        max_context: int) -> list[Example]:
     """The teacher's own next turn at every assistant turn's state of ``record`` (see the module doc)."""
-    from pdbgym.agent.backends.base import GenerationRequest
-
     examples = []
     for turn_index, (start, _end) in enumerate(turn_spans(record)):
         state = record.tokens[:start]
@@ -144,12 +152,6 @@ async def label_states(record: RolloutRecord, teacher: Policy, params: Any, iter
 async def play(policy: Policy, tasks: list[Any], runs: int, config: DaggerConfig, seed: int,
                transcripts: Path) -> list[Any]:
     """Episodes of ``policy`` on ``tasks`` x ``runs``, transcripts written as ``TASK__RUN.json``."""
-    from pdbgym.agent.backends.base import SamplingParams
-    from pdbgym.agent.loop import AgentConfig, run_episode
-    from pdbgym.agent.toolcalls import detect_format
-    from pdbgym.agent.turns import ModelTurns
-    from pdbgym.env import DebugEnv, EnvConfig
-
     fmt = detect_format(getattr(policy.tokenizer, "chat_template", None))
     env_config = EnvConfig(turn_budget=config.turn_budget)
     outcomes = []
@@ -177,9 +179,6 @@ def check_tokenizers(student: Policy, teacher: Policy) -> str:
 
 def val_pass1(policy: Policy, tasks: list[Any], config: DaggerConfig, transcripts: Path) -> tuple[float, str] | None:
     """pass@1 on ``tasks`` (``eval_runs`` each) with its task-clustered CI, via ``pdbgym.evaluate``."""
-    from pdbgym.evaluate.analysis import summarize
-    from pdbgym.evaluate.results import EpisodeRow
-
     if not tasks:
         return None
     outcomes = asyncio.run(play(policy, tasks, config.eval_runs, config, config.seed + 7, transcripts))
@@ -196,9 +195,6 @@ def kl_to_cache(policy: Policy, cache: Path) -> float:
     """KL(teacher || student) in nats per teacher token on the teacher cache's own samples: the divergence
     library's ``kl_to_cache`` (its ``token_mean`` over the cache's scored tokens; k3, or k1, exact, for a
     deterministic teacher). The cache is checked before the model is touched."""
-    from pdbgym.divergence.tocache import kl_to_cache as kl_of_model
-    from pdbgym.divergence.tocache import open_teacher_cache
-
     target = open_teacher_cache(cache)  # a grammar-constrained or log-prob-less cache is refused here
     kl = kl_of_model(policy.backend.model, target, name=policy.label, tokenizer=policy.tokenizer)
     if kl.value is None:
@@ -208,8 +204,6 @@ def kl_to_cache(policy: Policy, cache: Path) -> float:
 
 
 def _resolve_tasks(config: DaggerConfig) -> tuple[list[Any], list[Any]]:
-    from pdbgym.tasks.suites import resolve_tasks
-
     train = resolve_tasks(config.tasks)
     refuse_held_out([t.instance_id for t in train], config.splits, "DAgger training rollouts")
     val = resolve_tasks(config.val_tasks) if config.val_tasks else []
@@ -222,8 +216,6 @@ def _resolve_tasks(config: DaggerConfig) -> tuple[list[Any], list[Any]]:
 
 def _check_names_free(config: DaggerConfig, prefix: str) -> None:
     """Refuse before any episode when an iterate's store name is taken (a rerun into the same store)."""
-    from pdbgym.adapters.store import Store
-
     store = Store(config.store)
     taken = [f"{prefix}-iter{i}" for i in range(config.iterations) if f"{prefix}-iter{i}" in store.names()]
     if taken:
@@ -233,12 +225,6 @@ def _check_names_free(config: DaggerConfig, prefix: str) -> None:
 
 def train_dagger(config: DaggerConfig, on_event: Event | None = None) -> DaggerResult:
     """Run ``config.iterations`` DAgger iterations (module docstring); returns the iterations table."""
-    from pdbgym.agent.backends.base import SamplingParams
-    from pdbgym.agent.loop import check_tool_turns
-    from pdbgym.agent.toolcalls import detect_format
-    from pdbgym.rollouts.cache import append_records
-    from pdbgym.train.sft.trainer import pick_device, train_sft
-
     say = on_event or (lambda text: None)
     out, device = Path(config.out), pick_device(config.device)
     prefix = config.name_prefix or out.name
@@ -289,8 +275,6 @@ def train_dagger(config: DaggerConfig, on_event: Event | None = None) -> DaggerR
 
 
 def _report(out: Path, config: DaggerConfig, result: DaggerResult, fingerprint: str) -> Path:
-    from pdbgym.train.report import write_training_report
-
     history = []
     for row in result.rows:
         metrics = out / f"iter{row.iteration}" / "sft" / "metrics.jsonl"

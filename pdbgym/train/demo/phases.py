@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -31,9 +32,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pdbgym.adapters.stacked import materialize_ref
+from pdbgym.adapters.store import Store
+from pdbgym.agent.build import CacheBuildConfig, build_cache
+from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.episode_defaults import DEMO_MAX_CONTEXT_TOKENS, DEMO_MAX_NEW_TOKENS, DEMO_TURN_BUDGET, EPISODE
 from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
 from pdbgym.fileio import write_json_atomic
+from pdbgym.tasks.splits import load_splits, make_splits, write_splits
+from pdbgym.tasks.suites import resolve_tasks
+from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
+from pdbgym.train.demo.report import oracle_kl, write_demo_report
+from pdbgym.train.sft.config import SFTTrainConfig
+from pdbgym.train.sft.trainer import ADAPTER_DIR, TRAIN_RECORD, train_sft
 
 STATE_FILE = "demo.json"
 ADAPTER_NAME = "demo-sft"
@@ -132,17 +144,12 @@ def _settings(config: DemoConfig) -> dict[str, str]:
 
 
 def _cpu_seconds() -> float:
-    import resource
-
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def split_tasks(config: DemoConfig) -> dict[str, list[str]]:
     """``OUT/splits.json`` (train / test) and the two task folders; returns split -> instance ids."""
-    from pdbgym.tasks.splits import load_splits, make_splits, write_splits
-    from pdbgym.tasks.suites import resolve_tasks
-
     out = Path(config.out)
     splits_file = out / "splits.json"
     if not splits_file.is_file():
@@ -166,8 +173,6 @@ def split_tasks(config: DemoConfig) -> dict[str, list[str]]:
 
 def build_caches(config: DemoConfig, tick: Callable[[], None]) -> dict[str, dict[str, Any]]:
     """Teacher caches on the train and held-out tasks (a rerun plays only missing episodes)."""
-    from pdbgym.agent.build import CacheBuildConfig, build_cache
-
     summaries = {}
     for name in ("train", "test"):
         cache = CacheBuildConfig(policy=config.teacher, out=Path(config.out) / f"cache-{name}",
@@ -180,8 +185,6 @@ def build_caches(config: DemoConfig, tick: Callable[[], None]) -> dict[str, dict
 
 def build_demo_corpus(config: DemoConfig) -> dict[str, Any]:
     """The SFT corpus of the train cache: solved episodes, cut to ``sft_tokens`` ids (held-out refused)."""
-    from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
-
     out = Path(config.out)
     manifest = out / "corpus" / MANIFEST_FILE
     if not manifest.is_file():
@@ -195,21 +198,16 @@ def build_demo_corpus(config: DemoConfig) -> dict[str, Any]:
 
 
 def sft_done(config: DemoConfig) -> bool:
-    from pdbgym.train.sft.trainer import ADAPTER_DIR, TRAIN_RECORD
-
     return (Path(config.out) / "sft" / ADAPTER_DIR / TRAIN_RECORD).is_file()
 
 
 def train_demo_sft(config: DemoConfig, on_log: Callable[[dict[str, Any], int], None]) -> dict[str, Any]:
     """LoRA SFT of the embedded model on the corpus, or the finished run's record; returns the record."""
-    import torch
-
-    from pdbgym.train.sft.config import SFTTrainConfig
-    from pdbgym.train.sft.trainer import ADAPTER_DIR, TRAIN_RECORD, train_sft
+    import torch  # optional: torch (pdbgym[hf])
 
     out = Path(config.out) / "sft"
     if not sft_done(config):
-        import datasets
+        import datasets  # optional: datasets (pdbgym[train])
 
         datasets.disable_progress_bars()  # per-dataset bars; the demo's own progress covers the phase
         shutil.rmtree(out, ignore_errors=True)  # a killed run's checkpoints are of a run that no longer resumes
@@ -225,9 +223,6 @@ def train_demo_sft(config: DemoConfig, on_log: Callable[[dict[str, Any], int], N
 
 def sft_model_folder(config: DemoConfig) -> Path:
     """The SFT adapter merged into the base (``$PDBGYM_HOME/merged/<id>``, made once)."""
-    from pdbgym.adapters.stacked import materialize_ref
-    from pdbgym.adapters.store import Store
-
     return materialize_ref(ADAPTER_NAME, Store(Path(config.out) / "adapters"))
 
 
@@ -241,11 +236,7 @@ def demo_arms(config: DemoConfig, sft_folder: Path) -> dict[str, str]:
 
 def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
     """All phases in order (see the module docstring); ``bars`` is a ``pdbgym.progress.progress`` task set."""
-    import torch
-
-    from pdbgym.agent.executor import ExecutorConfig
-    from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
-    from pdbgym.train.demo.report import oracle_kl, write_demo_report
+    import torch  # optional: torch (pdbgym[hf])
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
+from pdbgym.divergence.tocache import HEADLINE, kl_to_cache, open_teacher_cache
+from pdbgym.evaluate.divergence_arms import local_model_of
+from pdbgym.evaluate.results import ResultsStore
 from pdbgym.fileio import write_json_atomic, write_text_atomic
 from pdbgym.reportkit import (
     NATS,
@@ -37,6 +41,8 @@ from pdbgym.reportkit import (
     pct_interval,
 )
 from pdbgym.termination import TERMINATION_MEANINGS, TERMINATION_REASONS
+from pdbgym.train.report import plot_metrics
+from pdbgym.train.sft.trainer import METRICS_FILE
 
 ORACLE_LABEL = "scripted oracle: replays the task's reference fix (not a model; an upper bound)"
 KL_NOTE = ("KL(oracle || arm): the scripted oracle is deterministic (probability 1 on each token it wrote), so "
@@ -58,9 +64,6 @@ def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int
     An arm already scored with the same model path, window and metric is reused. Arms without local
     weights (scripted, a URL, a grammar-constrained arm) get ``{"available": False, "reason"}``.
     """
-    from pdbgym.divergence.tocache import kl_to_cache, open_teacher_cache
-    from pdbgym.evaluate.divergence_arms import local_model_of
-
     target = open_teacher_cache(cache, max_ids=max_ids)
     old = json.loads(out_file.read_text()) if out_file.is_file() else {}
     same = old.get("max_ids") == max_ids and old.get("metric") == target.metric
@@ -87,9 +90,6 @@ def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int
 
 def tool_call_validity(campaign: Path, arms: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """arm -> ``{"turns", "valid", "rate", "episodes_with_valid"}`` over the campaign's transcripts."""
-    from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
-    from pdbgym.evaluate.results import ResultsStore
-
     counts: dict[str, Counter[str]] = {arm: Counter() for arm in arms}
     for row in ResultsStore(campaign).rows():
         transcript = json.loads((Path(campaign) / row.transcript).read_text())
@@ -158,7 +158,6 @@ def _kl_rows(arms: Mapping[str, str], summary: dict[str, Any], kl: dict[str, Any
                          f"{e['tasks']} tasks, {e['tokens']} oracle tokens" + window] if e.get("available")
                         else [arm, fmt(None), bounds(None, None), e.get("reason", "")])
         return rows
-    from pdbgym.divergence.tocache import HEADLINE
 
     for arm, e in ((summary.get("divergence") or {}).get("arms") or {}).items():
         m = (e.get("metrics") or {}).get(HEADLINE, {})
@@ -199,8 +198,6 @@ def _facts(config: Any, record: dict[str, Any], corpus: dict[str, Any], caches: 
 
 
 def _curve(out: Path, history: list[dict[str, Any]]) -> Path | None:
-    from pdbgym.train.report import plot_metrics
-
     rows = [{k: v for k, v in row.items() if k in ("step", "loss", "eval_loss")} for row in history]
     figures = plot_metrics([r for r in rows if len(r) > 1], out)
     return figures.get("loss")
@@ -210,8 +207,6 @@ def write_demo_report(config: Any, out: Path, arms: Mapping[str, str], summary: 
                       record: dict[str, Any], corpus: dict[str, Any], caches: dict[str, Any],
                       kl: dict[str, Any] | None, phases: dict[str, dict[str, Any]]) -> Path:
     """``OUT/demo_report.html`` and ``.md`` (plus ``demo_report.json``); returns the HTML path."""
-    from pdbgym.train.sft.trainer import METRICS_FILE
-
     metrics = out / "sft" / METRICS_FILE
     history = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.is_file() else []
     curve = _curve(out, history)

@@ -115,7 +115,11 @@ def _main_process() -> bool:
 def _train_with_progress(config: GRPORunConfig, show: Callable[[dict[str, Any]], None],
                          keep_episodes: bool) -> dict[str, Any]:
     """``train_grpo`` with its phases shown; the report is written at the end, also after a failure."""
-    from pdbgym.progress import progress
+    from pdbgym.progress import (
+        progress,  # the command's code loads when it runs: every other command starts without it
+    )
+
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.grpo.progress import EPISODES_DIR, GRPOProgress
     from pdbgym.train.grpo.run import train_grpo
 
@@ -134,6 +138,7 @@ def _train_with_progress(config: GRPORunConfig, show: Callable[[dict[str, Any]],
 
 def _report(out: Path, quiet_failure: bool = False) -> None:
     """Write the run's report; after a failed run, a report that cannot be written must not hide the cause."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.grpo.report import write_grpo_report
 
     if not _main_process() or (quiet_failure and not (out / "steps.jsonl").is_file()):
@@ -153,6 +158,7 @@ def report(
     ledger: Annotated[Path | None, typer.Option(help="selection ledger the run wrote to (default $PDBGYM_HOME's)")] = None,
 ) -> None:
     """(Re)write a GRPO run's training report (HTML, Markdown, JSON, plots) from its folder alone."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.grpo.report import write_grpo_report
 
     typer.echo(str(write_grpo_report(run_dir, ledger)))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus
 from pdbgym.train.grpo.rollout import EpisodeSample
 
 IGNORE_INDEX = -100
@@ -19,8 +20,6 @@ IGNORE_INDEX = -100
 
 def load_checked_corpus(path: Path, tokenizer: Any, label: str) -> list[dict[str, Any]]:
     """The examples of a corpus folder whose tokenizer fingerprint is ``tokenizer``'s."""
-    from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus
-
     corpus = load_corpus(path)
     check_corpus_tokenizer(corpus, tokenizer, label)
     return corpus.examples
@@ -39,7 +38,7 @@ class AnchorBatches:
 
     def batch(self, index: int) -> tuple[Any, Any, Any]:
         """(input_ids, attention_mask, labels) tensors [B, T], right-padded; labels -100 off the mask."""
-        import torch
+        import torch  # optional: torch (pdbgym[hf])
 
         start = (index * self.batch_size) % len(self.rows)
         chosen = [self.rows[(start + k) % len(self.rows)] for k in range(self.batch_size)]
@@ -114,7 +113,7 @@ def gather_ranks(trainer: Any, value: Any) -> list[Any]:
     """``value`` of every training process, in rank order (a collective: every process must call it)."""
     if trainer.accelerator.num_processes < 2:
         return [value]
-    from accelerate.utils import gather_object
+    from accelerate.utils import gather_object  # optional: accelerate (pdbgym[hf])
 
     return list(gather_object([value]))
 

@@ -84,7 +84,7 @@ class GRPOProgress(EpisodeProgress):
             self.bars.advance(bar)
 
     def trainer_callback(self) -> Any:
-        from transformers import TrainerCallback
+        from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
         bars = self.bars
 

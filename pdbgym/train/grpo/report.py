@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.selection import SelectionLedger
 from pdbgym.reportkit import Link, pct_interval
 from pdbgym.train.report import Panel, write_training_report
 
@@ -107,8 +108,6 @@ def _transcripts(out: Path, folder: str) -> list[Link]:
 
 def _ledger_choice(ledger: Path | None, name: str, chosen: str, gates: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The latest ledger selection among exactly this run's candidates (``name``, ``name@checkpoint-N``)."""
-    from pdbgym.evaluate.selection import SelectionLedger
-
     expected = {name} | {f"{name}@{g['checkpoint']}" for g in gates if g["checkpoint"] != chosen}
     found = [s for s in SelectionLedger(ledger).entries() if set(s.candidates) == expected]
     if not found:

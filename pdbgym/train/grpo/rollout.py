@@ -124,7 +124,7 @@ class BatchedGenerator:
         return results
 
     def _generate_rows(self, requests: Sequence[GenerationRequest], seed: int | None) -> list[Generation]:
-        import torch
+        import torch  # optional: torch (pdbgym[hf])
 
         started = time.perf_counter()
         params = requests[0].params
@@ -167,7 +167,7 @@ class BatchedGenerator:
         return Generation(kept, logprobs[:end], text, finish, model_seconds=elapsed)
 
     def _generation_config(self, params: SamplingParams, max_new: int) -> Any:
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig  # optional: transformers (pdbgym[hf])
 
         # A fresh config: nothing inherited from the model's (top_k=50, repetition penalties) may
         # change the distribution the log-probs are reported for.

@@ -13,13 +13,21 @@ Output folder::
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pdbgym.adapters.operations import load_recipe, register_path
+from pdbgym.adapters.store import Store
+from pdbgym.agent.loop import check_tool_turns
+from pdbgym.agent.toolcalls import detect_format
 from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.selection import SelectionLedger, record_selection
+from pdbgym.fileio import write_json_atomic
+from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.checkpoints import (
     TENSORBOARD_DIR,
     checkpoint_step,
@@ -44,6 +52,7 @@ from pdbgym.train.grpo.trainer import (
     set_quiet_trl,
 )
 from pdbgym.train.grpo.valgate import read_gates
+from pdbgym.train.sft.trainer import pick_device, resolve_base, world_size
 from pdbgym.versions import require_training
 
 RUN_FILE = "grpo_run.json"
@@ -51,8 +60,6 @@ SELECTION_SPLIT = "val"
 
 
 def _load_tasks(config: GRPORunConfig) -> tuple[list[Any], list[Any]]:
-    from pdbgym.tasks.suites import resolve_tasks
-
     train = resolve_tasks(config.tasks)
     val = resolve_tasks(config.val_tasks) if config.val_tasks else []
     shared = sorted({t.instance_id for t in train} & {t.instance_id for t in val})
@@ -86,13 +93,8 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
           play: Callable[..., Any] | None = None, progress: Any = None) -> tuple[Any, Any, list[Any]]:
     """(trainer, base model record, val tasks): everything checked before the first episode runs."""
     require_training()
-    from datasets import Dataset
-    from peft import LoraConfig
-
-    from pdbgym.adapters.store import Store
-    from pdbgym.agent.loop import check_tool_turns
-    from pdbgym.agent.toolcalls import detect_format
-    from pdbgym.train.sft.trainer import pick_device, resolve_base, world_size
+    from datasets import Dataset  # optional: datasets (pdbgym[train])
+    from peft import LoraConfig  # optional: peft (pdbgym[train])
 
     set_quiet_trl()
     device = pick_device(config.device)
@@ -145,7 +147,7 @@ def _refuse_sharded_parameters(trainer: Any) -> None:
     """GRPO's episodes end at different turns on different processes, so each process calls ``generate``
     a different number of times; under FSDP or ZeRO-3 every forward (or every unwrap) gathers parameters
     collectively and the processes would wait on each other forever. DDP (and ZeRO-2) keep whole weights."""
-    from trl.distributed import DistributedBackend
+    from trl.distributed import DistributedBackend  # optional: trl (pdbgym[train])
 
     backend = DistributedBackend(trainer.accelerator)
     if backend.is_fsdp or backend.is_zero3:
@@ -160,8 +162,6 @@ def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] |
 
     Under ``accelerate launch`` every process trains; the main one chooses, copies, registers and writes
     the record, and every process returns that record."""
-    import json
-
     config.out = Path(config.out)
     resume_from = _checkpoint_to_resume(config, main=os.environ.get("RANK", "0") == "0")
     trainer, base, val_tasks = build(config, on_log, play, progress)
@@ -180,8 +180,6 @@ def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] |
 
 def _finish(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[Any]) -> dict[str, Any]:
     """Choose the checkpoint, copy its delta to ``adapter/``, register it, write ``grpo_run.json``."""
-    from pdbgym.fileio import write_json_atomic
-
     chosen, gate = _choose(config, val_tasks, config.name or f"grpo-{config.out.name}")
     adapter_dir = config.out / "adapter"
     if adapter_dir.exists():
@@ -201,8 +199,6 @@ def _finish(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[Any]
 
 def _choose(config: GRPORunConfig, val_tasks: list[Any], name: str) -> tuple[str, dict[str, Any] | None]:
     """The checkpoint with the best val pass@1, recorded in the selection ledger; the final one without val."""
-    from pdbgym.evaluate.selection import SelectionLedger, record_selection
-
     gates = read_gates(config.out / GATES_FILE)
     if not val_tasks or not gates:
         return "final", None
@@ -217,9 +213,6 @@ def _choose(config: GRPORunConfig, val_tasks: list[Any], name: str) -> tuple[str
 
 
 def _register(config: GRPORunConfig, adapter_dir: Path, parent_id: str) -> str:
-    from pdbgym.adapters.operations import load_recipe, register_path
-    from pdbgym.adapters.store import Store
-
     store = Store(config.store) if config.store else Store()
     name = config.name or f"grpo-{config.out.name}"
     recipe = {k: v for k, v in config.recipe().items() if not isinstance(v, dict)}

@@ -24,7 +24,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.loop import AgentConfig
+from pdbgym.env import DebugEnv, EnvConfig
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import write_json_atomic
 from pdbgym.train import seams
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
@@ -40,12 +44,14 @@ from pdbgym.train.grpo.rollout import (
     sample_from_outcome,
 )
 from pdbgym.train.grpo.schedules import (
+    AdaptiveKLCallback,
     AdaptiveKLController,
     RecipeState,
     TurnBudgetCurriculum,
     anchor_weight,
     replayed_in_group,
 )
+from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
 
 RECIPE_STATE_FILE = "pdbgym_recipe_state.json"
 
@@ -68,7 +74,7 @@ def per_process_groups(tasks_per_step: int, processes: int) -> int:
 def grpo_arguments(config: GRPORunConfig, device: str, processes: int = 1) -> Any:
     """TRL ``GRPOConfig``: one optimizer step = ``tasks_per_step`` groups of ``group`` episodes over all
     ``processes`` (each plays ``tasks_per_step / processes`` whole groups)."""
-    from trl import GRPOConfig
+    from trl import GRPOConfig  # optional: trl (pdbgym[train])
 
     groups = per_process_groups(config.tasks_per_step, processes)
     kwargs: dict[str, Any] = dict(
@@ -124,8 +130,6 @@ def _trainer_class() -> type:
         def _save_checkpoint(self, model: Any, trial: Any) -> None:
             # The recipe state goes in first: a checkpoint whose trainer_state.json exists is then complete.
             if self.args.should_save:
-                from pdbgym.fileio import write_json_atomic
-
                 folder = Path(seams.checkpoint_folder(self, trial)) / f"checkpoint-{self.state.global_step}"
                 self.recipe_state.beta = float(self.beta)
                 self.recipe_state.curriculum_current = self.curriculum.current
@@ -167,10 +171,6 @@ class PdbgymRollout:
 
     def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float,
                       seeds: list[int] | None = None) -> list[EpisodeSample]:
-        from pdbgym.agent.backends.base import SamplingParams
-        from pdbgym.agent.loop import AgentConfig
-        from pdbgym.env import DebugEnv, EnvConfig
-
         generator = BatchedGenerator(trainer.model, trainer.processing_class,
                                      lambda: seams.unwrapped_for_generation(trainer))
         agent = AgentConfig(tool_format=self.tool_format, max_context_tokens=self.config.max_context_tokens,
@@ -310,10 +310,7 @@ class StepLogCallback:
 def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLController | None,
                    rollout: PdbgymRollout, val_tasks: list[Any], step_log: StepLogCallback) -> list[Any]:
     """TrainerCallbacks: the KL leash, the step log, and the val gate run at every checkpoint."""
-    from transformers import TrainerCallback
-
-    from pdbgym.train.grpo.schedules import AdaptiveKLCallback
-    from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
+    from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
     class StepLog(TrainerCallback):
         # TRL's logged metrics are already reduced over processes: the main one writes them.

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdbgym.evaluate.stats import estimate_mean, per_task_pass_at_k
+from pdbgym.fileio import write_text_atomic
+
 
 @dataclass
 class GateResult:
@@ -25,8 +28,6 @@ class GateResult:
 def score_outcomes(step: int, checkpoint: str, outcomes: dict[str, list[int]], k: int,
                    reasons: dict[str, int]) -> GateResult:
     """Pass@1 and pass@k estimates (clustered SE, CI) from per-task 0/1 outcomes."""
-    from pdbgym.evaluate.stats import estimate_mean, per_task_pass_at_k
-
     runs = min(len(v) for v in outcomes.values())
     table = [v[:runs] for v in outcomes.values()]
     k = min(k, runs)
@@ -35,8 +36,6 @@ def score_outcomes(step: int, checkpoint: str, outcomes: dict[str, list[int]], k
 
 
 def append_gate(path: Path, result: GateResult) -> None:
-    from pdbgym.fileio import write_text_atomic
-
     lines = path.read_text().splitlines() if path.is_file() else []
     lines.append(json.dumps(result.__dict__, sort_keys=True))
     write_text_atomic(path, "\n".join(lines) + "\n")

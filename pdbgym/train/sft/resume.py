@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdbgym.adapters.peft_format import adapter_content_hash, is_adapter_folder, load_adapter
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic, write_text_atomic
 from pdbgym.train.checkpoints import (
@@ -134,8 +135,6 @@ def _clear(out: Path) -> None:
 
 def name_is_ours(names: dict[str, str], name: str, out: Path) -> bool:
     """Whether store name ``name`` already points at the adapter this run saved (killed after registering)."""
-    from pdbgym.adapters.peft_format import adapter_content_hash, is_adapter_folder, load_adapter
-
     folder = out / ADAPTER_DIR
     if name not in names or not is_adapter_folder(folder):
         return False

@@ -26,12 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdbgym.adapters.operations import load_recipe, lookup, register_path, resolve_parent
+from pdbgym.adapters.peft_format import is_adapter_folder
+from pdbgym.adapters.stacked import is_store_ref, load_stacked_model
+from pdbgym.adapters.store import Store
+from pdbgym.evaluate.selection import SelectionLedger, record_selection, task_set_id
 from pdbgym.fileio import write_json_atomic
 from pdbgym.modelload import LoadedModel, load_model
 from pdbgym.train import seams
 from pdbgym.train.checkpoints import TENSORBOARD_DIR, TRAINER_STATE, tensorboard_callback
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
 from pdbgym.train.errors import TrainError
+from pdbgym.train.report import write_training_report
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.resume import (
     ADAPTER_DIR,
@@ -75,7 +81,7 @@ class SFTResult:
 
 def pick_device(device: str) -> str:
     """``auto``: this process's GPU (``cuda:LOCAL_RANK`` under accelerate/torchrun) when there is one, else cpu."""
-    import torch
+    import torch  # optional: torch (pdbgym[hf])
 
     if device != "auto":
         return device
@@ -99,25 +105,17 @@ class StoreLineage:
         self.where = f"the adapter store at {store.root}"
 
     def claims(self, ref: str) -> bool:
-        from pdbgym.adapters.peft_format import is_adapter_folder
-        from pdbgym.adapters.stacked import is_store_ref
-
         path = Path(ref).expanduser()
         if path.exists():
             return path.is_dir() and is_adapter_folder(path)
         return is_store_ref(ref, self.store)
 
     def load(self, ref: str, device: str, dtype: Any) -> LoadedModel:
-        from pdbgym.adapters.operations import lookup
-        from pdbgym.adapters.stacked import load_stacked_model
-
         node_id = lookup(self.store, ref)  # an unregistered adapter folder is refused here, with the register command
         stacked = load_stacked_model(node_id, self.store, device, dtype)
         return LoadedModel(stacked.model, stacked.tokenizer, stacked.node_id, self.store.label(node_id), None)
 
     def parent_of(self, folder: Path) -> str:
-        from pdbgym.adapters.operations import resolve_parent
-
         if not folder.is_dir():
             raise TrainError(f"{folder} is a single file; the adapter store records bases as Hugging Face model "
                              "folders: give the folder (config.json + weights), 'embedded', or a store reference")
@@ -153,7 +151,7 @@ def log_row(step: int, logs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _progress_callback(metrics_path: Path, on_log: LogHook | None, rows: list[dict[str, Any]]) -> Any:
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
     class PdbgymLog(TrainerCallback):
         """Every logged row (train loss, eval loss, lr, ...) appended to metrics.jsonl with its step;
@@ -196,7 +194,7 @@ def check_steps(config: SFTTrainConfig, has_val: bool, processes: int) -> None:
 
 def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool, processes: int = 1) -> Any:
     """TRL ``SFTConfig`` for the run (see ``SFTTrainConfig`` for what each field means)."""
-    from trl import SFTConfig
+    from trl import SFTConfig  # optional: trl (pdbgym[train])
 
     check_steps(config, has_val, processes)
     per_step = config.micro_batch * processes
@@ -227,7 +225,7 @@ def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool,
 
 
 def _lora_config(config: SFTTrainConfig) -> Any:
-    from peft import LoraConfig
+    from peft import LoraConfig  # optional: peft (pdbgym[train])
 
     return LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0, use_dora=config.use_dora,
                       target_modules=list(config.target_modules), task_type="CAUSAL_LM", bias="none")
@@ -236,9 +234,9 @@ def _lora_config(config: SFTTrainConfig) -> Any:
 def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[dict], val_rows: list[dict],
                   device: str, callbacks: list[Any] | None = None) -> Any:
     """A TRL ``SFTTrainer`` over pre-tokenized rows with a fresh LoRA/DoRA adapter on ``base``."""
-    from datasets import Dataset
-    from transformers import PrinterCallback
-    from trl import SFTTrainer
+    from datasets import Dataset  # optional: datasets (pdbgym[train])
+    from transformers import PrinterCallback  # optional: transformers (pdbgym[hf])
+    from trl import SFTTrainer  # optional: trl (pdbgym[train])
 
     args = sft_arguments(config, Path(config.out), device, bool(val_rows), world_size())
     if config.gradient_checkpointing and config.selective_recompute:
@@ -261,7 +259,6 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
 
     ``base`` may be given already loaded (DAgger trains every iteration from one parent)."""
     require_training()
-    from pdbgym.adapters.store import Store
 
     out = Path(config.out)
     store = Store(config.store)
@@ -347,8 +344,6 @@ def _finished(config: SFTTrainConfig, out: Path) -> SFTResult:
 
 
 def _report(out: Path, name: str, result: SFTResult, record: dict[str, Any]) -> Path:
-    from pdbgym.train.report import write_training_report
-
     return write_training_report(out, f"pdbgym SFT: {name}", result.history, _summary(result, record))
 
 
@@ -361,7 +356,7 @@ def _best(state: Any) -> tuple[float | None, int | None]:
 
 
 def _tensor_count(adapter_dir: Path) -> int:
-    from safetensors import safe_open
+    from safetensors import safe_open  # optional: safetensors (pdbgym[hf])
 
     with safe_open(str(adapter_dir / "adapter_model.safetensors"), framework="pt") as handle:
         return len(list(handle.keys()))
@@ -369,9 +364,9 @@ def _tensor_count(adapter_dir: Path) -> int:
 
 def _train_record(config: SFTTrainConfig, corpus: Any, base: BaseModel, result: SFTResult, val_tasks: list[str],
                   train_rows: int, val_rows: int) -> dict[str, Any]:
-    import peft
-    import transformers
-    import trl
+    import peft  # optional: peft (pdbgym[train])
+    import transformers  # optional: transformers (pdbgym[hf])
+    import trl  # optional: trl (pdbgym[train])
 
     recipe = config.recipe()
     recipe["corpus_hash"] = corpus.manifest["content_hash"]
@@ -388,8 +383,6 @@ def _train_record(config: SFTTrainConfig, corpus: Any, base: BaseModel, result: 
 
 
 def _register(store: Any, adapter_dir: Path, parent_id: str, name: str, recipe: dict[str, Any]) -> str:
-    from pdbgym.adapters.operations import load_recipe, register_path
-
     registration = register_path(store, adapter_dir, parent_id, [name], load_recipe(None, recipe))
     return str(registration.record["id"])
 
@@ -400,8 +393,6 @@ def _record_selection(config: SFTTrainConfig, name: str, rows: list[dict[str, An
 
     The ledger's ``score_se`` is in solve-rate units; a loss-based choice has none, so 0 is recorded:
     a later report of this adapter on these tasks is still refused, with no inflation estimate."""
-    from pdbgym.evaluate.selection import SelectionLedger, record_selection, task_set_id
-
     scores = {(name if int(r["step"]) == best_step else f"{name}@step{r['step']}"): -float(r["eval_loss"])
               for r in rows if "eval_loss" in r}
     ledger = SelectionLedger(config.ledger)
