@@ -1,12 +1,17 @@
 # Two entry points that do all the set-up on a fresh machine:
 #   make demo   -> the main job on the embedded default
-#   make test   -> the test suite
+#   make test   -> the whole test suite (slow tests included), on every core
+#   make test-fast -> the inner loop: the same without the tests marked slow
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pdbgym-installed
 
-.PHONY: demo test lint bench clean
+# One pytest worker per core (pytest-xdist, from the test extra); --dist loadfile keeps each test file on
+# one worker, so a file's module-scoped fixtures (a training run, a demo) are built once.
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n auto --dist loadfile
+
+.PHONY: demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +27,10 @@ demo: $(STAMP)
 	$(BIN)/pdbgym demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(PYTEST) --durations=25
+
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check pdbgym tests bench

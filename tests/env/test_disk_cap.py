@@ -51,6 +51,7 @@ def test_a_pdb_command_writing_5_x_60_mb_is_stopped_and_told(tiny_task):
         assert not done and "42" in obs and "[disk cap]" not in obs
 
 
+@pytest.mark.slow
 def test_30000_small_files_are_stopped_and_an_episode_left_over_the_cap_ends(tiny_task):
     with DebugEnv(tiny_task, EnvConfig(command_timeout_s=30)) as env:  # the default cap: +20,000 files
         env.reset()

@@ -237,6 +237,7 @@ def test_attack_on_the_grading_run_never_grades_solved(sandbox, name):
     assert graded.tampered or graded.ignored_files, (name, graded.fail_to_pass, graded.output[-1500:])
 
 
+@pytest.mark.slow
 @needs_bwrap
 @pytest.mark.parametrize("attack", [s4_swap_in_sys_modules, s5_root_package_named_after_the_test],
                          ids=["S4 generic", "S5 generic"])

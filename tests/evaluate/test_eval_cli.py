@@ -2,14 +2,17 @@
 
 import json
 
+import pytest
+from homefixtures import fresh_home
 from typer.testing import CliRunner
 
 from pdbgym.cli import app
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 
 
+@pytest.mark.slow
 def test_eval_runs_a_campaign_and_writes_reports(tiny_task, tmp_path, monkeypatch):
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     out = tmp_path / "campaign"
     args = ["eval", "--tasks", str(tiny_task.path), "--arm", "ref=scripted", "--runs", "2", "--out", str(out),
             "--json", str(tmp_path / "s.json"), "--k", "2"]
@@ -27,8 +30,9 @@ def test_eval_runs_a_campaign_and_writes_reports(tiny_task, tmp_path, monkeypatc
     assert (out / "episodes.jsonl").read_text() == before
 
 
+@pytest.mark.slow
 def test_eval_refuses_a_split_that_selected_the_arm(tiny_task, tmp_path, monkeypatch):
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     record_selection("val", [tiny_task.instance_id], {"scripted": 0.9, "other": 0.5}, 0.05,
                      ledger=SelectionLedger())
     args = ["eval", "--tasks", str(tiny_task.path), "--arm", "ref=scripted", "--runs", "1", "--out",

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from homefixtures import fresh_home
 from typer.testing import CliRunner
 
 from pdbgym.divergence.compare import DivergenceConfig, compare
@@ -132,7 +133,7 @@ def test_eval_with_a_teacher_cache_puts_kl_in_json_and_report(setup, tiny_task, 
     from pdbgym.evaluate.divergence_arms import campaign_divergence
     from pdbgym.evaluate.procedures import rebuild_report
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     out = tmp_path / "campaign"
     args = ["eval", "--tasks", str(tiny_task.path), "--arm", "ref=scripted", "--runs", "1", "--out", str(out),
             "--json", str(tmp_path / "s.json"), "--teacher-cache", str(setup / "cache")]
@@ -159,7 +160,7 @@ def test_eval_with_a_teacher_cache_puts_kl_in_json_and_report(setup, tiny_task, 
 def test_a_bad_teacher_cache_is_refused_before_any_episode(tiny_task, tmp_path, monkeypatch):
     from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     (tmp_path / "empty").mkdir()
     config = EvalConfig(arms=["ref=scripted"], tasks=str(tiny_task.path), runs=1, out=tmp_path / "c",
                         teacher_cache=tmp_path / "empty")
@@ -175,7 +176,7 @@ def test_an_adapter_store_reference_is_scored_as_the_model_it_names(setup, tmp_p
     from pdbgym.adapters.stacked import register_store_refs
     from pdbgym.adapters.store import Store
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     monkeypatch.setattr(modelrefs, "_RESOLVERS", [])
     register_path(Store(tmp_path / "store"), setup / "student", None, ["kl-student"], None)
     register_store_refs(tmp_path / "store")

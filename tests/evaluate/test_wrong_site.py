@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from homefixtures import fresh_home
 
 from pdbgym.agent.scripted import ScriptedPolicy
 from pdbgym.env.environment import DebugEnv, EnvConfig, EpisodeResult
@@ -183,7 +184,7 @@ def test_eval_through_the_executor_keeps_wrong_site_in_row_record_and_transcript
 
     from taskfixtures import make_task
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     task_dir = make_task(tmp_path / "task", wrong_site=[{"path": "calc/ops.py", "function": "sub"}])
     out = tmp_path / "campaign"
     result = CliRunner().invoke(app, ["eval", "--tasks", str(task_dir), "--arm", "ref=scripted", "--runs", "1",

@@ -119,6 +119,7 @@ def _search(workspace: Path) -> dict:
     return json.loads(result.output.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_no_task_data_is_readable_in_the_sandbox(workspace):
     report = _search(workspace)

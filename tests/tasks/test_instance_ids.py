@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from homefixtures import fresh_home
 from typer.testing import CliRunner
 
 from pdbgym.cli import app
@@ -61,7 +62,7 @@ def _files_under(root: Path) -> set[Path]:
 def test_eval_never_writes_outside_its_out_folder(tmp_path, monkeypatch):
     """End to end: a task whose id climbs out of ``--out`` (the transcript path is
     ``<out>/transcripts/<arm>/<instance_id>/run-N.json``) is refused before any episode or file."""
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     tasks = tmp_path / "tasks"
     make_task(tasks / "good", instance_id="demo__good")
     make_task(tasks / "climber", instance_id="../../../../escaped")

@@ -169,6 +169,7 @@ def test_validate_refuses_a_task_that_escapes_naming_the_path(tmp_path: Path, ho
     assert result.exit_code == 1 and named in result.output
 
 
+@pytest.mark.slow
 def test_run_refuses_a_reference_patch_that_edits_tests(tmp_path: Path) -> None:
     task_dir = make_task(tmp_path / "t", patch=PATCH.replace("calc/ops.py", "tests/test_ops.py"))
     done = subprocess.run([sys.executable, "-m", "pdbgym.cli", "run", "--task", str(task_dir), "--sandbox", "plain",

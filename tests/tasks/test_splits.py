@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from homefixtures import fresh_home
 from typer.testing import CliRunner
 
 from pdbgym.tasks.model import write_task
@@ -191,13 +192,14 @@ def test_eval_select_on_an_empty_report_split_fails_before_any_episode(corpus: P
     assert "holds no task" in result.output + str(result.exception) and not out.exists()
 
 
+@pytest.mark.slow
 def test_eval_select_passes_its_sampling_and_worker_flags_to_both_campaigns(corpus: Path, tmp_path: Path,
                                                                              monkeypatch) -> None:
     import json
 
     from pdbgym.cli import app
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))  # the selection ledger
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))  # the selection ledger
     split_file = tmp_path / "splits.json"
     write_splits(make_splits(corpus, 0.3, 0.3, "source-module", 0), split_file)
     out = tmp_path / "select"

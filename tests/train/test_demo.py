@@ -12,12 +12,15 @@ import time
 import numpy as np
 import pytest
 from browser import FIRST_LINE_COLOURS, dump_dom, needs_chromium, pixels_near, screenshot
+from homefixtures import fresh_home
 from rich.console import Console
 
 from pdbgym.progress import progress
 from pdbgym.tasks.suites import SUITES
 from pdbgym.termination import TERMINATION_MEANINGS
 from pdbgym.train.demo.phases import DemoConfig, run_demo
+
+pytestmark = pytest.mark.slow  # every test reads one whole demo run
 
 TASKS = ("billing-invoice-totals", "logstats-level-counts", "latency-percentiles")
 
@@ -28,7 +31,7 @@ def demo(tmp_path_factory, tiny_model_dir):
     for name in TASKS:
         shutil.copytree(SUITES["builtin"] / name, root / "tasks" / name)
     patch = pytest.MonkeyPatch()
-    patch.setenv("PDBGYM_HOME", str(root / "home"))  # store, merged folders and ledger stay in the test
+    patch.setenv("PDBGYM_HOME", str(fresh_home(root / "home")))  # store, merged folders and ledger stay in the test
     config = DemoConfig(out=root / "out", base=str(tiny_model_dir), tasks=str(root / "tasks"), held_out=0.34,
                         sft_steps=2, sft_tokens=1024, turn_budget=2, max_new_tokens=16, workers=1, threads=1)
     lines: list[str] = []

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from homefixtures import fresh_home
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play  # noqa: E402
@@ -12,7 +13,7 @@ from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play  # noq
 
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     return make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks"), tmp_path
 
 

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from homefixtures import fresh_home
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play  # noqa: E402
@@ -45,7 +46,7 @@ def test_grpo_run_mixes_the_anchor_and_replays_solved_examples(tmp_path, monkeyp
     from pdbgym.train.grpo.run import train_grpo
     from pdbgym.train.grpo.schedules import anchor_weight, replayed_in_group
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
     corpus = _toy_corpus(tmp_path / "corpus", model)
     config = toy_config(tmp_path / "run", model, tasks, steps=4, save_steps=4, anchor_data=corpus, anchor_weight=0.5,
@@ -64,7 +65,7 @@ def test_a_corpus_from_another_tokenizer_is_refused(tmp_path, monkeypatch, tiny_
     from pdbgym.train.corpus.build import CorpusError
     from pdbgym.train.grpo.run import train_grpo
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
     corpus = _toy_corpus(tmp_path / "corpus", model, fingerprint_of=tiny_model_dir)
     with pytest.raises(CorpusError, match="fingerprint"):

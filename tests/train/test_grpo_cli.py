@@ -2,13 +2,16 @@
 
 import json
 
+import pytest
+from homefixtures import fresh_home
 from typer.testing import CliRunner
 
 
+@pytest.mark.slow
 def test_cli_grpo_step_on_a_builtin_task(tiny_model_dir, tmp_path, monkeypatch):
     from pdbgym.cli import app
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     out = tmp_path / "run"
     result = CliRunner().invoke(app, [
         "train", "grpo", "--policy", str(tiny_model_dir), "--tasks", "builtin__calc-lexer-hang", "--out", str(out),

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from homefixtures import fresh_home
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play  # noqa: E402
@@ -36,7 +37,7 @@ TOY = dict(group=4, tasks_per_step=2, steps=3, save_steps=1, curriculum="solve_r
 
 
 def _launch(argv: list[str], home: Path) -> subprocess.CompletedProcess:
-    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PDBGYM_HOME": str(home),
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PDBGYM_HOME": str(fresh_home(home)),
            "TRL_EXPERIMENTAL_SILENCE": "1"}
     result = subprocess.run([*LAUNCH, *argv], capture_output=True, text=True, timeout=500, env=env, cwd=REPO)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from browser import FIRST_LINE_COLOURS, dump_dom, needs_chromium, pixels_near, screenshot
+from homefixtures import fresh_home
 from typer.testing import CliRunner
 
 TRAIN_TASK, VAL_TASK = "builtin__calc-lexer-hang", "builtin__billing-invoice-totals"
@@ -22,7 +23,7 @@ def run(tmp_path_factory, tiny_model_dir):
 
     root = tmp_path_factory.mktemp("grpo-report")
     out = root / "run"
-    env = {"PDBGYM_HOME": str(root / "home"), "PDBGYM_PROGRESS_HEARTBEAT_S": "1"}
+    env = {"PDBGYM_HOME": str(fresh_home(root / "home")), "PDBGYM_PROGRESS_HEARTBEAT_S": "1"}
     result = CliRunner().invoke(app, [
         "train", "grpo", "--policy", str(tiny_model_dir), "--tasks", TRAIN_TASK, "--val-tasks", VAL_TASK,
         "--out", str(out), "--group", "2", "--steps", "2", "--save-steps", "1", "--val-runs", "2", "--val-k", "2",
@@ -36,6 +37,7 @@ def _report(out: Path) -> dict:
     return json.loads((out / "training_report.json").read_text())
 
 
+@pytest.mark.slow
 def test_every_phase_shows_progress(run):
     _, output, _ = run
     lines = output.splitlines()
@@ -48,6 +50,7 @@ def test_every_phase_shows_progress(run):
     assert "report: " in output and output.rstrip().endswith("}")
 
 
+@pytest.mark.slow
 def test_report_files_plots_and_gate_rows_tied_to_checkpoints(run):
     out, _, _ = run
     report = _report(out)
@@ -81,6 +84,7 @@ def test_report_files_plots_and_gate_rows_tied_to_checkpoints(run):
     assert ledger_line.startswith(f"{record['chosen']} chosen among 2 candidates on split val") and "differs" not in ledger_line
 
 
+@pytest.mark.slow
 def test_step_rows_carry_their_numbers_weights_and_episodes(run):
     out, _, _ = run
     report = _report(out)
@@ -95,6 +99,7 @@ def test_step_rows_carry_their_numbers_weights_and_episodes(run):
     assert report["summary"]["status"].startswith("finished: 2")
 
 
+@pytest.mark.slow
 def test_report_of_a_killed_run_folder(run, tmp_path):
     """A kill leaves no grpo_run.json, maybe a torn last line: the report says so and keeps what was logged."""
     from pdbgym.cli import app
@@ -107,7 +112,7 @@ def test_report_of_a_killed_run_folder(run, tmp_path):
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     with open(killed / "steps.jsonl", "a") as handle:
         handle.write('{"step": 3, "rew')
-    result = CliRunner().invoke(app, ["train", "report", str(killed)], env={"PDBGYM_HOME": str(root / "home")})
+    result = CliRunner().invoke(app, ["train", "report", str(killed)], env={"PDBGYM_HOME": str(fresh_home(root / "home"))})
     assert result.exit_code == 0, result.output
     report = _report(killed)
     assert report["summary"]["status"].startswith("not finished") and report["summary"]["unreadable lines skipped"] == 1
@@ -135,6 +140,7 @@ def test_per_step_counts_come_from_running_totals_when_only_totals_were_logged()
     assert counts == [1.0, 2.0, None, 0.0]  # step 3 missing: step 4's own count is unknown
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_report_renders_in_chromium_with_the_plots_visible(run, tmp_path):
     out, _, _ = run
@@ -150,6 +156,7 @@ def test_report_renders_in_chromium_with_the_plots_visible(run, tmp_path):
         assert pixels_near(shot, colour) > 20, colour
 
 
+@pytest.mark.slow
 def test_anchor_and_replay_run_reports_its_loss_terms_and_replayed_counts(tmp_path, monkeypatch):
     """The library path: train_grpo(progress=GRPOProgress) with a play function that has no per-episode hook
     (each rollout bar still ends full), then write_grpo_report on the folder."""
@@ -168,7 +175,7 @@ def test_anchor_and_replay_run_reports_its_loss_terms_and_replayed_counts(tmp_pa
     from pdbgym.train.grpo.run import train_grpo
     from pdbgym.train.grpo.schedules import anchor_weight, replayed_in_group
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
     corpus = _toy_corpus(tmp_path / "corpus", model)
     out = tmp_path / "run"

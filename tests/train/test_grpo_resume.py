@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from homefixtures import fresh_home
 
 SCRIPT = Path(__file__).resolve().parent / "grpo_toy.py"
 STEPS = 7
@@ -19,8 +20,9 @@ def _start(out: Path, env: dict, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
 
 
+@pytest.mark.slow
 def test_kill_then_resume_continues_the_step_sequence(tmp_path):
-    env = {**os.environ, "PDBGYM_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PDBGYM_HOME": str(fresh_home(tmp_path / "home")), "HF_HUB_OFFLINE": "1"}
     out = tmp_path / "run"
     first = _start(out, env)
     deadline = time.monotonic() + 120

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from homefixtures import fresh_home
 from recordfixtures import episode_record, write_records
 
 from pdbgym.train.corpus.build import CorpusConfig, build_corpus
@@ -17,7 +18,7 @@ def trained(tmp_path, monkeypatch, smol_tokenizer, tiny_model_dir):
     from pdbgym.adapters.stacked import register_store_refs
     from pdbgym.train.sft.trainer import train_sft
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     monkeypatch.setattr(modelrefs, "_RESOLVERS", [])
     records = [episode_record(smol_tokenizer, "t1", [("b calc.py:3", "Breakpoint"), ("submit", "graded")])]
     build_corpus(CorpusConfig(caches=[write_records(tmp_path / "cache", records)], out=tmp_path / "corpus"))

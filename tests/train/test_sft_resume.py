@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from homefixtures import fresh_home
 from recordfixtures import episode_record, write_records
 
 from pdbgym.train.corpus.build import CorpusConfig, build_corpus
@@ -40,7 +41,7 @@ def _command(base: Path, corpus: Path, out: Path, *extra: str) -> list[str]:
 
 
 def _env(root: Path, name: str) -> dict[str, str]:
-    return {**os.environ, "PDBGYM_HOME": str(root / f"home-{name}"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "PDBGYM_HOME": str(fresh_home(root / f"home-{name}")), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
 def _rows(out: Path) -> list[dict]:
@@ -79,6 +80,7 @@ def runs(tmp_path_factory, corpus, tiny_model_dir):
     return whole, resumed, left, json.loads(again.stdout[again.stdout.index("{"):])
 
 
+@pytest.mark.slow
 def test_the_kill_lost_logged_steps_after_the_last_checkpoint(runs):
     _, resumed, left, _ = runs
     last = max(left["checkpoints"])
@@ -86,6 +88,7 @@ def test_the_kill_lost_logged_steps_after_the_last_checkpoint(runs):
     assert not left["finished"]
 
 
+@pytest.mark.slow
 def test_resumed_run_logs_every_step_once_like_the_uninterrupted_one(runs):
     whole, resumed, _, _ = runs
     for out in (whole, resumed):
@@ -98,6 +101,7 @@ def test_resumed_run_logs_every_step_once_like_the_uninterrupted_one(runs):
         assert [e["step"] for e in history if "eval_loss" in e] == [4, 8, 10]
 
 
+@pytest.mark.slow
 def test_resumed_losses_and_token_counts_match_the_uninterrupted_run(runs):
     whole, resumed, _, _ = runs
     a, b = _rows(whole), _rows(resumed)
@@ -113,6 +117,7 @@ def test_resumed_losses_and_token_counts_match_the_uninterrupted_run(runs):
     assert max(losses) - min(losses) > 0.05
 
 
+@pytest.mark.slow
 def test_same_best_checkpoint_adapter_and_one_registration_and_selection(runs):
     import torch
     from safetensors.torch import load_file
@@ -142,6 +147,7 @@ def test_same_best_checkpoint_adapter_and_one_registration_and_selection(runs):
     assert selection.scores["resumed"] == -records[1]["best_val_loss"]
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_each_step_once_after_the_resume(runs):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

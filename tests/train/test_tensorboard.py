@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from homefixtures import fresh_home
 from recordfixtures import episode_record, write_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,7 +65,7 @@ def test_sft_without_the_flag_writes_no_event_file(tmp_path, smol_tokenizer, tin
 def test_grpo_event_file_holds_reward_kl_beta_and_turn_budget(tmp_path, monkeypatch):
     from pdbgym.train.grpo.run import train_grpo
 
-    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
     out = tmp_path / "run"
     train_grpo(toy_config(out, model, tasks, steps=2, save_steps=2, tensorboard=True, name="toy-tb"), play=toy_play)
