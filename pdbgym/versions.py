@@ -45,7 +45,7 @@ MINIMUM: dict[str, str] = {
     "pyarrow": "15",
     "matplotlib": "3.8",
     "ray": "2.9",
-    "pytest-xdist": "3.8",  # `make test` runs the suite on every core (--dist loadgroup); the tested version
+    "pytest-xdist": "3.8",  # `make test` runs the suite on every core (-n auto --dist loadfile); the tested version
     "ruff": "0.5",
     "xgrammar": "0.2.9",
 }
