@@ -154,8 +154,9 @@ def pdbgym_sft(args: argparse.Namespace, ids: list[int], mask: list[int], varian
     """``pdbgym train sft``'s trainer (TRL SFTTrainer over a pre-tokenized row) on the same model and sequence."""
     from transformers import TrainerCallback
 
+    from pdbgym.train.sft.base import BaseModel
     from pdbgym.train.sft.config import SFTTrainConfig
-    from pdbgym.train.sft.trainer import BaseModel, build_trainer
+    from pdbgym.train.sft.trainer import build_trainer
 
     world = int(os.environ.get("WORLD_SIZE", "1"))  # > 1 under accelerate launch (--devices)
     device = f"cuda:{os.environ['LOCAL_RANK']}" if world > 1 and args.device.startswith("cuda") else args.device

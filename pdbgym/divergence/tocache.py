@@ -2,7 +2,7 @@
 
 ``kl_to_cache(model_or_ref, cache) -> KLToCache`` is what the evaluation's arms
 (``evaluate.divergence_arms``), the demo's KL to the oracle (``train.demo.report.oracle_kl``) and
-DAgger's per-iteration KL (``train.dagger.loop.kl_to_cache``) compute, so the three give the same number
+DAgger's per-iteration KL (``train.dagger.scores.kl_to_cache``) compute, so the three give the same number
 for the same model and cache.
 
 The one aggregation: the divergence library's ``token_mean`` of the per-token estimator terms, i.e.

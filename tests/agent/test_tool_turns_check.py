@@ -42,8 +42,8 @@ def test_templates_that_cannot_carry_tool_turns_are_refused(tokenizer, template,
 
 
 def test_grpo_refuses_such_a_model_before_training(tmp_path, tokenizer, monkeypatch):
+    from pdbgym.train.grpo.build import build
     from pdbgym.train.grpo.config import GRPORunConfig
-    from pdbgym.train.grpo.run import build
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     tokenizer.chat_template = DROPS_OTHER_ROLES

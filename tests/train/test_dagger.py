@@ -39,7 +39,11 @@ def test_two_iterations_label_student_states_and_record_lineage(tmp_path, tiny_m
     from pdbgym.adapters.store import Store
     from pdbgym.rollouts.cache import read_cache
     from pdbgym.train.corpus.build import load_corpus
-    from pdbgym.train.dagger.loop import DaggerError, kl_to_cache, load_policy, train_dagger, turn_spans
+    from pdbgym.train.dagger.labels import turn_spans
+    from pdbgym.train.dagger.loop import train_dagger
+    from pdbgym.train.dagger.policy import load_policy
+    from pdbgym.train.dagger.scores import kl_to_cache
+    from pdbgym.train.errors import DaggerError
 
     config = _config(tmp_path, tiny_model_dir, teacher_dir)
     result = train_dagger(config)
@@ -85,21 +89,23 @@ def test_two_iterations_label_student_states_and_record_lineage(tmp_path, tiny_m
 
 def test_turn_spans_are_runs_of_generated_ids():
     from pdbgym.rollouts.record import RolloutRecord
-    from pdbgym.train.dagger.loop import turn_spans
+    from pdbgym.train.dagger.labels import turn_spans
 
     record = RolloutRecord("t", "d", list(range(12)), 3, 9, [1, 1, 0, 0, 1, 0, 1, 1, 1], [0.0] * 9)
     assert turn_spans(record) == [(3, 5), (7, 8), (9, 12)]
 
 
 def test_a_teacher_that_cannot_label_states_is_refused(tmp_path, tiny_model_dir):
-    from pdbgym.train.dagger.loop import DaggerError, train_dagger
+    from pdbgym.train.dagger.loop import train_dagger
+    from pdbgym.train.errors import DaggerError
 
     with pytest.raises(DaggerError, match="cannot label the student's states"):
         train_dagger(_config(tmp_path, tiny_model_dir, "scripted"))
 
 
 def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, tiny_model_dir):
-    from pdbgym.train.dagger.loop import DaggerError, train_dagger
+    from pdbgym.train.dagger.loop import train_dagger
+    from pdbgym.train.errors import DaggerError
 
     from modelfixtures import word_tokenizer
 
@@ -122,7 +128,8 @@ def test_val_tasks_in_training_are_refused(tmp_path, tiny_model_dir, teacher_dir
 
 def test_val_pass1_comes_from_real_episodes_and_evaluate_statistics(tmp_path, tiny_model_dir):
     from pdbgym.tasks.suites import resolve_tasks
-    from pdbgym.train.dagger.loop import load_policy, val_pass1
+    from pdbgym.train.dagger.policy import load_policy
+    from pdbgym.train.dagger.scores import val_pass1
 
     config = _config(tmp_path, tiny_model_dir, tiny_model_dir, eval_runs=1)
     task = resolve_tasks(str(tmp_path / "tasks" / TRAIN_TASKS[0]))
@@ -140,7 +147,7 @@ def test_kl_to_cache_refuses_a_constrained_teacher_cache(tmp_path, smol_tokenize
 
     from pdbgym.divergence.semantics import NotModelLogprobsError
     from pdbgym.rollouts.record import LogprobSemantics
-    from pdbgym.train.dagger.loop import kl_to_cache
+    from pdbgym.train.dagger.scores import kl_to_cache
 
     record = episode_record(smol_tokenizer, "t1", [("call", "observation")])
     record.metadata["logprob_semantics"] = LogprobSemantics("hf", 1.0, constrained=True, grammar="g").to_dict()

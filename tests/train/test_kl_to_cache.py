@@ -65,8 +65,8 @@ def test_arms_demo_and_dagger_give_the_same_kl(tmp_path, smol_tokenizer, tiny_mo
     from pdbgym.divergence.tocache import kl_to_cache
     from pdbgym.evaluate.divergence_arms import ArmDivergenceConfig, arm_divergence
     from pdbgym.train.dagger.config import DaggerConfig
-    from pdbgym.train.dagger.loop import kl_to_cache as dagger_kl
-    from pdbgym.train.dagger.loop import load_policy
+    from pdbgym.train.dagger.policy import load_policy
+    from pdbgym.train.dagger.scores import kl_to_cache as dagger_kl
     from pdbgym.train.demo.report import oracle_kl
 
     cache = _cache(tmp_path / "cache", smol_tokenizer, semantics)

@@ -82,7 +82,7 @@ def test_the_model_loader_takes_a_store_reference_with_its_lineage(trained):
     from pdbgym.adapters.fingerprint import weights_hash
     from pdbgym.adapters.store import Store
     from pdbgym.modelload import ModelLoadError, load_model
-    from pdbgym.train.sft.trainer import StoreLineage, resolve_base
+    from pdbgym.train.sft.base import StoreLineage, resolve_base
 
     config, result = trained
     lineage = StoreLineage(Store(config.store))

@@ -30,7 +30,8 @@ def _train(tmp_path, **switches) -> tuple[dict, list[dict]]:
     from transformers import TrainerCallback
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    from pdbgym.train.sft.trainer import BaseModel, build_trainer
+    from pdbgym.train.sft.base import BaseModel
+    from pdbgym.train.sft.trainer import build_trainer
 
     seen: dict = {}
 

@@ -42,7 +42,7 @@ from pdbgym.reportkit import (
 )
 from pdbgym.termination import TERMINATION_MEANINGS, TERMINATION_REASONS
 from pdbgym.train.report import plot_metrics
-from pdbgym.train.sft.trainer import METRICS_FILE
+from pdbgym.train.sft.resume import METRICS_FILE
 
 ORACLE_LABEL = "scripted oracle: replays the task's reference fix (not a model; an upper bound)"
 KL_NOTE = ("KL(oracle || arm): the scripted oracle is deterministic (probability 1 on each token it wrote), so "

@@ -1,10 +1,11 @@
 """``pdbgym train sft``: a LoRA/DoRA adapter trained by TRL's SFTTrainer on a token-exact corpus.
 
 pdbgym supplies what TRL does not: the base resolved from a folder, the embedded model or an
-adapter-store reference (its stack merged in memory); the corpus's tokenizer checked against the base's;
-a held-out slice by task id; the best checkpoint's choice written to the selection ledger; the recipe,
-corpus hash and base fingerprint beside the adapter (``pdbgym_train.json``); the adapter registered in
-the store with its parent; a killed run resumed from its last complete checkpoint (``sft.resume``).
+adapter-store reference (its stack merged in memory; ``sft.base``); the corpus's tokenizer checked against
+the base's; a held-out slice by task id; the best checkpoint's choice written to the selection ledger, the
+recipe, corpus hash and base fingerprint beside the adapter (``pdbgym_train.json``) and the adapter
+registered in the store with its parent (``sft.register``); a killed run resumed from its last complete
+checkpoint (``sft.resume``).
 Training itself (loop, optimizer, checkpointing, best-checkpoint tracking, resume,
 accelerate/DeepSpeed/FSDP) is TRL's and transformers' own.
 
@@ -22,114 +23,30 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.adapters.operations import load_recipe, lookup, register_path, resolve_parent
-from pdbgym.adapters.peft_format import is_adapter_folder
-from pdbgym.adapters.stacked import is_store_ref, load_stacked_model
 from pdbgym.adapters.store import Store
-from pdbgym.evaluate.selection import SelectionLedger, record_selection, task_set_id
-from pdbgym.fileio import write_json_atomic
-from pdbgym.modelload import LoadedModel, load_model
 from pdbgym.train import seams
 from pdbgym.train.checkpoints import TENSORBOARD_DIR, TRAINER_STATE, tensorboard_callback
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
 from pdbgym.train.errors import TrainError
-from pdbgym.train.report import write_training_report
+from pdbgym.train.sft.base import BaseModel, pick_device, resolve_base, world_size
 from pdbgym.train.sft.config import SFTTrainConfig
+from pdbgym.train.sft.register import SFTResult, finished_result, record_run
 from pdbgym.train.sft.resume import (
     ADAPTER_DIR,
     CHECKPOINTS_DIR,
     METRICS_FILE,
-    TRAIN_RECORD,
     Start,
     check_out,
     is_finished,
     name_is_ours,
     open_run,
-    read_rows,
 )
 from pdbgym.versions import require_training
 
-SELECTION_SPLIT = "sft-val"
 LogHook = Callable[[dict[str, Any], int], None]  # (logged row with its step, total optimizer steps)
-
-
-BaseModel = LoadedModel
-"""The model training starts from: weights, tokenizer, the store id of those exact weights (``parent_id``),
-a label and the folder they came from (None for a stack merged in memory): ``pdbgym.modelload.LoadedModel``."""
-
-
-@dataclass
-class SFTResult:
-    """What ``train_sft`` produced. Losses in nats per loss token; ``best_step`` is an optimizer step."""
-
-    out: Path
-    adapter_dir: Path
-    node_id: str | None
-    name: str | None
-    parent_id: str
-    best_val_loss: float | None
-    best_step: int | None
-    steps: int
-    tensor_count: int
-    history: list[dict[str, Any]] = field(default_factory=list)
-    report: Path | None = None
-
-
-def pick_device(device: str) -> str:
-    """``auto``: this process's GPU (``cuda:LOCAL_RANK`` under accelerate/torchrun) when there is one, else cpu."""
-    import torch  # optional: torch (pdbgym[hf])
-
-    if device != "auto":
-        return device
-    if not torch.cuda.is_available():
-        return "cpu"
-    return f"cuda:{os.environ['LOCAL_RANK']}" if "LOCAL_RANK" in os.environ else "cuda"
-
-
-def world_size() -> int:
-    """Training processes (accelerate / torchrun set WORLD_SIZE); 1 for a plain run."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-class StoreLineage:
-    """An adapter store as the model loader's lineage (``pdbgym.modelload.ModelLineage``): store names,
-    hashes and registered adapter folders load as their stack merged in memory; a model folder's parent id
-    is its weights' id, the folder registered as a base when new (or the stack a merged folder holds)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.where = f"the adapter store at {store.root}"
-
-    def claims(self, ref: str) -> bool:
-        path = Path(ref).expanduser()
-        if path.exists():
-            return path.is_dir() and is_adapter_folder(path)
-        return is_store_ref(ref, self.store)
-
-    def load(self, ref: str, device: str, dtype: Any) -> LoadedModel:
-        node_id = lookup(self.store, ref)  # an unregistered adapter folder is refused here, with the register command
-        stacked = load_stacked_model(node_id, self.store, device, dtype)
-        return LoadedModel(stacked.model, stacked.tokenizer, stacked.node_id, self.store.label(node_id), None)
-
-    def parent_of(self, folder: Path) -> str:
-        if not folder.is_dir():
-            raise TrainError(f"{folder} is a single file; the adapter store records bases as Hugging Face model "
-                             "folders: give the folder (config.json + weights), 'embedded', or a store reference")
-        return resolve_parent(self.store, str(folder), [])
-
-
-def resolve_base(ref: str, store: Any, device: str) -> BaseModel:
-    """``embedded``, a HF model folder (registered as a base if new), a registered adapter folder, or a
-    store reference (name / hash) whose whole chain is merged in memory: ``pdbgym.modelload.load_model``
-    with this store as the lineage; ``parent_id`` is what the trained adapter records as its parent."""
-    base = load_model(ref, device, lineage=StoreLineage(store), parent=True)
-    if base.path is None:  # a stack merged in memory: PEFT wraps it for training
-        base.model.train()
-    return base
 
 
 def prepare_examples(examples: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
@@ -267,7 +184,7 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     if main:
         check_out(config, out, name)
     if config.resume and is_finished(out):
-        return _finished(config, out)
+        return finished_result(config, out)
     if config.register and name in store.names() and not (config.resume and name_is_ours(store.names(), name, out)):
         raise TrainError(f"the store at {store.root} already has an artifact named {name!r}; pass --name")
     corpus = load_corpus(config.data)
@@ -295,18 +212,8 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     if not trainer.is_world_process_zero():
         return result  # one process records, registers and reports
     trainer.state.save_to_json(str(adapter_dir / "trainer_state.json"))
-    result.tensor_count = _tensor_count(adapter_dir)
     val_tasks = sorted({e["instance_id"] for e in val_examples})
-    record = _train_record(config, corpus, base, result, val_tasks, len(train_rows), len(val_rows))
-    if config.register:
-        result.node_id = _register(store, adapter_dir, base.parent_id, name, record["recipe"])
-    if val_tasks and best_step is not None and config.register:
-        _record_selection(config, name, logger.rows, best_step, val_tasks)
-    record.update(store_id=result.node_id, name=result.name)
-    write_json_atomic(adapter_dir / TRAIN_RECORD, record, indent=2)  # last: its presence marks the run finished
-    if config.report:
-        result.report = _report(out, name, result, record)
-    return result
+    return record_run(config, store, name, result, corpus, base, val_tasks, len(train_rows), len(val_rows))
 
 
 def _train(trainer: Any, start: Start) -> None:
@@ -332,78 +239,9 @@ def _train(trainer: Any, start: Start) -> None:
         seams.load_best_model(trainer)
 
 
-def _finished(config: SFTTrainConfig, out: Path) -> SFTResult:
-    """The result of a run that finished before (``--resume`` of it changes nothing)."""
-    record = json.loads((out / ADAPTER_DIR / TRAIN_RECORD).read_text())
-    result = SFTResult(out, out / ADAPTER_DIR, record.get("store_id"), record.get("name"), record["base"]["parent_id"],
-                       record["best_val_loss"], record["best_step"], record["steps"], record["tensor_count"],
-                       read_rows(out))
-    if config.report:
-        result.report = _report(out, record.get("name") or out.name, result, record)
-    return result
-
-
-def _report(out: Path, name: str, result: SFTResult, record: dict[str, Any]) -> Path:
-    return write_training_report(out, f"pdbgym SFT: {name}", result.history, _summary(result, record))
-
-
 def _best(state: Any) -> tuple[float | None, int | None]:
     evals = [(float(e["eval_loss"]), int(e["step"])) for e in state.log_history if "eval_loss" in e]
     if not evals:
         return None, None
     loss, step = min(evals, key=lambda pair: (pair[0], pair[1]))
     return loss, step
-
-
-def _tensor_count(adapter_dir: Path) -> int:
-    from safetensors import safe_open  # optional: safetensors (pdbgym[hf])
-
-    with safe_open(str(adapter_dir / "adapter_model.safetensors"), framework="pt") as handle:
-        return len(list(handle.keys()))
-
-
-def _train_record(config: SFTTrainConfig, corpus: Any, base: BaseModel, result: SFTResult, val_tasks: list[str],
-                  train_rows: int, val_rows: int) -> dict[str, Any]:
-    import peft  # optional: peft (pdbgym[train])
-    import transformers  # optional: transformers (pdbgym[hf])
-    import trl  # optional: trl (pdbgym[train])
-
-    recipe = config.recipe()
-    recipe["corpus_hash"] = corpus.manifest["content_hash"]
-    return {
-        "format": "pdbgym-train-record/1", "kind": "sft", "recipe": recipe,
-        "corpus": {"path": str(corpus.path), "content_hash": corpus.manifest["content_hash"],
-                   "examples_train": train_rows, "examples_val": val_rows, "val_tasks": val_tasks},
-        "base": {"ref": config.base, "parent_id": base.parent_id, "label": base.label,
-                 "path": str(base.path) if base.path else None, "tokenizer_fingerprint": corpus.fingerprint},
-        "best_val_loss": result.best_val_loss, "best_step": result.best_step, "steps": result.steps,
-        "tensor_count": result.tensor_count,
-        "versions": {"trl": trl.__version__, "peft": peft.__version__, "transformers": transformers.__version__},
-    }
-
-
-def _register(store: Any, adapter_dir: Path, parent_id: str, name: str, recipe: dict[str, Any]) -> str:
-    registration = register_path(store, adapter_dir, parent_id, [name], load_recipe(None, recipe))
-    return str(registration.record["id"])
-
-
-def _record_selection(config: SFTTrainConfig, name: str, rows: list[dict[str, Any]], best_step: int,
-                      val_tasks: list[str]) -> None:
-    """Scores are negative validation losses per checkpoint; the kept one carries the adapter's name.
-
-    The ledger's ``score_se`` is in solve-rate units; a loss-based choice has none, so 0 is recorded:
-    a later report of this adapter on these tasks is still refused, with no inflation estimate."""
-    scores = {(name if int(r["step"]) == best_step else f"{name}@step{r['step']}"): -float(r["eval_loss"])
-              for r in rows if "eval_loss" in r}
-    ledger = SelectionLedger(config.ledger)
-    done = [e for e in ledger.entries() if e.split == SELECTION_SPLIT and e.task_set == task_set_id(val_tasks)
-            and e.chosen == name and e.scores == scores]
-    if not done:  # a resumed run that recorded it before its kill records it once
-        record_selection(SELECTION_SPLIT, val_tasks, scores, 0.0, ledger)
-
-
-def _summary(result: SFTResult, record: dict[str, Any]) -> dict[str, Any]:
-    return {"adapter": str(result.adapter_dir), "store id": (result.node_id or "-")[:12], "parent": result.parent_id[:12],
-            "best val loss": result.best_val_loss, "best step": result.best_step, "steps": result.steps,
-            "tensors": result.tensor_count, "corpus hash": record["corpus"]["content_hash"][:12],
-            "val tasks": len(record["corpus"]["val_tasks"])}

@@ -1,0 +1,47 @@
+"""Episodes of a DAgger policy through ``pdbgym.agent.loop.run_episode`` (real pdb sessions): an
+iteration's student play, kept as a rollout cache with transcripts, and the val episodes of an iterate."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.loop import AgentConfig, run_episode
+from pdbgym.agent.toolcalls import detect_format
+from pdbgym.agent.turns import ModelTurns
+from pdbgym.env import DebugEnv, EnvConfig
+from pdbgym.fileio import write_json_atomic
+from pdbgym.rollouts.cache import append_records
+from pdbgym.seeds import episode_seed
+from pdbgym.train.dagger.config import DaggerConfig
+from pdbgym.train.dagger.policy import Policy
+
+
+async def play(policy: Policy, tasks: list[Any], runs: int, config: DaggerConfig, seed: int,
+               transcripts: Path) -> list[Any]:
+    """Episodes of ``policy`` on ``tasks`` x ``runs``, transcripts written as ``TASK__RUN.json``."""
+    fmt = detect_format(getattr(policy.tokenizer, "chat_template", None))
+    env_config = EnvConfig(turn_budget=config.turn_budget)
+    outcomes = []
+    for task in tasks:
+        for run in range(runs):
+            params = SamplingParams(config.temperature, 1.0, config.max_new_tokens,
+                                    episode_seed(seed, task.instance_id, run))
+            agent = AgentConfig(tool_format=fmt, max_context_tokens=config.max_context_tokens, sampling=params,
+                                dataset="dagger", sample_idx=run)
+            outcome = await run_episode(task, ModelTurns(policy.backend, params), DebugEnv(task, env_config), agent)
+            write_json_atomic(transcripts / f"{task.instance_id}__{run}.json", outcome.transcript)
+            outcomes.append(outcome)
+    return outcomes
+
+
+def play_iteration(student: Policy, tasks: list[Any], config: DaggerConfig, iteration: int,
+                   folder: Path) -> list[Any]:
+    """Iteration ``iteration``'s student episodes: ``runs`` per task, kept as the rollout cache
+    ``folder/rollouts`` with transcripts in ``folder/transcripts``."""
+    outcomes = asyncio.run(play(student, tasks, config.runs, config, config.seed + 100 * iteration,
+                                folder / "transcripts"))
+    append_records(folder / "rollouts", [o.record for o in outcomes])
+    return outcomes

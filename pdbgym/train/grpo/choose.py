@@ -1,0 +1,62 @@
+"""The end of a GRPO run: the checkpoint with the best val pass@1 chosen and the choice recorded in the
+selection ledger (the final one without val tasks), its delta copied to ``adapter/`` and registered in
+the store with its parent (``sft.register.register_adapter``), the run record written (``grpo_run.json``)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pdbgym.adapters.store import Store
+from pdbgym.evaluate.selection import SelectionLedger, record_selection
+from pdbgym.fileio import write_json_atomic
+from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.grpo.trainer import GATES_FILE
+from pdbgym.train.grpo.valgate import read_gates
+from pdbgym.train.sft.register import register_adapter
+
+RUN_FILE = "grpo_run.json"
+SELECTION_SPLIT = "val"
+
+
+def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[Any]) -> dict[str, Any]:
+    """Choose the checkpoint, copy its delta to ``adapter/``, register it, write ``grpo_run.json``."""
+    chosen, gate = choose_checkpoint(config, val_tasks, config.name or f"grpo-{config.out.name}")
+    adapter_dir = config.out / "adapter"
+    if adapter_dir.exists():
+        shutil.rmtree(adapter_dir)
+    source = config.out / "final" if chosen == "final" else config.out / "checkpoints" / chosen
+    adapter_dir.mkdir(parents=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy2(source / name, adapter_dir / name)
+    node_id = _register(config, adapter_dir, base.parent_id)
+    record = {"format": "pdbgym-train-record/1", "kind": "grpo", "recipe": config.recipe(),
+              "parent_id": base.parent_id, "policy": config.policy, "chosen": chosen, "gate": gate,
+              "steps": int(trainer.state.global_step), "store_id": node_id,
+              "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir)}
+    write_json_atomic(config.out / RUN_FILE, record)
+    return record
+
+
+def choose_checkpoint(config: GRPORunConfig, val_tasks: list[Any], name: str) -> tuple[str, dict[str, Any] | None]:
+    """The checkpoint with the best val pass@1, recorded in the selection ledger; the final one without val."""
+    gates = read_gates(config.out / GATES_FILE)
+    if not val_tasks or not gates:
+        return "final", None
+    best = max(gates, key=lambda g: (g["pass_at_1"]["mean"], g["step"]))
+    # The best goes first: record_selection takes the first of equal scores, and a tie must record this choice.
+    scores = {name: best["pass_at_1"]["mean"]} | {f"{name}@{g['checkpoint']}": g["pass_at_1"]["mean"]
+                                                 for g in gates if g is not best}
+    se = best["pass_at_1"]["se"]
+    record_selection(SELECTION_SPLIT, [t.instance_id for t in val_tasks], scores, se if se == se else 0.0,
+                     SelectionLedger(config.ledger) if config.ledger else SelectionLedger())
+    return best["checkpoint"], best
+
+
+def _register(config: GRPORunConfig, adapter_dir: Path, parent_id: str) -> str:
+    store = Store(config.store) if config.store else Store()
+    name = config.name or f"grpo-{config.out.name}"
+    recipe = {k: v for k, v in config.recipe().items() if not isinstance(v, dict)}
+    recipe.update(seed=config.seed, rank=config.rank, lr=config.lr)
+    return register_adapter(store, adapter_dir, parent_id, name, recipe)
