@@ -75,7 +75,7 @@ class Figures:
 
 def demo_config(args: argparse.Namespace) -> Any:
     """The demo's phases do the split, the oracle caches and the corpus: its config for this run."""
-    from pdbgym.train.demo.phases import DemoConfig
+    from pdbgym.train.demo.config import DemoConfig
 
     return DemoConfig(out=args.out, tasks=str(args.out / "tasks" / "all"), held_out=args.held_out,
                       sft_tokens=args.max_length, workers=args.workers)
@@ -84,7 +84,7 @@ def demo_config(args: argparse.Namespace) -> Any:
 def split(args: argparse.Namespace) -> dict[str, Path]:
     """Both suites copied into ``OUT/tasks/all``, then split by group (``demo.split_tasks``)."""
     from pdbgym.tasks.suites import resolve_tasks
-    from pdbgym.train.demo.phases import split_tasks
+    from pdbgym.train.demo.data import split_tasks
 
     every = {t.instance_id: t for suite in ("builtin", "regression") for t in resolve_tasks(suite)}
     if args.quick:
@@ -100,7 +100,8 @@ def split(args: argparse.Namespace) -> dict[str, Path]:
 def sft(args: argparse.Namespace, row: dict[str, Any]) -> None:
     from pdbgym.train.corpus.build import load_corpus
     from pdbgym.train.sft.config import SFTTrainConfig
-    from pdbgym.train.sft.trainer import ADAPTER_DIR, TRAIN_RECORD, train_sft
+    from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
+    from pdbgym.train.sft.trainer import train_sft
 
     out = args.out / "sft"
     if not (out / ADAPTER_DIR / TRAIN_RECORD).is_file():
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         args.sft_epochs, args.sft_eval_steps, args.runs, args.turn_budget = 1, 1, 1, 3
         args.max_new_tokens, args.group, args.grpo_steps, args.max_length = 24, 2, 1, 2048
         args.tasks_per_step, args.workers = 1, 2
-    from pdbgym.train.demo.phases import build_caches, build_demo_corpus
+    from pdbgym.train.demo.data import build_caches, build_demo_corpus
 
     args.out.mkdir(parents=True, exist_ok=True)
     figures = Figures(args.out, args.device)

@@ -29,7 +29,7 @@ from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
 from pdbgym.train.commands import dagger_command, sft_command
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.demo.commands import demo_command
-from pdbgym.train.demo.phases import DemoConfig
+from pdbgym.train.demo.config import DemoConfig
 from pdbgym.train.grpo.commands import grpo
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.sft.config import SFTTrainConfig

@@ -18,7 +18,8 @@ from rich.console import Console
 from pdbgym.progress import progress
 from pdbgym.tasks.suites import SUITES
 from pdbgym.termination import TERMINATION_MEANINGS
-from pdbgym.train.demo.phases import DemoConfig, run_demo
+from pdbgym.train.demo.config import DemoConfig
+from pdbgym.train.demo.phases import run_demo
 
 pytestmark = pytest.mark.slow  # every test reads one whole demo run
 

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from pdbgym.defaults import defaults_of
-from pdbgym.train.demo.phases import DemoConfig
+from pdbgym.train.demo.config import DemoConfig
 
 D = defaults_of(DemoConfig)
 

@@ -17,6 +17,9 @@ Phases (each resumes or reuses its output when the demo folder already holds it)
    library's scorer; a model teacher's cache goes through ``eval --teacher-cache`` instead.
 6. ``eval``: base vs SFT (and the oracle, and optionally the grammar-constrained base) on the held-out
    tasks (``evaluate.procedures.run_evaluation``), then one report (``train.demo.report``).
+
+This module runs the phases in order, times them and plays the eval; the work of the others is
+``demo.data`` (split, teacher, corpus), ``demo.finetune`` (sft) and ``demo.report`` (kl, the report).
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,67 +34,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pdbgym.adapters.stacked import materialize_ref
-from pdbgym.adapters.store import Store
-from pdbgym.agent.build import CacheBuildConfig, build_cache
 from pdbgym.agent.executor import ExecutorConfig
-from pdbgym.episode_defaults import DEMO_MAX_CONTEXT_TOKENS, DEMO_MAX_NEW_TOKENS, DEMO_TURN_BUDGET, EPISODE
+from pdbgym.episode_defaults import DEMO_MAX_CONTEXT_TOKENS, EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
 from pdbgym.fileio import write_json_atomic
-from pdbgym.tasks.splits import load_splits, make_splits, write_splits
-from pdbgym.tasks.suites import resolve_tasks
-from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
+from pdbgym.train.demo.config import DemoConfig
+from pdbgym.train.demo.data import build_caches, build_demo_corpus, split_tasks
+from pdbgym.train.demo.finetune import sft_done, sft_model_folder, train_demo_sft
 from pdbgym.train.demo.report import oracle_kl, write_demo_report
-from pdbgym.train.sft.config import SFTTrainConfig
-from pdbgym.train.sft.trainer import ADAPTER_DIR, TRAIN_RECORD, train_sft
 
 STATE_FILE = "demo.json"
-ADAPTER_NAME = "demo-sft"
 Say = Callable[[str], None]
-
-
-@dataclass
-class DemoConfig:
-    """The demo's budget; defaults fit about 10 minutes on 2 CPU cores (docs/benchmarks.md).
-
-    Args:
-        out: demo folder; a rerun reuses every finished phase. Default ``runs/demo``.
-        base: the student: ``embedded`` (SmolLM2-135M-Instruct) or a HF model folder. Default ``embedded``.
-        teacher: ``scripted`` (oracle: replays the reference fix), ``embedded``, a model folder or a URL.
-        tasks: suite or folder split into train and held-out. Default ``builtin`` (21 tasks).
-        held_out: share of tasks (whole source-module groups) held out for evaluation. Default 0.25.
-        seed: seed of the split, the caches, SFT and sampling. Default 0.
-        sft_steps: optimizer steps of SFT (one example per step). Default 12.
-        sft_tokens: each example cut to its first N ids (prompt ~720 + first tool calls). Default 1024.
-        rank: LoRA rank r (alpha 2r). Default 16.
-        lr: peak AdamW learning rate, linear decay. Default 1e-3 (a short run).
-        eval_runs: episodes per held-out task per arm. Default 1.
-        turn_budget: tool calls per held-out episode (the oracle uses 8 on each built-in task). Default 8.
-        max_new_tokens: token cap of one model turn (a pdb call is 20-60 tokens). Default 64.
-        constrained: add the base model with grammar-constrained tool calls as an arm. Default False.
-        kl_tokens: KL scored on the first N ids of each held-out oracle episode (0: whole). Default 1024.
-        workers: episodes at once (scripted ones in worker processes; 1: all in this process). Default 2.
-        threads: torch threads of training and KL scoring (episodes use 1). Default 2.
-    """
-
-    out: Path = Path("runs/demo")
-    base: str = "embedded"
-    teacher: str = "scripted"
-    tasks: str = "builtin"
-    held_out: float = 0.25
-    seed: int = 0
-    sft_steps: int = 12
-    sft_tokens: int = 1024
-    rank: int = 16
-    lr: float = 1e-3
-    eval_runs: int = 1
-    turn_budget: int = DEMO_TURN_BUDGET
-    max_new_tokens: int = DEMO_MAX_NEW_TOKENS
-    constrained: bool = False
-    kl_tokens: int = 1024
-    workers: int = 2
-    threads: int = 2
 
 
 @dataclass
@@ -146,84 +99,6 @@ def _settings(config: DemoConfig) -> dict[str, str]:
 def _cpu_seconds() -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def split_tasks(config: DemoConfig) -> dict[str, list[str]]:
-    """``OUT/splits.json`` (train / test) and the two task folders; returns split -> instance ids."""
-    out = Path(config.out)
-    splits_file = out / "splits.json"
-    if not splits_file.is_file():
-        data = make_splits(config.tasks, val_fraction=0.0, test_fraction=config.held_out, seed=config.seed)
-        write_splits(data, splits_file)
-    splits = load_splits(splits_file)
-    ids = {name: [item["instance_id"] for item in splits.get(name, [])] for name in ("train", "test")}
-    if not ids["train"] or not ids["test"]:
-        raise PdbgymError(f"{splits_file}: the demo needs tasks in both train and test ({len(ids['train'])} and "
-                          f"{len(ids['test'])}); give more tasks or another --held-out share")
-    by_id = {task.instance_id: task for task in resolve_tasks(config.tasks)}
-    for name, wanted in ids.items():
-        folder = out / "tasks" / name
-        if folder.is_dir() and sorted(p.name for p in folder.iterdir()) == sorted(wanted):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        for instance_id in wanted:
-            shutil.copytree(by_id[instance_id].path, folder / instance_id, symlinks=True)
-    return ids
-
-
-def build_caches(config: DemoConfig, tick: Callable[[], None]) -> dict[str, dict[str, Any]]:
-    """Teacher caches on the train and held-out tasks (a rerun plays only missing episodes)."""
-    summaries = {}
-    for name in ("train", "test"):
-        cache = CacheBuildConfig(policy=config.teacher, out=Path(config.out) / f"cache-{name}",
-                                 tasks=str(Path(config.out) / "tasks" / name), runs=1, workers=config.workers, seed=config.seed,
-                                 tokenizer=config.base,
-                                 temperature=0.0 if config.teacher == "scripted" else 0.7)
-        summaries[name] = build_cache(cache, on_result=lambda result, total: tick())
-    return summaries
-
-
-def build_demo_corpus(config: DemoConfig) -> dict[str, Any]:
-    """The SFT corpus of the train cache: solved episodes, cut to ``sft_tokens`` ids (held-out refused)."""
-    out = Path(config.out)
-    manifest = out / "corpus" / MANIFEST_FILE
-    if not manifest.is_file():
-        build_corpus(CorpusConfig(caches=[out / "cache-train"], out=out / "corpus", solved_only=True,
-                                  max_length=config.sft_tokens, overlength="truncate", splits=out / "splits.json"))
-    built = json.loads(manifest.read_text())
-    if not built["examples_kept"]:
-        raise PdbgymError(f"the teacher {config.teacher!r} solved no train task ({built['dropped']}): there is "
-                          "nothing to imitate; try another --teacher")
-    return built
-
-
-def sft_done(config: DemoConfig) -> bool:
-    return (Path(config.out) / "sft" / ADAPTER_DIR / TRAIN_RECORD).is_file()
-
-
-def train_demo_sft(config: DemoConfig, on_log: Callable[[dict[str, Any], int], None]) -> dict[str, Any]:
-    """LoRA SFT of the embedded model on the corpus, or the finished run's record; returns the record."""
-    import torch  # optional: torch (pdbgym[hf])
-
-    out = Path(config.out) / "sft"
-    if not sft_done(config):
-        import datasets  # optional: datasets (pdbgym[train])
-
-        datasets.disable_progress_bars()  # per-dataset bars; the demo's own progress covers the phase
-        shutil.rmtree(out, ignore_errors=True)  # a killed run's checkpoints are of a run that no longer resumes
-        torch.set_num_threads(config.threads)
-        train_sft(SFTTrainConfig(base=config.base, data=Path(config.out) / "corpus", out=out, seed=config.seed,
-                                 rank=config.rank, use_dora=False, lr=config.lr, effective_batch=1,
-                                 max_steps=config.sft_steps, max_length=config.sft_tokens,
-                                 max_tokens_per_example=config.sft_tokens, val_fraction=0.2,
-                                 eval_steps=max(1, config.sft_steps // 4), device="cpu", name=ADAPTER_NAME,
-                                 store=Path(config.out) / "adapters", report=True), on_log=on_log)
-    return json.loads((out / ADAPTER_DIR / TRAIN_RECORD).read_text())
-
-
-def sft_model_folder(config: DemoConfig) -> Path:
-    """The SFT adapter merged into the base (``$PDBGYM_HOME/merged/<id>``, made once)."""
-    return materialize_ref(ADAPTER_NAME, Store(Path(config.out) / "adapters"))
 
 
 def demo_arms(config: DemoConfig, sft_folder: Path) -> dict[str, str]:
