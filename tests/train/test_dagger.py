@@ -55,10 +55,15 @@ def test_two_iterations_label_student_states_and_record_lineage(tmp_path, tiny_m
         node = store.get(store.resolve(f"dagger-iter{row.iteration}"))
         assert node["parent"] == parent  # every iterate is trained from iteration 0's parent
         assert row.student_episodes == 2 and row.labels_new > 0
-    assert rows[1].labels_total == rows[0].labels_new + rows[1].labels_new
     corpus0 = load_corpus(config.out / "iter0" / "corpus")
     corpus1 = load_corpus(config.out / "iter1" / "corpus")
-    assert len(corpus1.examples) == rows[1].labels_total and len(corpus0.examples) == rows[0].labels_new
+    hashes0 = [e["content_hash"] for e in corpus0.examples]
+    hashes1 = [e["content_hash"] for e in corpus1.examples]
+    # The aggregate holds each (state, label) once: the greedy teacher labels every episode's first state
+    # (the task's prompt) the same way in both iterations, so the two iterations' labels overlap.
+    assert len(set(hashes1)) == len(hashes1) == rows[1].labels_total
+    assert len(hashes0) == rows[0].labels_total <= rows[0].labels_new
+    assert rows[1].labels_total < rows[0].labels_new + rows[1].labels_new
     assert {e["content_hash"] for e in corpus0.examples} <= {e["content_hash"] for e in corpus1.examples}
     # every label is a state the student reached (its record's ids up to a turn) plus the teacher's turn
     transcripts = sorted((config.out / "iter0" / "transcripts").glob("*.json"))

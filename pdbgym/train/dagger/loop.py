@@ -50,15 +50,18 @@ def train_dagger(config: DaggerConfig, on_event: Event | None = None) -> DaggerR
     teacher = load_policy(config.teacher, config, device)
     student = load_policy(config.student, config, device)
     fingerprint = check_teacher(student, teacher)
-    labels: list = []
+    labels: list = []  # the aggregate: each distinct (state, label) once, in the order first labelled
+    seen: set[str] = set()
     result = DaggerResult(out)
     for iteration in range(config.iterations):
         folder = out / f"iter{iteration}"
         say(f"iteration {iteration}: {student.label} plays {len(train_tasks)} task(s) x {config.runs}")
         outcomes = play_iteration(student, train_tasks, config, iteration, folder)
         new = label_episodes(outcomes, teacher, config, iteration)
-        labels += new
-        say(f"iteration {iteration}: teacher labelled {len(new)} state(s); {len(labels)} in the aggregate")
+        fresh = [example for example in new if example.content_hash not in seen]
+        seen.update(example.content_hash for example in fresh)
+        labels += list({example.content_hash: example for example in fresh}.values())
+        say(f"iteration {iteration}: teacher labelled {len(new)} state(s); {len(labels)} distinct in the aggregate")
         write_labels(folder, labels, fingerprint, teacher, out, iteration)
         sft = SFTTrainConfig(**{"val_fraction": 0.0, **config.sft, "base": config.student, "data": folder / "corpus",
                                 "out": folder / "sft", "name": f"{prefix}-iter{iteration}", "store": config.store,

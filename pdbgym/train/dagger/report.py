@@ -14,7 +14,11 @@ from pdbgym.train.report import write_training_report
 
 @dataclass
 class IterationRow:
-    """One line of the iterations table (losses in nats per loss token; KL in nats per token)."""
+    """One line of the iterations table (losses in nats per loss token; KL in nats per token).
+
+    ``labels_new``: student states the teacher labelled this iteration; ``labels_total``: distinct
+    (state, label) examples in the aggregate after it (a state reached again with the same teacher turn,
+    such as every episode's first state under a greedy teacher, counts once)."""
 
     iteration: int
     adapter: str
