@@ -12,6 +12,25 @@ from taskfixtures import make_task
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist (controller): hand each worker the COLUMNS this run was started with."""
+    node.workerinput["pdbgym_columns"] = os.environ.get("COLUMNS")
+
+
+def pytest_configure(config):
+    """An xdist worker starts with COLUMNS=80 set; a rich Console made at import time (the CLI's) would keep
+    that width for good, so a worker takes back the COLUMNS of the run itself, as a plain pytest run has it."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return
+    columns = workerinput.get("pdbgym_columns")
+    if columns is None:
+        os.environ.pop("COLUMNS", None)
+    else:
+        os.environ["COLUMNS"] = columns
+
+
 @pytest.fixture(scope="session", autouse=True)
 def session_home(tmp_path_factory):
     """A PDBGYM_HOME of this session's own, so no test writes the user's ~/.pdbgym (store, ledger, merged

@@ -22,10 +22,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from homefixtures import fresh_home
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# This file also runs as a script under accelerate (main below), where tests/ is not on sys.path.
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play  # noqa: E402
+from homefixtures import fresh_home  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DDP_CONFIG = REPO / "pdbgym" / "train" / "configs" / "ddp.yaml"
