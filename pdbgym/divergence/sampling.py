@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pdbgym.divergence.scoring import ScoringConfig, score_records
+from pdbgym.modelload import own_sampling
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 from pdbgym.versions import require
 
@@ -25,8 +26,8 @@ def _generation_config(model: Any, semantics: LogprobSemantics, max_new_tokens: 
 
     model_defaults = getattr(model, "generation_config", None)
     eos = getattr(model_defaults, "eos_token_id", None) or getattr(model.config, "eos_token_id", None)
-    # A fresh config, so a checkpoint's own defaults (top_k=20, repetition penalties) cannot change
-    # the distribution being sampled away from the one being scored.
+    # top_k=0 and, in sample_continuations, own_sampling: nothing of the checkpoint's own defaults
+    # (top_k=20, repetition penalties) changes the distribution sampled away from the one scored.
     return GenerationConfig(
         do_sample=True, temperature=semantics.temperature, top_p=semantics.top_p, top_k=0,
         max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos if eos is not None else 0,
@@ -78,7 +79,8 @@ def generate_samples(
             prompt_record = prompts[index]
             prompt = prompt_record.tokens[: prompt_record.prompt_len]
             torch.manual_seed(seed * 1_000_003 + index)
-            output = model.generate(torch.tensor([prompt], device=device), generation_config=config)
+            with own_sampling(model):
+                output = model.generate(torch.tensor([prompt], device=device), generation_config=config)
             generated = output[0, len(prompt):].tolist()
             samples.append(_sample_record(prompt_record, prompt, generated, semantics, sampler_name, config))
     return samples

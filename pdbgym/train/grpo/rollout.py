@@ -31,6 +31,7 @@ from typing import Any
 from pdbgym.agent.backends.base import Generation, GenerationRequest, SamplingParams, stop_token_ids
 from pdbgym.agent.loop import AgentConfig, EpisodeOutcome, run_episode
 from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
+from pdbgym.modelload import own_sampling
 from pdbgym.rollouts.record import LogprobSemantics
 from pdbgym.seeds import episode_seed, grpo_episode_seed
 
@@ -142,8 +143,9 @@ class BatchedGenerator:
             model = model if model is not None else self.model
             if seed is not None:
                 torch.manual_seed(seed)
-            out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                 generation_config=self._generation_config(params, max_new))
+            with own_sampling(model):
+                out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                                     generation_config=self._generation_config(params, max_new))
         generated = out.sequences[:, width:].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()  # [B, steps, V], raw (before processors)
         scale = params.temperature if params.temperature > 0 else 1.0
@@ -169,8 +171,8 @@ class BatchedGenerator:
     def _generation_config(self, params: SamplingParams, max_new: int) -> Any:
         from transformers import GenerationConfig  # optional: transformers (pdbgym[hf])
 
-        # A fresh config: nothing inherited from the model's (top_k=50, repetition penalties) may
-        # change the distribution the log-probs are reported for.
+        # With own_sampling around generate: nothing inherited from the model's generation config
+        # (top_k, repetition penalties) may change the distribution the log-probs are reported for.
         sample = params.temperature > 0
         return GenerationConfig(
             max_new_tokens=max_new, do_sample=sample, temperature=params.temperature if sample else None,
