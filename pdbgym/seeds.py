@@ -41,3 +41,13 @@ def grpo_episode_seed(base: int, instance_id: str, step: int, group: int, slot: 
                       groups_per_step: int) -> int:
     """The seed of a GRPO training episode: ``episode_seed(base, instance_id, grpo_run_index(...))``."""
     return episode_seed(base, instance_id, grpo_run_index(step, group, slot, group_size, groups_per_step))
+
+
+def turn_seed(episode: int, position: int) -> int:
+    """The seed of one model turn: the episode's seed and where the turn starts (its prompt's length).
+
+    Each turn of an episode then draws afresh (with the episode's seed alone, every turn would replay
+    the same random numbers: the same first ids whenever the distributions are alike), and a rerun of
+    the episode draws the same turns. ``crc32`` of both, mod 2**31."""
+    return zlib.crc32(f"{episode}:{position}".encode()) % SEED_MODULUS
+

@@ -68,3 +68,19 @@ def test_run_takes_a_seed(tiny_model_dir, tiny_task, tmp_path):
     assert first
     assert assistant_turns(5, "b") == first  # the same seed draws the same turns
     assert assistant_turns(6, "c") != first
+
+
+def test_each_turn_of_a_seeded_episode_draws_with_its_own_seed(smol_tokenizer):
+    from types import SimpleNamespace
+
+    from pdbgym.agent.loop import Conversation
+    from pdbgym.seeds import turn_seed
+
+    conversation = Conversation(SimpleNamespace(tokenizer=smol_tokenizer), "hermes", "first observation")
+    request = conversation.request(SamplingParams(0.7, 1.0, 64, 11))
+    assert request.params.seed == turn_seed(11, len(request.prompt_ids)) != 11
+    assert conversation.request(SamplingParams(0.7, 1.0, 64, None)).params.seed is None  # unseeded stays so
+    # a later turn starts further on, so it draws other random numbers; a rerun draws the same ones
+    seeds = {turn_seed(11, position) for position in range(100, 4000, 50)}
+    assert len(seeds) == len(range(100, 4000, 50))
+    assert turn_seed(11, 120) == turn_seed(11, 120) and 0 <= turn_seed(11, 120) < 2**31

@@ -31,6 +31,7 @@ from pdbgym.env.tools import tool_specs
 from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import RolloutRecord
+from pdbgym.seeds import turn_seed
 from pdbgym.tasks.model import Task
 
 
@@ -97,7 +98,11 @@ class Conversation:
         self._stop_text: str | None = None
 
     def request(self, params: SamplingParams) -> GenerationRequest:
-        return GenerationRequest(self.trajectory.all_ids(), self.messages, self.template.tools, params)
+        """The next turn's request; a seeded episode's turn draws with its own ``turn_seed``."""
+        ids = self.trajectory.all_ids()
+        if params.seed is not None:
+            params = replace(params, seed=turn_seed(params.seed, len(ids)))
+        return GenerationRequest(ids, self.messages, self.template.tools, params)
 
     def add_turn(self, turn: Generation) -> str:
         """Append a sampled turn; return its text without the end-of-turn token (what gets parsed)."""
