@@ -24,6 +24,10 @@ def pytest_configure(config):
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         return
+    # The workers share the cores: torch (and BLAS) in each takes its share instead of every core, which
+    # oversubscribes them (a subprocess a test starts inherits the share through the environment).
+    share = max(1, (os.cpu_count() or 1) // int(workerinput.get("workercount", 1)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(share))
     columns = workerinput.get("pdbgym_columns")
     if columns is None:
         os.environ.pop("COLUMNS", None)
