@@ -109,7 +109,7 @@ def toy_config(out: Path, model: Path, tasks: Path, steps: int, **overrides: Any
     from pdbgym.train.grpo.config import GRPORunConfig
 
     settings: dict[str, Any] = dict(policy=str(model), tasks=str(tasks), out=out, group=8, tasks_per_step=2,
-                                    steps=steps, lr=2e-2, rank=8, alpha=16, beta=0.005, target_kl=0.05, kl_horizon=200,
+                                    steps=steps, lr=2e-2, rank=8, alpha=16, beta=0.005, target_kl=0.05, kl_horizon_steps=5,
                                     save_steps=2, device="cpu", curriculum="fixed", budget_start=2, budget_end=2,
                                     store=out.parent / "store", ledger=out.parent / "ledger.jsonl", seed=7)
     settings.update(overrides)

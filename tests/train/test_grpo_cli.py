@@ -18,6 +18,8 @@ def test_cli_grpo_step_on_a_builtin_task(tiny_model_dir, tmp_path, monkeypatch):
         "--group", "2", "--steps", "1", "--max-new-tokens", "6", "--max-context-tokens", "4096", "--curriculum", "fixed",
         "--budget-start", "2", "--budget-end", "2", "--device", "cpu", "--save-steps", "1", "--json"])
     assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)  # --json: stdout is the run record alone (no logged dict rows)
+    assert printed["steps"] == 1 and printed["chosen"] == "final"
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["step"] == 1
     # a random model never calls a tool: both episodes fail, nothing is tampered, and only model tokens count

@@ -47,5 +47,5 @@ def test_kill_then_resume_continues_the_step_sequence(tmp_path):
     last_saved = max(saved)
     before, after = rows[last_saved - 1], rows[last_saved]
     error = min(max(before["kl"] / 0.05 - 1, -0.2), 0.2)
-    assert after["beta"] == pytest.approx(before["beta"] * (1 + error * 16 / 200), rel=1e-6)
+    assert after["beta"] == pytest.approx(before["beta"] * (1 + error / 5), rel=1e-6)
     assert json.loads((out / "grpo_run.json").read_text())["steps"] == STEPS

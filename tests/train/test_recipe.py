@@ -1,6 +1,7 @@
 """The seed recipe's pieces against their formulas (pdbgym.train.grpo.schedules)."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -14,18 +15,34 @@ from pdbgym.train.grpo.schedules import (
 )
 
 
-def test_kl_controller_follows_ziegler_formula():
-    controller = AdaptiveKLController(beta=0.1, target_kl=0.05, horizon=1000)
+def test_kl_controller_follows_ziegler_formula_per_step():
+    controller = AdaptiveKLController(beta=0.1, target_kl=0.05, horizon_steps=4)
     beta = 0.1
-    for kl, n in [(0.05, 16), (0.10, 16), (0.0, 32), (0.055, 8), (1.0, 64)]:
+    for kl in (0.05, 0.10, 0.0, 0.055, 1.0):
         error = min(max(kl / 0.05 - 1, -0.2), 0.2)
-        beta = beta * (1 + error * n / 1000)
-        assert controller.update(kl, n) == pytest.approx(beta, rel=1e-12)
-    # at target nothing moves; above target beta grows, below it shrinks, each clipped at +-20% * n/horizon
-    steady = AdaptiveKLController(0.2, 0.05, 100)
-    assert steady.update(0.05, 50) == pytest.approx(0.2)
-    assert AdaptiveKLController(0.2, 0.05, 100).update(10.0, 50) == pytest.approx(0.2 * 1.1)
-    assert AdaptiveKLController(0.2, 0.05, 100).update(0.0, 50) == pytest.approx(0.2 * 0.9)
+        beta = beta * (1 + error / 4)
+        assert controller.update(kl) == pytest.approx(beta, rel=1e-12)
+    # at target nothing moves; above target beta grows, below it shrinks, each clipped at +-20% / horizon
+    steady = AdaptiveKLController(0.2, 0.05, 2)
+    assert steady.update(0.05) == pytest.approx(0.2)
+    assert AdaptiveKLController(0.2, 0.05, 2).update(10.0) == pytest.approx(0.2 * 1.1)
+    assert AdaptiveKLController(0.2, 0.05, 2).update(0.0) == pytest.approx(0.2 * 0.9)
+
+
+def test_kl_leash_pulls_at_its_defaults():
+    """At the default horizon a KL twice the target for 20 steps raises beta by about half (Ziegler's
+    10,000-sequence horizon at 8 sequences a step moved it by 0.3%), and 0.2/horizon a step is the most."""
+    from pdbgym.train.grpo.config import GRPORunConfig
+
+    config = GRPORunConfig(policy="embedded", tasks="builtin", out=Path("unused"))
+    controller = AdaptiveKLController(config.beta, config.target_kl, config.kl_horizon_steps)
+    assert controller.max_step_change == pytest.approx(0.02)
+    for _ in range(20):
+        controller.update(2 * config.target_kl)
+    assert controller.beta / config.beta == pytest.approx(1.02 ** 20) and controller.beta / config.beta > 1.4
+    for _ in range(20):
+        controller.update(0.0)
+    assert controller.beta < config.beta * 1.02 ** 20 * 0.98 ** 19
 
 
 def test_kl_controller_refuses_nonpositive_settings():
@@ -68,3 +85,25 @@ def test_replay_fraction_and_count_per_group():
     assert replayed_in_group(0, 2, 0.9, 10) == 1
     with pytest.raises(PdbgymError):
         replay_fraction(0, 1.0, 10)
+
+
+def test_replay_takes_only_whole_episodes_that_ended_in_a_passing_submit_within_the_cap():
+    from pdbgym.train.grpo.data import ReplayPool
+
+    def example(task: str, **facts) -> dict:
+        ids = facts.pop("ids", 40)
+        return {"instance_id": task, "input_ids": list(range(ids)), "assistant_masks": [0] * 10 + [1] * (ids - 10),
+                "solved": True, "truncated": False, "termination_reason": "solved", **facts}
+
+    pool = ReplayPool([
+        example("a"),
+        example("a", truncated=True),  # a prefix cut by --overlength truncate: it never submitted
+        example("b", solved=False, termination_reason="budget"),
+        example("b", termination_reason="budget"),  # marked solved by a later test run, but not by its submit
+        example("c", ids=5000),  # longer than the run's episodes may be
+        example("d", assistant_masks=[0] * 40),
+    ], max_tokens=4096)
+    assert {task: len(found) for task, found in pool.by_task.items()} == {"a": 1}
+    assert pool.refused == {"truncated": 1, "unsolved": 1, "not ended by a passing submit": 1,
+                            "longer than --max-context-tokens": 1, "no loss ids": 1}
+    assert len(pool.take("a", 3)) == 3 and pool.take("c", 2) == []  # nothing of c is replayed

@@ -41,11 +41,8 @@ def synth_command(
     recheck_fixed: Annotated[bool, typer.Option("--recheck-fixed", help="Also rerun each kept task's tests on its patched repo.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the per-source report as JSON.")] = False,
 ) -> None:
-    from pdbgym.progress import (
-        progress,  # the command's code loads when it runs: every other command starts without it
-    )
-
     # the command's code loads when it runs: every other command starts without it
+    from pdbgym.progress import progress
     from pdbgym.tasks.synth.engine import SynthConfig, synthesize_source
 
     config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, baseline_runs=baseline_runs,

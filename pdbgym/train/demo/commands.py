@@ -26,11 +26,8 @@ def demo_command(
 ) -> None:
     """The research loop in miniature on CPU: teacher cache -> LoRA SFT of SmolLM2-135M -> base vs SFT on
     held-out tasks -> one report."""
-    from pdbgym.progress import (
-        progress,  # the command's code loads when it runs: every other command starts without it
-    )
-
     # the command's code loads when it runs: every other command starts without it
+    from pdbgym.progress import progress
     from pdbgym.train.demo.phases import run_demo
 
     console = Console(stderr=True)

@@ -33,6 +33,7 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
     require_training()
     from datasets import Dataset  # optional: datasets (pdbgym[train])
     from peft import LoraConfig  # optional: peft (pdbgym[train])
+    from transformers import PrinterCallback  # optional: transformers (pdbgym[hf])
 
     set_quiet_trl()
     device = pick_device(config.device)
@@ -57,6 +58,9 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
         train_dataset=Dataset.from_dict({"prompt": [t.instance_id for t in train_tasks]}),
         processing_class=tokenizer, peft_config=lora, rollout_func=rollout)
     _refuse_sharded_parameters(trainer)
+    # transformers prints each log row as a Python dict on stdout when its bar is off; the steps go to
+    # steps.jsonl and pdbgym's own progress, and stdout stays the command's (--json: one JSON document)
+    trainer.remove_callback(PrinterCallback)
     trainer.setup_recipe(parts.state, config, parts.anchor, parts.curriculum)
     for callback in make_callbacks(trainer, config, parts.controller, rollout, val_tasks,
                                    StepLogCallback(config.out / STEPS_FILE, on_log)):

@@ -39,10 +39,10 @@ def grpo(
     max_new_tokens: Annotated[int, typer.Option(help="tokens per model turn")] = R.max_new_tokens,
     max_context_tokens: Annotated[int, typer.Option(help="tokens per episode (prompt + response)")] = R.max_context_tokens,
     command_timeout_s: Annotated[float, typer.Option(help="seconds before a pdb command is interrupted")] = R.command_timeout_s,
-    kl_mode: Annotated[str, typer.Option(help="adaptive: beta <- beta(1 + clip(KL/target-1, +-0.2) n/horizon); fixed")] = R.kl_mode,
+    kl_mode: Annotated[str, typer.Option(help="adaptive: beta <- beta(1 + clip(KL/target-1, +-0.2) / horizon steps); fixed")] = R.kl_mode,
     beta: Annotated[float, typer.Option(help="initial (or fixed) KL coefficient, k3 KL to the SFT model")] = R.beta,
     target_kl: Annotated[float, typer.Option(help="adaptive leash target, nats/token")] = R.target_kl,
-    kl_horizon: Annotated[int, typer.Option(help="adaptive leash horizon, sequences")] = R.kl_horizon,
+    kl_horizon_steps: Annotated[int, typer.Option(help="adaptive leash horizon, optimizer steps (beta moves <= 0.2/this a step)")] = R.kl_horizon_steps,
     curriculum: Annotated[str, typer.Option(help="turn budget: schedule | solve_rate | fixed")] = R.curriculum,
     budget_start: int = R.budget_start,
     budget_end: Annotated[int, typer.Option(help="the turn budget the curriculum ends at (and val gates play)")] = R.budget_end,
@@ -81,7 +81,7 @@ def grpo(
         policy=policy, tasks=tasks, out=out, group=group, tasks_per_step=tasks_per_step, steps=steps, seed=seed,
         lr=lr, rank=rank, alpha=alpha, use_dora=not lora, temperature=temperature, max_new_tokens=max_new_tokens,
         max_context_tokens=pick(max_context_tokens, context_tokens), command_timeout_s=command_timeout_s,
-        kl_mode=kl_mode, beta=beta, target_kl=target_kl, kl_horizon=kl_horizon,
+        kl_mode=kl_mode, beta=beta, target_kl=target_kl, kl_horizon_steps=kl_horizon_steps,
         curriculum=curriculum, budget_start=budget_start, budget_end=budget_end,
         budget_ramp_steps=budget_ramp_steps, budget_threshold=budget_threshold, budget_increment=budget_increment,
         anchor_data=anchor_data, anchor_weight=anchor_weight, anchor_decay_steps=anchor_decay_steps,
@@ -91,6 +91,13 @@ def grpo(
         num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, val_tasks=val_tasks,
         val_runs=val_runs, val_k=val_k, store=store, ledger=ledger, name=name, device=device, resume=resume,
         tensorboard=tensorboard)
+
+    if kl_mode == "adaptive" and _main_process():
+        # the command's code loads when it runs: every other command starts without it
+        from pdbgym.train.grpo.schedules import KL_ERROR_CLIP
+
+        console.print(f"adaptive KL leash: beta {beta:g} toward KL {target_kl:g} nats/token, moving at most "
+                      f"{KL_ERROR_CLIP / max(kl_horizon_steps, 1):.1%} a step (--kl-horizon-steps {kl_horizon_steps})")
 
     def show(row: dict) -> None:
         console.print(f"step {row['step']}: reward {row.get('reward', 0):.3f}  kl {row.get('kl', 0):.4f}  "
@@ -115,11 +122,8 @@ def _main_process() -> bool:
 def _train_with_progress(config: GRPORunConfig, show: Callable[[dict[str, Any]], None],
                          keep_episodes: bool) -> dict[str, Any]:
     """``train_grpo`` with its phases shown; the report is written at the end, also after a failure."""
-    from pdbgym.progress import (
-        progress,  # the command's code loads when it runs: every other command starts without it
-    )
-
     # the command's code loads when it runs: every other command starts without it
+    from pdbgym.progress import progress
     from pdbgym.train.grpo.progress import EPISODES_DIR, GRPOProgress
     from pdbgym.train.grpo.run import train_grpo
 

@@ -40,7 +40,7 @@ class GRPORunConfig:
     kl_mode: str = "adaptive"  # adaptive | fixed
     beta: float = 0.04  # initial (or fixed) KL coefficient
     target_kl: float = 0.05
-    kl_horizon: int = 10_000
+    kl_horizon_steps: int = 10  # adaptive leash: beta moves at most 0.2 / this a step
     curriculum: str = "schedule"  # schedule | solve_rate | fixed
     budget_start: int = 10
     budget_end: int = EPISODE.turn_budget

@@ -59,18 +59,42 @@ def anchor_nll(model: Any, batch: tuple[Any, Any, Any]) -> Any:
     return model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
 
 
+def replay_refusal(example: dict[str, Any], max_tokens: int | None = None) -> str | None:
+    """Why a corpus example may not be replayed as a solved episode, or None when it may.
+
+    Replayed with reward 1, it must be a whole trajectory that ended in a passing submit: solved, not
+    cut (a corpus built with ``--overlength truncate`` keeps prefixes that never submitted), ending as
+    ``solved``, with loss ids to train on, and no longer than the episodes of the run (``max_tokens``)."""
+    if not example.get("solved"):
+        return "unsolved"
+    if example.get("truncated"):
+        return "truncated"
+    if example.get("termination_reason") not in (None, "solved"):
+        return "not ended by a passing submit"
+    if not any(example["assistant_masks"]):
+        return "no loss ids"
+    if max_tokens is not None and len(example["input_ids"]) > max_tokens:
+        return "longer than --max-context-tokens"
+    return None
+
+
 class ReplayPool:
-    """Solved corpus trajectories by task, handed out in a fixed rotation.
+    """Corpus trajectories that ended in a passing submit (``replay_refusal``), by task, handed out in a
+    fixed rotation; ``refused`` counts the others by reason.
 
     With several training processes each holds a pool; after every step each ``skip``s what the others
     took, so the rotation is the one a single process would follow.
     """
 
-    def __init__(self, examples: list[dict[str, Any]]):
+    def __init__(self, examples: list[dict[str, Any]], max_tokens: int | None = None):
         self.by_task: dict[str, list[dict[str, Any]]] = {}
+        self.refused: dict[str, int] = {}
         for example in examples:
-            if example.get("solved") and any(example["assistant_masks"]):
+            reason = replay_refusal(example, max_tokens)
+            if reason is None:
                 self.by_task.setdefault(example["instance_id"], []).append(example)
+            else:
+                self.refused[reason] = self.refused.get(reason, 0) + 1
         self._next: dict[str, int] = {}
 
     def take(self, instance_id: str, count: int) -> list[EpisodeSample]:

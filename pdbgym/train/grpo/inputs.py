@@ -40,7 +40,7 @@ class RecipeParts:
 
 def recipe_parts(config: GRPORunConfig, tokenizer: Any, label: str) -> RecipeParts:
     """The parts from ``config``; anchor and replay corpora are checked against the policy's ``tokenizer``."""
-    controller = AdaptiveKLController(config.beta, config.target_kl, config.kl_horizon) \
+    controller = AdaptiveKLController(config.beta, config.target_kl, config.kl_horizon_steps) \
         if config.kl_mode == "adaptive" else None
     if config.kl_mode not in ("adaptive", "fixed"):
         raise PdbgymError(f"--kl-mode {config.kl_mode!r}: choose adaptive or fixed")
@@ -51,6 +51,12 @@ def recipe_parts(config: GRPORunConfig, tokenizer: Any, label: str) -> RecipePar
         anchor = AnchorBatches(load_checked_corpus(config.anchor_data, tokenizer, label), config.anchor_batch,
                                config.anchor_max_tokens, tokenizer.pad_token_id)
     if config.replay_data is not None and config.replay_fraction > 0:
-        replay = ReplayPool(load_checked_corpus(config.replay_data, tokenizer, label))
+        replay = ReplayPool(load_checked_corpus(config.replay_data, tokenizer, label), config.max_context_tokens)
+        if not replay.by_task:
+            refused = ", ".join(f"{n} {reason}" for reason, n in sorted(replay.refused.items())) or "none"
+            raise PdbgymError(f"--replay-data {config.replay_data} holds no trajectory to replay (refused: {refused}): "
+                              "replay takes whole episodes that ended in a passing submit within "
+                              f"--max-context-tokens {config.max_context_tokens}; give a corpus of solved "
+                              "oracle episodes, or leave --replay-data out")
     state = RecipeState(beta=config.beta, budget_now=curriculum.budget(0))
     return RecipeParts(controller, curriculum, anchor, replay, state)

@@ -3,7 +3,12 @@
 - Adaptive reference-KL leash (Ziegler et al. 2019), on TRL's k3 estimate ``kl`` of KL(policy || ref)::
 
       e = clip(KL / target_kl - 1, -0.2, 0.2)
-      beta <- beta * (1 + e * n / horizon)        n = sequences in the step
+      beta <- beta * (1 + e / horizon_steps)
+
+  Ziegler et al. write ``1 + e * n / horizon`` with n the sequences of a step and a horizon of 10,000
+  sequences, made for steps of hundreds of sequences; at GRPO's 8 to 64 a step that moves beta by under
+  0.2% a step, a leash that never pulls. The horizon here is counted in optimizer steps, so at most
+  0.2 / horizon_steps a step (2% at the default 10) whatever the batch; ``pdbgym train grpo`` prints it.
 
   applied after every logged optimizer step by ``AdaptiveKLCallback`` (it sets ``trainer.beta``, which
   TRL reads at loss time).
@@ -36,18 +41,23 @@ class AdaptiveKLController:
 
     beta: float = 0.04
     target_kl: float = 0.05  # nats per token (TRL's k3 mean over model tokens)
-    horizon: int = 10_000  # sequences over which beta may change by a factor of about e^0.2
+    horizon_steps: int = 10  # optimizer steps over which beta may change by a factor of about e^0.2
 
     def __post_init__(self) -> None:
-        if self.beta <= 0 or self.target_kl <= 0 or self.horizon <= 0:
-            raise PdbgymError(f"the adaptive KL leash needs beta > 0, target_kl > 0 and horizon > 0 (got beta="
-                              f"{self.beta}, target_kl={self.target_kl}, horizon={self.horizon}); pass --kl-mode fixed "
-                              "to train with a constant beta instead")
+        if self.beta <= 0 or self.target_kl <= 0 or self.horizon_steps <= 0:
+            raise PdbgymError(f"the adaptive KL leash needs beta > 0, target_kl > 0 and horizon_steps > 0 (got "
+                              f"beta={self.beta}, target_kl={self.target_kl}, horizon_steps={self.horizon_steps}); "
+                              "pass --kl-mode fixed to train with a constant beta instead")
 
-    def update(self, kl: float, n: int) -> float:
-        """New beta after a step whose mean KL was ``kl`` over ``n`` sequences."""
+    @property
+    def max_step_change(self) -> float:
+        """The largest relative change of beta in one step (the clipped error over the horizon)."""
+        return KL_ERROR_CLIP / self.horizon_steps
+
+    def update(self, kl: float) -> float:
+        """New beta after an optimizer step whose mean KL was ``kl``."""
         error = min(max(kl / self.target_kl - 1.0, -KL_ERROR_CLIP), KL_ERROR_CLIP)
-        self.beta = self.beta * (1.0 + error * n / self.horizon)
+        self.beta = self.beta * (1.0 + error / self.horizon_steps)
         return self.beta
 
 
@@ -135,10 +145,9 @@ class AdaptiveKLCallback(TrainerCallback):
     (``global_masked_mean``), the same float everywhere: every process computes the same beta.
     """
 
-    def __init__(self, trainer: Any, controller: AdaptiveKLController, sequences_per_step: int):
+    def __init__(self, trainer: Any, controller: AdaptiveKLController):
         self.trainer = trainer
         self.controller = controller
-        self.sequences_per_step = sequences_per_step
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.trainer.beta = self.controller.beta  # a resumed run restored controller.beta already
@@ -148,4 +157,4 @@ class AdaptiveKLCallback(TrainerCallback):
         kl = (logs or {}).get("kl")
         if kl is None or not math.isfinite(kl):
             return
-        self.trainer.beta = self.controller.update(float(kl), self.sequences_per_step)
+        self.trainer.beta = self.controller.update(float(kl))

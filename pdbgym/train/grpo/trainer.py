@@ -340,7 +340,7 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
 
     callbacks: list[Any] = [StepLog()]
     if controller is not None:
-        callbacks.insert(0, AdaptiveKLCallback(trainer, controller, config.group * config.tasks_per_step))
+        callbacks.insert(0, AdaptiveKLCallback(trainer, controller))
     if val_tasks:
         callbacks.append(ValGate())
     return callbacks
