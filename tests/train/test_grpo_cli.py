@@ -27,4 +27,8 @@ def test_cli_grpo_step_on_a_builtin_task(tiny_model_dir, tmp_path, monkeypatch):
     assert rows[0]["rewards/outcome/mean"] == 0.0 and rows[0]["rewards/tampered/mean"] == 0.0
     assert rows[0]["turn_budget"] == 2.0 and 0 < rows[0]["completions/max_length"] <= 3 * 6
     record = json.loads((out / "grpo_run.json").read_text())
-    assert record["steps"] == 1 and record["chosen"] == "final" and len(record["store_id"]) == 64
+    assert record["steps"] == 1 and record["chosen"] == "final"
+    # no group had reward spread: every advantage was 0, so the delta is kept in adapter/ but not registered
+    assert record["reward_signal_steps"] == 0 and record["store_id"] is None and not record["registered"]
+    assert "no step had reward spread" in record["warning"] and (out / "adapter" / "adapter_model.safetensors").is_file()
+    assert rows[0]["frac_reward_zero_std"] == 1.0

@@ -129,9 +129,15 @@ def test_cli_grpo_on_two_processes_plays_real_episodes(tmp_path, tiny_model_dir)
              "--val-tasks", str(val), "--out", str(out), "--group", "2", "--tasks-per-step", "2", "--steps", "2",
              "--save-steps", "2", "--val-runs", "2", "--max-new-tokens", "4", "--max-context-tokens", "2048",
              "--curriculum", "fixed", "--budget-start", "1", "--budget-end", "1", "--device", "cpu",
-             "--store", str(tmp_path / "store"), "--json"], tmp_path / "home")
+             "--store", str(tmp_path / "store"), "--register-without-signal", "--json"], tmp_path / "home")
     _check_one_writer_and_agreeing_ranks(out, steps=2, group=2, tasks_per_step=2)
     assert result.stdout.count('"store_id"') == 1  # --json: one record printed, by the main process
+    # a random model solves nothing (no reward spread), registered only because the flag asks for it
+    from pdbgym.adapters.store import Store
+
+    record = json.loads((out / "grpo_run.json").read_text())
+    assert record["reward_signal_steps"] == 0 and record["registered"] and "warning" in record
+    assert [n["id"] for n in Store(tmp_path / "store").all_nodes() if n["kind"] != "model"] == [record["store_id"]]
     gates = _jsonl(out / "gates.jsonl")
     assert [g["checkpoint"] for g in gates] == ["checkpoint-2"] and gates[0]["runs"] == 2
     from pdbgym.adapters.store import Store

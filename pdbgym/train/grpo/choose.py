@@ -4,6 +4,7 @@ the store with its parent (``sft.register.register_adapter``), the run record wr
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from pdbgym.adapters.store import Store
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import write_json_atomic
 from pdbgym.train.grpo.config import GRPORunConfig
-from pdbgym.train.grpo.trainer import GATES_FILE
+from pdbgym.train.grpo.trainer import GATES_FILE, STEPS_FILE
 from pdbgym.train.grpo.valgate import read_gates
 from pdbgym.train.sft.register import register_adapter
 
@@ -30,13 +31,32 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[A
     adapter_dir.mkdir(parents=True)
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         shutil.copy2(source / name, adapter_dir / name)
-    node_id = _register(config, adapter_dir, base.parent_id)
+    signal = reward_signal_steps(config.out / STEPS_FILE)
+    registered = signal > 0 or config.register_without_signal
+    node_id = _register(config, adapter_dir, base.parent_id) if registered else None
     record = {"format": "pdbgym-train-record/1", "kind": "grpo", "recipe": config.recipe(),
               "parent_id": base.parent_id, "policy": config.policy, "chosen": chosen, "gate": gate,
               "steps": int(trainer.state.global_step), "store_id": node_id,
-              "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir)}
+              "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir),
+              "reward_signal_steps": signal, "registered": registered}
+    if not signal:
+        record["warning"] = NO_SIGNAL
     write_json_atomic(config.out / RUN_FILE, record)
     return record
+
+
+NO_SIGNAL = ("no step had reward spread (every group's episodes scored alike: TRL's frac_reward_zero_std was 1 "
+             "at every step), so every advantage was 0 and the delta learned nothing from reward (only from the "
+             "BC anchor, if on). Use easier tasks, a larger --group, or --replay-data; the delta is in adapter/ "
+             "but not registered (pass --register-without-signal to register such a run)")
+
+
+def reward_signal_steps(steps_file: Path) -> int:
+    """How many logged optimizer steps had a group whose episodes' rewards differed."""
+    if not steps_file.is_file():
+        return 0
+    rows = [json.loads(line) for line in steps_file.read_text().splitlines() if line.strip()]
+    return sum(1 for row in rows if row.get("frac_reward_zero_std", 1.0) < 1.0)
 
 
 def choose_checkpoint(config: GRPORunConfig, val_tasks: list[Any], name: str) -> tuple[str, dict[str, Any] | None]:

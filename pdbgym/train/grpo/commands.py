@@ -72,6 +72,7 @@ def grpo(
     device: str = R.device,
     resume: Annotated[bool, typer.Option("--resume", help="continue from the last checkpoint in --out")] = R.resume,
     tensorboard: bool = R.tensorboard,
+    register_without_signal: Annotated[bool, typer.Option(help="register the delta even if no step had reward spread")] = R.register_without_signal,
     keep_episodes: Annotated[bool, typer.Option(help="write every episode's transcript under OUT/episodes/")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="print the run record as JSON")] = False,
     context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
@@ -90,7 +91,7 @@ def grpo(
         format_weight=format_weight, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
         num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, val_tasks=val_tasks,
         val_runs=val_runs, val_k=val_k, store=store, ledger=ledger, name=name, device=device, resume=resume,
-        tensorboard=tensorboard)
+        tensorboard=tensorboard, register_without_signal=register_without_signal)
 
     if kl_mode == "adaptive" and _main_process():
         # the command's code loads when it runs: every other command starts without it
@@ -106,8 +107,13 @@ def grpo(
     record = _train_with_progress(config, show, keep_episodes)
     if not _main_process():
         return  # every process returns the same record: one prints it
+    if record.get("warning"):
+        console.print(f"[yellow]warning[/]: {record['warning']}")
     if json_out:
         typer.echo(json.dumps(record, indent=2, sort_keys=True))
+    elif record["store_id"] is None:
+        console.print(f"[bold yellow]done[/]: {record['steps']} steps; chosen {record['chosen']}; adapter "
+                      f"{record['adapter']} (not registered)")
     else:
         console.print(f"[bold green]done[/]: {record['steps']} steps; chosen {record['chosen']}; adapter "
                       f"{record['adapter']} registered as {record['name']} ({str(record['store_id'])[:12]}) over "

@@ -70,8 +70,9 @@ class GRPORunConfig:
     device: str = "auto"
     resume: bool = False
     tensorboard: bool = False
+    register_without_signal: bool = False  # register the delta even when no step had reward spread
     extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, as given
 
     def recipe(self) -> dict[str, Any]:
-        skip = {"out", "store", "ledger", "extra", "resume", "device", "name"}
+        skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal"}
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}
