@@ -221,7 +221,8 @@ def grpo(args: argparse.Namespace, row: dict[str, Any]) -> None:
         tasks_per_step=args.tasks_per_step, steps=args.grpo_steps, lr=args.grpo_lr, temperature=args.temperature,
         max_new_tokens=args.max_new_tokens, max_context_tokens=args.max_length, curriculum="fixed",
         budget_start=args.turn_budget, budget_end=args.turn_budget, save_steps=args.grpo_steps,
-        store=args.out / "adapters", name=GRPO_NAME, device=args.device), on_log=steps.append)
+        store=args.out / "adapters", name=GRPO_NAME, device=args.device,
+        register_without_signal=True), on_log=steps.append)  # evaluated whatever its reward spread
     rollout = sum(r.get("time/rollout_s", 0.0) for r in steps)
     update = sum(r.get("time/update_s", 0.0) for r in steps)
     keys = ("reward", "episodes/solve_rate", "kl", "beta", "loss", "time/rollout_s", "time/update_s")
