@@ -126,7 +126,7 @@ def sft(args: argparse.Namespace, row: dict[str, Any]) -> None:
 def model_folder(args: argparse.Namespace, arm: str) -> Path:
     from pdbgym.adapters.stacked import materialize_ref
     from pdbgym.adapters.store import Store
-    from pdbgym.agent.backends.embedded import embedded_model_dir
+    from pdbgym.modelload import embedded_model_dir
 
     if arm == "base":
         return embedded_model_dir()

@@ -40,7 +40,7 @@ def test_references_that_cannot_load_say_what_to_pass(tmp_path):
 
 
 def test_embedded_is_the_de_quantized_folder_the_agent_plays(smol_tokenizer):
-    from pdbgym.agent.backends.embedded import embedded_model_dir
+    from pdbgym.modelload import embedded_model_dir
 
     assert model_path("embedded") == embedded_model_dir()
     loaded = load_model("embedded", "cpu")

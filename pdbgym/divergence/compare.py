@@ -48,7 +48,7 @@ class DivergenceConfig:
         extreme_threshold: |log-ratio| in nats counted as extreme. Default 20.0.
         seed: seed of student sampling and of the bootstrap. Default 0.
         show_progress: progress bars on stderr. Default True.
-        teacher_device_map: ``auto`` (or another ``loading.DEVICE_MAPS`` name) spreads a local teacher too
+        teacher_device_map: ``auto`` (or another ``modelload.DEVICE_MAPS`` name) spreads a local teacher too
             large for one GPU over every visible GPU; needs ``devices`` 1. Default None (one device).
         devices: data-parallel ranks (one GPU each, or CPU processes); records are sharded by token
             count and the report is the one-process report. Default 1. See ``divergence.distributed``.

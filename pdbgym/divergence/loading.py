@@ -1,7 +1,6 @@
 """Loading a HF causal LM for scoring, and the checks that must pass before any scoring starts.
 
-Loading itself is the one model loader's (``pdbgym.modelload``: ``load_causal_lm``, ``ModelLoadError``,
-the device-map names and dtype defaults are re-exported here for the divergence library's callers).
+Loading itself is the one model loader's (``pdbgym.modelload.load_causal_lm``).
 """
 
 from __future__ import annotations
@@ -11,19 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.modelload import (
-    DEVICE_MAPS,
-    ModelLoadError,
-    default_device,
-    default_dtype,
-    load_causal_lm,
-    model_path,
-)
+from pdbgym.modelload import ModelLoadError, model_path
 from pdbgym.rollouts.record import RolloutRecord, declared_fingerprints, tokenizer_fingerprint
 from pdbgym.versions import require
-
-__all__ = ["DEVICE_MAPS", "ModelLoadError", "VocabMismatchError", "check_tokenizer", "check_vocab", "default_device",
-           "default_dtype", "lm_head_and_decoder", "load_causal_lm", "load_tokenizer_if_any", "vocab_rows"]
 
 # Config fields that change logits after the lm_head; scoring without them would be silently wrong.
 _UNSUPPORTED_LOGIT_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")

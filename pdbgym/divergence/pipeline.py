@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pdbgym.divergence.loading import check_vocab, load_causal_lm, load_tokenizer_if_any
+from pdbgym.divergence.loading import check_vocab, load_tokenizer_if_any
 from pdbgym.divergence.report import SampleSet, StudentScores
 from pdbgym.divergence.sampling import sample_continuations
 from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, score_records
@@ -28,6 +28,7 @@ from pdbgym.divergence.semantics import check_teacher_logprobs
 from pdbgym.divergence.server_teacher import check_server_semantics, score_records_with_server
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import atomic_target
+from pdbgym.modelload import load_causal_lm
 from pdbgym.policyname import is_server_url
 from pdbgym.rollouts.cache import MANIFEST_NAME, read_cache, write_cache
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
@@ -69,7 +70,7 @@ class DivergenceRun:
         http(s) URL of an OpenAI-compatible server (``server_model`` names its model).
     noise_floor: also score the teacher model against the cache, as a row named ``teacher:<name>``.
     rescore_teacher: use the teacher model's own log-probs instead of the cached ones as lT.
-    teacher_device_map: load a local teacher spread over the visible GPUs (``loading.DEVICE_MAPS``).
+    teacher_device_map: load a local teacher spread over the visible GPUs (``modelload.DEVICE_MAPS``).
     dtype: the dtype local models are loaded in (``float32``...); None: bf16 on CUDA, fp32 elsewhere.
     """
 

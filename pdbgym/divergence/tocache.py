@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.divergence.compare import load_records
-from pdbgym.divergence.loading import ModelLoadError, VocabMismatchError, check_vocab
+from pdbgym.divergence.loading import VocabMismatchError, check_vocab
 from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
 from pdbgym.divergence.report import (
     HEADLINE,
@@ -48,7 +48,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.modelload import model_path
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
-__all__ = ["HEADLINE", "KLToCache", "ModelLoadError", "TeacherCache", "VocabMismatchError", "headline_metric",
+__all__ = ["HEADLINE", "KLToCache", "TeacherCache", "VocabMismatchError", "headline_metric",
            "kl_of", "kl_report", "kl_to_cache", "open_teacher_cache", "score_on_cache"]
 
 

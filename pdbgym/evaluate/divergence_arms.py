@@ -25,7 +25,6 @@ from typing import Any
 
 from pdbgym.divergence.report import ReportConfig
 from pdbgym.divergence.tocache import (
-    ModelLoadError,
     VocabMismatchError,
     kl_report,
     open_teacher_cache,
@@ -33,7 +32,7 @@ from pdbgym.divergence.tocache import (
 )
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
-from pdbgym.modelload import model_path
+from pdbgym.modelload import ModelLoadError, model_path
 from pdbgym.policyname import policy_kind, split_constrained
 
 SCRIPTED_REASON = ("the scripted oracle replays the task's reference fix: it samples no tokens, so it has "

@@ -5,10 +5,11 @@ import asyncio
 import pytest
 
 from pdbgym.agent.backends.base import SamplingParams
-from pdbgym.agent.backends.embedded import EMBEDDED_NAME, embedded_model_dir, load_embedded_backend
+from pdbgym.agent.backends.embedded import load_embedded_backend
 from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.turns import ModelTurns
 from pdbgym.env import DebugEnv, EnvConfig
+from pdbgym.modelload import EMBEDDED_NAME, embedded_model_dir
 from pdbgym.termination import TERMINATION_REASONS
 
 

@@ -146,8 +146,8 @@ def test_bad_device_requests_are_refused_before_any_process_starts(setup):
 def test_a_device_mapped_teacher_loads_through_accelerate_and_scores_the_same(setup):
     """On this CPU-only machine accelerate's map puts every layer on the CPU: the loading path and the
     scorer's cross-device handling run, the split over several GPUs itself cannot."""
-    from pdbgym.divergence.loading import ModelLoadError, load_causal_lm
     from pdbgym.divergence.scoring import ScoringConfig, score_records
+    from pdbgym.modelload import ModelLoadError, load_causal_lm
 
     records, config = _records()[:4], ScoringConfig(show_progress=False)
     mapped = load_causal_lm(setup / "teacher", "cpu", device_map="auto")

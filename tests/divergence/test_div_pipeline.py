@@ -9,10 +9,10 @@ import pytest
 from div_models import make_record, tiny_model
 from test_div_server import serve_completions
 
-from pdbgym.divergence.loading import load_causal_lm
 from pdbgym.divergence.pipeline import DivergenceInputError, DivergenceRun, run_divergence
 from pdbgym.divergence.report import ReportConfig, build_report
 from pdbgym.divergence.scoring import ScoringConfig, score_records
+from pdbgym.modelload import load_causal_lm
 from pdbgym.rollouts.record import LogprobSemantics
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 import torch
 from div_models import VOCAB, make_record, tiny_model
 
-from pdbgym.divergence.loading import ModelLoadError, VocabMismatchError, load_causal_lm
+from pdbgym.divergence.loading import VocabMismatchError
 from pdbgym.divergence.scoring import (
     ScoringConfig,
     ScoringInputError,
@@ -16,6 +16,7 @@ from pdbgym.divergence.scoring import (
     scored_positions,
 )
 from pdbgym.divergence.semantics import SemanticsError
+from pdbgym.modelload import ModelLoadError, load_causal_lm
 from pdbgym.rollouts.record import LogprobSemantics
 
 RAW = LogprobSemantics(engine="test", temperature=1.0)

@@ -15,7 +15,6 @@ from homefixtures import fresh_home
 from typer.testing import CliRunner
 
 from pdbgym.divergence.compare import DivergenceConfig, compare
-from pdbgym.divergence.loading import load_causal_lm
 from pdbgym.divergence.scoring import ScoringConfig, score_records
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.divergence_arms import (
@@ -24,6 +23,7 @@ from pdbgym.evaluate.divergence_arms import (
     ArmDivergenceConfig,
     arm_divergence,
 )
+from pdbgym.modelload import load_causal_lm
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord, tokenizer_fingerprint
 
 from modelfixtures import word_tokenizer
@@ -191,7 +191,8 @@ def test_the_embedded_arm_scores_zero_against_a_cache_of_its_own_log_probs(tmp_p
     """The embedded SmolLM2 (the de-quantized folder its backend runs) on a cache it scored itself, recorded
     with the tokenizer fingerprint the agent writes into records: the fingerprints agree and KL is ~0."""
     from pdbgym.agent.backends.base import tokenizer_info
-    from pdbgym.agent.backends.embedded import embedded_model_dir, load_embedded_tokenizer
+    from pdbgym.agent.backends.embedded import load_embedded_tokenizer
+    from pdbgym.modelload import embedded_model_dir
     from pdbgym.rollouts.cache import write_cache
 
     info = tokenizer_info(load_embedded_tokenizer())

@@ -36,8 +36,9 @@ def test_policy_arm_and_student_accept_a_store_reference(trained):
     from pdbgym.adapters.stacked import load_stacked_model
     from pdbgym.adapters.store import Store
     from pdbgym.agent.policies import parse_policy
-    from pdbgym.divergence.loading import load_causal_lm, load_tokenizer_if_any
+    from pdbgym.divergence.loading import load_tokenizer_if_any
     from pdbgym.evaluate.campaign import Arm
+    from pdbgym.modelload import load_causal_lm
 
     config, result = trained
     spec = parse_policy("ref-sft")

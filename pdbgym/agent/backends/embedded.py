@@ -13,14 +13,9 @@ import tempfile
 from pathlib import Path
 
 from pdbgym.agent.backends.hf import HFBackend, load_model_and_tokenizer
-
-# The folder is made by the model loader (base layer), so every package that loads models can name it.
 from pdbgym.modelload import EMBEDDED_NAME, GGUF_FILE, embedded_model_dir, gguf_package_dir
 from pdbgym.paths import pdbgym_home
 from pdbgym.versions import require
-
-__all__ = ["EMBEDDED_NAME", "GGUF_FILE", "embedded_model_dir", "gguf_package_dir", "load_embedded_backend",
-           "load_embedded_tokenizer"]
 
 
 def load_embedded_backend(device: str = "cpu", constrained_format: str | None = None):

@@ -4,7 +4,6 @@ the store with its parent (``sft.register.register_adapter``), the run record wr
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from pdbgym.adapters.store import Store
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import write_json_atomic
 from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.trainer import GATES_FILE, STEPS_FILE
 from pdbgym.train.grpo.valgate import read_gates
 from pdbgym.train.sft.register import register_adapter
@@ -53,9 +53,7 @@ NO_SIGNAL = ("no step had reward spread (every group's episodes scored alike: TR
 
 def reward_signal_steps(steps_file: Path) -> int:
     """How many logged optimizer steps had a group whose episodes' rewards differed."""
-    if not steps_file.is_file():
-        return 0
-    rows = [json.loads(line) for line in steps_file.read_text().splitlines() if line.strip()]
+    rows, _ = read_jsonl(steps_file)
     return sum(1 for row in rows if row.get("frac_reward_zero_std", 1.0) < 1.0)
 
 

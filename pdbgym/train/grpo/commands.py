@@ -95,10 +95,11 @@ def grpo(
 
     if kl_mode == "adaptive" and _main_process():
         # the command's code loads when it runs: every other command starts without it
-        from pdbgym.train.grpo.schedules import KL_ERROR_CLIP
+        from pdbgym.train.grpo.schedules import AdaptiveKLController
 
+        leash = AdaptiveKLController(beta, target_kl, kl_horizon_steps)  # bad settings: refused before any work
         console.print(f"adaptive KL leash: beta {beta:g} toward KL {target_kl:g} nats/token, moving at most "
-                      f"{KL_ERROR_CLIP / max(kl_horizon_steps, 1):.1%} a step (--kl-horizon-steps {kl_horizon_steps})")
+                      f"{leash.max_step_change:.1%} a step (--kl-horizon-steps {kl_horizon_steps})")
 
     def show(row: dict) -> None:
         console.print(f"step {row['step']}: reward {row.get('reward', 0):.3f}  kl {row.get('kl', 0):.4f}  "

@@ -44,7 +44,7 @@ MEANINGS = {
 }
 
 
-def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     """The rows of a JSONL file and how many lines did not parse (a kill can tear the last one)."""
     rows, torn = [], 0
     for line in path.read_text().splitlines() if path.is_file() else []:
@@ -220,8 +220,8 @@ def write_grpo_report(out_dir: Path, ledger: Path | None = None) -> Path:
     ``ledger``: the selection ledger the run wrote to (default ``$PDBGYM_HOME/selection-ledger.jsonl``).
     """
     out = Path(out_dir)
-    raw, torn = _read_jsonl(out / STEPS_FILE)
-    gates, torn_gates = _read_jsonl(out / GATES_FILE)
+    raw, torn = read_jsonl(out / STEPS_FILE)
+    gates, torn_gates = read_jsonl(out / GATES_FILE)
     if not raw and not gates and not (out / RUN_FILE).is_file():
         raise PdbgymError(f"{out} holds no GRPO run ({STEPS_FILE}, {GATES_FILE} and {RUN_FILE} are all missing); "
                           "pass the --out folder of a pdbgym train grpo run")
