@@ -25,8 +25,6 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -247,24 +245,3 @@ def _dequantize_into(target: Path) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-@contextmanager
-def own_sampling(model: Any) -> Iterator[None]:
-    """Inside, ``model.generate`` takes nothing from the model's own ``generation_config.json``.
-
-    transformers fills every field a passed ``GenerationConfig`` leaves unset from the model's: a
-    checkpoint shipping ``repetition_penalty=1.05``, ``top_k=20`` or suppressed tokens would then sample
-    from another distribution than softmax(z / T) under top-p, the one pdbgym records and scores. With a
-    blank config in its place, unset fields take transformers' neutral global defaults (no penalty, no
-    n-gram ban, no suppression; ``top_k`` 50, which a sampler sets itself)."""
-    require("transformers")
-    from transformers import GenerationConfig  # optional: transformers (pdbgym[hf])
-
-    saved = model.generation_config
-    model.generation_config = GenerationConfig()
-    try:
-        yield
-    finally:
-        model.generation_config = saved
-

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pdbgym"
 # Each layer and the layers it may import (besides itself). Top-level modules (errors, fileio, paths,
 # termination, httpjson, nucleus, policyname, defaults, progress, ...) are "base".
 BELOW_ENV = {"tasks", "debugger", "sandbox", "base"}
-BELOW_AGENT = {"env", "rollouts"} | BELOW_ENV
+BELOW_AGENT = {"env", "rollouts", "engine"} | BELOW_ENV
 ALLOWED: dict[str, set[str]] = {
     "base": set(),
     "sandbox": {"base"},
@@ -27,7 +27,8 @@ ALLOWED: dict[str, set[str]] = {
     "env": set(BELOW_ENV),
     "rollouts": {"base"},
     "adapters": {"base"},
-    "divergence": {"rollouts", "base"},
+    "engine": {"base"},
+    "divergence": {"rollouts", "engine", "base"},
     "agent": set(BELOW_AGENT),
     "evaluate": {"agent", "divergence"} | BELOW_AGENT,
     "train": {"evaluate", "agent", "divergence", "adapters"} | BELOW_AGENT,

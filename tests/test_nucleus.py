@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pdbgym.agent.sampling import draw_token
+from pdbgym.engine.draw import draw_rows
 from pdbgym.divergence.transform import token_logprobs
 from pdbgym.nucleus import nucleus_logprobs, nucleus_mask
 from pdbgym.rollouts.record import LogprobSemantics
@@ -57,8 +57,9 @@ def test_ties_with_the_last_kept_token_are_kept_by_sampler_and_scorer():
     assert scored[0] == pytest.approx(math.log(0.2 / 0.9)) and scored[2] == pytest.approx(math.log(0.2 / 0.9))
     assert scored[3] == -math.inf
     # The sampler draws from the same set, and reports the same processed log-prob the scorer computes.
-    generator = torch.Generator().manual_seed(0)
-    drawn = {draw_token(logprobs, 1.0, 0.6, generator, "processed") for _ in range(200)}
+    ids, reported = draw_rows(logprobs.repeat(200, 1), torch.ones(200), torch.full((200,), 0.6),
+                              torch.arange(200), torch.zeros(200, dtype=torch.long), ["processed"] * 200)
+    drawn = set(zip(ids.tolist(), reported.tolist(), strict=True))
     assert {token for token, _ in drawn} == {0, 1, 2}
     for token, reported in drawn:
         assert reported == pytest.approx(float(scored[token]), abs=1e-6)

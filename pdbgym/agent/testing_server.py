@@ -1,7 +1,7 @@
 """A small real model server on loopback, speaking the OpenAI chat API and SGLang's ``/generate``.
 
-It serves an in-process transformers model (tests use tiny random models) with the same sampler as
-``HFBackend``, so the HTTP clients in ``pdbgym.agent.backends`` can be tested against real sockets,
+It serves an in-process transformers model (tests use tiny random models) through the same engine as
+``HFBackend`` (``pdbgym.engine``), so the HTTP clients in ``pdbgym.agent.backends`` can be tested against real sockets,
 real JSON and real token ids rather than a mock. Endpoints:
 
 - ``GET /v1/models``, ``GET /health``, ``GET /get_model_info`` (SGLang's, when ``sglang_api``)
@@ -25,7 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pdbgym.agent.backends.base import SamplingParams, stop_token_ids
-from pdbgym.agent.backends.hf import sample_turn
+from pdbgym.agent.backends.hf import pad_id
+from pdbgym.engine import EngineRequest, engine_for
 
 
 class ModelServer:
@@ -65,7 +66,10 @@ class ModelServer:
     def sample(self, prompt_ids: list[int], params: SamplingParams, mode: str) -> tuple[list[int], list[float], str]:
         with self.lock:
             self.requests_served += 1
-            return sample_turn(self.model, prompt_ids, params, self.stops, mode)[:3]
+        engine = engine_for(self.model, self.stops, pad_id(self.tokenizer))
+        result = engine.submit(EngineRequest(prompt_ids, params.max_new_tokens, params.temperature, params.top_p,
+                                             params.seed, mode)).result()
+        return result.ids, result.logprobs, result.finish
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         text = self.tokenizer.apply_chat_template(body["messages"], tools=body.get("tools"), tokenize=False,

@@ -1,8 +1,9 @@
 """Student samples on the cached prompts, for KL(student || teacher) and the JSD's student half.
 
-The student continues each cached prompt (the cached prompt ids, never re-tokenized text) with HF
-``generate`` under the comparison's transform (its temperature and top-p; top-k off, no repetition
-penalty), and the generated ids are kept as they are. Each sample becomes a ``RolloutRecord`` whose
+The student continues each cached prompt (the cached prompt ids, never re-tokenized text) through the
+local engine (``pdbgym.engine``: all prompts batched) under the comparison's transform, its temperature
+and top-p and nothing else (nothing from the checkpoint's ``generation_config``), and the generated ids
+are kept as they are. Each sample becomes a ``RolloutRecord`` whose
 whole response is scored (loss_mask 1) and whose ``rollout_log_probs`` are the student's own log-probs
 under the same transform, computed by the same force-decoding scorer that scores the cache. These are
 single-turn continuations; multi-turn agent rollouts from the agent package are records too and go
@@ -15,23 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pdbgym.divergence.scoring import ScoringConfig, score_records
-from pdbgym.modelload import own_sampling
+from pdbgym.engine import EngineRequest, LocalEngine
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
-from pdbgym.versions import require
-
-
-def _generation_config(model: Any, semantics: LogprobSemantics, max_new_tokens: int) -> Any:
-    require("transformers")
-    from transformers import GenerationConfig  # optional: transformers (pdbgym[hf])
-
-    model_defaults = getattr(model, "generation_config", None)
-    eos = getattr(model_defaults, "eos_token_id", None) or getattr(model.config, "eos_token_id", None)
-    # top_k=0 and, in sample_continuations, own_sampling: nothing of the checkpoint's own defaults
-    # (top_k=20, repetition penalties) changes the distribution sampled away from the one scored.
-    return GenerationConfig(
-        do_sample=True, temperature=semantics.temperature, top_p=semantics.top_p, top_k=0,
-        max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos if eos is not None else 0,
-    )
 
 
 def sample_continuations(
@@ -63,27 +49,32 @@ def generate_samples(
 ) -> list[RolloutRecord]:
     """The unscored samples of ``prompts[i]`` for i in ``indices`` (default all), in that order.
 
-    Sample i is drawn under seed ``seed * 1_000_003 + i`` whatever else is sampled, so a shard of the
-    prompts samples exactly what the whole run would. ``rollout_log_probs`` are zeros until
+    Sample i is drawn under seed ``seed * 1_000_003 + i``, and the engine's draw depends on a row's own
+    seed alone, so a shard of the prompts samples what the whole run would (up to the batch's numerics). ``rollout_log_probs`` are zeros until
     ``with_own_logprobs``.
     """
-    import torch  # optional: torch (pdbgym[hf])
-
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    config = _generation_config(model, semantics, max_new_tokens)
-    device = next(model.parameters()).device
-    samples = []
-    with torch.inference_mode():
-        for index in range(len(prompts)) if indices is None else indices:
-            prompt_record = prompts[index]
-            prompt = prompt_record.tokens[: prompt_record.prompt_len]
-            torch.manual_seed(seed * 1_000_003 + index)
-            with own_sampling(model):
-                output = model.generate(torch.tensor([prompt], device=device), generation_config=config)
-            generated = output[0, len(prompt):].tolist()
-            samples.append(_sample_record(prompt_record, prompt, generated, semantics, sampler_name, config))
-    return samples
+    chosen = list(range(len(prompts)) if indices is None else indices)
+    stops = model_stops(model)
+    engine = LocalEngine(model, stops, min(stops) if stops else 0)
+    try:
+        results = engine.generate([EngineRequest(
+            list(prompts[i].tokens[: prompts[i].prompt_len]), max_new_tokens, semantics.temperature, semantics.top_p,
+            seed * 1_000_003 + i) for i in chosen])
+    finally:
+        engine.close()
+    return [_sample_record(prompts[i], list(prompts[i].tokens[: prompts[i].prompt_len]), result.ids, semantics,
+                           sampler_name, result.finish) for i, result in zip(chosen, results, strict=True)]
+
+
+def model_stops(model: Any) -> set[int]:
+    """The ids that end a continuation: the eos id(s) of the model's generation config, else its config's."""
+    defaults = getattr(model, "generation_config", None)
+    eos = getattr(defaults, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    return set(eos) if isinstance(eos, list) else ({int(eos)} if eos is not None else set())
 
 
 def with_own_logprobs(samples: list[RolloutRecord], own: Sequence[Any]) -> list[RolloutRecord]:
@@ -95,16 +86,13 @@ def with_own_logprobs(samples: list[RolloutRecord], own: Sequence[Any]) -> list[
 
 def _sample_record(
     prompt_record: RolloutRecord, prompt: list[int], generated: list[int], semantics: LogprobSemantics,
-    sampler_name: str, config: Any,
+    sampler_name: str, finish: str,
 ) -> RolloutRecord:
-    eos = config.eos_token_id
-    eos_ids = set(eos) if isinstance(eos, list) else {eos}
-    stopped_on_eos = bool(generated) and generated[-1] in eos_ids
     metadata = {
         "instance_id": prompt_record.instance_id,
         "_sample_idx": prompt_record.sample_idx,
         "_sampler": sampler_name,
-        "_stop": "eos" if stopped_on_eos else "max_new_tokens",
+        "_stop": "eos" if finish == "stop" else "max_new_tokens",
         "logprob_semantics": semantics.to_dict(),
     }
     if "tokenizer" in prompt_record.metadata:

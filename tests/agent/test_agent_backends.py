@@ -107,16 +107,22 @@ def test_missing_model_path_and_unknown_policy_are_clear(tmp_path):
 
 
 def test_hf_second_turn_reuses_prefix_cache_with_identical_logprobs(tiny_model_dir, tiny_backend):
-    reusing = HFBackend(tiny_backend.model, tiny_backend.tokenizer, "tiny", reuse_prefix=True)
+    from pdbgym.engine import LocalEngine
+
+    reusing = HFBackend(tiny_backend.model, tiny_backend.tokenizer, "tiny",
+                        engine=LocalEngine(tiny_backend.model, tiny_backend.stops, 0))
     params = SamplingParams(temperature=0.9, max_new_tokens=6, seed=4)
     first_req = request(reusing.tokenizer, params)
     first = asyncio.run(reusing.generate(first_req))
     observation = reusing.tokenizer("\n<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n",
                                     add_special_tokens=False)["input_ids"]
     second_prompt = first_req.prompt_ids + first.token_ids + observation
-    assert reusing._prefix.ids == first_req.prompt_ids + first.token_ids[:-1]
     second = asyncio.run(reusing.generate(GenerationRequest(second_prompt, [], None, params)))
+    # the second turn prefilled only what the first turn's cache did not cover
+    assert reusing.engine.stats.reused_tokens == len(first_req.prompt_ids) + len(first.token_ids) - 1
     expected = force_decoded_logprobs(tiny_backend.model, second_prompt, second.token_ids, 0.9)
     assert second.logprobs == pytest.approx(expected, abs=1e-4)
-    fresh = HFBackend(tiny_backend.model, tiny_backend.tokenizer, "tiny", reuse_prefix=False)
+    fresh = HFBackend(tiny_backend.model, tiny_backend.tokenizer, "tiny",
+                      engine=LocalEngine(tiny_backend.model, tiny_backend.stops, 0))
     assert asyncio.run(fresh.generate(GenerationRequest(second_prompt, [], None, params))).token_ids == second.token_ids
+    assert fresh.engine.stats.reused_tokens == 0

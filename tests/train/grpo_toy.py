@@ -3,7 +3,7 @@
 Each toy episode has two model turns (up to ``TURN_TOKENS`` ids each, sampled by the same
 ``BatchedGenerator`` the real rollout uses, every episode of the step in one batched call) with a fixed
 "observation" of env ids between them (env_mask 0). The episode counts as solved when
-the first id it samples is among ``TARGET_WORDS``: about a third of random episodes at the start,
+the first id it samples is among ``TARGET_WORDS``: about 40% of random episodes at the start,
 learnable by raising those ids' probability after the prompt. The tasks are real task folders (``taskfixtures.make_task``), so the
 run goes through ``train_grpo`` unchanged except for what plays an episode.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 VOCAB = 12
-TARGET_WORDS = ("w2", "w3", "w4", "w9")
+TARGET_WORDS = ("w2", "w3", "w4", "w6", "w9")
 TURN_TOKENS = 2
 OBSERVATION_WORDS = "w5 w6 w7"
 
@@ -52,8 +52,8 @@ def make_toy_tasks(root: Path, count: int = 2, prefix: str = "toy") -> Path:
 
 def toy_play(tasks: list[Any], trainer: Any, turn_budget: int, temperature: float,
              seeds: list[int] | None = None) -> list[Any]:
-    """Two-turn toy episodes for ``tasks``, generated together (one batched call per turn); ``seeds`` (one per
-    episode, as GRPO passes them) go unused: the toy draws from the global stream."""
+    """Two-turn toy episodes for ``tasks``, generated together (one batched call per turn); each turn's draw is
+    seeded from the episode's seed (as GRPO passes them; the episode's index when none) and the turn."""
     from pdbgym.agent.backends.base import GenerationRequest, SamplingParams
     from pdbgym.train.grpo.rollout import BatchedGenerator, EpisodeSample
 
@@ -61,18 +61,20 @@ def toy_play(tasks: list[Any], trainer: Any, turn_budget: int, temperature: floa
     generator = BatchedGenerator(trainer.model, tokenizer)
     targets = {tokenizer.convert_tokens_to_ids(word) for word in TARGET_WORDS}
     observation = tokenizer(OBSERVATION_WORDS, add_special_tokens=False)["input_ids"]
-    params = SamplingParams(temperature, 1.0, TURN_TOKENS, None)
+    base = list(seeds) if seeds is not None else list(range(len(tasks)))
     prompts = [tokenizer(f"w{4 + index % 4} w8", add_special_tokens=False)["input_ids"] for index in range(len(tasks))]
     trajectories: list[list[tuple[list[int], list[float], int]]] = [[] for _ in tasks]
     contexts = [list(p) for p in prompts]
     for turn in range(2):
-        turns = generator.generate_batch([GenerationRequest(c, [], None, params) for c in contexts])
+        turns = generator.generate_batch([GenerationRequest(c, [], None, SamplingParams(
+            temperature, 1.0, TURN_TOKENS, base[index] * 2 + turn)) for index, c in enumerate(contexts)])
         for index, generation in enumerate(turns):
             trajectories[index].append((generation.token_ids, generation.logprobs, 1))
             contexts[index] += generation.token_ids
             if turn == 0:
                 trajectories[index].append((observation, [0.0] * len(observation), 0))
                 contexts[index] += observation
+    generator.close()
     samples = []
     for task, prompt, segments in zip(tasks, prompts, trajectories, strict=True):
         ids = [i for seg in segments for i in seg[0]]

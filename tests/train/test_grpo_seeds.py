@@ -39,6 +39,7 @@ def test_val_gate_seeds_are_runs_of_each_task():
 
 
 def test_a_seeded_batch_draws_alike_in_any_order_and_leaves_the_global_stream(tmp_path):
+    """Rows seeded alike draw alike in any order and batch (the engine's draw keys on a row's own seed)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -66,6 +67,9 @@ def test_a_seeded_batch_draws_alike_in_any_order_and_leaves_the_global_stream(tm
     assert [g.token_ids for g in other] != [g.token_ids for g in forward]  # 6 x 6 draws over 12 words
     unseeded = [generator.generate_batch(requests([None] * 6)) for _ in range(2)]
     assert [g.token_ids for g in unseeded[0]] != [g.token_ids for g in unseeded[1]]
+    alone = [generator.generate_batch(requests([seed]))[0] for seed in seeds[:3]]
+    assert [g.token_ids for g in alone] == [g.token_ids for g in forward[:3]]  # batch composition does not matter
+    generator.close()
 
 
 def test_train_grpo_hands_every_played_episode_its_seed(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """Samplers sample what is scored: a model shipping a repetition penalty in its generation_config.json
-does not change what GRPO's batched generator or the divergence sampler draw.
+does not change what the engine draws for an agent backend, GRPO's batched generator or the divergence
+sampler.
 
 The model's own defaults would make the prompt's token all but impossible to draw again; the recorded
 and scored distribution is plain softmax(z / T). Each sampler draws one token many times from a prompt
@@ -8,12 +9,16 @@ made of the token the plain model favours, and its frequency must match the plai
 
 from __future__ import annotations
 
+import asyncio
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from pdbgym.agent.backends.base import GenerationRequest, SamplingParams
+from pdbgym.agent.backends.hf import HFBackend
+from pdbgym.agent.runner import run_to_end
 from pdbgym.divergence.sampling import generate_samples
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 from pdbgym.train.grpo.rollout import BatchedGenerator
@@ -59,10 +64,28 @@ def test_grpo_generator_draws_from_the_plain_distribution(penalised):
     model, tokenizer, token, p = penalised
     generator = BatchedGenerator(model, tokenizer)
     params = SamplingParams(1.0, 1.0, 1, None)
-    requests = [GenerationRequest([token] * 4, [], None, params) for _ in range(DRAWS)]
-    drawn = generator._generate_rows(requests, seed=7)
+    requests = [GenerationRequest([token] * 4, [], None, replace(params, seed=seed)) for seed in range(DRAWS)]
+
+    async def draw_all():
+        return await asyncio.gather(*(generator.generate(r) for r in requests))
+
+    drawn = run_to_end(draw_all())
+    generator.close()
     count = sum(g.token_ids[0] == token for g in drawn)
     # with the model's own penalty and top_k=1 the count would be 0 (or every draw the top token)
+    assert _within(count, DRAWS, p), (count, DRAWS * p)
+
+
+def test_agent_backend_draws_from_the_plain_distribution(penalised):
+    model, tokenizer, token, p = penalised
+    backend = HFBackend(model, tokenizer, "penalised")
+
+    async def draw_all():
+        return await asyncio.gather(*(backend.generate(GenerationRequest([token] * 4, [], None,
+                                                                         SamplingParams(1.0, 1.0, 1, seed)))
+                                      for seed in range(DRAWS)))
+
+    count = sum(g.token_ids[0] == token for g in run_to_end(draw_all()))
     assert _within(count, DRAWS, p), (count, DRAWS * p)
 
 
@@ -74,4 +97,4 @@ def test_divergence_sampler_draws_from_the_plain_distribution(penalised):
     samples = generate_samples(model, [prompt] * DRAWS, semantics, max_new_tokens=1, sampler_name="unit", seed=3)
     count = sum(record.tokens[record.prompt_len] == token for record in samples)
     assert _within(count, DRAWS, p), (count, DRAWS * p)
-    assert model.generation_config.repetition_penalty == 1e4  # the model's own config is put back
+    assert model.generation_config.repetition_penalty == 1e4  # the model's own config is left as it was

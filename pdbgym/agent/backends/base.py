@@ -16,7 +16,7 @@ from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import LogprobSemantics, tokenizer_fingerprint
 
-LOGPROB_MODES = ("raw", "tempered", "processed")  # see pdbgym.agent.sampling.draw_token
+LOGPROB_MODES = ("raw", "tempered", "processed")  # = pdbgym.engine.draw.LOGPROB_MODES (that module needs torch)
 
 
 class BackendError(PdbgymError):

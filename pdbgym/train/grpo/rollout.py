@@ -1,193 +1,85 @@
-"""Batched multi-turn rollouts: the live episodes of a batch share one ``generate`` call per round.
+"""Batched multi-turn rollouts: the live episodes of a batch share the model through one engine.
 
 Each episode is pdbgym's own loop (``pdbgym.agent.loop.run_episode``) on its own ``DebugEnv``; episodes
 advance concurrently under asyncio and their env steps run in threads. Their turn source is a
-``GroupTurns`` that hands the pending request to a ``BatchedGenerator``; the generator waits until
-every live episode has asked for a turn (or finished), then runs ONE left-padded batched ``generate``
-of the local model over all pending requests and hands each episode its ids and log-probs.
+``GroupTurns`` that sends each turn to a ``BatchedGenerator``: the trainer's model behind a
+``pdbgym.engine.LocalEngine``, which batches whatever turns are pending (a turn never waits for another
+episode's environment step) and, inside TRL's ``unwrap_model_for_generation``, runs on the trainer's
+live weights.
 
 Log-probs are ``log_softmax(logits / T)[sampled id]`` of the raw logits (``hf:tempered``), the same
 quantity TRL's GRPO computes on the trainer side (it also divides by ``temperature``), so the
 rollout/trainer mismatch is numerical only (padding, batch shape, kernels).
 
-Seeds: each episode's ``SamplingParams.seed`` is its ``pdbgym.seeds`` episode seed. A batched ``generate``
-draws every row from one generator, so a round whose requests all carry a seed orders its rows by
-(seed, prompt) and draws from ``round_seed`` of those seeds and prompt lengths, in a forked RNG state
-(the trainer's own random stream is left as it was): a group replays alike whatever order its episodes
-asked in, up to the numerics of the batch.
+Seeds: each episode's ``SamplingParams.seed`` is its ``pdbgym.seeds`` episode seed, and each turn's draw
+is seeded from it and the turn's place (``pdbgym.seeds.turn_seed``); the engine's draw depends on a
+row's own seed alone, so an episode replays alike whichever episodes share its batches (up to the
+numerics of the batch).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pdbgym.agent.backends.base import Generation, GenerationRequest, SamplingParams, stop_token_ids
+from pdbgym.agent.backends.base import Generation, GenerationRequest, stop_token_ids
+from pdbgym.agent.backends.hf import pad_id
 from pdbgym.agent.loop import AgentConfig, EpisodeOutcome, run_episode
 from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
-from pdbgym.modelload import own_sampling
+from pdbgym.engine import EngineRequest, EngineResult, EngineSettings, EngineStats, LocalEngine
 from pdbgym.rollouts.record import LogprobSemantics
 from pdbgym.seeds import episode_seed, grpo_episode_seed
 
 GROUP_SEMANTICS_ENGINE = "hf:tempered"
 
 
-@dataclass
-class BatchStats:
-    """What the generator did: rounds (batched calls), requests served, seconds inside ``generate``."""
-
-    rounds: int = 0
-    requests: int = 0
-    generate_seconds: float = 0.0
-    batch_sizes: list[int] = field(default_factory=list)
-
-
 class BatchedGenerator:
-    """Collects the pending turn requests of live episodes and serves them with one batched call.
+    """The turns of live episodes, served by one ``LocalEngine`` over ``model``.
 
     ``model`` is a causal LM (a PEFT model too); ``context`` returns a context manager entered around
-    each ``generate`` (the trainer passes TRL's ``unwrap_model_for_generation``).
+    each batch that may yield the model to run (the trainer passes TRL's ``unwrap_model_for_generation``).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, context: Callable[[], AbstractContextManager[Any]] | None = None):
+    def __init__(self, model: Any, tokenizer: Any, context: Callable[[], AbstractContextManager[Any]] | None = None,
+                 settings: EngineSettings | None = None):
         self.model = model
         self.tokenizer = tokenizer
-        self.context = context or nullcontext
         self.stops = sorted(stop_token_ids(tokenizer, model))
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        if pad is None:
-            raise ValueError("the tokenizer has neither a pad nor an eos token to left-pad a batch with")
-        self.pad_id = int(pad)
-        self.stats = BatchStats()
-        self._live = 0
-        self._running = False
-        self._pending: list[tuple[GenerationRequest, asyncio.Future[Generation]]] = []
-        self._serving: asyncio.Future[None] | None = None
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has neither a pad nor an eos token to pad a batch with")
+        self.engine = LocalEngine(model, set(self.stops), pad_id(tokenizer), settings, context)
 
-    # -- episode bookkeeping ---------------------------------------------------------------------
-    def join(self) -> None:
-        self._live += 1
+    @property
+    def stats(self) -> EngineStats:
+        return self.engine.stats
 
-    def leave(self) -> None:
-        self._live -= 1
-        self._maybe_flush()
+    def expect(self, episodes: int) -> None:
+        """Up to ``episodes`` episodes will ask for turns at once (sizes the engine's batches)."""
+        self.engine.expect(episodes)
+
+    def _submit(self, request: GenerationRequest) -> Future[EngineResult]:
+        params = request.params
+        return self.engine.submit(EngineRequest(list(request.prompt_ids), params.max_new_tokens, params.temperature,
+                                                params.top_p, params.seed, "tempered"))
+
+    def _generation(self, result: EngineResult) -> Generation:
+        text = self.tokenizer.decode(result.ids, skip_special_tokens=False)
+        return Generation(result.ids, result.logprobs, text, result.finish, model_seconds=result.model_seconds)
 
     async def generate(self, request: GenerationRequest) -> Generation:
-        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        self._pending.append((request, future))
-        self._maybe_flush()
-        return await future
+        return self._generation(await asyncio.wrap_future(self._submit(request)))
 
-    def _maybe_flush(self) -> None:
-        # One batch at a time, and only once every live episode is waiting: the round's batch is full.
-        if self._running or not self._pending or len(self._pending) < self._live:
-            return
-        batch, self._pending = self._pending, []
-        self._running = True
-        self._serving = asyncio.ensure_future(self._serve(batch))  # held: the loop keeps only weak references
-
-    async def _serve(self, batch: list[tuple[GenerationRequest, asyncio.Future[Generation]]]) -> None:
-        try:
-            results = await asyncio.to_thread(self.generate_batch, [request for request, _ in batch])
-        except Exception as exc:  # every episode of the round sees the failure and ends as ``other``
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-        else:
-            for (_, future), result in zip(batch, results, strict=True):
-                if not future.done():
-                    future.set_result(result)
-        finally:
-            self._running = False
-            self._maybe_flush()
-
-    # -- the batched model call ------------------------------------------------------------------
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        """One left-padded ``generate`` over ``requests`` (same sampling params); ids cut at each stop.
+        """Every request at once, waited for (results in the same order)."""
+        futures = [self._submit(r) for r in requests]
+        return [self._generation(f.result()) for f in futures]
 
-        When every request carries a seed, the rows are ordered by (seed, prompt) and the draw is seeded
-        with ``round_seed`` (see the module's docstring); the results come back in ``requests``' order.
-        """
-        seeds = [r.params.seed for r in requests]
-        if not requests or any(seed is None for seed in seeds):
-            return self._generate_rows(requests, None)
-        order = sorted(range(len(requests)), key=lambda i: (seeds[i], requests[i].prompt_ids))
-        drawn = self._generate_rows([requests[i] for i in order], round_seed(requests))
-        results: list[Generation] = [drawn[0]] * len(requests)
-        for position, index in enumerate(order):
-            results[index] = drawn[position]
-        return results
-
-    def _generate_rows(self, requests: Sequence[GenerationRequest], seed: int | None) -> list[Generation]:
-        import torch  # optional: torch (pdbgym[hf])
-
-        started = time.perf_counter()
-        params = requests[0].params
-        device = next(self.model.parameters()).device
-        width = max(len(r.prompt_ids) for r in requests)
-        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, request in enumerate(requests):
-            input_ids[row, width - len(request.prompt_ids):] = torch.tensor(request.prompt_ids)
-            attention[row, width - len(request.prompt_ids):] = 1
-        max_new = max(r.params.max_new_tokens for r in requests)
-        forked = torch.random.fork_rng(devices=[device] if device.type == "cuda" else []) if seed is not None \
-            else nullcontext()
-        with self.context() as model, torch.no_grad(), forked:
-            model = model if model is not None else self.model
-            if seed is not None:
-                torch.manual_seed(seed)
-            with own_sampling(model):
-                out = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                     generation_config=self._generation_config(params, max_new))
-        generated = out.sequences[:, width:].cpu()
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # [B, steps, V], raw (before processors)
-        scale = params.temperature if params.temperature > 0 else 1.0
-        token_logprobs = torch.log_softmax(logits / scale, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
-        elapsed = time.perf_counter() - started
-        self.stats.rounds += 1
-        self.stats.requests += len(requests)
-        self.stats.generate_seconds += elapsed
-        self.stats.batch_sizes.append(len(requests))
-        return [self._one(generated[row].tolist(), token_logprobs[row].tolist(), request.params.max_new_tokens,
-                          elapsed) for row, request in enumerate(requests)]
-
-    def _one(self, ids: list[int], logprobs: list[float], limit: int, elapsed: float) -> Generation:
-        finish, end = "length", min(limit, len(ids))
-        for position, token in enumerate(ids[:end]):
-            if token in self.stops:
-                finish, end = "stop", position + 1
-                break
-        kept = ids[:end]
-        text = self.tokenizer.decode(kept, skip_special_tokens=False)
-        return Generation(kept, logprobs[:end], text, finish, model_seconds=elapsed)
-
-    def _generation_config(self, params: SamplingParams, max_new: int) -> Any:
-        from transformers import GenerationConfig  # optional: transformers (pdbgym[hf])
-
-        # With own_sampling around generate: nothing inherited from the model's generation config
-        # (top_k, repetition penalties) may change the distribution the log-probs are reported for.
-        sample = params.temperature > 0
-        return GenerationConfig(
-            max_new_tokens=max_new, do_sample=sample, temperature=params.temperature if sample else None,
-            top_p=params.top_p if sample else None, top_k=0 if sample else None, eos_token_id=self.stops,
-            pad_token_id=self.pad_id, use_cache=True, return_dict_in_generate=True, output_logits=True)
-
-
-def round_seed(requests: Sequence[GenerationRequest]) -> int:
-    """The seed of one batched draw: crc32 of its requests' (episode seed, prompt length) pairs, sorted.
-
-    The prompt length tells an episode's turns apart, so each round of a group draws afresh; sorting makes
-    it independent of the order the episodes asked in.
-    """
-    pairs = sorted((int(r.params.seed if r.params.seed is not None else -1), len(r.prompt_ids)) for r in requests)
-    return zlib.crc32(repr(pairs).encode()) % 2**31
+    def close(self) -> None:
+        self.engine.close()
 
 
 class GroupTurns:
@@ -266,16 +158,12 @@ def run_episodes(tasks: Sequence[Any], generator: BatchedGenerator, agent: Agent
         config = replace(agent, sample_idx=index)
         if seeds is not None:
             config = replace(config, sampling=replace(agent.sampling, seed=int(seeds[index])))
-        try:
-            outcome = await run_episode(task, turns, make_env(task), config)
-        finally:
-            generator.leave()
+        outcome = await run_episode(task, turns, make_env(task), config)
         if on_episode is not None:
             on_episode(index, outcome)
         return outcome
 
-    for _ in tasks:
-        generator.join()
+    generator.expect(len(tasks))
     jobs = [lambda i=i, t=t: one(i, t) for i, t in enumerate(tasks)]
     return asyncio.run(gather_with_threads(jobs, threads=2 * len(tasks) + 2))
 

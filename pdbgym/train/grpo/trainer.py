@@ -167,12 +167,15 @@ class PdbgymRollout:
         self.tool_format = tool_format
         self.play = play or self.play_episodes
         self.trainer: Any = None
+        self._generator: BatchedGenerator | None = None
         self.progress = EpisodeProgress()  # phase/episode hooks (progress.GRPOProgress shows them)
 
     def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float,
                       seeds: list[int] | None = None) -> list[EpisodeSample]:
-        generator = BatchedGenerator(trainer.model, trainer.processing_class,
-                                     lambda: seams.unwrapped_for_generation(trainer))
+        if self._generator is None or self._generator.model is not trainer.model:  # one engine for the run
+            self._generator = BatchedGenerator(trainer.model, trainer.processing_class,
+                                               lambda: seams.unwrapped_for_generation(trainer))
+        generator = self._generator
         agent = AgentConfig(tool_format=self.tool_format, max_context_tokens=self.config.max_context_tokens,
                             sampling=SamplingParams(temperature, 1.0, self.config.max_new_tokens, None),
                             dataset="pdbgym_grpo", check_trajectory=True)

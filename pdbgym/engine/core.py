@@ -1,0 +1,502 @@
+"""``LocalEngine``: the one place a local model samples tokens, batched across every caller of the process.
+
+Callers submit ``EngineRequest`` objects from any thread or event loop. One scheduler thread owns the
+model: it waits ``window_s`` after a request arrives for others to join it, then serves everything
+pending as one batch. Two ways to decode, chosen per engine:
+
+- **static** (CUDA, the default there): a ``StaticCache`` of ``slots`` rows and ``length`` positions and
+  a decode step compiled by transformers (``get_compiled_call``: ``torch.compile``, mode
+  ``reduce-overhead``, i.e. CUDA graphs). Every row writes at one shared head; a prompt is prefilled on
+  its own and its keys and values are placed right-aligned below the head in a free slot, so a request
+  that arrives while others decode joins the running batch at the next step (continuous batching), as
+  long as its prompt fits below the head and its budget above it. Slot counts and lengths come in
+  buckets (powers of two), so the number of compiled shapes stays small; each compile is counted,
+  timed and logged.
+- **dynamic** (CPU, and wherever the static cache does not fit the model): transformers'
+  ``DynamicCache``, the pending requests decoded together round by round; a lone request continues the
+  KV cache of an earlier turn whose ids are a prefix of its prompt (an episode's trajectory only grows),
+  so only the new suffix is prefilled.
+
+Sampling is ``pdbgym.engine.draw``: exactly temperature and top-p (and a grammar mask where a request
+carries one), nothing taken from the model's ``generation_config``; ids and log-probs come from the
+same processed logits. The log-prob semantics are those of ``LogprobSemantics`` for the request's mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from pdbgym.engine.draw import LOGPROB_MODES, draw_rows
+from pdbgym.engine.kv import (
+    cache_keyword,
+    new_dynamic_cache,
+    new_static_cache,
+    place_rows,
+    set_head,
+    static_cache_problem,
+)
+from pdbgym.errors import PdbgymError
+
+log = logging.getLogger("pdbgym.engine")
+
+SLOT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+PREFIXES_KEPT = 4  # earlier turns' KV caches the dynamic path keeps for reuse
+
+
+class EngineError(PdbgymError):
+    """A request the engine cannot serve (bad settings), or the model call failed."""
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One turn to sample: ``prompt_ids`` continued by at most ``max_new_tokens`` ids, ending after a stop id.
+
+    ``seed`` fixes the draw (None: random); ``mask`` is a grammar state with ``apply(logits_row, left)``
+    and ``accept(id)`` (``pdbgym.agent.constrained.TurnMask``) that forbids ids before each draw.
+    """
+
+    prompt_ids: Sequence[int]
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    logprob_mode: str = "tempered"
+    mask: Any = None
+
+    def check(self) -> None:
+        if not self.prompt_ids:
+            raise EngineError("an empty prompt: give at least one token id")
+        if self.max_new_tokens < 1:
+            raise EngineError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise EngineError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.temperature < 0:
+            raise EngineError(f"temperature must be >= 0, got {self.temperature}")
+        if self.logprob_mode not in LOGPROB_MODES:
+            raise EngineError(f"logprob_mode must be one of {LOGPROB_MODES}, got {self.logprob_mode!r}")
+
+
+@dataclass
+class EngineResult:
+    """The sampled ids (a stop id, when sampled, is the last), one log-prob per id, and why it ended:
+    ``stop`` or ``length``. ``model_seconds``: from entering a batch to the last id; ``queued_seconds``:
+    from submission to entering a batch."""
+
+    ids: list[int]
+    logprobs: list[float]
+    finish: str
+    model_seconds: float
+    queued_seconds: float
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the engine batches and decodes.
+
+    Args:
+        window_s: how long a request waits for others before a batch starts. Default 0.003.
+        max_batch: rows decoded together at most. Default 64.
+        static: decode with a static cache and CUDA graphs; None: on CUDA devices. Default None.
+        min_length: the smallest static cache length (lengths are powers of two from here). Default 1024.
+    """
+
+    window_s: float = 0.003
+    max_batch: int = 64
+    static: bool | None = None
+    min_length: int = 1024
+
+
+@dataclass
+class EngineStats:
+    """What the engine did since it started. ``compiles``: one entry per compiled decode shape
+    (``slots``, ``length``, ``seconds`` of the first call at that shape, warm-up included)."""
+
+    requests: int = 0
+    tokens: int = 0
+    decode_steps: int = 0
+    prefills: int = 0
+    prefill_tokens: int = 0
+    reused_tokens: int = 0
+    batches: int = 0
+    busy_seconds: float = 0.0
+    row_steps: int = 0  # sum over decode steps of the rows that were live
+    compiles: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "tokens": self.tokens, "decode_steps": self.decode_steps,
+                "prefills": self.prefills, "prefill_tokens": self.prefill_tokens,
+                "reused_tokens": self.reused_tokens, "batches": self.batches,
+                "busy_seconds": round(self.busy_seconds, 3),
+                "mean_live_rows": round(self.row_steps / self.decode_steps, 2) if self.decode_steps else 0.0,
+                "compiles": list(self.compiles)}
+
+
+@dataclass
+class _Row:
+    request: EngineRequest
+    future: Future[EngineResult]
+    submitted: float
+    seed: int
+    started: float = 0.0
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+    slot: int = -1
+    position: int = 0  # the position id of the next id fed to the model
+
+    @property
+    def left(self) -> int:
+        return self.request.max_new_tokens - len(self.ids)
+
+
+@dataclass
+class _Prefix:
+    ids: list[int]
+    cache: Any
+
+
+@dataclass
+class _Static:
+    """One static cache shape: its cache, the decode step's input buffers and the compiled step."""
+
+    slots: int
+    length: int
+    cache: Any
+    mask: torch.Tensor  # [slots, length] 1 where a row may attend
+    input_ids: torch.Tensor  # [slots, 1]
+    positions: torch.Tensor  # [slots, 1]
+    step: Callable[..., Any]
+    warm: bool = False
+
+
+def bucket(value: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket >= value (the largest when none is)."""
+    return next((b for b in buckets if b >= value), buckets[-1])
+
+
+def length_bucket(value: int, smallest: int) -> int:
+    length = smallest
+    while length < value:
+        length *= 2
+    return length
+
+
+class LocalEngine:
+    """Serves ``EngineRequest`` objects for one model; see the module docstring.
+
+    ``stops``: ids that end a turn. ``pad_id``: the id padding rows are filled with. ``context``: a
+    callable returning a context manager entered around each batch, which may yield the model to use
+    (GRPO passes TRL's ``unwrap_model_for_generation``, so rollouts run on the trainer's live weights).
+    """
+
+    def __init__(self, model: Any, stops: set[int] | Sequence[int], pad_id: int,
+                 settings: EngineSettings | None = None,
+                 context: Callable[[], AbstractContextManager[Any]] | None = None):
+        self.model = model
+        self.stops = frozenset(int(s) for s in stops)
+        self.pad_id = int(pad_id)
+        self.settings = settings or EngineSettings()
+        self.context = context or nullcontext
+        self.device = next(model.parameters()).device
+        self.stats = EngineStats()
+        self._keyword = cache_keyword(model)
+        self._static_reason: str | None = None
+        self._static = self._use_static()
+        self._shapes: dict[tuple[int, int], _Static] = {}
+        self._prefixes: list[_Prefix] = []
+        self._queue: list[_Row] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._expected = 0
+
+    # -- public ------------------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """``static`` or ``dynamic`` (see the module docstring)."""
+        return "static" if self._static else "dynamic"
+
+    def expect(self, rows: int) -> None:
+        """Say that up to ``rows`` requests will be live at once, so a static session sizes its slots
+        for them from the start (fewer compiled shapes)."""
+        self._expected = max(self._expected, int(rows))
+
+    def submit(self, request: EngineRequest) -> Future[EngineResult]:
+        """Queue ``request``; the future holds its ``EngineResult`` (or the error that stopped it)."""
+        request.check()
+        future: Future[EngineResult] = Future()
+        seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
+        with self._cond:
+            if self._closed:
+                raise EngineError("the engine is closed")
+            self._queue.append(_Row(request, future, time.perf_counter(), int(seed)))
+            self._start()
+            self._cond.notify_all()
+        return future
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[EngineResult]:
+        """Submit every request and wait for all (results in the same order)."""
+        futures = [self.submit(r) for r in requests]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=60)
+
+    # -- scheduling ----------------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._serve, name="pdbgym-engine", daemon=True)
+            self._thread.start()
+
+    def _take(self, limit: int, fits: Callable[[_Row], bool] = lambda row: True) -> list[_Row]:
+        with self._cond:
+            taken = [row for row in self._queue if fits(row)][:limit]
+            for row in taken:
+                self._queue.remove(row)
+        now = time.perf_counter()
+        for row in taken:
+            row.started = now
+        return taken
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed and not self._queue:
+                    return
+                first = min(row.submitted for row in self._queue)
+            time.sleep(max(0.0, first + self.settings.window_s - time.perf_counter()))
+            rows = self._take(self.settings.max_batch)
+            if not rows:
+                continue
+            started = time.perf_counter()
+            live: list[_Row] = list(rows)
+            try:
+                with self.context() as maybe_model, torch.inference_mode():
+                    model = maybe_model if maybe_model is not None else self.model
+                    if self._static:
+                        self._static_session(model, rows, live)
+                    else:
+                        self._dynamic_round(model, rows)
+            except BaseException as exc:  # noqa: BLE001 - every waiting caller learns of the failure
+                log.exception("engine batch failed")
+                for row in live:
+                    if not row.future.done():
+                        row.future.set_exception(exc if isinstance(exc, Exception) else EngineError(repr(exc)))
+            finally:
+                self.stats.busy_seconds += time.perf_counter() - started
+                self.stats.batches += 1
+
+    # -- shared pieces -------------------------------------------------------------------------------
+    def _use_static(self) -> bool:
+        wanted = self.settings.static if self.settings.static is not None else self.device.type == "cuda"
+        if not wanted:
+            return False
+        self._static_reason = static_cache_problem(self.model)
+        if self._static_reason is not None:
+            log.warning("engine: decoding without a static cache: %s", self._static_reason)
+            return False
+        return True
+
+    def _forward(self, model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                 cache: Any, step: Callable[..., Any] | None = None) -> torch.Tensor:
+        call = step or model
+        out = call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                   **{self._keyword: cache})
+        return out.logits[:, -1, :]
+
+    def _draw(self, rows: Sequence[_Row], logits: torch.Tensor) -> None:
+        """Draw the next id of each row from its row of ``logits`` and record it."""
+        masked = [i for i, row in enumerate(rows) if row.request.mask is not None]
+        if masked:
+            logits = logits.float().clone()
+            for i in masked:
+                host = logits[i].to("cpu", torch.float32)
+                rows[i].request.mask.apply(host, rows[i].left)
+                logits[i] = host.to(logits.device)
+        device = logits.device
+        temperature = torch.tensor([r.request.temperature for r in rows], dtype=torch.float32, device=device)
+        top_p = torch.tensor([r.request.top_p for r in rows], dtype=torch.float32, device=device)
+        seeds = torch.tensor([r.seed for r in rows], dtype=torch.int64, device=device)
+        steps = torch.tensor([len(r.ids) for r in rows], dtype=torch.int64, device=device)
+        ids, logprobs = draw_rows(logits, temperature, top_p, seeds, steps, [r.request.logprob_mode for r in rows])
+        now = time.perf_counter()
+        for row, token, logprob in zip(rows, ids.tolist(), logprobs.tolist(), strict=True):
+            if row.request.mask is not None:
+                row.request.mask.accept(token)
+            row.ids.append(token)
+            row.logprobs.append(logprob)
+            row.position += 1
+            if token in self.stops:
+                row.finish = "stop"
+            elif row.left <= 0:
+                row.finish = "length"
+            if row.finish is not None:
+                self.stats.requests += 1
+                self.stats.tokens += len(row.ids)
+                row.future.set_result(EngineResult(list(row.ids), list(row.logprobs), row.finish,
+                                                   now - row.started, row.started - row.submitted))
+
+    def _prefill(self, model: Any, rows: Sequence[_Row]) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """Left-padded prefill of ``rows``' prompts into a fresh dynamic cache; returns the last
+        position's logits, the cache and the attention mask ([rows, width])."""
+        width = max(len(r.request.prompt_ids) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            prompt = row.request.prompt_ids
+            ids[i, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
+            mask[i, width - len(prompt):] = 1
+            row.position = len(prompt)
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = new_dynamic_cache(model)
+        logits = self._forward(model, ids, mask, positions, cache)
+        self.stats.prefills += 1
+        self.stats.prefill_tokens += int(mask.sum())
+        return logits, cache, mask
+
+    # -- dynamic rounds --------------------------------------------------------------------------------
+    def _reusable(self, prompt: Sequence[int]) -> _Prefix | None:
+        for prefix in self._prefixes:
+            n = len(prefix.ids)
+            if n < len(prompt) and list(prompt[:n]) == prefix.ids:
+                self._prefixes.remove(prefix)
+                return prefix
+        return None
+
+    def _dynamic_round(self, model: Any, rows: list[_Row]) -> None:
+        prefix = self._reusable(rows[0].request.prompt_ids) if len(rows) == 1 else None
+        if prefix is not None:
+            row = rows[0]
+            prompt = list(row.request.prompt_ids)
+            feed = torch.tensor([prompt[len(prefix.ids):]], dtype=torch.long, device=self.device)
+            mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
+            positions = torch.arange(len(prefix.ids), len(prompt), device=self.device)[None, :]
+            cache = prefix.cache
+            logits = self._forward(model, feed, mask, positions, cache)
+            row.position = len(prompt)
+            self.stats.prefills += 1
+            self.stats.prefill_tokens += feed.shape[1]
+            self.stats.reused_tokens += len(prefix.ids)
+        else:
+            logits, cache, mask = self._prefill(model, rows)
+        self._draw(rows, logits)
+        while any(r.finish is None for r in rows):
+            feed = torch.tensor([[r.ids[-1] if r.finish is None else self.pad_id] for r in rows],
+                                dtype=torch.long, device=self.device)
+            positions = torch.tensor([[r.position - 1] for r in rows], dtype=torch.long, device=self.device)
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)], dim=1)
+            logits = self._forward(model, feed, mask, positions, cache)
+            self.stats.decode_steps += 1
+            live = [r for r in rows if r.finish is None]
+            self.stats.row_steps += len(live)
+            self._draw(live, logits[[i for i, r in enumerate(rows) if r.finish is None]])
+        if len(rows) == 1:  # the cache covers the prompt and every id but the last
+            row = rows[0]
+            self._prefixes.insert(0, _Prefix(list(row.request.prompt_ids) + row.ids[:-1], cache))
+            del self._prefixes[PREFIXES_KEPT:]
+
+    # -- static sessions ----------------------------------------------------------------------------------
+    def _shape(self, model: Any, slots: int, length: int) -> _Static:
+        key = (slots, length)
+        if key not in self._shapes:
+            from transformers import CompileConfig  # optional: transformers (pdbgym[hf])
+
+            log.info("engine: a static cache of %d slots x %d positions (the decode step compiles on first use)",
+                     slots, length)
+            step = model.get_compiled_call(CompileConfig(dynamic=False, fullgraph=False)) \
+                if self.device.type == "cuda" else model
+            self._shapes[key] = _Static(
+                slots, length, new_static_cache(model, slots, length),
+                torch.ones((slots, length), dtype=torch.long, device=self.device),
+                torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
+                torch.zeros((slots, 1), dtype=torch.long, device=self.device), step)
+        return self._shapes[key]
+
+    def _static_session(self, model: Any, first: list[_Row], live: list[_Row]) -> None:
+        """Decode ``first`` and whatever joins while they run, in one static cache; ``live`` is kept up
+        to date with every row in flight (for failure reporting)."""
+        budget = max(r.request.max_new_tokens for r in first)
+        room = 2 * budget
+        slots = bucket(min(self.settings.max_batch, max(len(first), self._expected)), SLOT_BUCKETS)
+        length = length_bucket(max(len(r.request.prompt_ids) for r in first) + room, self.settings.min_length)
+        shape = self._shape(model, slots, length)
+        head = length - room
+        set_head(shape.cache, head)
+        shape.mask.fill_(1)
+        occupied: list[_Row | None] = [None] * slots
+        self._admit(model, shape, first, occupied, head)
+        while True:
+            free = occupied.count(None)
+            if free and head < length:
+                joiners = self._take(free, lambda r, h=head: len(r.request.prompt_ids) <= h
+                                     and h + r.request.max_new_tokens <= length)
+                live.extend(joiners)
+                self._admit(model, shape, joiners, occupied, head)
+            active = [r for r in occupied if r is not None]
+            if not active:
+                return
+            for row in active:
+                shape.input_ids[row.slot, 0] = row.ids[-1]
+                shape.positions[row.slot, 0] = row.position - 1
+            logits = self._decode(model, shape)
+            head += 1
+            self.stats.decode_steps += 1
+            self.stats.row_steps += len(active)
+            self._draw(active, logits[[r.slot for r in active]])
+            for row in active:
+                if row.finish is not None:
+                    occupied[row.slot] = None
+                    shape.mask[row.slot].fill_(1)
+
+    def _admit(self, model: Any, shape: _Static, rows: list[_Row], occupied: list[_Row | None], head: int) -> None:
+        """Prefill ``rows`` and place them in free slots right-aligned below ``head``; draw their first id."""
+        if not rows:
+            return
+        free = [i for i, r in enumerate(occupied) if r is None]
+        for row, slot in zip(rows, free, strict=False):
+            row.slot = slot
+            occupied[slot] = row
+        logits, cache, _ = self._prefill(model, rows)
+        slots = torch.tensor([r.slot for r in rows], dtype=torch.long, device=self.device)
+        place_rows(shape.cache, cache, slots, head)
+        for row in rows:
+            shape.mask[row.slot].zero_()
+            shape.mask[row.slot, head - len(row.request.prompt_ids):] = 1
+        self._draw(rows, logits)
+        for row in rows:
+            if row.finish is not None:
+                occupied[row.slot] = None
+                shape.mask[row.slot].fill_(1)
+
+    def _decode(self, model: Any, shape: _Static) -> torch.Tensor:
+        if self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        started = time.perf_counter()
+        logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache, shape.step)
+        logits = logits.clone()
+        if not shape.warm:
+            shape.warm = True
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
+            self.stats.compiles.append({"slots": shape.slots, "length": shape.length, "seconds": round(seconds, 2)})
+            log.warning("engine: decode step for %d slots x %d positions ready in %.1f s (compile and CUDA graph "
+                        "capture, once per shape per process)", shape.slots, shape.length, seconds)
+        return logits

@@ -1,0 +1,74 @@
+"""The KV caches the engine fills by hand: transformers' ``DynamicCache`` and ``StaticCache`` tensors.
+
+A static session of the engine keeps one ``StaticCache`` of ``[slots, heads, length, head_dim]`` per
+layer and moves a prompt's keys and values into a free slot after prefilling it on its own; it also
+sets the cache's write head. Both touch attributes transformers does not promise (``Cache.layers``,
+each layer's ``keys``/``values``/``cumulative_length``), so every such access is here, and
+``static_cache_problem`` says up front, by name, when the installed transformers lays them out otherwise
+(the engine then decodes without a static cache).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+
+def new_dynamic_cache(model: Any) -> Any:
+    from transformers import DynamicCache  # optional: transformers (pdbgym[hf])
+
+    return DynamicCache(config=model.config)
+
+
+def cache_keyword(model: Any) -> str:
+    """The forward() keyword for the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def new_static_cache(model: Any, slots: int, length: int) -> Any:
+    """A ``StaticCache`` of ``slots`` rows and ``length`` positions, allocated now on the model's device."""
+    from transformers import StaticCache  # optional: transformers (pdbgym[hf])
+
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cache = StaticCache(config=config, max_cache_len=length)
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    parameter = next(model.parameters())
+    cache.early_initialization(slots, heads, head_dim, parameter.dtype, parameter.device)
+    return cache
+
+
+def static_cache_problem(model: Any) -> str | None:
+    """Why a static session cannot run on ``model`` here (None when it can)."""
+    try:
+        from transformers.cache_utils import StaticLayer  # optional: transformers (pdbgym[hf])
+    except ImportError as exc:
+        return f"transformers has no StaticLayer ({exc})"
+    try:
+        cache = new_static_cache(model, 1, 16)
+    except Exception as exc:  # noqa: BLE001 - any failure means: decode without a static cache
+        return f"StaticCache cannot be built for this model ({type(exc).__name__}: {exc})"
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not StaticLayer for layer in layers):
+        return "the model's cache has layers other than full-attention StaticLayer (sliding or linear attention)"
+    layer = layers[0]
+    if not all(isinstance(getattr(layer, name, None), torch.Tensor) for name in ("keys", "values", "cumulative_length")):
+        return "StaticLayer no longer holds keys, values and cumulative_length tensors"
+    return None
+
+
+def set_head(cache: Any, position: int) -> None:
+    """Make the next write of every layer land at ``position``."""
+    for layer in cache.layers:
+        layer.cumulative_length.fill_(position)
+
+
+def place_rows(static: Any, dynamic: Any, slots: torch.Tensor, end: int) -> None:
+    """Copy a prefill's keys and values (``dynamic``: rows left-padded to width P) into ``static`` rows
+    ``slots`` at positions ``[end - P, end)``."""
+    for target, source in zip(static.layers, dynamic.layers, strict=True):
+        width = source.keys.shape[-2]
+        target.keys[slots, :, end - width:end] = source.keys.to(target.keys.dtype)
+        target.values[slots, :, end - width:end] = source.values.to(target.values.dtype)

@@ -1,0 +1,22 @@
+"""One engine per loaded model and process: every consumer of the same model object shares its batches."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from pdbgym.engine.core import EngineSettings, LocalEngine
+
+_ENGINES: dict[int, tuple[Any, LocalEngine]] = {}
+_LOCK = threading.Lock()
+
+
+def engine_for(model: Any, stops: set[int], pad_id: int, settings: EngineSettings | None = None) -> LocalEngine:
+    """The engine serving ``model`` in this process (made on first use with ``stops``, ``pad_id`` and
+    ``settings``; later callers share it, whatever they pass)."""
+    with _LOCK:
+        held = _ENGINES.get(id(model))
+        if held is None or held[0] is not model:
+            held = (model, LocalEngine(model, stops, pad_id, settings))
+            _ENGINES[id(model)] = held
+        return held[1]
