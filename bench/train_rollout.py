@@ -67,26 +67,40 @@ def run(args: argparse.Namespace) -> dict:
     def make_env(task):  # noqa: ANN001, ANN202
         return DebugEnv(task, env)
 
-    warm = BatchedGenerator(model, tokenizer)
-    run_episodes([tasks[0]] * 2, warm, agent, make_env)  # CUDA context, kernels, the first sandbox
+    def step(batch, generator, agent, make_env):  # noqa: ANN001, ANN202 - one GRPO step: every group at once
+        return run_episodes(batch, generator, agent, make_env)
+
+    plays = {"one_at_a_time": run_one_at_a_time, "batched": run_episodes, "step": step}
+    generator = BatchedGenerator(model, tokenizer)  # one for the run, as the trainer keeps it
+    run_episodes([tasks[0]] * 2, generator, agent, make_env)  # CUDA context, kernels, the first sandbox
     arms = {}
-    for arm, play in (("one_at_a_time", run_one_at_a_time), ("batched", run_episodes)):
-        generator = BatchedGenerator(model, tokenizer)
+    for arm in args.arms.split(","):
+        play = plays[arm]
+        before = _generator_seconds(generator)
         started = time.perf_counter()
         episodes = 0
-        for task in tasks:
-            outcomes = play([task] * args.group, generator, agent, make_env)
-            episodes += len(outcomes)
+        batches = [[t for t in tasks for _ in range(args.group)]] if arm == "step" else [[t] * args.group for t in tasks]
+        for batch in batches:
+            episodes += len(play(batch, generator, agent, make_env))
         seconds = time.perf_counter() - started
+        model_seconds = _generator_seconds(generator) - before
         arms[arm] = {"episodes": episodes, "seconds": round(seconds, 2),
                      "episodes_per_hour": round(3600 * episodes / seconds, 1),
-                     "generate_seconds": round(generator.stats.generate_seconds, 2),
-                     "generate_calls": generator.stats.rounds, "turns": generator.stats.requests,
-                     "mean_batch": round(sum(generator.stats.batch_sizes) / max(1, generator.stats.rounds), 2)}
-    ratio = arms["batched"]["episodes_per_hour"] / arms["one_at_a_time"]["episodes_per_hour"]
-    return {"phase": "rollout", "device": args.device, "group": args.group, "groups": len(tasks),
-            "max_new_tokens": args.max_new_tokens, "turn_budget": args.turn_budget, "model": args.model or
-            "SmolLM2-135M shape, random weights", "arms": arms, "speedup_batched_vs_one_at_a_time": round(ratio, 2)}
+                     "model_seconds": round(model_seconds, 2), "model_share": round(model_seconds / seconds, 3)}
+    result = {"phase": "rollout", "device": args.device, "group": args.group, "groups": len(tasks),
+              "max_new_tokens": args.max_new_tokens, "turn_budget": args.turn_budget, "model": args.model or
+              "SmolLM2-135M shape, random weights", "arms": arms}
+    if "batched" in arms and "one_at_a_time" in arms:
+        ratio = arms["batched"]["episodes_per_hour"] / arms["one_at_a_time"]["episodes_per_hour"]
+        result["speedup_batched_vs_one_at_a_time"] = round(ratio, 2)
+    return result
+
+
+def _generator_seconds(generator) -> float:  # noqa: ANN001
+    """Seconds the model worked for the generator: the engine's busy time (or, before the engine, the
+    time inside ``generate``), so the same script times code before and after the engine."""
+    stats = generator.stats
+    return float(getattr(stats, "busy_seconds", getattr(stats, "generate_seconds", 0.0)))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -99,6 +113,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--groups", type=int, default=2, help="tasks, one group each")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--turn-budget", type=int, default=3)
+    p.add_argument("--arms", default="one_at_a_time,batched",
+                   help="one_at_a_time, batched (group by group), step (every group at once, as one GRPO step)")
     p.add_argument("--json", type=Path, default=None)
     return p
 

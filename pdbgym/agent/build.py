@@ -39,8 +39,9 @@ class CacheBuildConfig:
         temperature: sampling temperature (0 = greedy). Default ``EPISODE.temperature`` (0.7).
         top_p: top-p nucleus mass in (0, 1]. Default ``EPISODE.top_p`` (1.0).
         dataset: dataset name stored in every record. Default ``"pdbgym_builtin"``.
-        workers: episodes at once (``ExecutorConfig.workers``); 0 = one per core; local models always
-            take turns in this process. Default 0.
+        workers: episodes at once (``ExecutorConfig.workers``); 0 = one per core; local models play in
+            this process, ``local_episodes`` at once. Default 0.
+        local_episodes: ``ExecutorConfig.local_episodes`` (0: 48 on a GPU, 1 on CPU). Default 0.
         max_new_tokens: token cap of one model turn. Default ``EPISODE.max_new_tokens`` (512).
         max_context_tokens: trajectory cap in tokens; reaching it ends the episode as ``ctx_overflow``.
             Default ``EPISODE.max_context_tokens`` (32,768).
@@ -64,6 +65,7 @@ class CacheBuildConfig:
     top_p: float = EPISODE.top_p
     dataset: str = "pdbgym_builtin"
     workers: int = 0
+    local_episodes: int = 0
     max_new_tokens: int = EPISODE.max_new_tokens
     max_context_tokens: int = EPISODE.max_context_tokens
     turn_budget: int = EPISODE.turn_budget
@@ -105,7 +107,7 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
         if on_result is not None:
             on_result(result, len(jobs))
 
-    results = run_all(jobs, config.out, ExecutorConfig(config.workers, config.ray_address), on_result=advance)
+    results = run_all(jobs, config.out, ExecutorConfig(config.workers, config.ray_address, config.local_episodes), on_result=advance)
     seconds = time.perf_counter() - started
     return {
         "out": str(config.out), "episodes_run": len(results), "episodes_skipped_already_done": len(done),

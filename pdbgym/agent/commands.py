@@ -74,7 +74,8 @@ def cache_build_command(
     temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature (0 = greedy)")] = B.temperature,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Top-p nucleus mass")] = B.top_p,
     dataset: Annotated[str, typer.Option(help="Dataset name stored in every record")] = B.dataset,
-    workers: Annotated[int, typer.Option(min=0, help="Parallel episodes (0: all cores; local models take turns)")] = B.workers,
+    workers: Annotated[int, typer.Option(min=0, help="Parallel episodes (0: all cores; local models: --local-episodes)")] = B.workers,
+    local_episodes: Annotated[int, typer.Option(min=0, help="Local-model episodes at once, turns batched (0: 48 on a GPU, 1 on CPU)")] = B.local_episodes,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Token cap of one model turn")] = B.max_new_tokens,
     max_context_tokens: Annotated[int, typer.Option(min=64, help="Trajectory cap (tokens): ctx_overflow")] = B.max_context_tokens,
     turn_budget: Annotated[int, typer.Option(min=1, help="Tool calls per episode before 'budget'")] = B.turn_budget,
@@ -95,7 +96,7 @@ def cache_build_command(
 
     config = CacheBuildConfig(
         policy=policy, out=out, tasks=tasks, runs=runs, temperature=temperature, top_p=top_p, dataset=dataset,
-        workers=workers, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, turn_budget=turn_budget,
+        workers=workers, local_episodes=local_episodes, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, turn_budget=turn_budget,
         command_timeout_s=command_timeout_s, seed=seed, tokenizer=tokenizer, api=api, logprob_mode=logprob_mode,
         tool_format=tool_format, device=device, ray_address=ray_address or ("local" if ray else None))
     with Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

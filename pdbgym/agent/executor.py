@@ -2,10 +2,11 @@
 
 ``run_jobs`` takes picklable ``EpisodeJob`` objects and the function that plays one (a module-level
 function, so a worker process or a Ray task can import it; ``pdbgym.agent.runner.run_job``) and yields each one's result (or the exception
-that stopped it) as it finishes; callers save results the moment they arrive. Locally, a job of a
-local model (``embedded``, a model folder) runs in this process, one at a time, so the model is
-loaded once and keeps one KV cache; every other job runs in a pool of ``workers`` spawned processes
-(in this process when ``workers`` is 1). On Ray every job is a Ray task.
+that stopped it) as it finishes; callers save results the moment they arrive. Locally, jobs of a
+local model (``embedded``, a model folder) run in this process, ``local_episodes`` at once in threads,
+so the model is loaded once and its engine (``pdbgym.engine``) batches their turns; every other job
+runs in a pool of ``workers`` spawned processes (in this process when ``workers`` is 1). On Ray every
+job is a Ray task.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     Play = Callable[[EpisodeJob], JobResult]  # how one job is played (pdbgym.agent.runner.run_job)
 
 LOCAL_RAY = "local"
+LOCAL_EPISODES_GPU = 48  # a local model's episodes at once on a GPU: their turns fill the engine's batches
 
 
 @dataclass(frozen=True)
@@ -42,16 +44,26 @@ class ExecutorConfig:
 
     Args:
         workers: episodes at once (worker processes locally, tasks in flight on Ray); 0 picks one per
-            CPU core. Jobs of a local model ignore it: they take turns in this process. Default 0.
+            CPU core. Jobs of a local model ignore it: they run in this process. Default 0.
         ray_address: ``None`` runs locally; ``"local"`` starts (or joins) a Ray cluster on this machine;
             any other value is a cluster address such as ``ray://head:10001``. Default ``None``.
+        local_episodes: episodes of a local model played at once in this process, their turns batched
+            by the model's engine; 0 picks ``LOCAL_EPISODES_GPU`` when the model is on a GPU, else 1 (on
+            CPU one episode at a time keeps each turn's KV cache for the next). Default 0.
     """
 
     workers: int = 0
     ray_address: str | None = None
+    local_episodes: int = 0
 
     def worker_count(self) -> int:
         return self.workers or max(1, os.cpu_count() or 1)
+
+    def local_count(self, jobs: list[EpisodeJob]) -> int:
+        if self.local_episodes:
+            return self.local_episodes
+        on_gpu = any(job.policy.device.startswith("cuda") for job in jobs)
+        return LOCAL_EPISODES_GPU if on_gpu else 1
 
 
 @dataclass
@@ -81,7 +93,7 @@ def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig, play: Play) -> Iter
     if config.ray_address is not None:
         yield from _on_ray(jobs, config.ray_address, play)
     else:
-        yield from _locally(jobs, config.worker_count(), play)
+        yield from _locally(jobs, config.worker_count(), config.local_count(jobs), play)
 
 
 def _init_worker(torch_threads: int) -> None:
@@ -94,13 +106,18 @@ def _init_worker(torch_threads: int) -> None:
         pass
 
 
-def _locally(jobs: list[EpisodeJob], workers: int, play: Play) -> Iterator[JobDone]:
+def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play) -> Iterator[JobDone]:
     here = [job for job in jobs if workers <= 1 or job.policy.in_process]
     away = [job for job in jobs if not (workers <= 1 or job.policy.in_process)]
     with ExitStack() as stack:
         futures: dict[Future[JobResult], EpisodeJob] = {}
-        if here:  # one thread: this process's episodes take turns, in order
-            _submit(stack.enter_context(ThreadPoolExecutor(1)), play, here, futures)
+        if here:  # this process's episodes, ``local`` at a time (each in its own thread and event loop)
+            if local > 1:
+                from pdbgym.engine import expect_rows  # heavy: torch, only when local models play
+
+                expect_rows(local)
+            _submit(stack.enter_context(ThreadPoolExecutor(local, thread_name_prefix="pdbgym-episode")), play, here,
+                    futures)
         if away:
             context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
             threads = max(1, (os.cpu_count() or 1) // workers)

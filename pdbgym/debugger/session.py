@@ -22,7 +22,9 @@ from typing import Any
 from pdbgym.debugger.breakpoints import Breakpoint, Edit, shift_breakpoints
 from pdbgym.debugger.protocol import RecordScanner
 from pdbgym.errors import PdbgymError
-from pdbgym.sandbox import Limits, PtyProcess, Sandbox, sandbox_env
+from pdbgym.sandbox import Limits, Sandbox, sandbox_env
+from pdbgym.sandbox.pty_process import PtyTerminal
+from pdbgym.sandbox.zygote import Zygote, ZygoteError
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 # -s: pdb needs the real terminal; -x: stop at the failure; the -p guards keep plugins that would
@@ -71,6 +73,7 @@ class PdbSession:
         limits: Limits = Limits(wall_time_s=3600),
         command_timeout_s: float = 10.0,
         keep_spare: bool = True,
+        zygote: Zygote | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.workspace = Path(workspace).resolve()
@@ -79,6 +82,9 @@ class PdbSession:
         self.limits = limits
         self.command_timeout_s = command_timeout_s
         self.keep_spare = keep_spare  # a pre-started process makes restarts take milliseconds
+        # A pytest fork server whose sandbox holds the workspace: each start is a fork of its warm
+        # interpreter (no spare needed); None, or once it fails, a fresh process per start.
+        self.zygote = zygote
         test_file = test_node.split("::", 1)[0]
         if not (self.workspace / test_file).is_file():
             raise DebuggerError(
@@ -86,8 +92,8 @@ class PdbSession:
                 "give a repo-relative node such as tests/test_x.py::test_y"
             )
         self.last_start_output = ""
-        self._process: PtyProcess | None = None
-        self._spare: PtyProcess | None = None
+        self._process: PtyTerminal | None = None
+        self._spare: PtyTerminal | None = None
         self._scanner: RecordScanner | None = None
         self._inner_pid: int | None = None
         self._started_at = 0.0
@@ -177,14 +183,20 @@ class PdbSession:
 
     # ----- process lifecycle ------------------------------------------------------------------
 
-    def _launch(self, spare: bool) -> PtyProcess:
-        """Start a launcher process; it waits for the handshake (a spare imports pytest first)."""
-        argv = [self.python, "-P", str(LAUNCHER), *(["--spare"] if spare else []), *PYTEST_FLAGS, self.test_node]
+    def _launch(self, spare: bool) -> PtyTerminal:
+        """Start a launcher process; it waits for the handshake (a spare imports pytest first). From the
+        fork server, when there is one: a child that already has pytest, and so answers as a spare."""
         # breakpoint() in the project stops in this session's debugger, not a nested one.
         env = sandbox_env(self.workspace, {"PYTHONBREAKPOINT": "__main__.breakpoint_hook"})
+        if self.zygote is not None:
+            try:
+                return self.zygote.spawn_pty(["--spare", *PYTEST_FLAGS, self.test_node], self.workspace, env)
+            except ZygoteError:
+                self.zygote = None  # gone or refusing: fresh processes from now on
+        argv = [self.python, "-P", str(LAUNCHER), *(["--spare"] if spare else []), *PYTEST_FLAGS, self.test_node]
         return self.sandbox.spawn_pty(argv, self.workspace, self.limits, env)
 
-    def _spawn(self, breakpoints: list[Breakpoint], retiring: PtyProcess | None = None) -> str:
+    def _spawn(self, breakpoints: list[Breakpoint], retiring: PtyTerminal | None = None) -> str:
         """Hand the breakpoints to the spare (or a cold process) and return its first prompt's output.
 
         ``retiring`` (the previous process, already killed) is reaped while the new one starts up.
@@ -196,8 +208,10 @@ class PdbSession:
             process = self._launch(spare=False)
         outcome = self._handshake(process, breakpoints, retiring)
         if outcome.record is not None and outcome.record.get("kind") == "stale":
-            # The project shadows a module the spare imported; every spare would be stale likewise.
+            # The project shadows a module the spare (or the fork server) imported; every spare would be
+            # stale likewise.
             self.keep_spare = False
+            self.zygote = None
             self.close()
             outcome = self._handshake(self._launch(spare=False), breakpoints)
         if outcome.record is None or outcome.record.get("kind") != "prompt":
@@ -210,7 +224,7 @@ class PdbSession:
         return outcome.output
 
     def _handshake(
-        self, process: PtyProcess, breakpoints: list[Breakpoint], retiring: PtyProcess | None = None
+        self, process: PtyTerminal, breakpoints: list[Breakpoint], retiring: PtyTerminal | None = None
     ) -> _Outcome:
         """Send the handshake, reap the retiring process meanwhile, then start the next spare."""
         nonce = secrets.token_hex(12)
@@ -224,8 +238,10 @@ class PdbSession:
         if retiring is not None:
             retiring.close()
         outcome = self._await(max(STARTUP_TIMEOUT_S, self.command_timeout_s))
-        # Only now: a spare importing pytest would compete for the CPU with this process's start-up.
-        if self.keep_spare and self._spare is None and outcome.record and outcome.record.get("kind") == "prompt":
+        # Only now: a spare importing pytest would compete for the CPU with this process's start-up. A fork
+        # server needs none: its next child is as quick.
+        if self.keep_spare and self.zygote is None and self._spare is None and outcome.record \
+                and outcome.record.get("kind") == "prompt":
             self._spare = self._launch(spare=True)
         return outcome
 

@@ -15,7 +15,7 @@ from pdbgym.engine.core import (
            EngineStats,
            LocalEngine,
 )
-from pdbgym.engine.shared import engine_for
+from pdbgym.engine.shared import engine_for, expect_rows
 
 __all__ = ["EngineError", "EngineRequest", "EngineResult", "EngineSettings", "EngineStats", "LocalEngine",
-           "engine_for"]
+           "engine_for", "expect_rows"]

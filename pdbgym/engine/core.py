@@ -108,12 +108,16 @@ class EngineSettings:
         max_batch: rows decoded together at most. Default 64.
         static: decode with a static cache and CUDA graphs; None: on CUDA devices. Default None.
         min_length: the smallest static cache length (lengths are powers of two from here). Default 1024.
+        graphs: how a static decode step becomes a CUDA graph: ``capture`` records the model's own
+            forward once per shape (about a second), ``compiled`` has transformers compile it
+            (``get_compiled_call``: inductor kernels, tens of seconds per shape). Default ``capture``.
     """
 
     window_s: float = 0.003
     max_batch: int = 64
     static: bool | None = None
     min_length: int = 1024
+    graphs: str = "capture"
 
 
 @dataclass
@@ -129,6 +133,8 @@ class EngineStats:
     reused_tokens: int = 0
     batches: int = 0
     busy_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    draw_seconds: float = 0.0  # sampling and bookkeeping, host round trip included
     row_steps: int = 0  # sum over decode steps of the rows that were live
     compiles: list[dict[str, Any]] = field(default_factory=list)
 
@@ -136,7 +142,8 @@ class EngineStats:
         return {"requests": self.requests, "tokens": self.tokens, "decode_steps": self.decode_steps,
                 "prefills": self.prefills, "prefill_tokens": self.prefill_tokens,
                 "reused_tokens": self.reused_tokens, "batches": self.batches,
-                "busy_seconds": round(self.busy_seconds, 3),
+                "busy_seconds": round(self.busy_seconds, 3), "prefill_seconds": round(self.prefill_seconds, 3),
+                "draw_seconds": round(self.draw_seconds, 3),
                 "mean_live_rows": round(self.row_steps / self.decode_steps, 2) if self.decode_steps else 0.0,
                 "compiles": list(self.compiles)}
 
@@ -172,11 +179,13 @@ class _Static:
     slots: int
     length: int
     cache: Any
-    mask: torch.Tensor  # [slots, length] 1 where a row may attend
+    mask: torch.Tensor  # [slots, 1, 1, length] True where a row's query may look
     input_ids: torch.Tensor  # [slots, 1]
     positions: torch.Tensor  # [slots, 1]
     step: Callable[..., Any]
     warm: bool = False
+    graph: Any = None  # torch.cuda.CUDAGraph of one decode step, once captured
+    logits: torch.Tensor | None = None  # the graph's output buffer
 
 
 def bucket(value: int, buckets: Sequence[int]) -> int:
@@ -322,6 +331,7 @@ class LocalEngine:
 
     def _draw(self, rows: Sequence[_Row], logits: torch.Tensor) -> None:
         """Draw the next id of each row from its row of ``logits`` and record it."""
+        started = time.perf_counter()
         masked = [i for i, row in enumerate(rows) if row.request.mask is not None]
         if masked:
             logits = logits.float().clone()
@@ -351,6 +361,7 @@ class LocalEngine:
                 self.stats.tokens += len(row.ids)
                 row.future.set_result(EngineResult(list(row.ids), list(row.logprobs), row.finish,
                                                    now - row.started, row.started - row.submitted))
+        self.stats.draw_seconds += time.perf_counter() - started
 
     def _prefill(self, model: Any, rows: Sequence[_Row]) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Left-padded prefill of ``rows``' prompts into a fresh dynamic cache; returns the last
@@ -366,7 +377,11 @@ class LocalEngine:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = new_dynamic_cache(model)
+        started = time.perf_counter()
         logits = self._forward(model, ids, mask, positions, cache)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.stats.prefill_seconds += time.perf_counter() - started
         self.stats.prefills += 1
         self.stats.prefill_tokens += int(mask.sum())
         return logits, cache, mask
@@ -416,22 +431,31 @@ class LocalEngine:
     def _shape(self, model: Any, slots: int, length: int) -> _Static:
         key = (slots, length)
         if key not in self._shapes:
-            from transformers import CompileConfig  # optional: transformers (pdbgym[hf])
+            log.info("engine: a static cache of %d slots x %d positions", slots, length)
+            step = model
+            if self.device.type == "cuda" and self.settings.graphs == "compiled":
+                import torch._inductor.config as inductor  # heavy: the compiler, only when asked for
+                from transformers import CompileConfig  # optional: transformers (pdbgym[hf])
 
-            log.info("engine: a static cache of %d slots x %d positions (the decode step compiles on first use)",
-                     slots, length)
-            step = model.get_compiled_call(CompileConfig(dynamic=False, fullgraph=False)) \
-                if self.device.type == "cuda" else model
+                # The engine decodes in its own thread; inductor's cudagraph trees keep their state in the
+                # thread that first used them, so graphs here are the per-function kind.
+                inductor.triton.cudagraph_trees = False
+                step = model.get_compiled_call(CompileConfig(dynamic=False, fullgraph=False))
             self._shapes[key] = _Static(
                 slots, length, new_static_cache(model, slots, length),
-                torch.ones((slots, length), dtype=torch.long, device=self.device),
+                torch.ones((slots, 1, 1, length), dtype=torch.bool, device=self.device),
                 torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
                 torch.zeros((slots, 1), dtype=torch.long, device=self.device), step)
         return self._shapes[key]
 
     def _static_session(self, model: Any, first: list[_Row], live: list[_Row]) -> None:
         """Decode ``first`` and whatever joins while they run, in one static cache; ``live`` is kept up
-        to date with every row in flight (for failure reporting)."""
+        to date with every row in flight (for failure reporting).
+
+        ``shape.mask[r, 0, 0, j]`` says whether slot r's query may see position j: its prompt below the
+        head where it joined, then every position the head has passed (each row's own new ids); never a
+        position above the head, whatever an earlier occupant left there.
+        """
         budget = max(r.request.max_new_tokens for r in first)
         room = 2 * budget
         slots = bucket(min(self.settings.max_batch, max(len(first), self._expected)), SLOT_BUCKETS)
@@ -439,7 +463,7 @@ class LocalEngine:
         shape = self._shape(model, slots, length)
         head = length - room
         set_head(shape.cache, head)
-        shape.mask.fill_(1)
+        shape.mask.fill_(False)
         occupied: list[_Row | None] = [None] * slots
         self._admit(model, shape, first, occupied, head)
         while True:
@@ -455,7 +479,8 @@ class LocalEngine:
             for row in active:
                 shape.input_ids[row.slot, 0] = row.ids[-1]
                 shape.positions[row.slot, 0] = row.position - 1
-            logits = self._decode(model, shape)
+            shape.mask[:, 0, 0, head] = True
+            logits = self._decode(model, shape, head)
             head += 1
             self.stats.decode_steps += 1
             self.stats.row_steps += len(active)
@@ -463,7 +488,6 @@ class LocalEngine:
             for row in active:
                 if row.finish is not None:
                     occupied[row.slot] = None
-                    shape.mask[row.slot].fill_(1)
 
     def _admit(self, model: Any, shape: _Static, rows: list[_Row], occupied: list[_Row | None], head: int) -> None:
         """Prefill ``rows`` and place them in free slots right-aligned below ``head``; draw their first id."""
@@ -477,26 +501,51 @@ class LocalEngine:
         slots = torch.tensor([r.slot for r in rows], dtype=torch.long, device=self.device)
         place_rows(shape.cache, cache, slots, head)
         for row in rows:
-            shape.mask[row.slot].zero_()
-            shape.mask[row.slot, head - len(row.request.prompt_ids):] = 1
+            shape.mask[row.slot].fill_(False)
+            shape.mask[row.slot, 0, 0, head - len(row.request.prompt_ids):head] = True
         self._draw(rows, logits)
         for row in rows:
             if row.finish is not None:
                 occupied[row.slot] = None
-                shape.mask[row.slot].fill_(1)
 
-    def _decode(self, model: Any, shape: _Static) -> torch.Tensor:
-        if self.device.type == "cuda":
-            torch.compiler.cudagraph_mark_step_begin()
+    def _decode(self, model: Any, shape: _Static, head: int) -> torch.Tensor:
+        """One decode step of every slot at ``head``: the shape's CUDA graph replayed (captured on first
+        use), the compiled step, or the eager forward (CPU)."""
         started = time.perf_counter()
-        logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache, shape.step)
-        logits = logits.clone()
+        if self.device.type != "cuda" or self.settings.graphs == "compiled":
+            if self.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
+            logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache,
+                                   shape.step).clone()
+        else:
+            if shape.graph is None:
+                self._capture(model, shape, head)
+            shape.graph.replay()
+            logits = shape.logits
         if not shape.warm:
             shape.warm = True
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - started
             self.stats.compiles.append({"slots": shape.slots, "length": shape.length, "seconds": round(seconds, 2)})
-            log.warning("engine: decode step for %d slots x %d positions ready in %.1f s (compile and CUDA graph "
-                        "capture, once per shape per process)", shape.slots, shape.length, seconds)
+            log.warning("engine: decode step for %d slots x %d positions ready in %.1f s (%s, once per shape "
+                        "per process)", shape.slots, shape.length, seconds,
+                        "CUDA graph capture" if self.device.type == "cuda" and self.settings.graphs != "compiled"
+                        else "compile" if self.device.type == "cuda" else "first call")
         return logits
+
+    def _capture(self, model: Any, shape: _Static, head: int) -> None:
+        """Record the decode step at this shape as a CUDA graph. Warm-up runs write at the head (positions
+        no row sees yet, rewritten by the first real step) and move it, so it is put back after them."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache)
+        torch.cuda.current_stream().wait_stream(side)
+        set_head(shape.cache, head)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            shape.logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache)
+        set_head(shape.cache, head)  # capture records without running; the head stays where it was
+        shape.graph = graph

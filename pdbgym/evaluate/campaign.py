@@ -76,6 +76,8 @@ class CampaignConfig:
             ``EPISODE.max_context_tokens`` (32,768).
         seed: base of the per-(task, run) sampling seeds, shared by all arms. Default 0.
         task_ids: filled in by ``run_campaign`` with the ids played.
+        device: where local-model arms run (``cpu``, ``cuda``); not stored: a campaign may resume on
+            another device. Default ``"cpu"``.
     """
 
     tasks: str
@@ -90,10 +92,12 @@ class CampaignConfig:
     context_tokens: int = EPISODE.max_context_tokens
     seed: int = 0
     task_ids: list[str] = field(default_factory=list)
+    device: str = "cpu"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["arms"] = {a.name: a.model for a in self.arms}
+        del data["device"]
         return data
 
 
@@ -112,16 +116,16 @@ def campaign_job(arm: Arm, config: CampaignConfig, task: Task, run_index: int) -
                               _episode_seed(config, task, run_index))
     agent = AgentConfig(max_context_tokens=config.context_tokens, sampling=sampling,
                         dataset=f"campaign_{arm.name}", sample_idx=run_index)
-    return EpisodeJob(str(task.path), task.instance_id, run_index, parse_policy(arm.model), agent,
+    return EpisodeJob(str(task.path), task.instance_id, run_index, parse_policy(arm.model, device=config.device), agent,
                       EnvConfig(turn_budget=config.turn_budget))
 
 
-def check_arm(arm: Arm, on_ray: bool) -> None:
+def check_arm(arm: Arm, on_ray: bool, device: str = "cpu") -> None:
     """Build the arm's backend (model loaded, server reached) or tokenizer now, so a bad arm fails at once.
 
     On Ray the model loads on the cluster's nodes instead, so only the spec is checked here.
     """
-    spec = parse_policy(arm.model)
+    spec = parse_policy(arm.model, device=device)
     if spec.generates_tokens and not on_ray:
         build_backend(spec)
     elif not spec.generates_tokens:
@@ -184,7 +188,7 @@ def _run_in_process(todo: list[tuple[Arm, Task, int]], fns: dict[str, EpisodeFn]
 def _run_on_executor(todo: list[tuple[Arm, Task, int]], config: CampaignConfig, store: ResultsStore,
                      executor: ExecutorConfig, keep: Callable[[Arm, int, EpisodeResult], None]) -> list[str]:
     for arm in {arm for arm, _, _ in todo}:
-        check_arm(arm, executor.ray_address is not None)
+        check_arm(arm, executor.ray_address is not None, config.device)
     jobs = [campaign_job(arm, config, task, run) for arm, task, run in todo]
     arm_of = {id(job): arm for job, (arm, _, _) in zip(jobs, todo, strict=True)}
     failures = []

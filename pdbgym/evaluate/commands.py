@@ -61,6 +61,8 @@ def eval_command(
     k: Annotated[list[int] | None, typer.Option("--k", help="pass@k values that must be reportable (k <= runs)")] = None,
     teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache: KL of each local-model arm to it")] = D.teacher_cache,
     seed: Annotated[int, typer.Option(help="Base seed; each (task, run) gets its own, the same for every arm")] = D.seed,
+    device: Annotated[str, typer.Option(help="Device of local-model arms (cpu, cuda)")] = D.device,
+    local_episodes: Annotated[int, typer.Option(min=0, help="Local-model episodes at once, their turns batched (0: 48 on a GPU, 1 on CPU)")] = D.executor.local_episodes,
     budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
     context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
     ray: Annotated[str | None, typer.Option("--ray", hidden=True)] = None,
@@ -76,8 +78,8 @@ def eval_command(
     config = EvalConfig(arms=arm, tasks=tasks, runs=runs, split=split, splits=splits, out=out,
                         turn_budget=pick(turn_budget, budget), temperature=temperature, max_new_tokens=max_new_tokens,
                         max_context_tokens=pick(max_context_tokens, context_tokens), force=force, json_out=json_out,
-                        executor=ExecutorConfig(workers, pick(ray_address, ray)), ks=k or [],
-                        teacher_cache=teacher_cache, seed=seed)
+                        executor=ExecutorConfig(workers, pick(ray_address, ray), local_episodes), ks=k or [],
+                        teacher_cache=teacher_cache, seed=seed, device=device)
     with episode_progress() as tick:
         outcome = run_evaluation(config, tick)
     for warning in outcome.warnings:

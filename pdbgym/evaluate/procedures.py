@@ -49,6 +49,7 @@ class EvalConfig:
             episode, so a bad cache fails first; see ``evaluate.divergence_arms``). Default None.
         seed: base seed; run ``r`` of task ``t`` samples with ``pdbgym.seeds.episode_seed(seed, t, r)``, the
             same for every arm. Default 0.
+        device: where local-model arms run (``cpu``, ``cuda``). Default ``"cpu"``.
     """
 
     arms: list[str]
@@ -68,6 +69,7 @@ class EvalConfig:
     title: str | None = None
     teacher_cache: Path | None = None
     seed: int = 0
+    device: str = "cpu"
 
 
 @dataclass
@@ -98,7 +100,7 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
                               splits_file=str(config.splits) if config.splits else None,
                               turn_budget=config.turn_budget, temperature=config.temperature,
                               max_new_tokens=config.max_new_tokens, context_tokens=config.max_context_tokens,
-                              seed=config.seed)
+                              seed=config.seed, device=config.device)
     divergence = (campaign_divergence({a.name: a.model for a in arms}, config.teacher_cache, config.out)
                   if config.teacher_cache is not None else None)
     rows = run_campaign(campaign, tasks, config.out, executor=config.executor, on_episode=on_episode)

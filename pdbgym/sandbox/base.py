@@ -98,7 +98,7 @@ class Sandbox(ABC):
         argv, workspace = _check_request(argv, workspace)
         env = sandbox_env(workspace) if env is None else env
         master_fd, slave_fd = pty.openpty()
-        _make_raw(slave_fd)
+        make_raw(slave_fd)
         try:
             popen, cgroup = self._popen(argv, workspace, limits, env, [],
                                         stdin=slave_fd, stdout=slave_fd, stderr=slave_fd)
@@ -108,6 +108,38 @@ class Sandbox(ABC):
         finally:
             os.close(slave_fd)
         return PtyProcess(popen, master_fd, cgroup)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        workspace: Path,
+        limits: Limits,
+        env: dict[str, str] | None = None,
+        readonly_paths: Sequence[str | Path] = (),
+        pass_fds: Sequence[int] = (),
+    ) -> Spawned:
+        """Start ``argv`` confined and return at once: a long-lived command (the pytest fork server,
+        ``pdbgym.sandbox.zygote``) that the caller talks to through ``pass_fds`` (handed over and closed
+        here, as in ``run``). Its stdin is ``/dev/null``; its stdout and stderr go to ``Spawned.output_fd``,
+        a pipe the caller may read. ``Spawned.close`` ends its whole tree; ``limits.wall_time_s`` is not
+        applied (the caller bounds each use)."""
+        try:
+            argv, workspace = _check_request(argv, workspace)
+            readonly = self._check_readonly(readonly_paths, workspace)
+            env = sandbox_env(workspace) if env is None else env
+            read_fd, write_fd = os.pipe()
+            try:
+                popen, cgroup = self._popen(argv, workspace, limits, env, readonly, pass_fds=tuple(pass_fds),
+                                            stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd)
+            except FileNotFoundError as exc:
+                os.close(read_fd)
+                raise SandboxError(f"cannot start {argv[0]!r}: {exc.strerror}; check the program path") from exc
+            finally:
+                os.close(write_fd)
+        finally:
+            _close_all(pass_fds)
+        os.set_blocking(read_fd, False)
+        return Spawned(popen, cgroup, read_fd)
 
     def _check_readonly(self, paths: Sequence[str | Path], workspace: Path) -> list[Path]:
         """The read-only paths as absolute paths, each checked to be a file or folder inside the
@@ -154,6 +186,40 @@ class Sandbox(ABC):
         return f"{type(self).__name__}(name={self.name!r}, isolated={self.isolated})"
 
 
+class Spawned:
+    """A command started by ``Sandbox.spawn``: its process, cgroup and the read end of its output pipe."""
+
+    def __init__(self, popen: subprocess.Popen, cgroup: CommandCgroup | None, output_fd: int) -> None:
+        self.popen, self.cgroup, self.output_fd = popen, cgroup, output_fd
+        self.returncode: int | None = None
+        self._closed = False
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self.popen.poll() is None
+
+    def output(self, limit: int = 16_000) -> str:
+        """What the command printed so far (at most ``limit`` bytes; never blocks)."""
+        chunks = b""
+        while len(chunks) < limit:
+            try:
+                chunk = os.read(self.output_fd, limit - len(chunks))
+            except (BlockingIOError, OSError):
+                break
+            if not chunk:
+                break
+            chunks += chunk
+        return chunks.decode(errors="replace")
+
+    def close(self) -> int | None:
+        """Kill the whole tree, reap it, remove its cgroup. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self.returncode = kill_tree(self.popen, self.cgroup)
+            os.close(self.output_fd)
+        return self.returncode
+
+
 def _close_all(fds: Sequence[int]) -> None:
     for fd in fds:
         try:
@@ -171,7 +237,7 @@ def _check_request(argv: Sequence[str], workspace: Path) -> tuple[list[str], Pat
     return [str(part) for part in argv], workspace
 
 
-def _make_raw(fd: int) -> None:
+def make_raw(fd: int) -> None:
     """No echo, no canonical line editing, no signal characters, no output translation."""
     attrs = termios.tcgetattr(fd)
     attrs[0] &= ~(termios.ICRNL | termios.IXON | termios.INLCR | termios.IGNCR)

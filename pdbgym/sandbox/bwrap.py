@@ -259,6 +259,11 @@ class BwrapSandbox(Sandbox):
             "--remount-ro", "/proc",  # /proc/sys, /proc/sysrq-trigger: no host kernel settings written
             *_if_supported(binary, "--size", size), "--tmpfs", "/tmp",
             *_if_supported(binary, "--size", size), "--tmpfs", "/dev/shm",
+            # POSIX message queues of the sandbox's own IPC namespace, listed where they can be removed (a
+            # fork server's sweep); then /dev itself read-only (its device nodes still open for writing):
+            # nothing can be planted there for a later command of a long-lived sandbox.
+            "--mqueue", "/dev/mqueue",
+            "--remount-ro", "/dev",
             # After the /tmp tmpfs, so an interpreter or a workspace under /tmp is the real one.
             *[arg for path in python_roots() for arg in ("--ro-bind", path, path)],
             # After the roots, so the copy hides the real package folder inside one of them too.

@@ -123,14 +123,23 @@ def register_command(workspace: Path, popen: subprocess.Popen, cgroup: CommandCg
         _running.append((Path(workspace).resolve(), popen, cgroup))
 
 
+def unregister_command(workspace: Path, popen: subprocess.Popen) -> None:
+    """Forget that ``popen`` runs in ``workspace`` (a long-lived command moving on to another workspace)."""
+    workspace = Path(workspace).resolve()
+    with _running_lock:
+        _running[:] = [entry for entry in _running if not (entry[0] == workspace and entry[1] is popen)]
+
+
 def kill_commands_in(workspace: Path) -> int:
-    """SIGKILL the process tree of every running command started in ``workspace``; return how many.
+    """SIGKILL the process tree of every running command started in ``workspace`` or a folder inside it;
+    return how many.
 
     The commands' owners reap them and remove their cgroups as usual (a pdb session sees its process
     end and restarts it; a test run returns killed)."""
     workspace = Path(workspace).resolve()
     with _running_lock:
-        mine = [(popen, cgroup) for path, popen, cgroup in _running if path == workspace and popen.returncode is None]
+        mine = [(popen, cgroup) for path, popen, cgroup in _running
+                if path.is_relative_to(workspace) and popen.returncode is None]
     killed = 0
     for popen, cgroup in mine:
         if popen.poll() is not None:  # not reaped before this check, so its pid is still its own

@@ -16,7 +16,45 @@ from pdbgym.sandbox.process import cmdline, descendants, kill_tree
 READ_CHUNK_BYTES = 65536
 
 
-class PtyProcess:
+class PtyTerminal:
+    """The master side of a raw pty: what ``PtyProcess`` and a pytest fork server's pdb job
+    (``pdbgym.sandbox.zygote.ZygotePty``) share. Subclasses set ``master_fd``."""
+
+    master_fd: int
+
+    def write(self, data: bytes) -> None:
+        """Write all of ``data`` to the child's stdin."""
+        view = memoryview(data)
+        while view:
+            written = os.write(self.master_fd, view)
+            view = view[written:]
+
+    def read(self, timeout_s: float) -> bytes | None:
+        """Bytes the child wrote, waiting at most ``timeout_s`` seconds.
+
+        Returns b"" on timeout and None once the child side is closed (every holder exited).
+        """
+        ready, _, _ = select.select([self.master_fd], [], [], max(timeout_s, 0.0))
+        if not ready:
+            return b""
+        try:
+            data = os.read(self.master_fd, READ_CHUNK_BYTES)
+        except OSError as exc:
+            if exc.errno == errno.EIO:  # Linux reports a closed slave side as EIO
+                return None
+            raise
+        return data or None
+
+    def signal_process(self, pid: int, signum: int = signal.SIGINT) -> bool:
+        """Send ``signum`` to one process of the tree; False if it is gone."""
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+class PtyProcess(PtyTerminal):
     """The master side of a pty whose slave is the child's stdin, stdout and stderr.
 
     The terminal is raw (no echo, no line editing, no signals from control characters, no ``\\r\\n``
@@ -42,29 +80,6 @@ class PtyProcess:
     def alive(self) -> bool:
         return not self._closed and self.popen.poll() is None
 
-    def write(self, data: bytes) -> None:
-        """Write all of ``data`` to the child's stdin."""
-        view = memoryview(data)
-        while view:
-            written = os.write(self.master_fd, view)
-            view = view[written:]
-
-    def read(self, timeout_s: float) -> bytes | None:
-        """Bytes the child wrote, waiting at most ``timeout_s`` seconds.
-
-        Returns b"" on timeout and None once the child side is closed (every holder exited).
-        """
-        ready, _, _ = select.select([self.master_fd], [], [], max(timeout_s, 0.0))
-        if not ready:
-            return b""
-        try:
-            data = os.read(self.master_fd, READ_CHUNK_BYTES)
-        except OSError as exc:
-            if exc.errno == errno.EIO:  # Linux reports a closed slave side as EIO
-                return None
-            raise
-        return data or None
-
     def descendants(self) -> list[int]:
         return descendants(self.pid)
 
@@ -78,14 +93,6 @@ class PtyProcess:
             if any(marker in part for part in cmdline(pid)):
                 found = pid
         return found
-
-    def signal_process(self, pid: int, signum: int = signal.SIGINT) -> bool:
-        """Send ``signum`` to one process of the tree; False if it is gone."""
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            return False
-        return True
 
     def kill(self) -> None:
         """SIGKILL the child's process group now; ``close`` reaps and cleans up later."""

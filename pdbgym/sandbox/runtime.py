@@ -34,6 +34,7 @@ SANDBOX_ENTRY_POINTS: tuple[tuple[str, bool], ...] = (
     ("pdbgym.tasks.pytest_launch", True),  # the grading run (tasks/testrun.py)
     ("pdbgym.tasks.pytest_report", False),  # its report plugin, and what that imports
     ("pdbgym.debugger.launcher", True),  # the pdb session (debugger/session.py)
+    ("pdbgym.tasks.zygote", True),  # the episode's pytest fork server (sandbox/zygote.py)
     ("pdbgym.tasks.synth.zygote", False),  # synthesis: the fork server, python -m
     ("pdbgym.tasks.synth.hotserver", False),  # synthesis: the hot server, python -m
     ("pdbgym.tasks.synth.probe", False),  # synthesis: the outcome probe, -p

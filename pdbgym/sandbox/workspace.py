@@ -65,6 +65,14 @@ def escaping_links(root: Path) -> list[str]:
     return sorted(found)
 
 
+def owned_folder(label: str, parent: Path | None = None) -> Path:
+    """A new empty folder named after this process like a workspace (``pdbgym-ws-<pid>.<start>-<label>...``),
+    so ``reap_stale_workspaces`` removes it once this process is gone."""
+    if parent is not None:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{_owner_tag()}-{label}", dir=parent)).resolve()
+
+
 class Workspace:
     """A private, writable copy of a project. ``path`` is its root; use as a context manager."""
 
@@ -89,9 +97,7 @@ class Workspace:
                 f"cannot create a workspace: {source_repo} holds symlinks that point outside it: "
                 f"{', '.join(escaping[:5])}; replace them with the files or with links inside the repo"
             )
-        if parent is not None:
-            Path(parent).mkdir(parents=True, exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{_owner_tag()}-", dir=parent)).resolve()
+        root = owned_folder("", parent)
         try:
             shutil.copytree(source_repo, root, symlinks=True, ignore=_NOT_COPIED, dirs_exist_ok=True)
         except (OSError, shutil.Error) as exc:

@@ -7,6 +7,9 @@ Here ``ROOT`` (the project) is appended to the END of ``sys.path``, so no projec
 standard library, pytest or pdbgym; pytest, every one of its default plugins, pytest-timeout and the
 report plugin are imported before any project code, and the process leaves with ``os._exit`` taken at
 start, so exit hooks a project registers never run and cannot change the exit status.
+
+The three steps (``prepare``, ``import_runner``, ``run``) are also what a child of the pytest fork server
+(``pdbgym.tasks.zygote``) does: the server imports the runner once, each forked child prepares and runs.
 """
 
 from __future__ import annotations
@@ -15,34 +18,46 @@ import importlib
 import importlib.util
 import os
 import sys
+from types import ModuleType
 
 _exit = os._exit
+ROOT_ENV = "PDBGYM_TEST_ROOT"  # read (and removed) by the report plugin when it is built
 
 
-def main(argv: list[str]) -> int:
-    if not argv:
-        sys.stderr.write("usage: python -I -B pytest_launch.py ROOT [pytest arguments...]\n")
-        return 4
-    root, args = os.path.abspath(argv[0]), argv[1:]
+def prepare(root: str) -> None:
+    """The environment and ``sys.path`` of a run in ``root``: no ``PYTEST_*`` variable, no plugin
+    autoloading, the project last on ``sys.path``. Before any import that could read them."""
     for name in [n for n in os.environ if n.startswith("PYTEST_")]:
         del os.environ[name]  # PYTEST_ADDOPTS, PYTEST_PLUGINS: only the arguments given here count
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    os.environ["PDBGYM_TEST_ROOT"] = root  # read (and removed) by the report plugin when it loads
+    os.environ[ROOT_ENV] = root
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != root]
     if importlib.util.find_spec("pdbgym") is None:  # a source checkout, not installed
         sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     sys.path.append(root)
-    # pytest and the plugin load only now: after the environment and sys.path above are set, so no
-    # autoloaded plugin, PYTEST_ADDOPTS or project module takes part in the run
-    import pytest
+
+
+def import_runner() -> ModuleType:
+    """Import pytest, every plugin of its own, pytest-timeout and the report plugin's module (which builds
+    nothing on import); returns pytest-timeout. Never imports project code."""
+    import pytest  # noqa: F401
     from _pytest.config import default_plugins, essential_plugins
 
     for name in (*essential_plugins, *default_plugins):
         importlib.import_module(f"_pytest.{name}")
-    pytest_timeout = importlib.import_module("pytest_timeout")
-    from pdbgym.tasks import pytest_report  # reads PDBGYM_TEST_ROOT, set above, when it loads
+    importlib.import_module("pdbgym.tasks.pytest_report")
+    return importlib.import_module("pytest_timeout")
 
-    plugin = pytest_report.PLUGIN
+
+def run(args: list[str]) -> int:
+    """Build the report plugin from the environment ``prepare`` set, drop pdbgym from ``sys.modules`` and
+    run pytest with ``args``; returns its exit status."""
+    import pytest
+
+    pytest_timeout = importlib.import_module("pytest_timeout")
+    from pdbgym.tasks import pytest_report  # its plugin reads ROOT_ENV and the channel when built
+
+    plugin = pytest_report.plugin_from_env()
     # pdbgym's modules leave sys.modules before any project code runs: the plugin is reachable only
     # through pytest, and an import of pdbgym by the project loads a fresh copy that holds nothing.
     for name in [n for n in sys.modules if n == "pdbgym" or n.startswith("pdbgym.")]:
@@ -51,11 +66,27 @@ def main(argv: list[str]) -> int:
     return int(pytest.main(args, plugins=[plugin, pytest_timeout]))
 
 
-if __name__ == "__main__":
-    status = main(sys.argv[1:])
+def main(argv: list[str]) -> int:
+    if not argv:
+        sys.stderr.write("usage: python -I -B pytest_launch.py ROOT [pytest arguments...]\n")
+        return 4
+    root, args = os.path.abspath(argv[0]), argv[1:]
+    prepare(root)
+    # pytest and the plugin load only now: after the environment and sys.path above are set, so no
+    # autoloaded plugin, PYTEST_ADDOPTS or project module takes part in the run
+    import_runner()
+    return run(args)
+
+
+def flush_and_exit(status: int) -> None:
+    """Flush what pytest printed and leave with the ``os._exit`` taken at start: no exit hook runs."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass
     _exit(status)
+
+
+if __name__ == "__main__":
+    flush_and_exit(main(sys.argv[1:]))

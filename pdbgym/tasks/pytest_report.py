@@ -1,8 +1,8 @@
 """The report plugin of the grading run: each test phase's outcome leaves the process as it is reported.
 
-Registered by ``pdbgym.tasks.pytest_launch`` (as ``PLUGIN``) before pytest starts and before any project
-module is imported; the launcher then drops pdbgym's modules from ``sys.modules``, so pytest alone holds
-the plugin. At import it takes the result channel (the write end of the host's pipe, inherited at the
+Built by ``plugin_from_env`` and registered by ``pdbgym.tasks.pytest_launch`` before pytest starts and before
+any project module is imported; the launcher then drops pdbgym's modules from ``sys.modules``, so pytest alone
+holds the plugin. When built it takes the result channel (the write end of the host's pipe, inherited at the
 descriptor ``PDBGYM_RESULT_CHANNEL`` names; the variable is removed) onto a private descriptor, installs
 the guard (``pdbgym.tasks.pytest_guard``: an audit hook refusing interpreter machinery from the lines
 the agent wrote, which ``PDBGYM_AGENT_LINES`` lists), and takes a snapshot of what the verdict depends
@@ -355,4 +355,9 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
                         pytest_runtest_call=pytest_runtest_call)
 
 
-PLUGIN = _build(_open_channel(), os.environ.pop(ROOT_ENV, None), agent_lines_from_env())
+def plugin_from_env() -> ReportPlugin:
+    """The plugin for this run, from what the launcher put in the environment (the channel's descriptor,
+    the project folder, the agent's lines; each variable is removed as it is read). Called once per run,
+    after the launcher set them and before any project code runs; importing this module builds nothing,
+    so a pytest fork server (``pdbgym.tasks.zygote``) can import it ahead of the run."""
+    return _build(_open_channel(), os.environ.pop(ROOT_ENV, None), agent_lines_from_env())

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pdbgym.errors import TaskFormatError
 from pdbgym.sandbox import Limits, Sandbox, beneath, sandbox_env
+from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.model import Task, bad_test_command, pytest_options
 from pdbgym.tasks.pytest_guard import AGENT_LINES_ENV, AgentLines, encode_agent_lines
 from pdbgym.tasks.verdict import judge
@@ -30,6 +31,7 @@ from pdbgym.tasks.verdict import judge
 # (pytest_report.CHANNEL_ENV; not imported here, which would import pytest on the host).
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
 LAUNCHER = str(Path(__file__).with_name("pytest_launch.py"))
+ZYGOTE_SERVER = str(Path(__file__).with_name("zygote.py"))  # the pytest fork server (pdbgym.tasks.zygote)
 MAX_CHANNEL_BYTES = 32 * 1024**2  # far above any honest run (about 150 bytes a phase record)
 _CONFIG_FILES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
                  "setup.cfg")
@@ -193,13 +195,18 @@ def run_tests(
     limits: Limits | None = None,
     readonly_paths: Sequence[str | Path] = (),
     agent_lines: AgentLines | None = None,
+    zygote: Zygote | None = None,
 ) -> SuiteRun:
     """Run ``nodes`` in ``root`` under ``sandbox``; never raises for test failures or timeouts.
 
     ``readonly_paths`` (relative to ``root``, or absolute inside it) are bound read-only for the run
     (``Sandbox.run``). ``agent_lines`` are the lines an agent wrote, by repo-relative file: the run's
     guard (``pdbgym.tasks.pytest_guard``) refuses interpreter machinery used by that code; None (task
-    validation, synthesis) means the run holds no agent code."""
+    validation, synthesis) means the run holds no agent code. ``zygote``: a pytest fork server whose
+    sandbox holds ``root`` (its workspace, or a tree under its read-only ``grade_root``, which stands for
+    ``readonly_paths``); the run is one of its forked children, the same launcher steps without the
+    interpreter's start. Where the server cannot run it, or never reports how it ended, the run is made
+    afresh as without one."""
     root = Path(root).resolve()
     argv = launch_argv(task, root, nodes)
     wall = min(600.0, 30.0 + task.test_timeout_s * max(1, len(nodes)))
@@ -208,13 +215,24 @@ def run_tests(
     if agent_lines is not None:
         env[AGENT_LINES_ENV] = encode_agent_lines(agent_lines)
     started = time.perf_counter()
-    channel = _ChannelReader()
-    try:
-        env[CHANNEL_ENV] = str(channel.write_fd)
-        result = sandbox.run(argv, root, limits, env=env, readonly_paths=readonly_paths,
-                             pass_fds=(channel.write_fd,))
-    finally:
-        stream = channel.finish()
+    result, stream = None, b""
+    if zygote is not None and root.is_relative_to(zygote.folder) \
+            and (not readonly_paths or root.is_relative_to(zygote.grade_root)):
+        channel = _ChannelReader()
+        try:
+            result = zygote.run_test(root, argv[argv.index(LAUNCHER) + 2:], dict(env), channel.write_fd, limits)
+        except ZygoteError:
+            result = None  # what the run wrote so far is dropped with its channel
+        finally:
+            stream = channel.finish()
+    if result is None:
+        channel = _ChannelReader()
+        try:
+            env[CHANNEL_ENV] = str(channel.write_fd)
+            result = sandbox.run(argv, root, limits, env=env, readonly_paths=readonly_paths,
+                                 pass_fds=(channel.write_fd,))
+        finally:
+            stream = channel.finish()
     outcomes, tampered = judge(stream, nodes, result.returncode, result.timed_out, result.output)
     if channel.overflow:
         tampered.append(f"the result channel carried over {MAX_CHANNEL_BYTES} bytes")
