@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from pdbgym.engine.attention import decode_attention
 from pdbgym.engine.draw import LOGPROB_MODES, draw_rows
 from pdbgym.engine.kv import (
     cache_keyword,
@@ -49,7 +50,9 @@ from pdbgym.errors import PdbgymError
 
 log = logging.getLogger("pdbgym.engine")
 
-SLOT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+SLOT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+LENGTH_STEP = 512  # static cache lengths are multiples of this (a captured graph costs about a second)
+MIN_SLOTS = 8  # a static session leaves room for requests that arrive while it runs
 PREFIXES_KEPT = 4  # earlier turns' KV caches the dynamic path keeps for reuse
 
 
@@ -107,7 +110,7 @@ class EngineSettings:
         window_s: how long a request waits for others before a batch starts. Default 0.003.
         max_batch: rows decoded together at most. Default 64.
         static: decode with a static cache and CUDA graphs; None: on CUDA devices. Default None.
-        min_length: the smallest static cache length (lengths are powers of two from here). Default 1024.
+        min_length: the smallest static cache length (lengths are multiples of ``LENGTH_STEP``). Default 1024.
         graphs: how a static decode step becomes a CUDA graph: ``capture`` records the model's own
             forward once per shape (about a second), ``compiled`` has transformers compile it
             (``get_compiled_call``: inductor kernels, tens of seconds per shape). Default ``capture``.
@@ -126,12 +129,12 @@ class EngineStats:
     (``slots``, ``length``, ``seconds`` of the first call at that shape, warm-up included)."""
 
     requests: int = 0
-    tokens: int = 0
+    tokens: int = 0  # sampled ids of finished requests
     decode_steps: int = 0
     prefills: int = 0
     prefill_tokens: int = 0
     reused_tokens: int = 0
-    batches: int = 0
+    batches: int = 0  # dynamic rounds and static sessions started
     busy_seconds: float = 0.0
     prefill_seconds: float = 0.0
     draw_seconds: float = 0.0  # sampling and bookkeeping, host round trip included
@@ -194,10 +197,8 @@ def bucket(value: int, buckets: Sequence[int]) -> int:
 
 
 def length_bucket(value: int, smallest: int) -> int:
-    length = smallest
-    while length < value:
-        length *= 2
-    return length
+    """``value`` rounded up to a multiple of ``LENGTH_STEP``, at least ``smallest``."""
+    return max(smallest, -(-value // LENGTH_STEP) * LENGTH_STEP)
 
 
 class LocalEngine:
@@ -294,12 +295,14 @@ class LocalEngine:
             if not rows:
                 continue
             started = time.perf_counter()
+            self.stats.batches += 1
             live: list[_Row] = list(rows)
             try:
                 with self.context() as maybe_model, torch.inference_mode():
                     model = maybe_model if maybe_model is not None else self.model
                     if self._static:
-                        self._static_session(model, rows, live)
+                        with decode_attention(model):
+                            self._static_session(model, rows, live)
                     else:
                         self._dynamic_round(model, rows)
             except BaseException as exc:  # noqa: BLE001 - every waiting caller learns of the failure
@@ -309,7 +312,6 @@ class LocalEngine:
                         row.future.set_exception(exc if isinstance(exc, Exception) else EngineError(repr(exc)))
             finally:
                 self.stats.busy_seconds += time.perf_counter() - started
-                self.stats.batches += 1
 
     # -- shared pieces -------------------------------------------------------------------------------
     def _use_static(self) -> bool:
@@ -458,7 +460,7 @@ class LocalEngine:
         """
         budget = max(r.request.max_new_tokens for r in first)
         room = 2 * budget
-        slots = bucket(min(self.settings.max_batch, max(len(first), self._expected)), SLOT_BUCKETS)
+        slots = bucket(min(self.settings.max_batch, max(len(first), self._expected, MIN_SLOTS)), SLOT_BUCKETS)
         length = length_bucket(max(len(r.request.prompt_ids) for r in first) + room, self.settings.min_length)
         shape = self._shape(model, slots, length)
         head = length - room
