@@ -91,13 +91,15 @@ def loop_overhead(tasks, tokenizer, repeats: int) -> dict:
 def embedded_episodes(task, reuse_prefix: bool, max_new_tokens: int) -> dict:
     from pdbgym.agent.backends.base import SamplingParams
     from pdbgym.agent.backends.embedded import load_embedded_backend
-    from pdbgym.agent.backends.hf import HFBackend
+    from pdbgym.agent.backends.hf import HFBackend, pad_id
     from pdbgym.agent.loop import AgentConfig, run_episode
     from pdbgym.agent.turns import ModelTurns
+    from pdbgym.engine import EngineSettings, LocalEngine
     from pdbgym.env import DebugEnv, EnvConfig
 
     loaded = load_embedded_backend()
-    backend = HFBackend(loaded.model, loaded.tokenizer, loaded.name, reuse_prefix=reuse_prefix)
+    engine = LocalEngine(loaded.model, loaded.stops, pad_id(loaded.tokenizer), EngineSettings(reuse_prefix=reuse_prefix))
+    backend = HFBackend(loaded.model, loaded.tokenizer, loaded.name, engine=engine)
     params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=max_new_tokens, seed=0)
     outcome = asyncio.run(run_episode(task, ModelTurns(backend, params), DebugEnv(task, EnvConfig(turn_budget=6)),
                                       AgentConfig(sampling=params)))

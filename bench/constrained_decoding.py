@@ -3,7 +3,7 @@
 One prompt (the agent's system prompt for the ``text`` format and a fixed first observation, through
 the chat template) is continued ``--turns`` times per arm with the same seeds and sampling, by the
 embedded model unconstrained (baseline) and with the tool-call grammar (``constrained:embedded``),
-through the backend's own ``sample_turn``. Printed per arm: generated tokens, model seconds, tokens/s
+through the backend's own engine (``pdbgym.engine``). Printed per arm: generated tokens, model seconds, tokens/s
 and the share of turns that parse as a schema-valid tool call; then the tokens/s ratio constrained /
 unconstrained (below 1: what the grammar mask costs per token). Grammar compilation is timed apart.
 
@@ -26,8 +26,8 @@ OBSERVATION = ("Task: tests/test_grants.py::test_inherited_grants fails: a membe
 
 def run_arm(backend, prompt_ids: list[int], turns: int, max_new_tokens: int, mask_factory) -> dict:
     from pdbgym.agent.backends.base import SamplingParams
-    from pdbgym.agent.backends.hf import sample_turn
     from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
+    from pdbgym.engine import EngineRequest
     from pdbgym.env.tools import ActionError, check_args
 
     tokens = valid = 0
@@ -35,8 +35,8 @@ def run_arm(backend, prompt_ids: list[int], turns: int, max_new_tokens: int, mas
     for seed in range(turns):
         params = SamplingParams(temperature=0.7, max_new_tokens=max_new_tokens, seed=seed)
         started = time.perf_counter()
-        ids, _, _, _ = sample_turn(backend.model, prompt_ids, params, backend.stops, "tempered", None,
-                                   mask_factory())
+        ids = backend.engine.submit(EngineRequest(prompt_ids, params.max_new_tokens, params.temperature,
+                                                  params.top_p, params.seed, "tempered", mask_factory())).result().ids
         seconds += time.perf_counter() - started
         tokens += len(ids)
         text = backend.tokenizer.decode([i for i in ids if i not in backend.stops])

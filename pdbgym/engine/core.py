@@ -114,6 +114,8 @@ class EngineSettings:
         graphs: how a static decode step becomes a CUDA graph: ``capture`` records the model's own
             forward once per shape (about a second), ``compiled`` has transformers compile it
             (``get_compiled_call``: inductor kernels, tens of seconds per shape). Default ``capture``.
+        reuse_prefix: keep a lone request's KV cache for a later prompt that extends it (dynamic path).
+            Default True.
     """
 
     window_s: float = 0.003
@@ -121,6 +123,7 @@ class EngineSettings:
     static: bool | None = None
     min_length: int = 1024
     graphs: str = "capture"
+    reuse_prefix: bool = True
 
 
 @dataclass
@@ -424,7 +427,7 @@ class LocalEngine:
             live = [r for r in rows if r.finish is None]
             self.stats.row_steps += len(live)
             self._draw(live, logits[[i for i, r in enumerate(rows) if r.finish is None]])
-        if len(rows) == 1:  # the cache covers the prompt and every id but the last
+        if len(rows) == 1 and self.settings.reuse_prefix:  # the cache covers the prompt and all ids but the last
             row = rows[0]
             self._prefixes.insert(0, _Prefix(list(row.request.prompt_ids) + row.ids[:-1], cache))
             del self._prefixes[PREFIXES_KEPT:]
