@@ -18,6 +18,7 @@ from typing import Any
 
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.model import SPLITS, Task
 from pdbgym.tasks.suites import resolve_tasks
 
@@ -121,19 +122,36 @@ def split_warnings(data: Mapping[str, Any]) -> list[str]:
 
 
 def make_splits(task_root: str | Path, val_fraction: float, test_fraction: float = 0.0,
-                group_by: str = "source-module", seed: int = 0) -> dict[str, Any]:
-    """Build a split file's content for every task under ``task_root``."""
+                group_by: str = "source-module", seed: int = 0, stratify: str | None = None) -> dict[str, Any]:
+    """Build a split file's content for every task under ``task_root``.
+
+    ``stratify="rung"`` deals the groups of each rung of the task ladder (``pdbgym.tasks.difficulty``)
+    on their own, so every split holds about its fraction of each rung; a group whose tasks sit on
+    several rungs counts as its highest. Groups stay whole either way (no leakage by source module).
+    """
+    if stratify not in (None, "rung"):
+        raise SplitError(f"--stratify {stratify!r}: the one stratum is 'rung' (the task ladder's)")
     tasks = resolve_tasks(task_root)
     items = [split_item(t, group_by) for t in tasks]
     sizes: dict[str, int] = {}
     for item in items:
         sizes[item["group"]] = sizes.get(item["group"], 0) + 1
-    assignment = assign_groups(sizes, val_fraction, test_fraction, seed)
+    if stratify is None:
+        assignment = assign_groups(sizes, val_fraction, test_fraction, seed)
+    else:
+        strata: dict[str, int] = {}
+        for task, item in zip(tasks, items, strict=True):
+            item["rung"] = rung(demands(task))
+            strata[item["group"]] = max(strata.get(item["group"], 0), item["rung"])
+        assignment = {}
+        for level in sorted(set(strata.values())):
+            within = {group: size for group, size in sizes.items() if strata[group] == level}
+            assignment.update(assign_groups(within, val_fraction, test_fraction, seed))
     splits: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
     for item in sorted(items, key=lambda i: i["instance_id"]):
         splits[assignment[item["group"]]].append(item)
     return {"group_by": group_by, "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction,
-            "splits": splits}
+            "stratify": stratify, "splits": splits}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
     """Add ``synth``, ``split``, ``check-splits``, ``import-swebench`` and ``export-swebench`` to ``app``."""
     app.command("synth", help="Synthesize validated bug tasks from a project folder or pypi:NAME==VERSION.")(synth_command)
     app.command("split", help="Split a folder of tasks into train/val/test without group leakage.")(split_command)
+    app.command("family", help="Write a generated task family (the task ladder's low rungs).")(family_command)
     app.command("check-splits", help="Refuse a split file whose splits overlap (exit 1 naming the overlaps).")(
         check_splits_command)
     app.command("import-swebench", help="Turn SWE-bench-style JSONL rows into pdbgym task folders.")(
@@ -101,6 +102,19 @@ def _print_reports(reports: list) -> None:
             console.print(ops)
 
 
+def family_command(
+    name: Annotated[str, typer.Argument(help="Family: ladder0 (rung 0) or ladder1 (rung 1).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write the task folders into.")],
+    count: Annotated[int, typer.Option("--count", min=1, help="Tasks to write.")] = 50,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the variants; same seed, same tasks.")] = 0,
+) -> None:
+    # the command's code loads when it runs: every other command starts without it
+    from pdbgym.tasks.families import write_family
+
+    folders = write_family(name, count, out, seed)
+    console.print(f"wrote {len(folders)} {name} task(s) to {out}; check them with `pdbgym tasks validate {out}`")
+
+
 def split_command(
     task_dir: Annotated[Path, typer.Argument(help="Folder of task folders (or a suite name).")],
     out: Annotated[Path, typer.Option("--out", help="Split file to write (JSON).")],
@@ -108,12 +122,13 @@ def split_command(
     test: Annotated[float, typer.Option("--test", help="Fraction of tasks for the test split.")] = 0.0,
     group_by: Annotated[str, typer.Option("--group-by", help="Unit kept within one split: source-module, function, source or task.")] = "source-module",
     seed: Annotated[int, typer.Option("--seed", help="Seed for dealing groups to splits.")] = 0,
+    stratify: Annotated[str | None, typer.Option("--stratify", help="'rung': each split gets its share of every rung of the task ladder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print split sizes as JSON.")] = False,
 ) -> None:
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.splits import check_splits, make_splits, split_warnings, write_splits
 
-    data = make_splits(task_dir, val, test, group_by, seed)
+    data = make_splits(task_dir, val, test, group_by, seed, stratify)
     overlaps = check_splits(data["splits"])
     if overlaps:  # grouping by module/function can still leave duplicate content; never write such a file
         _print_overlaps(overlaps)

@@ -1,0 +1,98 @@
+"""What a task demands, measured from the task itself, and the rung of the task ladder it sits on.
+
+``demands(task)`` reads the reference patch and the failing tests' sources (nothing runs):
+
+- ``patch_lines``: lines the fix adds or removes; ``files``: files it touches; ``hunks``: its hunks;
+- ``oracle_actions``: tool calls the scripted oracle needs (``pdbgym.agent.scripted``: break, continue,
+  where, args, view, one edit per hunk, run the failing tests, submit = 6 + hunks);
+- ``fix_distance``: how far the fix is from the failing test: 0 when the fixed file is the test file,
+  1 when a failing test file imports the fixed module, 2 otherwise (reached through other modules).
+
+``rung(d)`` orders tasks into a ladder: 0 for a one-line fix in one hunk of a module the test imports,
+1 for a small fix (at most 6 lines) in one file, 2 for one file otherwise, 3 for several files. Task
+families generated for the purpose (``pdbgym.tasks.families``) fill the lowest rungs; ``tasks split
+--stratify rung`` keeps each rung's share alike in every split.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import asdict, dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from pdbgym.tasks.model import Task
+from pdbgym.tasks.patches import parse_patch
+
+ORACLE_FIXED_ACTIONS = 6  # break, continue, where, args, view ... run_tests, submit
+
+
+@dataclass(frozen=True)
+class Demands:
+    patch_lines: int
+    files: int
+    hunks: int
+    oracle_actions: int
+    fix_distance: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "rung": rung(self)}
+
+
+def _changed_lines(patch: str) -> int:
+    return sum(1 for line in patch.splitlines()
+               if line[:1] in "+-" and not line.startswith(("+++", "---")))
+
+
+def _module_names(path: str) -> set[str]:
+    """Dotted names a test could import ``path`` (a repo-relative .py file) by."""
+    parts = PurePosixPath(path).with_suffix("").parts
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return {".".join(parts[i:]) for i in range(len(parts)) if parts[i:]}
+
+
+def _imports(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def fix_distance(task: Task, fixed_files: list[str]) -> int:
+    test_files = {node.split("::", 1)[0] for node in task.FAIL_TO_PASS}
+    if test_files & set(fixed_files):
+        return 0
+    imported: set[str] = set()
+    for test_file in test_files:
+        path = task.repo / test_file
+        if path.is_file():
+            imported |= _imports(path.read_text(errors="replace"))
+    if any(_module_names(f) & imported for f in fixed_files):
+        return 1
+    return 2
+
+
+def demands(task: Task) -> Demands:
+    hunks = parse_patch(task.patch)
+    files = sorted({h.path for h in hunks})
+    return Demands(patch_lines=_changed_lines(task.patch), files=len(files), hunks=len(hunks),
+                   oracle_actions=ORACLE_FIXED_ACTIONS + len(hunks), fix_distance=fix_distance(task, files))
+
+
+def rung(d: Demands) -> int:
+    if d.files > 1:
+        return 3
+    if d.hunks == 1 and d.patch_lines <= 2 and d.fix_distance <= 1:
+        return 0
+    if d.patch_lines <= 6:
+        return 1
+    return 2

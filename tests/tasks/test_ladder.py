@@ -1,0 +1,60 @@
+"""The task ladder: generated families are valid tasks on their rungs, demands are measured from the
+task, and a split stratified by rung gives every split its share of each rung without leaking groups."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pdbgym.tasks.difficulty import demands, rung
+from pdbgym.tasks.families import FamilyError, write_family
+from pdbgym.tasks.model import load_task
+from pdbgym.tasks.splits import SplitError, check_splits, make_splits
+from pdbgym.tasks.suites import resolve_tasks
+from pdbgym.tasks.validate import validate_task
+
+
+@pytest.mark.parametrize(("family", "expected_rung"), [("ladder0", 0), ("ladder1", 1)])
+def test_a_family_writes_valid_tasks_on_its_rung(tmp_path, family, expected_rung):
+    folders = write_family(family, 2, tmp_path, seed=3)
+    assert len({f.name for f in folders}) == 2
+    for folder in folders:
+        task = load_task(folder)
+        report = validate_task(task)
+        assert report.ok, report.problems
+        assert task.extra["demands"] == demands(task).to_dict()
+        assert rung(demands(task)) == expected_rung
+        assert task.source.startswith(f"family:{family}/")
+    assert [f.name for f in write_family(family, 2, tmp_path / "again", seed=3)] == [f.name for f in folders]
+
+
+def test_builtin_tasks_sit_above_the_lowest_rung_and_several_files_are_the_top():
+    builtin = resolve_tasks("builtin")
+    assert all(rung(demands(t)) >= 0 for t in builtin)
+    assert sum(rung(demands(t)) >= 1 for t in builtin) > len(builtin) // 2
+    task = builtin[0]
+    two_files = task.patch + task.patch.replace(task.patch.split("\n")[0].split(" b/")[-1], "other/file.py")
+    assert demands(replace(task, patch=two_files)).files == 2 and rung(demands(replace(task, patch=two_files))) == 3
+
+
+def test_a_split_stratified_by_rung_gives_each_split_its_share_of_every_rung(tmp_path):
+    write_family("ladder0", 6, tmp_path, seed=1)
+    write_family("ladder1", 6, tmp_path, seed=1)
+    data = make_splits(tmp_path, val_fraction=0.5, seed=4, stratify="rung")
+    assert check_splits(data["splits"]) == []
+    for level in (0, 1):
+        assert sum(item["rung"] == level for item in data["splits"]["val"]) == 3
+        assert sum(item["rung"] == level for item in data["splits"]["train"]) == 3
+    groups = {split: {item["group"] for item in items} for split, items in data["splits"].items()}
+    assert not groups["train"] & groups["val"]
+
+
+def test_unknown_families_and_strata_are_refused_by_name(tmp_path):
+    with pytest.raises(FamilyError, match="ladder0"):
+        write_family("ladder9", 2, tmp_path)
+    with pytest.raises(FamilyError, match="--count"):
+        write_family("ladder0", 0, tmp_path)
+    write_family("ladder0", 2, tmp_path)
+    with pytest.raises(SplitError, match="rung"):
+        make_splits(tmp_path, 0.5, stratify="size")
