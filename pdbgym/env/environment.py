@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.debugger import PdbSession
-from pdbgym.env import files
+from pdbgym.env import files, zygotes
 from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.env.grading import GradeResult, agent_lines, grade, grading_preview
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
@@ -20,6 +20,7 @@ from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
+from pdbgym.sandbox.zygote import Zygote
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.testrun import run_tests
 from pdbgym.tasks.wrongsite import wrong_site_outcome
@@ -41,6 +42,10 @@ class EnvConfig:
     workspace_extra_bytes: int = EXTRA_BYTES
     workspace_extra_files: int = EXTRA_FILES
     disk_poll_s: float = 0.2  # how often the workspace's usage is measured (longer for a large tree)
+    # A pytest fork server (docs/sandbox.md, "The pytest fork server") under bwrap: the pdb session, the
+    # agent's test runs and grading fork from one warm interpreter instead of each starting Python and
+    # pytest. Off: a fresh interpreter per run, as before.
+    zygote: bool = True
 
 
 @dataclass
@@ -87,6 +92,7 @@ class DebugEnv:
         self._initial_observation = ""
         self._started = 0.0
         self._disk: DiskGuard | None = None
+        self._zygote: Zygote | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -95,7 +101,11 @@ class DebugEnv:
         self.result, self.actions_used, self._steps = None, 0, []
         self._started = time.perf_counter()
         parent = Path(self.config.workspace_parent) if self.config.workspace_parent else None
-        self.workspace = Workspace.create(self.task.repo, parent)
+        if self.config.zygote:
+            self._zygote = zygotes.acquire(self.sandbox, parent)
+        self.workspace = Workspace.create(self.task.repo, self._zygote.folder if self._zygote else parent)
+        if self._zygote is not None:
+            self._zygote.serve_workspace(self.workspace.path)
         self._disk = DiskGuard(self.ws, self.config.workspace_extra_bytes, self.config.workspace_extra_files,
                                self.config.disk_poll_s)
         debugger_note = self._start_session() if self.config.start_debugger else "(no debugger session)"
@@ -109,7 +119,7 @@ class DebugEnv:
         node = self.task.FAIL_TO_PASS[0]
         try:
             self.session = PdbSession(
-                self.sandbox, self.ws, node, command_timeout_s=self.config.command_timeout_s
+                self.sandbox, self.ws, node, command_timeout_s=self.config.command_timeout_s, zygote=self._zygote
             )
             output = self.session.start()
         except PdbgymError as exc:
@@ -131,6 +141,10 @@ class DebugEnv:
         if self.workspace is not None:
             self.workspace.cleanup()
             self.workspace = None
+        if self._zygote is not None:
+            parent = Path(self.config.workspace_parent) if self.config.workspace_parent else None
+            zygotes.release(self._zygote, parent)
+            self._zygote = None
 
     def __enter__(self) -> DebugEnv:
         return self
@@ -203,7 +217,7 @@ class DebugEnv:
         plan, screened = grading_preview(self.task, self.ws)
         # Every file the agent changed, taken by grading or not, is the agent's code in this run.
         written = agent_lines(self.task.repo, self.ws, [*plan.changed, *plan.ignored])
-        run = run_tests(self.sandbox, self.ws, self.task, nodes, agent_lines=written)
+        run = run_tests(self.sandbox, self.ws, self.task, nodes, agent_lines=written, zygote=self._zygote)
         text = f"{run.summary(nodes)}\n\npytest output:\n{bound_text(run.output, 4000)}"
         ignored = plan.ignored
         if screened:
@@ -251,18 +265,26 @@ class DebugEnv:
     def _finish_graded(self, how: str) -> EpisodeResult:
         self._close_session()  # the agent's processes end before grading reads its workspace
         self._stop_disk_guard()
-        graded = grade(self.task, self.ws, self.sandbox)
+        wrong_site = self._wrong_site()
+        graded = grade(self.task, self.ws, self.sandbox, zygote=self._zygote)
         reason = "solved" if graded.final_test_passed else "finish_unresolved"
-        return self._finish(reason, how, graded)
+        return self._finish(reason, how, graded, wrong_site)
 
-    def _finish(self, reason: str, detail: str, graded: GradeResult | None = None) -> EpisodeResult:
+    def _wrong_site(self) -> dict[str, Any] | None:
+        """Read from the workspace before grading: a grading run forked by the fork server shares its
+        sandbox with the workspace, so the final edits are taken before the graded code runs."""
+        return wrong_site_outcome(self.task, self.ws) if self.workspace is not None else None
+
+    def _finish(self, reason: str, detail: str, graded: GradeResult | None = None,
+                wrong_site: dict[str, Any] | None = None) -> EpisodeResult:
         if reason not in TERMINATION_REASONS:
             raise PdbgymError(f"unknown termination reason '{reason}'; use one of {TERMINATION_REASONS}")
         self._stop_disk_guard()  # no command of the agent's runs from here on
         if graded is None and self.workspace is not None:
             self._close_session()
+            wrong_site = self._wrong_site()
             try:
-                graded = grade(self.task, self.ws, self.sandbox)
+                graded = grade(self.task, self.ws, self.sandbox, zygote=self._zygote)
             except Exception as exc:  # grading itself failed: the episode still ends, unsolved, with the reason
                 reason, detail = "other", f"{detail}; grading failed: {exc!r}"
         if graded is not None and graded.tampered:  # forgery overrides whatever else ended the episode
@@ -275,7 +297,7 @@ class DebugEnv:
             duration_s=round(time.perf_counter() - self._started, 3),
             detail=detail,
             grading=graded.to_dict() if graded else {},
-            wrong_site=wrong_site_outcome(self.task, self.ws) if self.workspace is not None else None,
+            wrong_site=wrong_site,
         )
         self._close_session()
         return self.result

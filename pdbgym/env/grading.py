@@ -24,6 +24,7 @@ from pathlib import Path
 from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.env.gradetree import TreePlan, overlay_agent_changes, read_tree_file
 from pdbgym.sandbox import Sandbox
+from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.protect import is_protected_path, protected_bind_paths, protected_digests
 from pdbgym.tasks.pytest_guard import AgentLines
@@ -34,6 +35,20 @@ from pdbgym.tasks.testrun import run_tests
 GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES = EXTRA_BYTES, EXTRA_FILES
 
 __all__ = ["GradeResult", "grade", "grading_plan", "grading_preview", "is_protected_path"]
+
+
+def _swept(zygote: Zygote | None) -> Zygote | None:
+    """``zygote`` once a sweep left nothing of the agent's in its sandbox; None (and the server stopped,
+    which ends whatever it still held) when it did not."""
+    if zygote is None or not zygote.alive:
+        return None
+    try:
+        if zygote.sweep().get("ok"):
+            return zygote
+    except ZygoteError:
+        pass
+    zygote.stop()
+    return None
 
 
 @dataclass
@@ -142,21 +157,32 @@ def screen_tree(task: Task, tree: Path, plan: TreePlan) -> list[str]:
     return found
 
 
-def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
-    """Grade the agent's workspace against the task's pristine tests, in a fresh grading tree."""
+def grade(task: Task, workspace: Path, sandbox: Sandbox, zygote: Zygote | None = None) -> GradeResult:
+    """Grade the agent's workspace against the task's pristine tests, in a fresh grading tree.
+
+    With ``zygote`` (the episode's pytest fork server, whose sandbox also held the agent's pdb session and
+    test runs) the sandbox is swept first: every process the agent started is killed and its private
+    writable places emptied, and the server must be as it started. The tree is then built in the
+    server's ``grade_root``, read-only inside its sandbox as a whole (where a fresh sandbox binds only the
+    tests read-only), and the run is one forked child. A sweep that fails ends the server, and the run
+    starts a fresh interpreter in a fresh sandbox as without one (docs/sandbox.md, "The pytest fork
+    server")."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="pdbgym-grade-") as tmp:
+    zygote = _swept(zygote)
+    parent = zygote.grade_root if zygote is not None else None
+    with tempfile.TemporaryDirectory(prefix="pdbgym-grade-", dir=parent) as tmp:
         tree = Path(tmp) / "repo"
         plan = overlay_agent_changes(task.repo, workspace, tree)
         screened = screen_tree(task, tree, plan)
         # The pristine tests and test configuration, read-only for the run where the sandbox can bind
         # them: the code under test can then not swap a test file between a check and pytest's read.
         readonly = protected_bind_paths(str(tree)) if sandbox.binds_readonly else []  # relative to the tree
-        # The agent's code runs again here, on the host's disk: the tree gets the episode's default cap.
-        disk = DiskGuard(tree, GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES)
+        # The agent's code runs again here, on the host's disk: the tree gets the episode's default cap
+        # (with the fork server: its whole folder, which the run can write outside the read-only tree).
+        disk = DiskGuard(zygote.folder if zygote is not None else tree, GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES)
         try:
             run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly,
-                            agent_lines=agent_lines(task.repo, tree, plan.changed))
+                            agent_lines=agent_lines(task.repo, tree, plan.changed), zygote=zygote)
         finally:
             disk.stop()
         if disk.watcher.trips:

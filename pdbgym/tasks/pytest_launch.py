@@ -40,6 +40,7 @@ def prepare(root: str) -> None:
 def import_runner() -> ModuleType:
     """Import pytest, every plugin of its own, pytest-timeout and the report plugin's module (which builds
     nothing on import); returns pytest-timeout. Never imports project code."""
+    # pytest loads only now, after ``prepare`` (or in the fork server, before any run): see the module doc
     import pytest  # noqa: F401
     from _pytest.config import default_plugins, essential_plugins
 
@@ -52,7 +53,7 @@ def import_runner() -> ModuleType:
 def run(args: list[str]) -> int:
     """Build the report plugin from the environment ``prepare`` set, drop pdbgym from ``sys.modules`` and
     run pytest with ``args``; returns its exit status."""
-    import pytest
+    import pytest  # imported by import_runner already; bound here by name (this module loads without it)
 
     pytest_timeout = importlib.import_module("pytest_timeout")
     from pdbgym.tasks import pytest_report  # its plugin reads ROOT_ENV and the channel when built

@@ -1,6 +1,7 @@
 """The environment end to end: real sandbox, real pdb, real pytest runs on a tiny task."""
 
 import json
+import time
 
 import pytest
 
@@ -172,8 +173,10 @@ def test_a_debugger_that_died_restarts_with_its_breakpoints_and_nothing_left_run
         env.step(Action("pdb", {"command": "b calc/ops.py:6"}))
         session = env.session
         dead = session._process
-        dead.kill()
-        dead.popen.wait()  # the debugger died between two commands (killed, out of memory, ...)
+        dead.kill()  # the debugger died between two commands (killed, out of memory, ...)
+        deadline = time.monotonic() + 10
+        while dead.alive and time.monotonic() < deadline:
+            time.sleep(0.01)
         obs, done, _ = env.step(Action("pdb", {"command": "c"}))
         assert not done and "restarted" in obs and "calc/ops.py:6" in obs
         assert env.session is session  # the same session: no second one whose spare process would leak

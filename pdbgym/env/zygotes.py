@@ -1,0 +1,123 @@
+"""The process's pytest fork servers (``pdbgym.sandbox.zygote``), one per live episode, kept between episodes.
+
+An episode takes a server at ``reset`` (``acquire``) and gives it back when it closes (``release``). One
+that comes back is swept (every process it started killed, its private ``/tmp``, ``/dev/shm``, message
+queues, System V IPC and keyrings emptied, the server checked unchanged) and its folder emptied on the
+host; only then does the next episode get it, so the start of Python and pytest is paid once per process
+and concurrent episode, not once per run. A server that cannot be swept clean, or has died, is ended
+instead. Only the bwrap sandbox gets one; elsewhere ``acquire`` returns None and the episode starts a
+fresh interpreter per run, as before.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+from pdbgym.sandbox import Sandbox
+from pdbgym.sandbox.zygote import Zygote, ZygoteError
+from pdbgym.tasks.testrun import ZYGOTE_SERVER
+
+logger = logging.getLogger(__name__)
+MAX_IDLE = 8  # servers kept waiting for an episode (each an idle interpreter holding pytest: ~60 MB)
+
+_idle: dict[str, list[Zygote]] = {}
+_lock = threading.Lock()
+_owner = os.getpid()
+_warned: set[str] = set()
+
+
+def server_argv() -> list[str]:
+    """How the server starts: this interpreter, isolated, no bytecode written (as the grading launcher)."""
+    return [sys.executable, "-I", "-B", ZYGOTE_SERVER]
+
+
+def _fresh_after_fork() -> None:
+    """A forked process (a pool worker) never uses its parent's servers: their sockets are the parent's."""
+    global _owner
+    if os.getpid() != _owner:
+        _idle.clear()
+        _owner = os.getpid()
+
+
+def acquire(sandbox: Sandbox, parent: Path | None = None) -> Zygote | None:
+    """A swept, ready server whose folder lies under ``parent`` (None: the temp folder), started if none
+    waits; None where the sandbox cannot hold one or it fails to start (said once, then quietly)."""
+    if not (sandbox.isolated and sandbox.binds_readonly):
+        return None
+    key = str(Path(parent).resolve()) if parent is not None else ""
+    with _lock:
+        _fresh_after_fork()
+        waiting = _idle.get(key, [])
+        while waiting:
+            zygote = waiting.pop()
+            if zygote.alive:
+                return zygote
+            zygote.close()
+    try:
+        zygote = Zygote(sandbox, server_argv(), parent=parent)
+        zygote.wait_ready()
+    except ZygoteError as exc:
+        if key not in _warned:
+            _warned.add(key)
+            logger.warning("pytest fork server unavailable, each run starts a fresh interpreter: %s", exc)
+        return None
+    return zygote
+
+
+def release(zygote: Zygote, parent: Path | None = None) -> None:
+    """Take a server back after its episode: swept clean and its folder emptied, it waits for the next
+    one; otherwise it is ended."""
+    zygote.release_workspace()
+    try:
+        clean = zygote.alive and bool(zygote.sweep().get("ok"))
+    except ZygoteError:
+        clean = False
+    if clean:
+        clean = _empty_folder(zygote)
+    key = str(Path(parent).resolve()) if parent is not None else ""
+    with _lock:
+        _fresh_after_fork()
+        waiting = _idle.setdefault(key, [])
+        if clean and len(waiting) < MAX_IDLE:
+            waiting.append(zygote)
+            return
+    zygote.close()
+
+
+def _empty_folder(zygote: Zygote) -> bool:
+    """Remove everything the episode left in the server's folder (its workspace, grading trees, anything
+    else), never following a link; False if something stays."""
+    for folder in (zygote.folder, zygote.grade_root):
+        for entry in os.scandir(folder):
+            if entry.path == str(zygote.grade_root):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
+    leftover = [e.name for e in os.scandir(zygote.folder) if e.path != str(zygote.grade_root)]
+    return not leftover and not any(os.scandir(zygote.grade_root))
+
+
+def close_all() -> None:
+    """End every waiting server of this process (at exit, and for tests)."""
+    with _lock:
+        if os.getpid() != _owner:
+            _idle.clear()
+            return
+        waiting = [z for servers in _idle.values() for z in servers]
+        _idle.clear()
+    for zygote in waiting:
+        zygote.close()
+
+
+atexit.register(close_all)
