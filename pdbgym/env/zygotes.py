@@ -19,12 +19,13 @@ import sys
 import threading
 from pathlib import Path
 
+from pdbgym.errors import SandboxError
 from pdbgym.sandbox import Sandbox
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.testrun import ZYGOTE_SERVER
 
 logger = logging.getLogger(__name__)
-MAX_IDLE = 8  # servers kept waiting for an episode (each an idle interpreter holding pytest: ~60 MB)
+MAX_IDLE = 16  # servers kept waiting for an episode (each an idle interpreter holding pytest: ~35 MB)
 
 _idle: dict[str, list[Zygote]] = {}
 _lock = threading.Lock()
@@ -62,7 +63,7 @@ def acquire(sandbox: Sandbox, parent: Path | None = None) -> Zygote | None:
     try:
         zygote = Zygote(sandbox, server_argv(), parent=parent)
         zygote.wait_ready()
-    except ZygoteError as exc:
+    except (SandboxError, OSError) as exc:  # ZygoteError among them
         if key not in _warned:
             _warned.add(key)
             logger.warning("pytest fork server unavailable, each run starts a fresh interpreter: %s", exc)

@@ -34,7 +34,7 @@ from pdbgym.sandbox.base import Sandbox, make_raw
 from pdbgym.sandbox.environment import sandbox_env
 from pdbgym.sandbox.limits import Limits, RunResult
 from pdbgym.sandbox.output import BoundedOutput
-from pdbgym.sandbox.process import descendants, register_command, unregister_command
+from pdbgym.sandbox.process import register_command, unregister_command
 from pdbgym.sandbox.pty_process import READ_CHUNK_BYTES, PtyTerminal
 from pdbgym.sandbox.workspace import owned_folder
 
@@ -151,23 +151,12 @@ class _Job:
         return True
 
     def kill(self) -> None:
-        """SIGKILL the child and everything below it now (the server reaps it and reports)."""
-        if self.exited:
-            return
-        stragglers = descendants(self.pid)
+        """SIGKILL the child now, through its pidfd (never a pid the server may have reaped and the kernel
+        reused). The server reaps it, reports, and ends what it left behind."""
         try:
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        try:
-            os.killpg(self.pid, signal.SIGKILL)  # the child leads its own session and group
-        except (ProcessLookupError, PermissionError):
-            pass
-        for pid in stragglers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def finish(self) -> int | None:
         """Kill, wait for the report, release the descriptors; the exit status (None: not reported)."""
@@ -196,9 +185,6 @@ class ZygotePty(PtyTerminal):
     @property
     def alive(self) -> bool:
         return not self._closed and not self.job.exited
-
-    def descendants(self) -> list[int]:
-        return descendants(self.pid)
 
     def find_process(self, marker: str) -> int | None:
         return None if self.job.exited else self.pid

@@ -122,7 +122,12 @@ def _become_child(job: dict, fds: list[int]) -> None:
         (terminal,) = fds
         for target in (0, 1, 2):
             os.dup2(terminal, target)
-    os.closerange(CHANNEL_FD + 1 if job["op"] == "test" else 3, os.sysconf("SC_OPEN_MAX"))
+    first = CHANNEL_FD + 1 if job["op"] == "test" else 3
+    for fd in sorted(int(name) for name in os.listdir("/proc/self/fd") if int(name) >= first):
+        try:
+            os.close(fd)  # (the listing's own descriptor among them, already closed)
+        except OSError:
+            pass
     os.setsid()
     if job["op"] == "pdb":
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
@@ -391,6 +396,12 @@ def serve(control: socket.socket) -> tuple[dict, list[int]] | None:
                 return None
             job, fds = received
             reply = socket.socket(fileno=fds[0])
+            if job.get("op") not in ("test", "pdb", "sweep") or len(fds) != {"test": 3, "pdb": 2}.get(job["op"], 1):
+                for fd in fds[1:]:
+                    os.close(fd)
+                _send(reply, {"error": f"not a request: {str(job)[:80]}"})
+                reply.close()
+                continue
             if job.get("op") == "sweep":
                 _send(reply, sweep(expected, kept))
                 reply.close()
