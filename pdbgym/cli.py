@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pdbgym.errors import PdbgymError
+from pdbgym.interrupts import EXIT_INTERRUPTED, Interrupted
 from pdbgym.versions import DependencyVersionError
 
 app = typer.Typer(
@@ -43,6 +44,7 @@ def _mount() -> None:
 
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.demo.commands import demo_command
+    from pdbgym.train.experiment.commands import app as experiment_app
 
     register_store_refs()  # --policy, --arm and --student take adapter-store names
     app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")
@@ -56,6 +58,7 @@ def _mount() -> None:
     app.command("demo", help="The research loop in miniature on CPU: teacher cache, SFT, held-out eval, one report.")(demo_command)
     app.command("divergence", help="KL/JSD of students against a teacher cache.")(divergence_command)
     app.add_typer(train_app, name="train", help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
+    app.add_typer(experiment_app, name="experiment", help="One experiment end to end from a TOML file: SFT -> GRPO -> held-out report.")
 
 
 _mount()
@@ -67,6 +70,12 @@ def main() -> None:
     except (PdbgymError, DependencyVersionError) as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
         sys.exit(2)
+    except Interrupted as exc:  # Ctrl-C: the command stopped cleanly and says what it kept
+        err_console.print(f"[bold yellow]{escape(str(exc))}[/]")
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        err_console.print("[bold yellow]interrupted[/]")
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

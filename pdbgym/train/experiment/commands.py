@@ -1,0 +1,31 @@
+"""``pdbgym experiment run CONFIG``: parses its flags and runs ``pdbgym.train.experiment.run.run_experiment``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("run")
+def run_command(
+    config: Annotated[Path, typer.Argument(help="Experiment file (TOML), e.g. experiments/smollm2-ladder.toml")],
+    out: Annotated[Path, typer.Option(help="Experiment folder (a rerun resumes the stages left)")],
+    quick: Annotated[bool, typer.Option(help="Lay the file's [quick] tables over it: the same stages, tiny counts")] = False,
+    device: Annotated[str, typer.Option(help="Device of training, local-model episodes and KL scoring (cpu, cuda)")] = "cpu",
+    workers: Annotated[int, typer.Option(min=1, help="Scripted episodes at once (worker processes)")] = 2,
+) -> None:
+    """Run an experiment end to end (tasks, split, oracle caches, SFT, GRPO, held-out eval, report); resumable."""
+    # the command's code loads when it runs: every other command starts without it
+    from pdbgym.train.experiment.config import load_experiment
+    from pdbgym.train.experiment.run import run_experiment
+
+    console = Console(stderr=True)
+    experiment = load_experiment(config, quick=quick)
+    report = run_experiment(experiment, out, device=device, workers=workers,
+                            say=lambda text: console.print(text, markup=False, highlight=False))
+    typer.echo(f"report: {report}")

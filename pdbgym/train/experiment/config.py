@@ -1,0 +1,144 @@
+"""An experiment's settings, read from a versioned TOML file (``experiments/*.toml`` in the repository).
+
+Tables: ``[tasks]`` (``families``: family name -> count, ``suites``: suites or folders), ``[split]``
+(``val``, ``test`` fractions; groups are source modules, stratified by rung), ``[episodes]``
+(``turn_budget``, ``max_new_tokens``, ``max_context_tokens``), ``[sft]``, ``[grpo]``, ``[eval]``; top
+level ``version`` (1), ``name``, ``base`` (``embedded`` or a model folder) and ``seed``. ``[quick]``
+holds the same tables with tiny counts; ``--quick`` lays them over the rest. Unknown keys are refused
+by name, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from pdbgym.errors import PdbgymError
+
+VERSION = 1
+
+
+class ExperimentError(PdbgymError):
+    """An experiment file that cannot be run as written, or an output folder made with other settings."""
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    families: dict[str, int] = field(default_factory=dict)
+    suites: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    val: float = 0.15
+    test: float = 0.25
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    turn_budget: int = 10
+    max_new_tokens: int = 96
+    max_context_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    steps: int = 60
+    lr: float = 5e-4
+    rank: int = 16
+    max_tokens: int = 2048
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    steps: int = 40
+    group: int = 8
+    tasks_per_step: int = 2
+    lr: float = 2e-5
+    save_steps: int = 10
+    val_runs: int = 2
+    val_k: int = 2
+    replay_fraction: float = 0.25
+    anchor_weight: float = 0.1
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    runs: int = 4
+    k: list[int] = field(default_factory=lambda: [1])
+    kl_tokens: int = 1024
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str
+    base: str = "embedded"
+    seed: int = 0
+    version: int = VERSION
+    tasks: TaskSettings = field(default_factory=TaskSettings)
+    split: SplitSettings = field(default_factory=SplitSettings)
+    episodes: EpisodeSettings = field(default_factory=EpisodeSettings)
+    sft: SFTSettings = field(default_factory=SFTSettings)
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    source: str = ""  # the file it was read from
+    quick: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "source"}
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+TABLES = {"tasks": TaskSettings, "split": SplitSettings, "episodes": EpisodeSettings, "sft": SFTSettings,
+          "grpo": GRPOSettings, "eval": EvalSettings}
+TOP = {"version", "name", "base", "seed", "quick", *TABLES}
+
+
+def _table(where: str, cls: type, values: Any, base: Any) -> Any:
+    if not isinstance(values, dict):
+        raise ExperimentError(f"{where}: expected a table, got {type(values).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ExperimentError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    return replace(base, **values)
+
+
+def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
+    """The experiment in ``path``, with its ``[quick]`` tables laid over when ``quick``."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ExperimentError(f"{path}: no such experiment file (see experiments/ in the repository)") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ExperimentError(f"{path}: not valid TOML ({exc})") from exc
+    unknown = sorted(set(data) - TOP)
+    if unknown:
+        raise ExperimentError(f"{path}: unknown key(s) {unknown}; known: {sorted(TOP)}")
+    if data.get("version", VERSION) != VERSION:
+        raise ExperimentError(f"{path}: version {data.get('version')} (this pdbgym reads version {VERSION})")
+    if "name" not in data:
+        raise ExperimentError(f"{path}: give the experiment a name (name = \"...\")")
+    config = ExperimentConfig(name=str(data["name"]), base=str(data.get("base", "embedded")),
+                              seed=int(data.get("seed", 0)), source=str(path))
+    layers = [data] + ([data.get("quick", {})] if quick else [])
+    for layer in layers:
+        for table, cls in TABLES.items():
+            if table in layer:
+                where = f"{path}: [{'quick.' if layer is not data else ''}{table}]"
+                config = replace(config, **{table: _table(where, cls, layer[table], getattr(config, table))})
+    if quick and "quick" not in data:
+        raise ExperimentError(f"{path}: --quick needs a [quick] table with the tiny counts")
+    config = replace(config, quick=quick)
+    if not config.tasks.families and not config.tasks.suites:
+        raise ExperimentError(f"{path}: [tasks] names no family and no suite")
+    bad_k = [k for k in config.eval.k if not 1 <= k <= config.eval.runs]
+    if bad_k:
+        raise ExperimentError(f"{path}: [eval] k = {bad_k} needs 1 <= k <= runs ({config.eval.runs})")
+    return config

@@ -1,0 +1,130 @@
+"""The experiment's one report (``OUT/report.md``), from the run folder alone.
+
+Sections: the GRPO steps (reward and on-policy solve rate per step, the last quarter of steps against
+the first with a 95% CI of the difference), the val gates (every checkpoint's val pass@1), the held-out
+table (pass@1 and pass@k per arm with task-clustered CIs, valid tool-call rate, KL to the oracle), the
+paired comparisons GRPO - SFT and SFT - base, and the stop-at-peak check: the chosen checkpoint's val
+score next to its held-out score, and how much choosing on val inflated it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pdbgym.evaluate.stats import newcombe_interval
+from pdbgym.reportkit import fmt, md_bullets, md_table, pct
+from pdbgym.train.experiment.config import ExperimentConfig
+from pdbgym.train.grpo.report import read_jsonl
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def step_outcomes(rows: list[dict[str, Any]], per_step: int) -> list[np.ndarray]:
+    """Per logged step, its on-policy episodes as 0/1 (solved), rebuilt from the solve rate and count."""
+    outcomes = []
+    for row in rows:
+        played = per_step - int(row.get("episodes/replayed", 0))
+        rate = row.get("episodes/solve_rate")
+        solved = round(float(rate) * played) if rate is not None and played > 0 else 0
+        outcomes.append(np.array([1.0] * solved + [0.0] * (max(played, 0) - solved)))
+    return outcomes
+
+
+def learning_check(rows: list[dict[str, Any]], per_step: int) -> dict[str, Any] | None:
+    """Solve rate of the last quarter of steps minus the first quarter's, with Newcombe's 95% CI."""
+    outcomes = step_outcomes(rows, per_step)
+    quarter = max(1, len(outcomes) // 4)
+    if len(outcomes) < 2:
+        return None
+    first, last = np.concatenate(outcomes[:quarter]), np.concatenate(outcomes[-quarter:])
+    if not first.size or not last.size:
+        return None
+    low, high = newcombe_interval(last, first)
+    return {"first": float(first.mean()), "last": float(last.mean()), "steps_per_quarter": quarter,
+            "episodes": [int(first.size), int(last.size)], "diff": float(last.mean() - first.mean()),
+            "ci": [low, high], "learned": low > 0}
+
+
+def _ci(block: dict[str, Any] | None) -> str:
+    if not block:
+        return "-"
+    low, high = block.get("ci", [None, None])
+    return f"{pct(block.get('mean'))} [{pct(low)}, {pct(high)}]"
+
+
+def _pairs(summary: dict[str, Any], wanted: tuple[tuple[str, str], ...]) -> list[tuple[Any, ...]]:
+    """(a, b, a - b, CI low, CI high, tasks) for each wanted pair, oriented as asked."""
+    found = []
+    for a, b in wanted:
+        for c in summary.get("comparisons", []):
+            if (c["arm_a"], c["arm_b"]) == (a, b):
+                found.append((a, b, c["mean_diff"], c["ci"][0], c["ci"][1], c.get("n_tasks")))
+            elif (c["arm_a"], c["arm_b"]) == (b, a):
+                found.append((a, b, -c["mean_diff"], -c["ci"][1], -c["ci"][0], c.get("n_tasks")))
+    return found
+
+
+def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str, Any]) -> Path:
+    summary = _load(out / "eval-summary.json")
+    kl = _load(out / "kl.json").get("arms", {})
+    validity = _load(out / "validity.json")
+    run = _load(out / "grpo" / "grpo_run.json")
+    rows, _ = read_jsonl(out / "grpo" / "steps.jsonl")
+    gates, _ = read_jsonl(out / "grpo" / "gates.jsonl")
+    per_step = config.grpo.group * config.grpo.tasks_per_step
+    lines = [f"# Experiment {config.name}" + (" (quick profile)" if config.quick else ""), "",
+             f"From `{config.source}` (settings digest {config.digest()}); base `{config.base}`; seed {config.seed}.",
+             ""]
+    lines += ["## Stages", ""] + md_table(["stage", "seconds", "facts"], [
+        [name, facts.get("seconds"), json.dumps({k: v for k, v in facts.items() if k != "seconds"})]
+        for name, facts in state.get("stages", {}).items()]) + [""]
+    lines += ["## GRPO steps", ""] + md_table(["step", "reward", "on-policy solve rate", "replayed", "KL", "beta"], [
+        [r.get("step"), fmt(r.get("reward"), ".3f"), pct(r.get("episodes/solve_rate")),
+         int(r.get("episodes/replayed", 0)), fmt(r.get("kl"), ".4f"), fmt(r.get("beta"), ".4f")] for r in rows]) + [""]
+    check = learning_check(rows, per_step)
+    notes = [f"{run.get('reward_signal_steps', 0)} of {len(rows)} steps had reward spread (a group whose episodes "
+             "scored differently)."]
+    if check is not None:
+        verdict = "the CI excludes no change: GRPO raised the on-policy solve rate" if check["learned"] else \
+            "the CI includes no change: this run does not show learning"
+        notes.append(f"On-policy solve rate, last {check['steps_per_quarter']} step(s) against the first: "
+                     f"{pct(check['last'])} vs {pct(check['first'])} ({check['episodes'][1]} and {check['episodes'][0]} "
+                     f"episodes), difference {pct(check['diff'])} [{pct(check['ci'][0])}, {pct(check['ci'][1])}] "
+                     f"(95%, Newcombe); {verdict}.")
+    lines += md_bullets(notes) + [""]
+    lines += ["## Val gates (checkpoint choice)", ""] + md_table(["checkpoint", "step", "val pass@1 [95% CI]"], [
+        [g.get("checkpoint"), g.get("step"), _ci(g.get("pass_at_1"))] for g in gates]) + [""]
+    arms = summary.get("arms", {})
+    ks = [f"pass@{k}" for k in config.eval.k if k > 1]
+    lines += ["## Held-out test split", ""] + md_table(
+        ["arm", "pass@1 [95% CI]", *ks, "valid tool calls", "KL to the oracle (nats/token) [95% CI]"], [
+            [arm, _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks),
+             pct((validity.get(arm) or {}).get("rate")),
+             (f"{fmt(kl[arm]['kl_per_token'], '.4f')} [{fmt(kl[arm]['ci_low'], '.4f')}, {fmt(kl[arm]['ci_high'], '.4f')}]"
+              if kl.get(arm, {}).get("available") else "-")] for arm, block in arms.items()]) + [""]
+    lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + md_table(
+        ["a - b", "difference [95% CI]", "tasks"], [
+            [f"{a} - {b}", f"{pct(diff)} [{pct(low)}, {pct(high)}]", n]
+            for a, b, diff, low, high, n in _pairs(summary, (("grpo", "sft"), ("sft", "base"), ("grpo", "base")))])
+    lines += [""]
+    chosen = run.get("chosen")
+    gate = next((g for g in gates if g.get("checkpoint") == chosen), None)
+    held = (arms.get("grpo") or {}).get("pass@1", {})
+    lines += ["## Stop at peak", ""]
+    if gate and held:
+        val = gate["pass_at_1"]["mean"]
+        lines += md_bullets([
+            f"Chosen checkpoint `{chosen}` (best val pass@1 of {len(gates)} gated): val {pct(val)}, held-out test "
+            f"{pct(held.get('mean'))}; choosing on val inflated its score by {pct(val - held.get('mean', 0.0))} "
+            "(val minus test; the test split never took part in the choice)."])
+    else:
+        lines += md_bullets(["No gated checkpoint or no held-out GRPO score yet."])
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

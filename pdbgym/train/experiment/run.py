@@ -1,0 +1,190 @@
+"""``pdbgym experiment run``: one experiment end to end, resumable after a kill.
+
+Stages, in order (``OUT/experiment.json`` records the finished ones; a rerun skips them, and the stages
+that hold their own progress resume inside: cache builds, GRPO, the evaluation campaign):
+
+1. ``tasks``: the families' tasks written and the suites copied into ``OUT/tasks/all``;
+2. ``split``: ``OUT/splits.json``, train / val / test by source module, stratified by rung, copied into
+   ``OUT/tasks/{train,val,test}``;
+3. ``oracle``: scripted-oracle caches on the train split (the SFT data) and on the test split (for KL);
+4. ``sft``: the token-exact corpus of the solved train episodes, then SFT of the base (``NAME-sft``);
+5. ``grpo``: GRPO from the SFT model on the train split, replay seed and BC anchor from the corpus,
+   every ``save_steps`` checkpoint gated on the val split; the val-best one is chosen (``NAME-grpo``);
+6. ``eval``: base, SFT, GRPO and the oracle on the held-out test split (pass@1 and pass@k with
+   task-clustered CIs, paired comparisons), valid-call rates, KL to the oracle;
+7. ``report``: ``OUT/report.md`` (``experiment.report``).
+
+An output folder made with other settings is refused (the settings' digest is kept), so a resumed run
+never mixes two experiments.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pdbgym.adapters.stacked import materialize_ref
+from pdbgym.adapters.store import Store
+from pdbgym.agent.build import CacheBuildConfig, build_cache
+from pdbgym.agent.executor import ExecutorConfig
+from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
+from pdbgym.fileio import write_json_atomic
+from pdbgym.tasks.families import write_family
+from pdbgym.tasks.splits import load_splits, make_splits, write_splits
+from pdbgym.tasks.suites import resolve_tasks
+from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
+from pdbgym.train.demo.report import oracle_kl, tool_call_validity
+from pdbgym.train.experiment.config import ExperimentConfig, ExperimentError
+from pdbgym.train.experiment.report import write_experiment_report
+from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.grpo.run import train_grpo
+from pdbgym.train.sft.config import SFTTrainConfig
+from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
+from pdbgym.train.sft.trainer import train_sft
+
+STATE_FILE = "experiment.json"
+STAGES = ("tasks", "split", "oracle", "sft", "grpo", "eval", "report")
+Say = Callable[[str], None]
+
+
+class _State:
+    def __init__(self, out: Path, config: ExperimentConfig) -> None:
+        self.path = out / STATE_FILE
+        old = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        if old and old.get("digest") != config.digest():
+            raise ExperimentError(f"{out} holds experiment {old.get('name')!r} run with other settings (digest "
+                                  f"{old.get('digest')} vs {config.digest()}); give another --out")
+        self.data = old or {"name": config.name, "digest": config.digest(), "config": config.to_dict(),
+                            "source": config.source, "stages": {}}
+
+    def done(self, stage: str) -> bool:
+        return stage in self.data["stages"]
+
+    def finish(self, stage: str, seconds: float, facts: dict[str, Any] | None = None) -> None:
+        self.data["stages"][stage] = {"seconds": round(seconds, 1), **(facts or {})}
+        write_json_atomic(self.path, self.data)
+
+
+def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", workers: int = 2,
+                   say: Say = print) -> Path:
+    """Every stage not yet finished in ``out``; returns the report's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    state = _State(out, config)
+    steps: dict[str, Callable[[], dict[str, Any]]] = {
+        "tasks": lambda: _tasks(config, out), "split": lambda: _split(config, out),
+        "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device),
+        "grpo": lambda: _grpo(config, out, device), "eval": lambda: _eval(config, out, device, workers),
+        "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
+    for stage in STAGES:
+        if state.done(stage) and stage != "report":
+            say(f"[{stage}] finished earlier")
+            continue
+        say(f"[{stage}] started")
+        started = time.perf_counter()
+        facts = steps[stage]()
+        state.finish(stage, time.perf_counter() - started, facts)
+        say(f"[{stage}] done in {time.perf_counter() - started:.1f} s")
+    return out / "report.md"
+
+
+def _tasks(config: ExperimentConfig, out: Path) -> dict[str, Any]:
+    folder = out / "tasks" / "all"
+    shutil.rmtree(folder, ignore_errors=True)
+    for name, count in sorted(config.tasks.families.items()):
+        write_family(name, count, folder, seed=config.seed)
+    for suite in config.tasks.suites:
+        for task in resolve_tasks(suite):
+            shutil.copytree(task.path, folder / task.path.name, symlinks=True)
+    return {"tasks": len(resolve_tasks(folder))}
+
+
+def _split(config: ExperimentConfig, out: Path) -> dict[str, Any]:
+    data = make_splits(out / "tasks" / "all", config.split.val, config.split.test, seed=config.seed,
+                       stratify="rung")
+    write_splits(data, out / "splits.json")
+    splits = load_splits(out / "splits.json")
+    by_id = {task.instance_id: task for task in resolve_tasks(out / "tasks" / "all")}
+    sizes = {}
+    for name in ("train", "val", "test"):
+        ids = [item["instance_id"] for item in splits.get(name, [])]
+        if not ids:
+            raise ExperimentError(f"the {name} split is empty ({len(by_id)} tasks); give more tasks or other "
+                                  "[split] fractions")
+        folder = out / "tasks" / name
+        shutil.rmtree(folder, ignore_errors=True)
+        for instance_id in ids:
+            shutil.copytree(by_id[instance_id].path, folder / instance_id, symlinks=True)
+        sizes[name] = len(ids)
+    return sizes
+
+
+def _oracle(config: ExperimentConfig, out: Path, workers: int) -> dict[str, Any]:
+    facts = {}
+    for name in ("train", "test"):
+        summary = build_cache(CacheBuildConfig(
+            policy="scripted", out=out / "caches" / f"oracle-{name}", tasks=str(out / "tasks" / name), runs=1,
+            workers=workers, seed=config.seed, tokenizer=config.base, temperature=0.0,
+            turn_budget=config.episodes.turn_budget, max_context_tokens=config.episodes.max_context_tokens))
+        facts[name] = {k: summary.get(k) for k in ("episodes", "solved") if k in summary}
+    return facts
+
+
+def _sft(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]:
+    corpus = out / "corpus"
+    if not (corpus / MANIFEST_FILE).is_file():
+        build_corpus(CorpusConfig(caches=[out / "caches" / "oracle-train"], out=corpus, solved_only=True,
+                                  max_length=config.sft.max_tokens, overlength="drop", splits=out / "splits.json"))
+    built = json.loads((corpus / MANIFEST_FILE).read_text())
+    if not built["examples_kept"]:
+        raise ExperimentError(f"the oracle solved no train task within {config.sft.max_tokens} ids "
+                              f"({built['dropped']}); raise [sft] max_tokens")
+    if not (out / "sft" / ADAPTER_DIR / TRAIN_RECORD).is_file():
+        shutil.rmtree(out / "sft", ignore_errors=True)  # a killed run's checkpoints: SFT is short, start over
+        train_sft(SFTTrainConfig(base=config.base, data=corpus, out=out / "sft", seed=config.seed,
+                                 rank=config.sft.rank, use_dora=False, lr=config.sft.lr, effective_batch=1,
+                                 max_steps=config.sft.steps, max_length=config.sft.max_tokens,
+                                 max_tokens_per_example=config.sft.max_tokens, val_fraction=0.2,
+                                 eval_steps=max(1, config.sft.steps // 4), device=device,
+                                 name=f"{config.name}-sft", store=out / "adapters", report=True))
+    return {"examples": built["examples_kept"]}
+
+
+def _grpo(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]:
+    g = config.grpo
+    resume = (out / "grpo").is_dir()
+    record = train_grpo(GRPORunConfig(
+        policy=f"{config.name}-sft", tasks=str(out / "tasks" / "train"), out=out / "grpo", group=g.group,
+        tasks_per_step=g.tasks_per_step, steps=g.steps, seed=config.seed, lr=g.lr,
+        max_new_tokens=config.episodes.max_new_tokens, max_context_tokens=config.episodes.max_context_tokens,
+        budget_start=config.episodes.turn_budget, budget_end=config.episodes.turn_budget, curriculum="fixed",
+        anchor_data=out / "corpus", anchor_weight=g.anchor_weight, replay_data=out / "corpus",
+        replay_fraction=g.replay_fraction, save_steps=g.save_steps, val_tasks=str(out / "tasks" / "val"),
+        val_runs=g.val_runs, val_k=g.val_k, store=out / "adapters", ledger=out / "ledger.jsonl",
+        name=f"{config.name}-grpo", device=device, resume=resume, register_without_signal=True))
+    return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"]}
+
+
+def arms_of(config: ExperimentConfig, out: Path) -> dict[str, str]:
+    store = Store(out / "adapters")
+    return {"base": config.base, "sft": str(materialize_ref(f"{config.name}-sft", store)),
+            "grpo": str(materialize_ref(f"{config.name}-grpo", store)), "oracle": "scripted"}
+
+
+def _eval(config: ExperimentConfig, out: Path, device: str, workers: int) -> dict[str, Any]:
+    arms = arms_of(config, out)
+    run_evaluation(EvalConfig(
+        arms=[f"{k}={v}" for k, v in arms.items()], tasks=str(out / "tasks" / "test"), runs=config.eval.runs,
+        out=out / "eval", turn_budget=config.episodes.turn_budget, max_new_tokens=config.episodes.max_new_tokens,
+        max_context_tokens=config.episodes.max_context_tokens, ks=list(config.eval.k), seed=config.seed,
+        executor=ExecutorConfig(workers=workers), json_out=out / "eval-summary.json", device=device,
+        title=f"{config.name}: held-out evaluation"))
+    summary = json.loads((out / "eval-summary.json").read_text())
+    models = {k: v for k, v in arms.items() if k != "oracle"}
+    kl = oracle_kl(out / "caches" / "oracle-test", models, out / "kl.json", config.eval.kl_tokens, device=device)
+    validity = tool_call_validity(out / "eval", arms)
+    write_json_atomic(out / "validity.json", validity)
+    return {"arms": {k: summary["arms"][k]["pass@1"]["mean"] for k in arms}, "kl": bool(kl)}

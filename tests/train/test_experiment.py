@@ -1,0 +1,85 @@
+"""``pdbgym experiment run``: the repository's experiment file, its quick profile on a tiny random model,
+end to end on CPU (tasks, split, oracle caches, SFT, GRPO with val gates, held-out eval, report), resumed
+stage by stage; settings errors refused by name; the learning check's arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from homefixtures import fresh_home
+
+from pdbgym.train.experiment.config import ExperimentError, load_experiment
+from pdbgym.train.experiment.report import learning_check
+
+REPO_FILE = Path(__file__).resolve().parents[2] / "experiments" / "smollm2-ladder.toml"
+
+
+def _quick_file(tmp_path: Path, base: Path) -> Path:
+    path = tmp_path / "experiment.toml"
+    path.write_text(REPO_FILE.read_text().replace('base = "embedded"', f'base = "{base}"'))
+    return path
+
+
+@pytest.mark.slow
+def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pdbgym.cli import app
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    config, out = _quick_file(tmp_path, tiny_model_dir), tmp_path / "run"
+    result = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
+    assert result.exit_code == 0, result.output
+    state = json.loads((out / "experiment.json").read_text())
+    assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "eval", "report"]
+    assert state["stages"]["oracle"]["train"]["solved"] == state["stages"]["split"]["train"]  # the oracle solves all
+    report = (out / "report.md").read_text()
+    for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
+                    "## Stop at peak", "| grpo |", "| sft - base |"):
+        assert section in report, section
+    summary = json.loads((out / "eval-summary.json").read_text())
+    assert set(summary["arms"]) == {"base", "sft", "grpo", "oracle"} and summary["arms"]["oracle"]["solved"] > 0
+    # a kill after the GRPO stage: the rerun plays only what is left
+    del state["stages"]["eval"], state["stages"]["report"]
+    (out / "experiment.json").write_text(json.dumps(state))
+    again = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
+    assert again.exit_code == 0, again.output
+    for stage in ("tasks", "split", "oracle", "sft", "grpo"):
+        assert f"[{stage}] finished earlier" in again.output
+    assert "[eval] started" in again.output
+    # the same folder with other settings is refused, naming the digest
+    other = config.read_text().replace("seed = 0", "seed = 1")
+    config.write_text(other)
+    refused = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
+    assert refused.exit_code != 0 and "other settings" in refused.output
+
+
+def test_the_repository_file_loads_and_settings_errors_are_named(tmp_path):
+    full, quick = load_experiment(REPO_FILE), load_experiment(REPO_FILE, quick=True)
+    assert full.grpo.steps > quick.grpo.steps and full.tasks.families["ladder0"] > quick.tasks.families["ladder0"]
+    assert full.digest() != quick.digest()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[grpo]\nstepz = 3\n[tasks]\nfamilies = { ladder0 = 2 }\n')
+    with pytest.raises(ExperimentError, match="stepz"):
+        load_experiment(bad)
+    bad.write_text('name = "x"\n[tasks]\nfamilies = { ladder0 = 2 }\n[eval]\nruns = 2\nk = [4]\n')
+    with pytest.raises(ExperimentError, match="k = \\[4\\]"):
+        load_experiment(bad)
+    with pytest.raises(ExperimentError, match="quick"):
+        load_experiment(bad, quick=True)
+    with pytest.raises(ExperimentError, match="no such experiment file"):
+        load_experiment(tmp_path / "missing.toml")
+
+
+def test_the_learning_check_compares_the_last_quarter_of_steps_with_the_first():
+    rows = [{"episodes/solve_rate": rate, "episodes/replayed": 0} for rate in (0.0, 0.125, 0.125, 0.25,
+                                                                              0.5, 0.625, 0.75, 0.875)]
+    check = learning_check(rows, per_step=8)
+    assert check["steps_per_quarter"] == 2 and check["episodes"] == [16, 16]
+    assert check["first"] == pytest.approx(1 / 16) and check["last"] == pytest.approx(13 / 16)
+    assert check["learned"] and check["ci"][0] > 0
+    flat = learning_check([{"episodes/solve_rate": 0.25, "episodes/replayed": 2}] * 8, per_step=8)
+    assert flat["diff"] == 0 and not flat["learned"] and flat["episodes"] == [12, 12]
+    assert flat["first"] == pytest.approx(4 / 12)  # 2 of the 6 played episodes a step (0.25 x 6, rounded)
