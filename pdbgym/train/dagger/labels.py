@@ -14,6 +14,7 @@ from typing import Any
 
 from pdbgym.agent.backends.base import GenerationRequest, SamplingParams
 from pdbgym.rollouts.record import RolloutRecord
+from pdbgym.seeds import turn_seed
 from pdbgym.train.corpus.build import Example, write_corpus
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.dagger.policy import Policy
@@ -33,15 +34,22 @@ def turn_spans(record: RolloutRecord) -> list[tuple[int, int]]:
 
 async def label_states(record: RolloutRecord, teacher: Policy, params: Any, iteration: int,
                        max_context: int) -> list[Example]:
-    """The teacher's own next turn at every assistant turn's state of ``record`` (see the module doc)."""
-    examples = []
-    for turn_index, (start, _end) in enumerate(turn_spans(record)):
-        state = record.tokens[:start]
+    """The teacher's own next turn at every assistant turn's state of ``record`` (see the module doc), all
+    states asked at once (a local teacher's engine batches them). Each state's draw is seeded by
+    ``turn_seed(params.seed, state length)``."""
+    states = [(index, record.tokens[:start]) for index, (start, _end) in enumerate(turn_spans(record))
+              if max_context - start > 0]
+
+    async def one(state: list[int]) -> Any:
         room = max_context - len(state)
-        if room <= 0:
-            break
-        request = GenerationRequest(list(state), [], None, replace(params, max_new_tokens=min(params.max_new_tokens, room)))
-        turn = await teacher.backend.generate(request)
+        seed = turn_seed(params.seed, len(state)) if params.seed is not None else None
+        request = GenerationRequest(list(state), [], None,
+                                    replace(params, max_new_tokens=min(params.max_new_tokens, room), seed=seed))
+        return await teacher.backend.generate(request)
+
+    turns = await asyncio.gather(*(one(state) for _, state in states))
+    examples = []
+    for (turn_index, state), turn in zip(states, turns, strict=True):
         if not turn.token_ids:
             continue
         examples.append(Example(record.instance_id, f"dagger-iter{iteration}", record.sample_idx * 1000 + turn_index,
@@ -51,12 +59,15 @@ async def label_states(record: RolloutRecord, teacher: Policy, params: Any, iter
 
 
 def label_episodes(outcomes: list[Any], teacher: Policy, config: DaggerConfig, iteration: int) -> list[Example]:
-    """The teacher's labels of every state of ``outcomes`` (its own draw: ``teacher_temperature``)."""
+    """The teacher's labels of every state of ``outcomes`` (its own draw: ``teacher_temperature``), every
+    episode's states asked together."""
     params = SamplingParams(config.teacher_temperature, 1.0, config.max_new_tokens, config.seed)
-    new = []
-    for outcome in outcomes:
-        new += asyncio.run(label_states(outcome.record, teacher, params, iteration, config.max_context_tokens))
-    return new
+
+    async def every() -> list[list[Example]]:
+        return list(await asyncio.gather(*(label_states(o.record, teacher, params, iteration,
+                                                        config.max_context_tokens) for o in outcomes)))
+
+    return [example for examples in asyncio.run(every()) for example in examples]
 
 
 def write_labels(folder: Path, labels: list[Example], fingerprint: str, teacher: Policy, out: Path,

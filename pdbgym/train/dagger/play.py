@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.agent.backends.base import SamplingParams
+from pdbgym.agent.executor import LOCAL_EPISODES_GPU
 from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.toolcalls import detect_format
 from pdbgym.agent.turns import ModelTurns
@@ -21,20 +22,30 @@ from pdbgym.train.dagger.policy import Policy
 
 async def play(policy: Policy, tasks: list[Any], runs: int, config: DaggerConfig, seed: int,
                transcripts: Path) -> list[Any]:
-    """Episodes of ``policy`` on ``tasks`` x ``runs``, transcripts written as ``TASK__RUN.json``."""
+    """Episodes of ``policy`` on ``tasks`` x ``runs``, transcripts written as ``TASK__RUN.json``; the outcomes
+    in (task, run) order. Up to ``episodes_at_once(policy)`` play together, their turns batched by the
+    policy's engine."""
     fmt = detect_format(getattr(policy.tokenizer, "chat_template", None))
     env_config = EnvConfig(turn_budget=config.turn_budget)
-    outcomes = []
-    for task in tasks:
-        for run in range(runs):
-            params = SamplingParams(config.temperature, 1.0, config.max_new_tokens,
-                                    episode_seed(seed, task.instance_id, run))
-            agent = AgentConfig(tool_format=fmt, max_context_tokens=config.max_context_tokens, sampling=params,
-                                dataset="dagger", sample_idx=run)
+    gate = asyncio.Semaphore(episodes_at_once(policy))
+
+    async def one(task: Any, run: int) -> Any:
+        params = SamplingParams(config.temperature, 1.0, config.max_new_tokens, episode_seed(seed, task.instance_id, run))
+        agent = AgentConfig(tool_format=fmt, max_context_tokens=config.max_context_tokens, sampling=params,
+                            dataset="dagger", sample_idx=run)
+        async with gate:
             outcome = await run_episode(task, ModelTurns(policy.backend, params), DebugEnv(task, env_config), agent)
-            write_json_atomic(transcripts / f"{task.instance_id}__{run}.json", outcome.transcript)
-            outcomes.append(outcome)
-    return outcomes
+        write_json_atomic(transcripts / f"{task.instance_id}__{run}.json", outcome.transcript)
+        return outcome
+
+    return list(await asyncio.gather(*(one(task, run) for task in tasks for run in range(runs))))
+
+
+def episodes_at_once(policy: Policy) -> int:
+    """``LOCAL_EPISODES_GPU`` for a model on a GPU (the engine batches their turns), else 1 (on CPU one
+    episode at a time keeps each turn's KV cache for the next)."""
+    engine = getattr(policy.backend, "engine", None)
+    return LOCAL_EPISODES_GPU if engine is not None and engine.device.type == "cuda" else 1
 
 
 def play_iteration(student: Policy, tasks: list[Any], config: DaggerConfig, iteration: int,
