@@ -22,6 +22,7 @@ from pdbgym.agent.runner import JobResult, completed_samples, plan_jobs, run_all
 from pdbgym.env.environment import EnvConfig
 from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
+from pdbgym.interrupts import Interrupted
 from pdbgym.policyname import INTERACTIVE_POLICIES
 from pdbgym.sandbox.workspace import reap_stale_workspaces
 from pdbgym.tasks.suites import resolve_tasks
@@ -107,7 +108,15 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
         if on_result is not None:
             on_result(result, len(jobs))
 
-    results = run_all(jobs, config.out, ExecutorConfig(config.workers, config.ray_address, config.local_episodes), on_result=advance)
+    executor = ExecutorConfig(config.workers, config.ray_address, config.local_episodes)
+    try:
+        results = run_all(jobs, config.out, executor, on_result=advance)
+    except KeyboardInterrupt:
+        kept = sum(reasons.values())
+        raise Interrupted(
+            f"interrupted: {kept} new episode(s) saved to {config.out} ({len(done) + kept} of "
+            f"{len(done) + len(jobs)} in the cache); episodes in flight were discarded; rerun the same "
+            "command to resume") from None
     seconds = time.perf_counter() - started
     return {
         "out": str(config.out), "episodes_run": len(results), "episodes_skipped_already_done": len(done),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import (
     FIRST_COMPLETED,
@@ -22,11 +23,12 @@ from concurrent.futures import (
     ThreadPoolExecutor,
     wait,
 )
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdbgym.errors import PdbgymError
+from pdbgym.interrupts import clear_stop, request_stop, stop_on_sigterm
 from pdbgym.versions import require
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     Play = Callable[[EpisodeJob], JobResult]  # how one job is played (pdbgym.agent.runner.run_job)
 
 LOCAL_RAY = "local"
+STOP_GRACE_S = 30.0  # how long Ctrl-C waits for running episodes to end cleanly
 LOCAL_EPISODES_GPU = 48  # a local model's episodes at once on a GPU: their turns fill the engine's batches
 
 
@@ -97,6 +100,7 @@ def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig, play: Play) -> Iter
 
 
 def _init_worker(torch_threads: int) -> None:
+    stop_on_sigterm()  # Ctrl-C reaches the parent, which stops this worker with SIGTERM (pdbgym.interrupts)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import torch  # optional: torch (pdbgym[hf])
@@ -109,27 +113,62 @@ def _init_worker(torch_threads: int) -> None:
 def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play) -> Iterator[JobDone]:
     here = [job for job in jobs if workers <= 1 or job.policy.in_process]
     away = [job for job in jobs if not (workers <= 1 or job.policy.in_process)]
+    clear_stop()
     with ExitStack() as stack:
         futures: dict[Future[JobResult], EpisodeJob] = {}
+        pools: list[Executor] = []
         if here:  # this process's episodes, ``local`` at a time (each in its own thread and event loop)
             if local > 1:
                 from pdbgym.engine import expect_rows  # heavy: torch, only when local models play
 
                 expect_rows(local)
-            _submit(stack.enter_context(ThreadPoolExecutor(local, thread_name_prefix="pdbgym-episode")), play, here,
-                    futures)
+            pools.append(stack.enter_context(ThreadPoolExecutor(local, thread_name_prefix="pdbgym-episode")))
+            _submit(pools[-1], play, here, futures)
         if away:
             context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
             threads = max(1, (os.cpu_count() or 1) // workers)
             pool = ProcessPoolExecutor(min(workers, len(away)), mp_context=context, initializer=_init_worker,
                                        initargs=(threads,))
-            _submit(stack.enter_context(pool), play, away, futures)
-        while futures:
-            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-            for future in finished:
-                job = futures.pop(future)
-                error = future.exception()
-                yield JobDone(job, None if error else future.result(), error)
+            pools.append(stack.enter_context(pool))
+            _submit(pool, play, away, futures)
+        try:
+            while futures:
+                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    job = futures.pop(future)
+                    error = future.exception()
+                    yield JobDone(job, None if error else future.result(), error)
+        except BaseException:  # Ctrl-C here or in the caller (GeneratorExit): stop now, not after every job
+            _stop_all(pools, futures)
+            raise
+
+
+def _stop_all(pools: list[Executor], futures: dict[Future[JobResult], EpisodeJob]) -> None:
+    """Start no job, end the running ones cleanly (their workspaces removed), then return.
+
+    Queued jobs are cancelled; episodes in this process's threads are cancelled through
+    ``pdbgym.interrupts``; worker processes get SIGTERM, which stops their episode the same way (a
+    job a worker had already taken from the queue is refused by ``run_job``). A second Ctrl-C while
+    this waits stops waiting.
+    """
+    request_stop()
+    workers = [process for pool in pools for process in (getattr(pool, "_processes", None) or {}).values()]
+    for future in futures:
+        future.cancel()
+    for pool in pools:
+        pool.shutdown(wait=False, cancel_futures=True)
+    _signal(workers, signal.SIGTERM)
+    running = [future for future in futures if not future.cancelled()]  # a cancelled one never turns "done"
+    with suppress(KeyboardInterrupt):
+        _, stuck = wait(running, timeout=STOP_GRACE_S)
+        if stuck:  # a worker that does not end its episode in time is killed (its sandbox dies with it)
+            _signal(workers, signal.SIGKILL)
+
+
+def _signal(processes: list[multiprocessing.Process], signum: int) -> None:
+    for process in processes:
+        with suppress(ProcessLookupError, TypeError):
+            os.kill(process.pid, signum)
 
 
 def _submit(pool: Executor, play: Play, jobs: list[EpisodeJob],
@@ -144,10 +183,18 @@ def _on_ray(jobs: list[EpisodeJob], address: str, play: Play) -> Iterator[JobDon
     init_ray(address)
     remote = ray.remote(play)
     pending = {remote.remote(job): job for job in jobs}
-    while pending:
-        finished, _ = ray.wait(list(pending), num_returns=1)
-        job = pending.pop(finished[0])
-        try:
-            yield JobDone(job, ray.get(finished[0]))
-        except Exception as exc:  # noqa: BLE001 - a failed Ray task is one failed job
-            yield JobDone(job, None, exc)
+    try:
+        while pending:
+            finished, _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(finished[0])
+            try:
+                result = ray.get(finished[0])
+            except Exception as exc:  # noqa: BLE001 - a failed Ray task is one failed job
+                yield JobDone(job, None, exc)
+            else:
+                yield JobDone(job, result)
+    except BaseException:  # Ctrl-C: no task of this run goes on on the cluster
+        for ref in pending:
+            with suppress(Exception):
+                ray.cancel(ref)
+        raise

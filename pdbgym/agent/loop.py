@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -155,9 +156,26 @@ class _Clock:
     async def env(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
         try:
-            return await asyncio.to_thread(call, *args, **kwargs)
+            return await in_thread_to_the_end(call, *args, **kwargs)
         finally:
             self.env_seconds += time.perf_counter() - started
+
+
+async def in_thread_to_the_end(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call`` in a worker thread; a cancelled caller still waits for it before the cancellation goes on.
+
+    A thread cannot be stopped, and an environment must not be closed while one of its calls still
+    runs: so on Ctrl-C (the episode's task cancelled) the step in progress finishes, then the episode
+    unwinds and closes its environment.
+    """
+    running = asyncio.ensure_future(asyncio.to_thread(call, *args, **kwargs))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        while not running.done():
+            with suppress(asyncio.CancelledError):
+                await asyncio.shield(running)
+        raise
 
 
 async def run_episode(task: Task, turns: TurnSource, env: DebugEnv, config: AgentConfig) -> EpisodeOutcome:
@@ -174,7 +192,7 @@ async def run_episode(task: Task, turns: TurnSource, env: DebugEnv, config: Agen
         result, env_transcript = env.result, env.transcript
         assert result is not None
     finally:
-        await asyncio.to_thread(env.close)
+        await in_thread_to_the_end(env.close)
     trajectory = conversation.trajectory
     if config.check_trajectory:
         check_decodes_to(turns.tokenizer, trajectory.all_ids(), trajectory.expected_text(), task.instance_id)

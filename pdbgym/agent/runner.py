@@ -24,6 +24,7 @@ from pdbgym.env import DebugEnv
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.interrupts import stop_requested, tracked
 from pdbgym.rollouts.cache import MANIFEST_NAME, append_records, read_cache
 from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.seeds import episode_seed
@@ -84,7 +85,12 @@ def plan_jobs(tasks: Iterable[Task], runs: int, policy: PolicySpec, agent: Agent
 
 
 def run_job(job: EpisodeJob) -> JobResult:
-    """Play one job in this process (the worker entry point, also used for Ray tasks and ``pdbgym run``)."""
+    """Play one job in this process (the worker entry point, also used for Ray tasks and ``pdbgym run``).
+
+    A job that would start after Ctrl-C (``pdbgym.interrupts``) raises ``KeyboardInterrupt`` instead.
+    """
+    if stop_requested():
+        raise KeyboardInterrupt
     return run_to_end(_run_job(job))
 
 
@@ -93,16 +99,23 @@ def run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
 
     Unlike ``asyncio.run`` no SIGINT handler is installed, so Ctrl-C raises ``KeyboardInterrupt`` where
     the thread is (a person's ``input()`` included). If it lands while the loop waits, the episode is
-    cancelled and its cleanup (closing the environment) runs before the interrupt goes on.
+    cancelled and its cleanup (closing the environment) runs before the interrupt goes on. In any
+    other thread the episode is cancelled by ``pdbgym.interrupts.request_stop`` (the executor calls
+    it on Ctrl-C) and ends in ``KeyboardInterrupt`` too, once its cleanup ran.
     """
     loop = asyncio.new_event_loop()
     task = loop.create_task(coroutine)
     try:
-        return loop.run_until_complete(task)
+        with tracked(loop, task):
+            return loop.run_until_complete(task)
     except KeyboardInterrupt:
         task.cancel()
         with suppress(BaseException):
             loop.run_until_complete(task)
+        raise
+    except asyncio.CancelledError:
+        if stop_requested():
+            raise KeyboardInterrupt from None
         raise
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())

@@ -23,6 +23,7 @@ from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
+from pdbgym.interrupts import Interrupted
 from pdbgym.modelrefs import is_model_ref
 from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind, split_constrained
 from pdbgym.rollouts.cache import append_records
@@ -164,10 +165,18 @@ def run_campaign(
         if on_episode is not None:
             on_episode(row)
 
-    if episode_fns is not None:
-        failures = _run_in_process(todo, episode_fns, store, keep)
-    else:
-        failures = _run_on_executor(todo, config, store, executor or ExecutorConfig(), keep)
+    kept_before = len(store.rows())
+    try:
+        if episode_fns is not None:
+            failures = _run_in_process(todo, episode_fns, store, keep)
+        else:
+            failures = _run_on_executor(todo, config, store, executor or ExecutorConfig(), keep)
+    except KeyboardInterrupt:
+        kept = len(store.rows()) - kept_before
+        raise Interrupted(
+            f"interrupted: {kept} new episode(s) saved to {out_dir} ({kept_before + kept} of "
+            f"{kept_before + len(todo)} in the campaign); episodes in flight were discarded; rerun the same "
+            f"command to resume, or report what is there with `pdbgym eval report {out_dir}`") from None
     raise_failures(failures)
     return store.rows()
 

@@ -1,0 +1,82 @@
+"""Stopping a long command on the first Ctrl-C: no new episode starts, episodes in flight end cleanly.
+
+Ctrl-C raises ``KeyboardInterrupt`` in the main thread only. Episodes that run in other threads (a
+local model's episodes, each on its own event loop) or in worker processes would go on unless told,
+and a thread pool's orderly shutdown would even start every queued one. So the command's executor,
+on the interrupt, calls :func:`request_stop`: the flag every job reads before it starts is set, and
+every episode registered with :func:`tracked` has its asyncio task cancelled (its ``finally`` blocks
+close the environment, so no workspace stays behind). Worker processes ignore SIGINT and stop on
+SIGTERM from their parent (:func:`stop_on_sigterm`), so one Ctrl-C is one orderly stop wherever it
+was delivered.
+
+:class:`Interrupted` is what a command raises once it has stopped: its message says what was kept and
+how to resume; the command line prints it and exits with 130 (128 + SIGINT, the shell's convention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+
+_stop = threading.Event()
+_lock = threading.RLock()  # re-entrant: a signal handler may run while this thread holds it
+_running: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = set()
+
+
+class Interrupted(Exception):  # noqa: N818 - the user's word for what happened
+    """A command stopped by Ctrl-C; the message says what was kept and how to resume."""
+
+
+def stop_requested() -> bool:
+    """Whether this process was told to stop (a job about to start must not)."""
+    return _stop.is_set()
+
+
+def clear_stop() -> None:
+    """Forget an earlier stop (a new batch of work in the same process starts clean)."""
+    _stop.clear()
+
+
+def request_stop() -> int:
+    """Stop this process's work: no job starts from now on and every tracked episode is cancelled.
+
+    Returns how many episodes in flight were cancelled. Safe to call from any thread, any number of times.
+    """
+    _stop.set()
+    with _lock:
+        running = list(_running)
+    for loop, task in running:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
+    return len(running)
+
+
+@contextmanager
+def tracked(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Iterator[None]:
+    """Register ``task`` (running on ``loop``, in any thread) for cancellation by :func:`request_stop`."""
+    entry = (loop, task)
+    with _lock:
+        _running.add(entry)
+    try:
+        if _stop.is_set():
+            task.cancel()
+        yield
+    finally:
+        with _lock:
+            _running.discard(entry)
+
+
+def _stop_here(signum: int, frame: Any) -> None:
+    request_stop()  # no exception at a random line: the episode's task is cancelled and unwinds at an await
+
+
+def stop_on_sigterm() -> None:
+    """A worker process's signals: SIGINT ignored (its parent decides), SIGTERM stops its work as Ctrl-C does."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_here)
