@@ -33,6 +33,7 @@ from pdbgym.tasks.testrun import run_tests
 
 # What the grading run may add to its tree: the episode's default allowance (EnvConfig).
 GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES = EXTRA_BYTES, EXTRA_FILES
+READ_ONLY_ERROR = "[Errno 30] Read-only file system"  # how Python prints EROFS
 
 __all__ = ["GradeResult", "grade", "grading_plan", "grading_preview", "is_protected_path"]
 
@@ -164,9 +165,10 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox, zygote: Zygote | None =
     test runs) the sandbox is swept first: every process the agent started is killed and its private
     writable places emptied, and the server must be as it started. The tree is then built in the
     server's ``grade_root``, read-only inside its sandbox as a whole (where a fresh sandbox binds only the
-    tests read-only), and the run is one forked child. A sweep that fails ends the server, and the run
-    starts a fresh interpreter in a fresh sandbox as without one (docs/sandbox.md, "The pytest fork
-    server")."""
+    tests read-only), and the run is one forked child; a run that did not pass and met the read-only tree
+    (``READ_ONLY_ERROR`` in its output; a tampered one stays as it is) is made again as without the server.
+    A sweep that fails ends the server, and the run starts a fresh interpreter in a fresh sandbox as
+    without one (docs/sandbox.md, "The pytest fork server")."""
     started = time.perf_counter()
     zygote = _swept(zygote)
     parent = zygote.grade_root if zygote is not None else None
@@ -180,9 +182,15 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox, zygote: Zygote | None =
         # The agent's code runs again here, on the host's disk: the tree gets the episode's default cap
         # (with the fork server: its whole folder, which the run can write outside the read-only tree).
         disk = DiskGuard(zygote.folder if zygote is not None else tree, GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES)
+        written = agent_lines(task.repo, tree, plan.changed)
         try:
-            run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly,
-                            agent_lines=agent_lines(task.repo, tree, plan.changed), zygote=zygote)
+            run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly, agent_lines=written,
+                            zygote=zygote)
+            if zygote is not None and not run.tampered and not run.all_passed(task.all_tests) \
+                    and READ_ONLY_ERROR in run.output:
+                # A test wrote into the tree, which the server's sandbox holds read-only as a whole: grade
+                # again as a fresh sandbox does, with only the tests read-only.
+                run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly, agent_lines=written)
         finally:
             disk.stop()
         if disk.watcher.trips:

@@ -105,6 +105,21 @@ def test_breakpoint_continue_and_locals(sandbox, workspace):
         assert [(bp.file, bp.line) for bp in session.breakpoints] == [("calc.py", 3)]
 
 
+def test_breakpoints_set_or_cleared_between_continues_count(sandbox, workspace):
+    """Continuing, the launcher answers call events of files without a breakpoint from a per-file cache
+    (calc.py is cached as having none while the test module imports it); setting or clearing one drops
+    the cache, so each continue stops exactly where bdb alone would."""
+    with session_on(sandbox, workspace, "test_add") as session:
+        session.send("b tests/test_calc.py:5")
+        assert "test_calc.py(5)test_add()" in session.send("c").output
+        session.send("tbreak calc.py:2")
+        assert "calc.py(2)add()" in session.send("c").output
+        assert session.breakpoints and all(bp.file != "calc.py" for bp in session.breakpoints)  # tbreak gone
+        session.send("cl 1")
+        assert not session.breakpoints
+        assert session.send("c").program_ended  # nothing left to stop at: the test runs to its end
+
+
 @pytest.mark.slow
 def test_infinite_loop_is_interrupted_in_the_looping_frame(sandbox, workspace):
     with session_on(sandbox, workspace, "test_spin", command_timeout_s=1.5) as session:

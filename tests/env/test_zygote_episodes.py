@@ -93,6 +93,30 @@ def test_reference_fixes_grade_the_same_through_the_server_as_in_a_fresh_sandbox
             assert forked.final_test_passed == fixed and not forked.tampered, (task.instance_id, forked.tampered)
 
 
+@needs_bwrap
+def test_a_task_whose_tests_write_into_the_project_grades_as_in_a_fresh_sandbox(zygote, tmp_path):
+    """The server's grade root is read-only as a whole; a test that writes into the project (which a fresh
+    sandbox allows outside test folders) meets EROFS there, and the run is graded again as a fresh sandbox
+    grades it: the reference fix solves the task, the bug does not."""
+    from taskfixtures import make_task
+
+    from pdbgym.tasks.model import load_task
+
+    root = make_task(tmp_path / "writer")
+    test = root / "repo" / "tests" / "test_ops.py"
+    test.write_text(test.read_text() + "\n\ndef test_writes_a_report():\n"
+                    "    open('report.txt', 'w').write(str(add(1, 1)))\n")
+    task = load_task(root)
+    task.PASS_TO_PASS.append("tests/test_ops.py::test_writes_a_report")
+    for fixed in (False, True):
+        with Workspace.create(task.repo, zygote.folder) as ws:
+            if fixed:
+                apply_patch(ws.path, task.patch)
+            graded = grade(task, ws.path, get_sandbox("bwrap"), zygote=zygote)
+        assert graded.final_test_passed == fixed and not graded.tampered, graded.output[-1500:]
+        assert graded.pass_to_pass["tests/test_ops.py::test_writes_a_report"] == "passed", graded.output[-1500:]
+
+
 LITTER = ("!import os, subprocess, sys; open('/tmp/litter', 'w').write('x'); open('/dev/shm/litter', 'w').write('x'); "
           "subprocess.Popen([sys.executable, '-c', 'import os, time\\nif os.fork(): os._exit(0)\\nwhile True:\\n "
           "open(\"daemon.txt\", \"w\").write(str(time.time())); time.sleep(0.02)'], start_new_session=True)")
