@@ -283,3 +283,24 @@ def test_two_ddp_processes_resume_a_killed_run(tmp_path, corpus, tiny_model_dir,
     assert [e.step for e in events.Scalars("train/loss")] == list(range(last + 1, STEPS + 1))
     store = Store(out.parent / "store-ddp")
     assert [n["id"] for n in store.all_nodes() if n["kind"] == "adapter"] == [store.names()["ddp"]]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_at_once_keeps_the_last_checkpoint_and_says_how_to_resume(tmp_path, corpus, tiny_model_dir):
+    out = tmp_path / "run"
+    command = _command(tiny_model_dir, corpus, out)
+    command[command.index("--max-steps") + 1] = "100000"  # far more than the test waits for
+    process = subprocess.Popen(command, env={**_env(tmp_path, "ctrl-c"), "TMPDIR": str(tmp_path)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 300
+    while not ((out / "checkpoints").is_dir() and _complete(out)):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.1)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    assert time.monotonic() - sent < 20
+    message = " ".join(stderr.split())
+    assert f"checkpoint-{max(_complete(out))} is kept" in message and "--resume" in message

@@ -27,8 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.adapters.store import Store
+from pdbgym.interrupts import Interrupted
 from pdbgym.train import seams
-from pdbgym.train.checkpoints import TENSORBOARD_DIR, TRAINER_STATE, tensorboard_callback
+from pdbgym.train.checkpoints import (
+    TENSORBOARD_DIR,
+    TRAINER_STATE,
+    last_complete_checkpoint,
+    tensorboard_callback,
+)
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
 from pdbgym.train.errors import TrainError
 from pdbgym.train.sft.base import BaseModel, pick_device, resolve_base, world_size
@@ -203,7 +209,10 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     if config.tensorboard:
         callbacks.append(tensorboard_callback(out / TENSORBOARD_DIR, start.step + 1 if config.resume else None))
     trainer = build_trainer(config, base, train_rows, val_rows, device, callbacks)
-    _train(trainer, start)
+    try:
+        _train(trainer, start)
+    except KeyboardInterrupt:
+        raise Interrupted(interrupted_message(out, int(trainer.state.global_step), int(trainer.state.max_steps))) from None
     adapter_dir = out / ADAPTER_DIR
     trainer.save_model(str(adapter_dir))  # a collective under FSDP / ZeRO-3: every process calls it
     best_loss, best_step = _best(trainer.state)
@@ -237,6 +246,14 @@ def _train(trainer: Any, start: Start) -> None:
     if trainer.args.metric_for_best_model and trainer.state.best_model_checkpoint:
         # What load_best_model_at_end does, which transformers allows only when saves are as rare as evaluations.
         seams.load_best_model(trainer)
+
+
+def interrupted_message(out: Path, step: int, max_steps: int) -> str:
+    """What a Ctrl-C'd run kept (its last complete checkpoint) and how to go on from it."""
+    kept = last_complete_checkpoint(out / CHECKPOINTS_DIR)
+    what = f"{Path(kept).name} is kept in {out / CHECKPOINTS_DIR}" if kept else f"no checkpoint was complete yet in {out}"
+    return (f"interrupted at step {step} of {max_steps}: {what}; rerun the same command with --resume to go on "
+            f"from it (steps after the last checkpoint are trained again)")
 
 
 def _best(state: Any) -> tuple[float | None, int | None]:
