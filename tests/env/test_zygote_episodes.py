@@ -21,8 +21,11 @@ from pdbgym.env.grading import grade
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
 from pdbgym.sandbox.zygote import Zygote
+from pdbgym.tasks.model import load_task
 from pdbgym.tasks.patches import apply_patch
 from pdbgym.tasks.suites import resolve_tasks
+
+from taskfixtures import make_task
 
 needs_bwrap = pytest.mark.skipif(bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason()))
 
@@ -98,10 +101,6 @@ def test_a_task_whose_tests_write_into_the_project_grades_as_in_a_fresh_sandbox(
     """The server's grade root is read-only as a whole; a test that writes into the project (which a fresh
     sandbox allows outside test folders) meets EROFS there, and the run is graded again as a fresh sandbox
     grades it: the reference fix solves the task, the bug does not."""
-    from taskfixtures import make_task
-
-    from pdbgym.tasks.model import load_task
-
     root = make_task(tmp_path / "writer")
     test = root / "repo" / "tests" / "test_ops.py"
     test.write_text(test.read_text() + "\n\ndef test_writes_a_report():\n"
