@@ -326,7 +326,11 @@ def _receive(control: socket.socket) -> tuple[dict, list[int]] | None:
         for fd in fds:
             os.close(fd)
         return None
-    return json.loads(data), list(fds)
+    try:
+        request = json.loads(data)
+    except ValueError:
+        request = {}  # answered as not a request
+    return request if isinstance(request, dict) else {}, list(fds)
 
 
 def _parent(pid: int) -> int | None:
@@ -395,6 +399,8 @@ def serve(control: socket.socket) -> tuple[dict, list[int]] | None:
             if received is None:
                 return None
             job, fds = received
+            if not fds:
+                continue  # no reply socket to answer on
             reply = socket.socket(fileno=fds[0])
             if job.get("op") not in ("test", "pdb", "sweep") or len(fds) != {"test": 3, "pdb": 2}.get(job["op"], 1):
                 for fd in fds[1:]:

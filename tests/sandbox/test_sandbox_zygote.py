@@ -137,3 +137,11 @@ def test_closing_ends_every_process_and_removes_the_folder(tiny_task):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
         os.close(pty.master_fd)
     assert not zygote.folder.exists() and not zygote.alive
+
+
+@needs_bwrap
+def test_a_malformed_request_is_refused_and_the_server_goes_on(zygote, tiny_task):
+    with pytest.raises(ZygoteError, match="not a request"):
+        zygote._start({"op": "bogus"}, [])
+    with Workspace.create(tiny_task.repo, zygote.folder) as ws:
+        assert _run(zygote, tiny_task, ws.path).returncode == 1
