@@ -43,8 +43,9 @@ def synth_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the per-source report as JSON.")] = False,
 ) -> None:
     # the command's code loads when it runs: every other command starts without it
+    from pdbgym.interrupts import Interrupted
     from pdbgym.progress import progress
-    from pdbgym.tasks.synth.engine import SynthConfig, synthesize_source
+    from pdbgym.tasks.synth.engine import STATE_DIR, SynthConfig, synthesize_source
 
     config = SynthConfig(out=out, max_tasks=max_tasks, seed=seed, workers=workers, baseline_runs=baseline_runs,
                          per_test_timeout_s=timeout, operators=[o for o in operators.split(",") if o] or None,
@@ -61,7 +62,14 @@ def synth_command(
                 bars.update(bar, completed=min(kept, max_tasks), total=max_tasks,
                             description=f"{name}: {done} of {total} candidates tried, kept")
 
-            reports.append(synthesize_source(source, config, update))
+            try:
+                reports.append(synthesize_source(source, config, update))
+            except KeyboardInterrupt:
+                written = sum(len(r.task_ids) for r in reports)
+                raise Interrupted(
+                    f"interrupted during {source}: {written} task(s) of the sources before it are in {out}; the "
+                    f"candidates {source} had tried are kept in {out / STATE_DIR}; rerun the same command to resume "
+                    "(the same tasks come out)") from None
             bars.update(bar, description=f"{source}: done")
     _write_report(out, reports)
     if as_json:

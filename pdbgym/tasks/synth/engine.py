@@ -162,7 +162,11 @@ def _run_source(source: str, config: SynthConfig, report: SourceReport,
     project = prepare_project(source, workdir)
     try:
         with _pool(config.workers) as pool:
-            _run_project(source, project, workdir, origin, config, report, pool, on_progress)
+            try:
+                _run_project(source, project, workdir, origin, config, report, pool, on_progress)
+            except KeyboardInterrupt:  # Ctrl-C: start nothing more; only the candidates running now finish
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     finally:
         stop_servers(below=workdir)  # pool processes took theirs with them; a thread pool's live here
         shutil.rmtree(workdir / HOT_DIR, ignore_errors=True)
@@ -209,6 +213,15 @@ class _Scheduler:
         self.narrowings: dict[str, dict | None] = {}
 
     def run(self, on_progress: Callable[[int, int], None]) -> None:
+        try:
+            self._run(on_progress)
+        except KeyboardInterrupt:  # what was tested so far is kept: a rerun starts from it
+            for future in [*self.tests, *self.builds]:
+                future.cancel()
+            self.state.save()
+            raise
+
+    def _run(self, on_progress: Callable[[int, int], None]) -> None:
         saved = time.monotonic()
         while True:
             if _kept_ids(self.stream, self.state, self.config.max_tasks) is None:
