@@ -59,7 +59,7 @@ def eval_command(
     max_context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens (then ctx_overflow)")] = D.max_context_tokens,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address ('local' starts one here)")] = None,
     k: Annotated[list[int] | None, typer.Option("--k", help="pass@k values that must be reportable (k <= runs)")] = None,
-    teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache: KL of each local-model arm to it")] = D.teacher_cache,
+    teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache: KL of each local-model arm to it, on these tasks, after the episodes (default: $KL_EVAL_TEACHER_CACHE_DIR)")] = D.teacher_cache,
     seed: Annotated[int, typer.Option(help="Base seed; each (task, run) gets its own, the same for every arm")] = D.seed,
     device: Annotated[str, typer.Option(help="Device of local-model arms (cpu, cuda)")] = D.device,
     local_episodes: Annotated[int, typer.Option(min=0, help="Local-model episodes at once, their turns batched (0: 48 on a GPU, 1 on CPU)")] = D.executor.local_episodes,

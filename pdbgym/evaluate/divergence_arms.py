@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pdbgym.divergence.report import ReportConfig
 from pdbgym.divergence.tocache import (
+    TeacherCache,
     VocabMismatchError,
     kl_report,
     open_teacher_cache,
@@ -56,6 +57,7 @@ class ArmDivergenceConfig:
         seed: bootstrap seed. Default 0.
         work_dir: resume folder for scored arrays (a rerun loads no model twice). Default None.
         show_progress: progress bars on stderr. Default False.
+        task_ids: score only the records of these tasks (a campaign's selected tasks). Default None (all).
     """
 
     cache: Path
@@ -65,6 +67,22 @@ class ArmDivergenceConfig:
     seed: int = 0
     work_dir: Path | None = None
     show_progress: bool = False
+    task_ids: list[str] | None = None
+
+
+def open_for_tasks(cache: Path, max_records: int | None = None, task_ids: list[str] | None = None) -> TeacherCache:
+    """The validated cache, cut to the records of ``task_ids`` (None: all). Refuses (``PdbgymError``) a cache
+    holding none of those tasks, so a campaign learns it before its first episode, not after the last."""
+    target = open_teacher_cache(cache, max_records)
+    if task_ids is None:
+        return target
+    wanted = set(task_ids)
+    records = [r for r in target.records if r.instance_id in wanted]
+    if not records:
+        raise PdbgymError(f"the teacher cache {target.folder} holds no record of the {len(wanted)} task(s) this "
+                          f"campaign plays (it holds {len({r.instance_id for r in target.records})} other tasks); "
+                          "give the cache of these tasks, or leave --teacher-cache out")
+    return replace(target, records=records)
 
 
 def local_model_of(model: str) -> tuple[str | None, str]:
@@ -102,7 +120,7 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
     comparisons are the report's ``paired_differences`` between available arms. A cache that is invalid,
     empty or silent about its transform raises (``PdbgymError``) before any model loads.
     """
-    target = open_teacher_cache(config.cache, config.max_records)  # refused before any model loads
+    target = open_for_tasks(config.cache, config.max_records, config.task_ids)  # refused before any model loads
     folder, records, semantics = target.folder, target.records, target.semantics
     entries: dict[str, dict[str, Any]] = {}
     scores = []
@@ -136,11 +154,13 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
 DIVERGENCE_FILE = "divergence.json"
 
 
-def campaign_divergence(arms: Mapping[str, str], cache: Path, out_dir: Path) -> dict[str, Any]:
-    """``arm_divergence`` for a campaign folder: scored arrays resume from ``OUT/divergence-work``, and the
-    result is kept as ``OUT/divergence.json`` so ``pdbgym eval report OUT`` shows it again."""
+def campaign_divergence(arms: Mapping[str, str], cache: Path, out_dir: Path,
+                        task_ids: list[str] | None = None) -> dict[str, Any]:
+    """``arm_divergence`` for a campaign folder, on the records of its tasks (``task_ids``): each arm's scored
+    arrays are kept in ``OUT/divergence-work`` as soon as they exist (a rerun scores only the arms left), and
+    the result is kept as ``OUT/divergence.json`` so ``pdbgym eval report OUT`` shows it again."""
     result = arm_divergence(arms, ArmDivergenceConfig(cache, work_dir=Path(out_dir) / "divergence-work",
-                                                      show_progress=True))
+                                                      show_progress=True, task_ids=task_ids))
     write_json_atomic(Path(out_dir) / DIVERGENCE_FILE, result)
     return result
 

@@ -6,6 +6,7 @@ command prints; nothing here prints.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +17,13 @@ from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.analysis import summarize
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
-from pdbgym.evaluate.divergence_arms import campaign_divergence, stored_divergence
+from pdbgym.evaluate.divergence_arms import campaign_divergence, open_for_tasks, stored_divergence
 from pdbgym.evaluate.report import write_report
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.evaluate.selection import SelectionWarning, check_reportable, record_selection
 from pdbgym.evaluate.splitsel import tasks_for_split
+from pdbgym.interrupts import Interrupted
+from pdbgym.rollouts.cache import CACHE_DIR_ENV
 
 OnEpisode = Callable[[EpisodeRow], None]
 
@@ -45,8 +48,9 @@ class EvalConfig:
         json_out: also write the machine summary here. Default None.
         ks: pass@k values that must be reportable (each k <= runs). Default none.
         title: the report's title; None makes one from ``tasks`` and ``split``.
-        teacher_cache: a teacher cache; each arm with a local model gets its KL to it (scored before any
-            episode, so a bad cache fails first; see ``evaluate.divergence_arms``). Default None.
+        teacher_cache: a teacher cache; each arm with a local model gets its KL to it on the records of the
+            campaign's tasks, scored after the episodes (the cache is checked before the first one; see
+            ``evaluate.divergence_arms``). Default None: ``$KL_EVAL_TEACHER_CACHE_DIR`` when set, else none.
         seed: base seed; run ``r`` of task ``t`` samples with ``pdbgym.seeds.episode_seed(seed, t, r)``, the
             same for every arm. Default 0.
         device: where local-model arms run (``cpu``, ``cuda``). Default ``"cpu"``.
@@ -81,6 +85,15 @@ class EvalOutcome:
     warnings: list[SelectionWarning]
 
 
+def teacher_cache_of(config: EvalConfig) -> Path | None:
+    """``config.teacher_cache``, else the cache ``$KL_EVAL_TEACHER_CACHE_DIR`` names (as every cache command
+    reads it), else None."""
+    if config.teacher_cache is not None:
+        return config.teacher_cache
+    named = os.environ.get(CACHE_DIR_ENV, "").strip()
+    return Path(named) if named else None
+
+
 def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> EvalOutcome:
     """Check the request, play every missing episode, summarize, write the report.
 
@@ -101,9 +114,20 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
                               turn_budget=config.turn_budget, temperature=config.temperature,
                               max_new_tokens=config.max_new_tokens, context_tokens=config.max_context_tokens,
                               seed=config.seed, device=config.device)
-    divergence = (campaign_divergence({a.name: a.model for a in arms}, config.teacher_cache, config.out)
-                  if config.teacher_cache is not None else None)
+    task_ids = [t.instance_id for t in tasks]
+    teacher_cache = teacher_cache_of(config)
+    if teacher_cache is not None:
+        open_for_tasks(teacher_cache, task_ids=task_ids)  # a bad cache fails before the first episode
     rows = run_campaign(campaign, tasks, config.out, executor=config.executor, on_episode=on_episode)
+    divergence = None
+    if teacher_cache is not None:  # after the episodes: the KL of one model of many must not hold them up
+        try:
+            divergence = campaign_divergence({a.name: a.model for a in arms}, teacher_cache, config.out, task_ids)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"interrupted while scoring KL to {teacher_cache}: all {len(rows)} episodes are saved in "
+                f"{config.out}, and the arms already scored in {config.out / 'divergence-work'}; rerun the same "
+                "command to finish the scoring (no episode is played again)") from None
     summary = summarize(rows, {a.name: a.model for a in arms}, [t.instance_id for t in tasks], config.runs)
     summary["divergence"] = divergence
     summary["selection_warnings"] = [w.text() for w in warnings]

@@ -27,6 +27,7 @@ from pdbgym.modelload import load_causal_lm
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord, tokenizer_fingerprint
 
 from modelfixtures import word_tokenizer
+from taskfixtures import make_task
 
 pytestmark = pytest.mark.slow
 VOCAB = 64
@@ -124,9 +125,18 @@ def test_each_local_arm_gets_the_divergence_library_figures_and_others_say_why_n
     assert 0 < diff["ci_low"] <= diff["value"] <= diff["ci_high"]
 
 
-def test_eval_with_a_teacher_cache_puts_kl_in_json_and_report(setup, tiny_task, tmp_path, monkeypatch):
+def _cached_tasks(root, ids):
+    """A folder of tiny tasks named like the cache's tasks (``task0``...)."""
+    for instance_id in ids:
+        make_task(root / instance_id, instance_id=instance_id)
+    return root
+
+
+def test_eval_with_a_teacher_cache_puts_kl_in_json_and_report(setup, tmp_path, monkeypatch):
     """Real campaign (scripted episodes through the executor) plus a model arm scored on the cache.
 
+    The campaign plays two of the cache's three tasks: only their records are scored, after the
+    episodes, and the cache comes from ``$KL_EVAL_TEACHER_CACHE_DIR`` when no ``--teacher-cache`` is given.
     The model arm's episodes are replaced by in-process ones (a random 1-layer model cannot play), so
     the KL part goes through ``run_evaluation``'s hook by rebuilding the report of a campaign folder."""
     from pdbgym.cli import app
@@ -134,15 +144,18 @@ def test_eval_with_a_teacher_cache_puts_kl_in_json_and_report(setup, tiny_task, 
     from pdbgym.evaluate.procedures import rebuild_report
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    monkeypatch.setenv("KL_EVAL_TEACHER_CACHE_DIR", str(setup / "cache"))
+    tasks = _cached_tasks(tmp_path / "tasks", ["task0", "task1"])
     out = tmp_path / "campaign"
-    args = ["eval", "--tasks", str(tiny_task.path), "--arm", "ref=scripted", "--runs", "1", "--out", str(out),
-            "--json", str(tmp_path / "s.json"), "--teacher-cache", str(setup / "cache")]
+    args = ["eval", "--tasks", str(tasks), "--arm", "ref=scripted", "--runs", "1", "--out", str(out),
+            "--json", str(tmp_path / "s.json")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["arms"]["ref"]["pass@1"]["mean"] == 1.0
     assert summary["arms"]["ref"]["divergence"]["reason"] == SCRIPTED_REASON
-    assert summary["divergence"]["n_records"] == 6 and summary["divergence"]["comparisons"] == []
+    assert summary["divergence"]["n_records"] == 4 and summary["divergence"]["n_tasks"] == 2
+    assert summary["divergence"]["comparisons"] == []
     assert "KL to the teacher cache" in (out / "report.md").read_text()
 
     # Two model arms' KL in the same folder's report: table per arm, paired difference, n/a reasons.
@@ -165,6 +178,17 @@ def test_a_bad_teacher_cache_is_refused_before_any_episode(tiny_task, tmp_path, 
     config = EvalConfig(arms=["ref=scripted"], tasks=str(tiny_task.path), runs=1, out=tmp_path / "c",
                         teacher_cache=tmp_path / "empty")
     with pytest.raises(PdbgymError):
+        run_evaluation(config)
+    assert not (tmp_path / "c" / "episodes.jsonl").exists()
+
+
+def test_a_teacher_cache_of_other_tasks_is_refused_before_any_episode(setup, tiny_task, tmp_path, monkeypatch):
+    from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    config = EvalConfig(arms=["ref=scripted"], tasks=str(tiny_task.path), runs=1, out=tmp_path / "c",
+                        teacher_cache=setup / "cache")
+    with pytest.raises(PdbgymError, match="holds no record of the 1 task"):
         run_evaluation(config)
     assert not (tmp_path / "c" / "episodes.jsonl").exists()
 
