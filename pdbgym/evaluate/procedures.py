@@ -116,8 +116,13 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
                               seed=config.seed, device=config.device)
     task_ids = [t.instance_id for t in tasks]
     teacher_cache = teacher_cache_of(config)
-    if teacher_cache is not None:
-        open_for_tasks(teacher_cache, task_ids=task_ids)  # a bad cache fails before the first episode
+    if teacher_cache is not None:  # a bad cache fails before the first episode
+        try:
+            open_for_tasks(teacher_cache, task_ids=task_ids)
+        except PdbgymError as exc:
+            if config.teacher_cache is None:
+                raise PdbgymError(f"{exc} (the cache is ${CACHE_DIR_ENV}'s: unset it to evaluate without KL)") from exc
+            raise
     rows = run_campaign(campaign, tasks, config.out, executor=config.executor, on_episode=on_episode)
     divergence = None
     if teacher_cache is not None:  # after the episodes: the KL of one model of many must not hold them up
