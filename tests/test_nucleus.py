@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from pdbgym.engine.draw import draw_rows
 from pdbgym.divergence.transform import token_logprobs
+from pdbgym.engine.draw import draw_rows
 from pdbgym.nucleus import nucleus_logprobs, nucleus_mask
 from pdbgym.rollouts.record import LogprobSemantics
 

@@ -34,6 +34,7 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     assert result.exit_code == 0, result.output
     state = json.loads((out / "experiment.json").read_text())
     assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "eval", "report"]
+    assert all(state["stages"]["split"][name] >= 1 for name in ("train", "val", "test"))
     assert state["stages"]["oracle"]["train"]["solved"] == state["stages"]["split"]["train"]  # the oracle solves all
     report = (out / "report.md").read_text()
     for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
@@ -53,7 +54,7 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     other = config.read_text().replace("seed = 0", "seed = 1")
     config.write_text(other)
     refused = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
-    assert refused.exit_code != 0 and "other settings" in refused.output
+    assert refused.exit_code != 0 and "other settings" in str(refused.exception)
 
 
 def test_the_repository_file_loads_and_settings_errors_are_named(tmp_path):
