@@ -80,10 +80,12 @@ class CacheBuildConfig:
     ray_address: str | None = None
 
 
-def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], None] | None = None) -> dict[str, Any]:
+def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], None] | None = None,
+                on_plan: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Play every missing (task, sample) and append it to ``config.out``; return a summary dict.
 
-    ``on_result(result, total)`` is called as each episode lands. The summary holds ``out``,
+    ``on_plan(already_done, to_play)`` is called once before the first episode, ``on_result(result,
+    total)`` as each episode lands. The summary holds ``out``,
     ``episodes_run``, ``episodes_skipped_already_done``, ``termination_reasons``, ``solved``,
     ``wall_seconds`` and ``episodes_per_minute``.
     """
@@ -100,6 +102,8 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
                         sampling=SamplingParams(config.temperature, config.top_p, config.max_new_tokens, None))
     env = EnvConfig(turn_budget=config.turn_budget, command_timeout_s=config.command_timeout_s)
     jobs = plan_jobs(task_list, config.runs, spec, agent, env, done, config.seed)
+    if on_plan is not None:
+        on_plan(len(task_list) * config.runs - len(jobs), len(jobs))
     started = time.perf_counter()
     reasons: Counter[str] = Counter()
 

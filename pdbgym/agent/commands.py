@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pdbgym.agent.backends.base import SamplingParams
@@ -20,6 +19,7 @@ from pdbgym.agent.build import CacheBuildConfig
 from pdbgym.agent.play import RunConfig
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.env.environment import EnvConfig, EpisodeResult
+from pdbgym.progress import progress
 
 B, E, S, R = defaults_of(CacheBuildConfig), defaults_of(EnvConfig), defaults_of(SamplingParams), defaults_of(RunConfig)
 POLICY_HELP = "scripted | embedded | a model folder | a server URL"
@@ -99,11 +99,11 @@ def cache_build_command(
         workers=workers, local_episodes=local_episodes, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, turn_budget=turn_budget,
         command_timeout_s=command_timeout_s, seed=seed, tokenizer=tokenizer, api=api, logprob_mode=logprob_mode,
         tool_format=tool_format, device=device, ray_address=ray_address or ("local" if ray else None))
-    with Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=Console(stderr=True), disable=json_output) as progress:
-        bar = progress.add_task("", total=None)
-        summary = build_cache(config, on_result=lambda r, total: progress.update(
-            bar, advance=1, total=total, description=f"{r.instance_id}#{r.sample_idx}"))
+    with progress(Console(stderr=True), disable=json_output) as bars:
+        bar = bars.add_task("episodes", total=None)
+        summary = build_cache(
+            config, on_result=lambda r, _total: bars.update(bar, advance=1, description=f"episodes, last {r.instance_id}#{r.sample_idx}"),
+            on_plan=lambda done, todo: bars.update(bar, total=done + todo, completed=done))
     _report(summary, json_output)
 
 

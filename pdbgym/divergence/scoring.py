@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from pdbgym.divergence.loading import check_vocab, lm_head_and_decoder
 from pdbgym.divergence.transform import check_transform, token_logprobs
 from pdbgym.errors import PdbgymError
+from pdbgym.progress import progress
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
 
@@ -189,7 +189,7 @@ def score_records(
 
 
 class _progress:
-    """A rich progress bar over tokens, or a no-op when disabled."""
+    """Progress over scored tokens (``pdbgym.progress``: a bar on a terminal, timed lines when piped), or a no-op."""
 
     def __init__(self, config: ScoringConfig, total_tokens: int) -> None:
         self.enabled = config.show_progress
@@ -199,16 +199,12 @@ class _progress:
     def __enter__(self) -> Callable[[int], None]:
         if not self.enabled:
             return lambda _tokens: None
-
-        self.bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-            TimeRemainingColumn(), transient=True, console=Console(stderr=True),
-        )
-        self.bar.__enter__()
-        task = self.bar.add_task(self.label, total=self.total)
-        return lambda tokens: self.bar.advance(task, tokens)
+        self.shown = progress(Console(stderr=True), transient=True)
+        bars = self.shown.__enter__()
+        task = bars.add_task(f"{self.label} (tokens)", total=self.total)
+        return lambda tokens: bars.advance(task, tokens)
 
     def __exit__(self, *exc: object) -> None:
         if self.enabled:
-            self.bar.__exit__(*exc)
+            self.shown.__exit__(*exc)
 

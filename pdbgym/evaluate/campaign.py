@@ -141,12 +141,14 @@ def run_campaign(
     executor: ExecutorConfig | None = None,
     on_episode: Callable[[EpisodeRow], None] | None = None,
     episode_fns: dict[str, EpisodeFn] | None = None,
+    on_plan: Callable[[int, int], None] | None = None,
 ) -> list[EpisodeRow]:
     """Run every missing (arm, task, run) episode; return all rows, old and new.
 
     Episodes run on ``executor`` (default: local processes, one per core). ``episode_fns`` replaces
     the agent loop with in-process functions (one at a time), for tests of the bookkeeping. An
     episode that could not run is left out (a rerun retries it) and reported in one error at the end.
+    ``on_plan(already_done, to_play)`` is called once, before the first episode (progress totals).
     """
     reap_stale_workspaces()  # workspaces a killed earlier run left in the temp folder
     store = ResultsStore(out_dir)
@@ -166,6 +168,8 @@ def run_campaign(
             on_episode(row)
 
     kept_before = len(store.rows())
+    if on_plan is not None:
+        on_plan(len(done), len(todo))
     try:
         if episode_fns is not None:
             failures = _run_in_process(todo, episode_fns, store, keep)

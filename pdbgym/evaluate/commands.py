@@ -10,35 +10,46 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.defaults import defaults_of, pick
-from pdbgym.evaluate.procedures import EvalConfig, OnEpisode, SelectConfig
+from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
 from pdbgym.evaluate.results import EpisodeRow
+from pdbgym.progress import progress
 
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True)
 console = Console()
 D, S = defaults_of(EvalConfig), defaults_of(SelectConfig)
 
 
+class EpisodeProgress:
+    """Episodes done of the campaign's total, and solves per arm: a bar on a terminal, timed lines when piped."""
+
+    def __init__(self, bars: Any) -> None:
+        self.bars, self.bar, self.solved = bars, None, {}
+
+    def plan(self, already_done: int, to_play: int) -> None:
+        """A campaign starts (``eval select`` runs two): its own line, counting from what it already holds."""
+        self.bar = self.bars.add_task("episodes", total=already_done + to_play)
+        self.bars.update(self.bar, completed=already_done)
+
+    def tick(self, row: EpisodeRow) -> None:
+        self.solved[row.arm] = self.solved.get(row.arm, 0) + int(row.final_test_passed)
+        if self.bar is None:
+            self.plan(0, 0)
+        self.bars.update(self.bar, advance=1,
+                         description="episodes, solved " + ", ".join(f"{k}={v}" for k, v in self.solved.items()))
+
+
 @contextmanager
-def episode_progress() -> Iterator[OnEpisode]:
-    """A progress bar on stderr counting episodes and solves per arm; yields the per-episode callback."""
-    solved: dict[str, int] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True)) as progress:
-        bar = progress.add_task("episodes", total=None)
-
-        def tick(row: EpisodeRow) -> None:
-            solved[row.arm] = solved.get(row.arm, 0) + int(row.final_test_passed)
-            progress.update(bar, advance=1, description="solved " + ", ".join(f"{k}={v}" for k, v in solved.items()))
-
-        yield tick
+def episode_progress() -> Iterator[EpisodeProgress]:
+    """Progress of a command's campaigns on stderr (``pdbgym.progress``: a line at least every 30 s when piped)."""
+    with progress(Console(stderr=True)) as bars:
+        yield EpisodeProgress(bars)
 
 
 @app.callback()
@@ -80,8 +91,8 @@ def eval_command(
                         max_context_tokens=pick(max_context_tokens, context_tokens), force=force, json_out=json_out,
                         executor=ExecutorConfig(workers, pick(ray_address, ray), local_episodes), ks=k or [],
                         teacher_cache=teacher_cache, seed=seed, device=device)
-    with episode_progress() as tick:
-        outcome = run_evaluation(config, tick)
+    with episode_progress() as shown:
+        outcome = run_evaluation(config, shown.tick, shown.plan)
     for warning in outcome.warnings:
         console.print(f"[bold yellow]warning:[/] {warning.text()}")
     console.print(f"report: {outcome.page}")
@@ -131,8 +142,8 @@ def select_command(
                           report_on=report_on, runs=runs, out=out, turn_budget=pick(turn_budget, budget), force=force,
                           temperature=temperature, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens,
                           executor=ExecutorConfig(workers, ray_address))
-    with episode_progress() as tick:
-        outcome = select_checkpoint(config, tick)
+    with episode_progress() as shown:
+        outcome = select_checkpoint(config, shown.tick, shown.plan)
     console.print(f"chose {outcome.chosen.name} ({100 * outcome.score:.1f}% pass@1 on {select_on})")
     console.print(f"report: {outcome.page}")
 

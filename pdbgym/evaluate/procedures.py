@@ -26,6 +26,7 @@ from pdbgym.interrupts import Interrupted
 from pdbgym.rollouts.cache import CACHE_DIR_ENV
 
 OnEpisode = Callable[[EpisodeRow], None]
+OnPlan = Callable[[int, int], None]  # (episodes already done, episodes to play), once per campaign
 
 
 @dataclass
@@ -94,7 +95,8 @@ def teacher_cache_of(config: EvalConfig) -> Path | None:
     return Path(named) if named else None
 
 
-def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> EvalOutcome:
+def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None,
+                   on_plan: OnPlan | None = None) -> EvalOutcome:
     """Check the request, play every missing episode, summarize, write the report.
 
     Refuses (``PdbgymError``) before any episode: pass@k with k above ``runs``, repeated arm names, a
@@ -123,7 +125,8 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None) -> E
             if config.teacher_cache is None:
                 raise PdbgymError(f"{exc} (the cache is ${CACHE_DIR_ENV}'s: unset it to evaluate without KL)") from exc
             raise
-    rows = run_campaign(campaign, tasks, config.out, executor=config.executor, on_episode=on_episode)
+    rows = run_campaign(campaign, tasks, config.out, executor=config.executor, on_episode=on_episode,
+                        on_plan=on_plan)
     divergence = None
     if teacher_cache is not None:  # after the episodes: the KL of one model of many must not hold them up
         try:
@@ -193,7 +196,8 @@ class SelectionOutcome:
     page: Path
 
 
-def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None) -> SelectionOutcome:
+def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None,
+                      on_plan: OnPlan | None = None) -> SelectionOutcome:
     """Choose a checkpoint on one split, record the choice, then measure the chosen one once on another.
 
     1. Refuse ``report_on == select_on`` unless forced, and a bad report split, before any episode.
@@ -213,7 +217,7 @@ def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None)
     chosen_on = run_evaluation(EvalConfig(arms=config.checkpoints, split=config.select_on, force=True,
                                           out=config.out / f"select-{config.select_on}",
                                           title=f"checkpoint selection on {config.select_on}", **common),
-                               on_episode)
+                               on_episode, on_plan)
     results = chosen_on.summary["arm_results"]
     scores = {a.model: results[a.name]["pass@1"]["mean"] for a in arms}
     ses = [results[a.name]["pass@1"]["se"] for a in arms]
@@ -223,5 +227,5 @@ def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None)
     report = run_evaluation(EvalConfig(arms=[f"{chosen.name}={chosen.model}"], split=config.report_on,
                                        force=config.force, out=config.out / f"report-{config.report_on}",
                                        title=f"selected checkpoint {chosen.name} on {config.report_on}", **common),
-                            on_episode)
+                            on_episode, on_plan)
     return SelectionOutcome(chosen, scores[chosen.model], report.page)

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pdbgym.defaults import defaults_of, pick
+from pdbgym.progress import progress
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.sft.config import SFTTrainConfig
 
@@ -150,12 +150,11 @@ def dagger_command(
 
 
 class _step_progress:
-    """A rich bar over optimizer steps, fed by the trainer's log rows; yields the ``on_log`` hook."""
+    """Progress over optimizer steps (``pdbgym.progress``), fed by the trainer's log rows; yields the ``on_log`` hook."""
 
     def __enter__(self) -> Any:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console)
-        self.progress.__enter__()
+        self.shown = progress(Console(stderr=True))  # a line at least every 30 s when piped
+        self.progress = self.shown.__enter__()
         self.bar = self.progress.add_task("training", total=None)
 
         def on_log(row: dict[str, Any], max_steps: int) -> None:
@@ -166,7 +165,7 @@ class _step_progress:
         return on_log
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+        self.shown.__exit__(*exc)
 
 
 def _mount_grpo() -> None:
