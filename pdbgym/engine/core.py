@@ -192,6 +192,7 @@ class _Static:
     warm: bool = False
     graph: Any = None  # torch.cuda.CUDAGraph of one decode step, once captured
     logits: torch.Tensor | None = None  # the graph's output buffer
+    weights: int = 0  # data pointer of the first parameter the graph was captured with
 
 
 def bucket(value: int, buckets: Sequence[int]) -> int:
@@ -223,7 +224,8 @@ class LocalEngine:
         self.device = next(model.parameters()).device
         self.stats = EngineStats()
         self._keyword = cache_keyword(model)
-        self._static_reason: str | None = None
+        self._static_reason: str | None = None  # why the static path is off, when it is
+        self._trialled = False
         self._static = self._use_static()
         self._shapes: dict[tuple[int, int], _Static] = {}
         self._prefixes: list[_Prefix] = []
@@ -303,6 +305,8 @@ class LocalEngine:
             try:
                 with self.context() as maybe_model, torch.inference_mode():
                     model = maybe_model if maybe_model is not None else self.model
+                    if self._static and not self._static_works(model):
+                        self._static = False
                     if self._static:
                         with decode_attention(model):
                             self._static_session(model, rows, live)
@@ -325,6 +329,29 @@ class LocalEngine:
         if self._static_reason is not None:
             log.warning("engine: decoding without a static cache: %s", self._static_reason)
             return False
+        return True
+
+    def _static_works(self, model: Any) -> bool:
+        """Before the first static session on CUDA: capture and replay one decode step of a one-slot cache;
+        a model whose step cannot be captured (a wrapper that syncs with the host, an unsupported
+        attention) decodes dynamically from then on, with the reason logged and kept."""
+        if self._trialled or self.device.type != "cuda":
+            return True
+        self._trialled = True
+        try:
+            with decode_attention(model):
+                shape = self._shape(model, 1, self.settings.min_length)
+                set_head(shape.cache, 1)
+                shape.mask.fill_(True)
+                self._capture(model, shape, 1)
+                shape.graph.replay()
+                torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - any failure: decode without graphs
+            self._static_reason = f"a decode step could not be captured as a CUDA graph ({type(exc).__name__}: {exc})"
+            log.warning("engine: decoding without a static cache: %s", self._static_reason)
+            return False
+        finally:
+            self._shapes.pop((1, self.settings.min_length), None)
         return True
 
     def _forward(self, model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
@@ -523,8 +550,8 @@ class LocalEngine:
             logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache,
                                    shape.step).clone()
         else:
-            if shape.graph is None:
-                self._capture(model, shape, head)
+            if shape.graph is None or shape.weights != next(model.parameters()).data_ptr():
+                self._capture(model, shape, head)  # first use, or weights that moved (gathered shards)
             shape.graph.replay()
             logits = shape.logits
         if not shape.warm:
@@ -554,3 +581,4 @@ class LocalEngine:
             shape.logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache)
         set_head(shape.cache, head)  # capture records without running; the head stays where it was
         shape.graph = graph
+        shape.weights = next(model.parameters()).data_ptr()
