@@ -48,6 +48,11 @@ GRPO_TEMPERATURE = 1.0
 # its max_length (SFTTrainConfig, 16,384): a longer state would lose the teacher's label itself.
 DAGGER_MAX_CONTEXT_TOKENS = 16_384
 
+# ``pdbgym cache build`` writes teacher caches, and the teacher recipe samples its rollouts at T = 0.7 (the shared
+# value) with top-p 0.9: a cache built with default flags is one of that recipe. Its records say so
+# (``logprob_semantics.top_p``), so the divergence library accounts for the nucleus.
+TEACHER_TOP_P = 0.9
+
 # ``pdbgym demo`` is the loop in miniature on CPU, on the embedded SmolLM2-135M: its held-out episodes keep
 # that model's own context (8,192 positions), the 8 tool calls the oracle needs on each built-in task, and
 # 64 tokens a turn (a pdb call is 20-60 tokens), so the whole demo runs in minutes on two cores.
@@ -58,6 +63,7 @@ DEMO_MAX_NEW_TOKENS = 64
 # (command, episode setting) -> the value that command keeps instead of EPISODE's; docs/defaults.md
 # lists the same rows. Every other episode setting of every command defaults to EPISODE's value.
 EXCEPTIONS: dict[tuple[str, str], int | float] = {
+    ("cache build", "top_p"): TEACHER_TOP_P,
     ("train grpo", "max_context_tokens"): GRPO_MAX_CONTEXT_TOKENS,
     ("train grpo", "temperature"): GRPO_TEMPERATURE,
     ("train dagger", "max_context_tokens"): DAGGER_MAX_CONTEXT_TOKENS,

@@ -20,7 +20,7 @@ from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
 from pdbgym.agent.runner import JobResult, completed_samples, plan_jobs, run_all
 from pdbgym.env.environment import EnvConfig
-from pdbgym.episode_defaults import EPISODE
+from pdbgym.episode_defaults import EPISODE, TEACHER_TOP_P
 from pdbgym.errors import PdbgymError
 from pdbgym.interrupts import Interrupted
 from pdbgym.policyname import INTERACTIVE_POLICIES
@@ -38,7 +38,7 @@ class CacheBuildConfig:
         tasks: a suite name (``builtin``, ``regression``) or a task folder. Default ``"builtin"``.
         runs: samples per task; their ``_sample_idx`` is 0..runs-1. Default 1.
         temperature: sampling temperature (0 = greedy). Default ``EPISODE.temperature`` (0.7).
-        top_p: top-p nucleus mass in (0, 1]. Default ``EPISODE.top_p`` (1.0).
+        top_p: top-p nucleus mass in (0, 1]. Default ``TEACHER_TOP_P`` (0.9, the teacher recipe's).
         dataset: dataset name stored in every record. Default ``"pdbgym_builtin"``.
         workers: episodes at once (``ExecutorConfig.workers``); 0 = one per core; local models play in
             this process, ``local_episodes`` at once. Default 0.
@@ -63,7 +63,7 @@ class CacheBuildConfig:
     tasks: str = "builtin"
     runs: int = 1
     temperature: float = EPISODE.temperature
-    top_p: float = EPISODE.top_p
+    top_p: float = TEACHER_TOP_P
     dataset: str = "pdbgym_builtin"
     workers: int = 0
     local_episodes: int = 0
