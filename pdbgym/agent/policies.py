@@ -161,6 +161,17 @@ def build_turns(spec: PolicySpec, params: SamplingParams) -> tuple[TurnSource, s
     return ModelTurns(backend, params), fmt
 
 
+def check_policy(spec: PolicySpec, params: SamplingParams) -> Any:
+    """Build now what every episode of ``spec`` builds with ``params``: the model or server connection, the
+    tokenizer, the tool-call format and, for a constrained policy, its grammar at ``params.max_new_tokens``.
+
+    A setting that would fail each episode (a missing model, a tokenizer that does not load, a turn cap
+    below the grammar's minimum) so fails once, before the first. Returns the policy's tokenizer.
+    """
+    turns, _ = build_turns(spec, params)
+    return turns.tokenizer
+
+
 def _action_policy(kind: str) -> Policy:
     if kind == "human":
         return HumanPolicy()

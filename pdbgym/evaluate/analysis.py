@@ -72,19 +72,24 @@ def summarize(
     (``stats.paired_comparison``); their warnings are also collected under ``warnings``.
     """
     arm_models = dict(arms) if isinstance(arms, Mapping) else {}
-    arms = list(arms)
+    requested = list(arms)
+    # An arm with no finished episode (every one failed to run, or none played yet) would leave no task
+    # complete and hide every other arm's episodes: it is left out of the statistics, and named.
+    arms = [a for a in requested if any(r.arm == a for r in rows)]
+    without = [a for a in requested if a not in arms]
     complete = [
         t for t in task_ids
-        if all(sum(1 for r in rows if r.arm == a and r.instance_id == t) >= runs for a in arms)
+        if arms and all(sum(1 for r in rows if r.arm == a and r.instance_id == t) >= runs for a in arms)
     ]
     summary: dict[str, Any] = {
         "arms": list(arms),
         "arm_models": arm_models,
-        "warnings": [],
+        "arms_without_episodes": without,
+        "warnings": [f"arm {a} has no finished episode: the statistics leave it out" for a in without],
         "tasks": len(complete),
         "tasks_requested": len(task_ids),
         "runs_per_task": runs,
-        "episodes_missing": len(task_ids) * runs * len(arms) - len(rows),
+        "episodes_missing": len(task_ids) * runs * len(requested) - sum(1 for r in rows if r.arm in requested),
         "confidence": confidence,
         "arm_results": {},
         "comparisons": [],

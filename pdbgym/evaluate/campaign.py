@@ -16,7 +16,7 @@ from typing import Any
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig, run_jobs
 from pdbgym.agent.loop import AgentConfig
-from pdbgym.agent.policies import build_backend, load_tokenizer, parse_policy
+from pdbgym.agent.policies import check_policy, load_tokenizer, parse_policy
 from pdbgym.agent.runner import EpisodeJob, JobResult, raise_failures, run_job
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.episode_defaults import EPISODE
@@ -121,14 +121,15 @@ def campaign_job(arm: Arm, config: CampaignConfig, task: Task, run_index: int) -
                       EnvConfig(turn_budget=config.turn_budget))
 
 
-def check_arm(arm: Arm, on_ray: bool, device: str = "cpu") -> None:
-    """Build the arm's backend (model loaded, server reached) or tokenizer now, so a bad arm fails at once.
+def check_arm(arm: Arm, on_ray: bool, device: str = "cpu", params: SamplingParams | None = None) -> None:
+    """Build what the arm's episodes build (model loaded, server reached, tool-call format, a constrained
+    arm's grammar at ``params.max_new_tokens``) or its tokenizer now, so a bad arm fails before any episode.
 
     On Ray the model loads on the cluster's nodes instead, so only the spec is checked here.
     """
     spec = parse_policy(arm.model, device=device)
     if spec.generates_tokens and not on_ray:
-        build_backend(spec)
+        check_policy(spec, params or SamplingParams())
     elif not spec.generates_tokens:
         load_tokenizer(spec.tokenizer)
 
@@ -143,7 +144,9 @@ def run_campaign(
     episode_fns: dict[str, EpisodeFn] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
 ) -> list[EpisodeRow]:
-    """Run every missing (arm, task, run) episode; return all rows, old and new.
+    """Run every missing (arm, task, run) episode; return the rows of ``config.arms``, old and new.
+
+    Each arm with episodes to play is checked first (``check_arm``), before the folder is written to.
 
     Episodes run on ``executor`` (default: local processes, one per core). ``episode_fns`` replaces
     the agent loop with in-process functions (one at a time), for tests of the bookkeeping. An
@@ -153,10 +156,17 @@ def run_campaign(
     reap_stale_workspaces()  # workspaces a killed earlier run left in the temp folder
     store = ResultsStore(out_dir)
     config.task_ids = [t.instance_id for t in tasks]
-    store.open(config.to_dict())
+    store.open(config.to_dict(), check_only=True)
     done = store.done_keys()
     todo = [(arm, task, run) for run in range(config.runs) for task in tasks for arm in config.arms
             if (arm.name, task.instance_id, run) not in done]
+    executor = executor or ExecutorConfig()
+    if episode_fns is None:  # every setting that would fail each episode fails now, the folder untouched
+        params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens)
+        for arm in dict.fromkeys(arm for arm, _, _ in todo):
+            check_arm(arm, executor.ray_address is not None, config.device, params)
+    store.open(config.to_dict())
+    names = {arm.name for arm in config.arms}
 
     def keep(arm: Arm, run: int, result: EpisodeResult) -> None:
         transcript = store.transcript_path(arm.name, result.instance_id, run)
@@ -167,22 +177,27 @@ def run_campaign(
         if on_episode is not None:
             on_episode(row)
 
-    kept_before = len(store.rows())
+    kept_before = len(config.arms) * len(tasks) * config.runs - len(todo)
     if on_plan is not None:
-        on_plan(len(done), len(todo))
+        on_plan(kept_before, len(todo))
     try:
         if episode_fns is not None:
             failures = _run_in_process(todo, episode_fns, store, keep)
         else:
-            failures = _run_on_executor(todo, config, store, executor or ExecutorConfig(), keep)
+            failures = _run_on_executor(todo, config, store, executor, keep)
     except KeyboardInterrupt:
-        kept = len(store.rows()) - kept_before
+        kept = len(todo) - len(_missing(store, todo))
         raise Interrupted(
             f"interrupted: {kept} new episode(s) saved to {out_dir} ({kept_before + kept} of "
             f"{kept_before + len(todo)} in the campaign); episodes in flight were discarded; rerun the same "
             f"command to resume, or report what is there with `pdbgym eval report {out_dir}`") from None
     raise_failures(failures)
-    return store.rows()
+    return [row for row in store.rows() if row.arm in names]  # an arm left out now keeps its rows, unreported
+
+
+def _missing(store: ResultsStore, todo: list[tuple[Arm, Task, int]]) -> list[tuple[Arm, Task, int]]:
+    done = store.done_keys()
+    return [(arm, task, run) for arm, task, run in todo if (arm.name, task.instance_id, run) not in done]
 
 
 def _run_in_process(todo: list[tuple[Arm, Task, int]], fns: dict[str, EpisodeFn], store: ResultsStore,
@@ -200,8 +215,6 @@ def _run_in_process(todo: list[tuple[Arm, Task, int]], fns: dict[str, EpisodeFn]
 
 def _run_on_executor(todo: list[tuple[Arm, Task, int]], config: CampaignConfig, store: ResultsStore,
                      executor: ExecutorConfig, keep: Callable[[Arm, int, EpisodeResult], None]) -> list[str]:
-    for arm in {arm for arm, _, _ in todo}:
-        check_arm(arm, executor.ray_address is not None, config.device)
     jobs = [campaign_job(arm, config, task, run) for arm, task, run in todo]
     arm_of = {id(job): arm for job, (arm, _, _) in zip(jobs, todo, strict=True)}
     failures = []

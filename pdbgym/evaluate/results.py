@@ -56,21 +56,37 @@ class ResultsStore:
     def transcript_path(self, arm: str, instance_id: str, run: int) -> Path:
         return self.out_dir / "transcripts" / arm / instance_id / f"run-{run}.json"
 
-    def open(self, config: dict[str, Any]) -> None:
-        """Create the folder, or check that an existing one holds this very campaign configuration."""
+    def open(self, config: dict[str, Any], *, check_only: bool = False) -> None:
+        """Create the folder, or check that an existing one holds this campaign's settings (``check_only``:
+        check, and write nothing).
+
+        Arms may differ from the stored ones: a new arm joins the campaign (``campaign.json`` lists every
+        arm ever played, so ``pdbgym eval report`` shows them all) and an arm left out is simply not played
+        now, its episodes kept. An arm whose name is stored with another model, or any other setting that
+        differs, is refused: the episodes already there would not be the ones this run would play.
+        """
         config_file = self.out_dir / CONFIG_FILE
-        if config_file.is_file():
-            stored = json.loads(config_file.read_text())
-            if stored.get("fingerprint") != fingerprint(config):
-                old = stored.get("config", {})
-                differing = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
-                raise PdbgymError(
-                    f"{self.out_dir} holds a different campaign (differs in: {', '.join(differing)}). "
-                    "Use a new --out folder, or rerun with the original settings to resume it."
-                )
-            self._drop_cut_line()
+        if not config_file.is_file():
+            if not check_only:
+                write_json_atomic(config_file, {"config": config, "fingerprint": fingerprint(config)})
             return
-        write_json_atomic(config_file, {"config": config, "fingerprint": fingerprint(config)})
+        old = json.loads(config_file.read_text()).get("config", {})
+        differing = sorted(k for k in (set(old) | set(config)) - {"arms"} if old.get(k) != config.get(k))
+        old_arms, arms = old.get("arms", {}), config.get("arms", {})
+        differing += [f"arm {name} ({old_arms[name]} there, {model} now)" for name, model in arms.items()
+                      if name in old_arms and old_arms[name] != model]
+        if differing:
+            raise PdbgymError(
+                f"{self.out_dir} holds a different campaign (differs in: {', '.join(differing)}). "
+                "Use a new --out folder, or rerun with the original settings to resume it (arms may be added "
+                "or left out; a changed model needs a new arm name)."
+            )
+        if check_only:
+            return
+        if set(arms) - set(old_arms):
+            merged = {**config, "arms": {**old_arms, **arms}}
+            write_json_atomic(config_file, {"config": merged, "fingerprint": fingerprint(merged)})
+        self._drop_cut_line()
 
     def _drop_cut_line(self) -> None:
         """Remove a last line a kill cut short, so the next append starts on a line of its own."""

@@ -1,0 +1,70 @@
+"""A campaign's arms can change without redoing the others; an arm that cannot play fails before any
+episode; an arm with no finished episode does not hide the others' episodes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from homefixtures import fresh_home
+from typer.testing import CliRunner
+
+from pdbgym.env.environment import EpisodeResult
+from pdbgym.errors import PdbgymError
+from pdbgym.evaluate.analysis import summarize
+from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
+from pdbgym.evaluate.results import CONFIG_FILE, EpisodeRow
+
+
+def _solver(calls: list):
+    def run(task, run_index, transcript) -> EpisodeResult:
+        calls.append((task.instance_id, run_index))
+        transcript.parent.mkdir(parents=True, exist_ok=True)
+        transcript.write_text("{}")
+        return EpisodeResult(task.instance_id, "solved", True, 1, 0.0)
+
+    return run
+
+
+def test_an_arm_is_added_or_left_out_without_redoing_the_others(tiny_task, tmp_path):
+    tasks = [replace(tiny_task, instance_id=f"t{i}") for i in range(2)]
+    out = tmp_path / "c"
+
+    def campaign(*arms: Arm) -> CampaignConfig:
+        return CampaignConfig(tasks="x", arms=list(arms), runs=1)
+
+    a_calls, b_calls, c_calls = [], [], []
+    run_campaign(campaign(Arm("a", "scripted"), Arm("b", "scripted")), tasks, out,
+                 episode_fns={"a": _solver(a_calls), "b": _solver(b_calls)})
+    assert len(a_calls) == len(b_calls) == 2
+    rows = run_campaign(campaign(Arm("a", "scripted")), tasks, out, episode_fns={"a": _solver(a_calls)})
+    assert {r.arm for r in rows} == {"a"} and len(a_calls) == 2  # b left out: nothing played, a reported
+    rows = run_campaign(campaign(Arm("a", "scripted"), Arm("c", "scripted")), tasks, out,
+                        episode_fns={"a": _solver(a_calls), "c": _solver(c_calls)})
+    assert len(a_calls) == 2 and len(c_calls) == 2 and {r.arm for r in rows} == {"a", "c"}
+    assert list(json.loads((out / CONFIG_FILE).read_text())["config"]["arms"]) == ["a", "b", "c"]
+    with pytest.raises(PdbgymError, match="arm a .*scripted there, embedded now"):
+        run_campaign(campaign(Arm("a", "embedded")), tasks, out, episode_fns={"a": _solver(a_calls)})
+
+
+def test_an_arm_without_episodes_does_not_hide_the_others():
+    rows = [EpisodeRow("a", f"t{i}", 0, True, "solved", 1, 0.0, "x") for i in range(3)]
+    summary = summarize(rows, {"a": "scripted", "broken": "constrained:embedded"}, ["t0", "t1", "t2"], 1)
+    assert summary["tasks"] == 3 and summary["arm_results"]["a"]["solved"] == 3
+    assert summary["arms_without_episodes"] == ["broken"] and "broken" in summary["warnings"][0]
+
+
+@pytest.mark.slow
+def test_a_constrained_arm_whose_turn_cap_is_below_the_grammar_fails_before_any_episode(tiny_task, tmp_path,
+                                                                                        monkeypatch):
+    from pdbgym.cli import app
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    out = tmp_path / "campaign"
+    result = CliRunner().invoke(app, ["eval", "--tasks", str(tiny_task.path), "--arm", "ref=scripted",
+                                      "--arm", "guided=constrained:embedded", "--max-new-tokens", "64", "--runs", "1",
+                                      "--out", str(out), "--workers", "1"])
+    assert result.exit_code != 0
+    assert "--max-new-tokens >=" in str(result.exception) + result.output
+    assert not (out / CONFIG_FILE).exists()  # the folder took no settings: the fixed command runs in it
