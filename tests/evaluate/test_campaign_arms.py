@@ -68,3 +68,13 @@ def test_a_constrained_arm_whose_turn_cap_is_below_the_grammar_fails_before_any_
     assert result.exit_code != 0
     assert "--max-new-tokens >=" in str(result.exception) + result.output
     assert not (out / CONFIG_FILE).exists()  # the folder took no settings: the fixed command runs in it
+
+
+@pytest.mark.slow
+def test_cache_build_of_a_constrained_policy_below_the_grammar_fails_before_any_episode(tiny_task, tmp_path):
+    from pdbgym.agent.build import CacheBuildConfig, build_cache
+
+    with pytest.raises(PdbgymError, match="--max-new-tokens >=") as refused:
+        build_cache(CacheBuildConfig(policy="constrained:embedded", out=tmp_path / "cache", tasks=str(tiny_task.path),
+                                     max_new_tokens=64, workers=1))
+    assert "could not run" not in str(refused.value)  # refused once, not by every episode
