@@ -105,3 +105,28 @@ def test_the_python_snippet_runs(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "calc.evaluate" in done.stdout and "\nOBS 2 False" in done.stdout  # reset text, then p 1 + 1
+
+
+WRITTEN_BY = ("--out", "--json", "--transcript")  # flags of the README's commands that name what they write
+
+
+def _written_paths() -> set[str]:
+    written = set()
+    for args in _invocations():
+        for index, word in enumerate(args[:-1]):
+            if word in WRITTEN_BY:
+                written.add(args[index + 1])
+        if args[:2] == ["cache", "convert"]:
+            written.add(args[3])
+        if args[0] == "divergence" and "--json" in args:  # its resume folder sits beside the JSON
+            written.add(args[args.index("--json") + 1] + ".work")
+    return written
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git clone")
+def test_what_the_readme_commands_write_is_ignored_by_git():
+    written = sorted(_written_paths())
+    assert {"caches/oracle", "splits.json", "kl.json", "summary.json"} <= set(written)
+    tracked_or_shown = [path for path in written
+                        if subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode != 0]
+    assert not tracked_or_shown, f"add to .gitignore: {tracked_or_shown}"
