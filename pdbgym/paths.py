@@ -1,7 +1,8 @@
 """Where pdbgym keeps its own state: ``$PDBGYM_HOME``, default ``~/.pdbgym``.
 
 Under it: ``adapters/`` (the lineage store), ``models/`` (de-quantized embedded model),
-``selection-ledger.jsonl`` (which task sets selected which checkpoints).
+``selection-ledger.jsonl`` (which task sets selected which checkpoints), ``envs/`` (task environments,
+``pdbgym.sandbox.pyenv``).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.sandbox.zygote import Zygote
 from pdbgym.tasks.model import Task
+from pdbgym.tasks.taskenv import task_sandbox
 from pdbgym.tasks.testrun import run_tests
 from pdbgym.tasks.wrongsite import wrong_site_outcome
 from pdbgym.termination import TERMINATION_REASONS
@@ -83,7 +84,8 @@ class DebugEnv:
     def __init__(self, task: Task, config: EnvConfig | None = None, sandbox: Sandbox | None = None) -> None:
         self.task = task
         self.config = config or EnvConfig()
-        self.sandbox = sandbox or get_sandbox(self.config.sandbox)
+        # The task's environment mounted (built on the host first when not in the cache).
+        self.sandbox = task_sandbox(sandbox or get_sandbox(self.config.sandbox), task)
         self.workspace: Workspace | None = None
         self.session = None
         self.result: EpisodeResult | None = None

@@ -38,6 +38,13 @@ def server_argv() -> list[str]:
     return [sys.executable, "-I", "-B", ZYGOTE_SERVER]
 
 
+def _key(sandbox: Sandbox, parent: Path | None) -> str:
+    """Servers wait by folder and by the environment mounted in them: an episode gets a server whose
+    interpreter sees its task's packages, never another task's."""
+    folder = str(Path(parent).resolve()) if parent is not None else ""
+    return f"{folder}\0{sandbox.site_packages or ''}"
+
+
 def _fresh_after_fork() -> None:
     """A forked process (a pool worker) never uses its parent's servers: their sockets are the parent's."""
     global _owner
@@ -51,7 +58,7 @@ def acquire(sandbox: Sandbox, parent: Path | None = None) -> Zygote | None:
     waits; None where the sandbox cannot hold one or it fails to start (said once, then quietly)."""
     if not (sandbox.isolated and sandbox.binds_readonly):
         return None
-    key = str(Path(parent).resolve()) if parent is not None else ""
+    key = _key(sandbox, parent)
     with _lock:
         _fresh_after_fork()
         waiting = _idle.get(key, [])
@@ -81,7 +88,7 @@ def release(zygote: Zygote, parent: Path | None = None) -> None:
         clean = False
     if clean:
         clean = _empty_folder(zygote)
-    key = str(Path(parent).resolve()) if parent is not None else ""
+    key = _key(zygote.sandbox, parent)
     with _lock:
         _fresh_after_fork()
         waiting = _idle.setdefault(key, [])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import pty
 import selectors
@@ -33,6 +34,20 @@ class Sandbox(ABC):
     # Whether ``run`` can bind paths of the workspace read-only (``readonly_paths``); a backend that
     # cannot refuses them rather than run the command with the paths writable.
     binds_readonly: bool = False
+    # Whether the backend mounts a task environment as the interpreter's site-packages
+    # (``pdbgym.sandbox.pyenv``); ``site_packages`` is the one it mounts (None: the runner's alone).
+    mounts_environments: bool = False
+    site_packages: Path | None = None
+
+    def with_site_packages(self, site_packages: Path | None) -> Sandbox:
+        """This sandbox with ``site_packages`` mounted as its commands' packages (a copy; None: the runner
+        environment). A backend that cannot mount one refuses, naming the folder."""
+        if site_packages is not None and not self.mounts_environments:
+            raise SandboxError(f"the {self.name} sandbox cannot mount a task environment ({site_packages}); "
+                               "tasks with requirements need the bwrap sandbox")
+        other = copy.copy(self)
+        other.site_packages = Path(site_packages) if site_packages is not None else None
+        return other
 
     @abstractmethod
     def wrap(self, argv: list[str], workspace: Path, limits: Limits,

@@ -37,6 +37,7 @@ from pathlib import Path
 from pdbgym.errors import SandboxError
 from pdbgym.sandbox.base import Sandbox
 from pdbgym.sandbox.limits import Limits
+from pdbgym.sandbox.pyenv import ENV_MOUNT, runner_environment
 from pdbgym.sandbox.runtime import runtime_args
 
 BWRAP_ENV_VAR = "PDBGYM_BWRAP"  # path of the bwrap binary, when not on PATH
@@ -189,6 +190,83 @@ def _holds_etc(folder: Path) -> bool:
         return False
 
 
+def _site_dirs() -> list[str]:
+    """The interpreter's site-packages folders (both path forms), each hidden behind the shim."""
+    dirs = {*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    forms = {str(form) for d in dirs for form in (Path(d).absolute(), Path(d).resolve()) if form.is_dir()}
+    return sorted(forms)
+
+
+_SHIM_PTH = "pdbgym-task-env.pth"
+
+
+def _shim_files() -> dict[str, bytes]:
+    """What the sandbox's site-packages holds: a ``.pth`` adding the task environment (its own ``.pth``
+    files processed), and pdbgym's own top-level files of an editable install (its finder), so
+    ``import pdbgym`` reaches the runtime copy; nothing of any other distribution."""
+    files = {_SHIM_PTH: f"import site; site.addsitedir({ENV_MOUNT!r})\n".encode()}
+    for folder in _site_dirs():
+        for entry in os.scandir(folder):
+            if "pdbgym" in entry.name and entry.name.endswith((".pth", ".py")) and entry.is_file(follow_symlinks=False):
+                files[entry.name] = Path(entry.path).read_bytes()
+    return files
+
+
+@functools.cache
+def site_shim() -> Path:
+    """The host folder bound over the interpreter's site-packages: one per uid and content, kept."""
+    files = _shim_files()
+    mount_points = sorted({package_dir().name} if any(package_dir().parent == Path(d) for d in _site_dirs()) else set())
+    digest = hashlib.sha256(json.dumps([sorted((k, v.hex()) for k, v in files.items()), mount_points]).encode())
+    shared = Path(tempfile.gettempdir()) / f"pdbgym-sandbox-site-{os.getuid()}-{digest.hexdigest()[:16]}"
+    if _holds_shim(shared, files):
+        return shared
+    staging = Path(tempfile.mkdtemp(prefix="pdbgym-sandbox-site-new-"))
+    for name, data in files.items():
+        (staging / name).write_bytes(data)
+        (staging / name).chmod(0o644)
+    for name in mount_points:  # where the runtime copy of a non-editable pdbgym is bound
+        (staging / name).mkdir(mode=0o755)
+    staging.chmod(0o755)
+    try:
+        os.rename(staging, shared)
+    except OSError:
+        pass
+    if _holds_shim(shared, files):
+        shutil.rmtree(staging, ignore_errors=True)
+        return shared
+    creator = os.getpid()
+    atexit.register(lambda: shutil.rmtree(staging, ignore_errors=True) if os.getpid() == creator else None)
+    return staging
+
+
+def _holds_shim(folder: Path, files: dict[str, bytes]) -> bool:
+    try:
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return False
+        return all((folder / name).read_bytes() == data for name, data in files.items())
+    except OSError:
+        return False
+
+
+def environment_args(site_packages: Path | None) -> list[str]:
+    """Binds that make ``site_packages`` (None: the runner environment) the interpreter's only
+    third-party packages: the shim over each site-packages folder, the environment at ``ENV_MOUNT``."""
+    shim = site_shim()
+    if not (shim / _SHIM_PTH).is_file():  # removed under us (a /tmp cleaner)
+        site_shim.cache_clear()
+        shim = site_shim()
+    environment = site_packages if site_packages is not None else runner_environment()
+    if not environment.is_dir():
+        runner_environment.cache_clear()
+        if site_packages is not None:
+            raise SandboxError(f"the task environment {environment} is gone; rebuild it (pdbgym envs build)")
+        environment = runner_environment()
+    return [*[arg for folder in _site_dirs() for arg in ("--ro-bind", str(shim), folder)],
+            "--ro-bind", str(environment), ENV_MOUNT]
+
+
 def _etc_args() -> list[str]:
     folder = _generated_etc()
     if not all((folder / name).is_file() for name in _ETC_FILES):  # removed under us (a /tmp cleaner)
@@ -238,6 +316,7 @@ class BwrapSandbox(Sandbox):
     name = "bwrap"
     isolated = True
     binds_readonly = True
+    mounts_environments = True
 
     def wrap(self, argv: list[str], workspace: Path, limits: Limits,
              readonly_paths: Sequence[Path] = ()) -> list[str]:
@@ -266,6 +345,8 @@ class BwrapSandbox(Sandbox):
             "--remount-ro", "/dev",
             # After the /tmp tmpfs, so an interpreter or a workspace under /tmp is the real one.
             *[arg for path in python_roots() for arg in ("--ro-bind", path, path)],
+            # Over the roots: the interpreter's site-packages shows the task's environment only.
+            *environment_args(self.site_packages),
             # After the roots, so the copy hides the real package folder inside one of them too.
             *runtime_args(package_dir(), [*_system_roots(), *python_roots()]),
             "--bind", workspace_dir, workspace_dir,

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.errors import TaskFormatError
+from pdbgym.errors import PdbgymError, TaskFormatError
+from pdbgym.sandbox.pyenv import check_requirements
 
 TASK_FILE = "task.json"
 REPO_DIR = "repo"
@@ -46,6 +47,7 @@ _OPTIONAL: dict[str, type] = {
     "bug_class": str,
     "difficulty": str,
     "test_timeout_s": (int, float),  # type: ignore[dict-item]
+    "requirements": list,
 }
 
 
@@ -95,12 +97,20 @@ class Task:
     bug_class: str | None = None
     difficulty: str | None = None
     test_timeout_s: float = 10.0
+    # Pinned packages the code and tests need (``NAME==VERSION``), built into the task's environment
+    # (``pdbgym.sandbox.pyenv``); None: the test runner's packages alone.
+    requirements: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Checked here too, so a Task built in code (not by load_task) cannot carry a path as its id.
         if (problem := instance_id_problem(self.instance_id)) is not None:
             raise TaskFormatError(f"task at {self.path}: {problem}")
+        if self.requirements is not None:
+            try:
+                check_requirements(self.requirements, f"task {self.instance_id!r}: field 'requirements': ")
+            except PdbgymError as exc:
+                raise TaskFormatError(str(exc)) from exc
 
     @property
     def repo(self) -> Path:
@@ -171,6 +181,11 @@ def _check_fields(data: dict[str, Any], where: Path) -> None:
         problems.append(f"field 'split' must be one of {SPLITS}, got {data.get('split')!r}")
     if data.get("difficulty") is not None and data.get("difficulty") not in DIFFICULTIES:
         problems.append(f"field 'difficulty' must be one of {DIFFICULTIES}, got {data.get('difficulty')!r}")
+    if isinstance(data.get("requirements"), list):
+        try:
+            check_requirements(data["requirements"], "field 'requirements': ")
+        except PdbgymError as exc:
+            problems.append(str(exc).replace("\n", "\n  "))
     if problems:
         listing = "\n  - ".join(problems)
         raise TaskFormatError(f"{where}: invalid task.json:\n  - {listing}\nSee docs/task-format.md.")

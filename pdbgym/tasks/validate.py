@@ -21,6 +21,7 @@ from pdbgym.sandbox.workspace import escaping_links
 from pdbgym.tasks.model import Task, bad_test_command
 from pdbgym.tasks.patches import PatchEditsTestsError, UnsafePatchError, apply_patch, check_patch
 from pdbgym.tasks.suites import resolve_tasks_lenient
+from pdbgym.tasks.taskenv import task_sandbox
 from pdbgym.tasks.testrun import SuiteRun, failure_reason, run_tests
 from pdbgym.tasks.wrongsite import has_wrong_site_info, wrong_sites
 
@@ -149,6 +150,13 @@ def validate_task(task: Task, sandbox: Sandbox | None = None, *, check_debugger:
         report.duration_s = time.perf_counter() - started
         return report
     _check_wrong_site(task, report)
+    try:
+        sandbox = task_sandbox(sandbox, task)  # built once per distinct environment, then reused
+    except PdbgymError as exc:
+        report.checks["environment_builds"] = False
+        report.problems.append(str(exc))
+        report.duration_s = time.perf_counter() - started
+        return report
     _check_runs(task, sandbox, report)
     if check_debugger:
         _check_debugger(task, sandbox, report)

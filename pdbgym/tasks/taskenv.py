@@ -1,0 +1,33 @@
+"""A task's sandbox: the given one with the task's environment mounted (docs/task-format.md, "requirements").
+
+A task that declares ``requirements`` gets its environment from the cache (``pdbgym.sandbox.pyenv``),
+built first when missing: the only step that reaches the network, on the host, before any command of
+the task runs. A task without them gets the runner environment (pytest alone) under bwrap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pdbgym.errors import SandboxError
+from pdbgym.sandbox import Sandbox
+from pdbgym.sandbox.pyenv import EnvironmentInfo, ensure_environment
+from pdbgym.tasks.model import Task
+
+
+def task_environment(task: Task, on_line: Callable[[str], None] | None = None) -> EnvironmentInfo | None:
+    """The built environment of ``task`` (None when it declares no requirements)."""
+    if not task.requirements:
+        return None
+    return ensure_environment(task.requirements, on_line)
+
+
+def task_sandbox(sandbox: Sandbox, task: Task, on_line: Callable[[str], None] | None = None) -> Sandbox:
+    """``sandbox`` with ``task``'s environment mounted; ``EnvironmentBuildError`` naming the requirement
+    and the installer's message when it cannot be built; ``SandboxError`` when the backend cannot mount it."""
+    if task.requirements and not sandbox.mounts_environments:
+        raise SandboxError(f"task {task.instance_id!r} declares requirements, which the {sandbox.name} sandbox "
+                           "cannot mount; run it under bwrap")
+    info = task_environment(task, on_line)
+    wanted = info.site_packages if info is not None else None
+    return sandbox if sandbox.site_packages == wanted else sandbox.with_site_packages(wanted)

@@ -1,0 +1,46 @@
+"""Task environments built without the network: an installer that copies the runner's packages."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pdbgym.sandbox import pyenv
+
+# An installer that needs no network: the runner's packages copied from pdbgym's own, plus what the test
+# asks for through FAKE_* variables (a module, a link, a failure with a resolver's message).
+FAKE_INSTALLER = textwrap.dedent('''
+    import os, shutil, sys
+    target, requirements = sys.argv[1], open(sys.argv[2]).read().split()
+    log = os.environ.get("FAKE_LOG")
+    if log:
+        open(log, "a").write(" ".join(requirements) + "\\n")
+    print("Collecting " + requirements[0], flush=True)
+    if os.environ.get("FAKE_FAIL"):
+        print("ERROR: Could not find a version that satisfies the requirement " + requirements[0])
+        print("ERROR: No matching distribution found for " + requirements[0])
+        sys.exit(1)
+    shutil.copytree(os.environ["FAKE_RUNNER"], target)
+    for root, dirs, files in os.walk(target):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    open(os.path.join(target, "onlyhere.py"), "w").write("THREE = 3\\n")
+    if os.environ.get("FAKE_LINK"):
+        os.symlink(os.environ["FAKE_LINK"], os.path.join(target, "onlyhere_link"))
+''')
+
+
+def use_fake_installer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ``$PDBGYM_HOME`` whose builds run the fake installer; returns the file logging each build."""
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    script = tmp_path / "fake_installer.py"
+    script.write_text(FAKE_INSTALLER)
+    monkeypatch.setenv("FAKE_RUNNER", str(pyenv.runner_environment()))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "builds.log"))
+    monkeypatch.setattr(pyenv, "installer_command",
+                        lambda target, reqs: ("fake", [sys.executable, str(script), str(target), str(reqs)]))
+    return tmp_path / "builds.log"
