@@ -40,6 +40,7 @@ def _mount() -> None:
 
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.commands import app as tasks_app
+    from pdbgym.tasks.envs.commands import app as envs_app
     from pdbgym.train.commands import app as train_app
 
     # the command's code loads when it runs: every other command starts without it
@@ -48,6 +49,7 @@ def _mount() -> None:
 
     register_store_refs()  # --policy, --arm and --student take adapter-store names
     app.add_typer(tasks_app, name="tasks", help="List, validate, synthesize and split debugging tasks.")
+    app.add_typer(envs_app, name="envs", help="Task environments (pinned requirements): list, build, prune.")
     cache_app.command("build", help="Play tasks x runs with a policy and write a teacher cache (resumable).")(
         cache_build_command
     )

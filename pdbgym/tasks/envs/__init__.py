@@ -1,0 +1,1 @@
+"""``pdbgym envs``: the cache of task environments (``pdbgym.sandbox.pyenv``) seen and managed."""
