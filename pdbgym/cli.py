@@ -36,6 +36,7 @@ def _mount() -> None:
 
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.commands import app as eval_app
+    from pdbgym.home import app as store_app
     from pdbgym.rollouts.commands import app as cache_app
 
     # the command's code loads when it runs: every other command starts without it
@@ -56,6 +57,7 @@ def _mount() -> None:
     app.add_typer(cache_app, name="cache", help="Teacher caches: validate, summarize, convert, build.")
     app.add_typer(adapters_app, name="adapters", help="Adapter stacks with lineage: register, merge, verify.")
     app.add_typer(eval_app, name="eval", help="Evaluation campaigns, planning and checkpoint selection.")
+    app.add_typer(store_app, name="store", help="What $PDBGYM_HOME (~/.pdbgym) holds: show it, prune what is rebuilt on demand.")
     app.command("run", help="Run one episode on a task with a policy.")(run_command)
     app.command("demo", help="The research loop in miniature on CPU: teacher cache, SFT, held-out eval, one report.")(demo_command)
     app.command("divergence", help="KL/JSD of students against a teacher cache.")(divergence_command)
