@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -48,6 +49,18 @@ def atomic_target(path: Path) -> Iterator[Path]:
 def write_text_atomic(path: Path, text: str) -> None:
     with atomic_target(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def json_safe(data: Any) -> Any:
+    """``data`` with every NaN or infinite float replaced by None: JSON has no such numbers, and a figure that
+    does not exist (an SE of one task) is ``null`` to every JSON reader, where a bare ``NaN`` breaks strict ones."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: json_safe(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(value) for value in data]
+    return data
 
 
 def write_json_atomic(path: Path, data: Any, *, indent: int = 1, sort_keys: bool = False) -> None:

@@ -19,7 +19,7 @@ from pdbgym.evaluate.report_sections import (
 )
 from pdbgym.evaluate.results import EpisodeRow
 from pdbgym.evaluate.stats import FALLBACK_VAR_DIFF
-from pdbgym.fileio import write_json_atomic
+from pdbgym.fileio import json_safe, write_json_atomic
 from pdbgym.policyname import is_server_url
 from pdbgym.reportkit import (
     PCT_DIFF,
@@ -263,9 +263,9 @@ def write_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], out_dir: P
                  json_path: Path | None = None) -> Path:
     """Write summary.json, report.md, report.html and the PNGs into ``out_dir``; return the HTML path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / "summary.json", summary)
+    write_json_atomic(out_dir / "summary.json", json_safe(summary))
     if json_path is not None:
-        write_json_atomic(json_path, machine_summary(summary))
+        write_json_atomic(json_path, json_safe(machine_summary(summary)))
     if not summary["arm_results"]:
         return out_dir / "summary.json"
     figures = plot_figures(summary, out_dir)
