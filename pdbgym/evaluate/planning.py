@@ -15,15 +15,22 @@ from pdbgym.evaluate.results import ResultsStore
 
 
 def pilot_sd_diff(campaign_dir: Path) -> tuple[float, int]:
-    """sd of per-task pass@1 differences between the first two arms of a finished campaign."""
+    """sd of per-task pass@1 differences between the first two arms of a campaign, on the tasks both finished."""
     store = ResultsStore(campaign_dir)
     config, rows = store.config(), store.rows()
     arms = list(config["arms"])
     if len(arms) < 2:
         raise PdbgymError(f"{campaign_dir} has one arm; a pilot for planning needs two to estimate sd(d)")
-    tasks = config["task_ids"]
+    runs = config["runs"]
+    finished = {(r.arm, r.instance_id, r.run) for r in rows}
+    # Only tasks both arms finished every run of (an unfinished pilot counts what it has).
+    tasks = [t for t in config["task_ids"]
+             if all((arm, t, run) in finished for arm in arms[:2] for run in range(runs))]
     if not tasks:
-        raise PdbgymError(f"{campaign_dir} has no tasks; a pilot for planning needs finished tasks")
+        raise PdbgymError(
+            f"{campaign_dir} has no task that arms {arms[0]} and {arms[1]} both finished (every one of {runs} runs) "
+            f"of its {len(config['task_ids'])}; a pilot needs finished tasks to estimate sd(d): finish it by "
+            "rerunning its `pdbgym eval` command, or give --sd-diff")
     a = stats.per_task_pass_at_k(outcome_matrix(rows, arms[0], tasks), 1)
     b = stats.per_task_pass_at_k(outcome_matrix(rows, arms[1], tasks), 1)
     sd = float(np.std(a - b, ddof=1)) if len(tasks) > 1 else 0.0

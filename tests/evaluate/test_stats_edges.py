@@ -115,3 +115,16 @@ def test_report_of_an_oracle_against_a_failing_model_explains_itself(tmp_path):
     assert "Wilson score interval" in text and "Newcombe" in text
     assert all(meaning in text for meaning in TERMINATION_MEANINGS.values())
     assert "**Warning:** a - b:" in text
+
+
+def test_plan_from_an_unfinished_pilot_uses_its_finished_tasks_and_refuses_one_with_none(tmp_path):
+    pilot = _pilot(tmp_path / "some", True, False)
+    store = ResultsStore(pilot)
+    rows = [row for row in store.rows() if not (row.arm == "b" and row.instance_id in ("t4", "t5"))]
+    (pilot / "episodes.jsonl").unlink()
+    store.append(rows)  # t4 and t5 unfinished by arm b
+    assert plan(0.1, pilot=pilot)["sd_source"].startswith(f"pilot campaign {pilot} (4 tasks)")
+    empty = tmp_path / "none"
+    ResultsStore(empty).open({"tasks": "x", "arms": {"a": "scripted", "b": "embedded"}, "task_ids": ["t0"], "runs": 2})
+    with pytest.raises(PdbgymError, match="no task that arms a and b both finished"):
+        plan(0.1, pilot=empty)
