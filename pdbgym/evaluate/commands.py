@@ -145,6 +145,9 @@ def select_command(
     with episode_progress() as shown:
         outcome = select_checkpoint(config, shown.tick, shown.plan)
     console.print(f"chose {outcome.chosen.name} ({100 * outcome.score:.1f}% pass@1 on {select_on})")
+    if outcome.tied_with:
+        console.print(f"[bold yellow]tie:[/] {', '.join(outcome.tied_with)} scored the same on {select_on}; "
+                      f"{outcome.chosen.name} was chosen as the first --checkpoint given, not as better")
     console.print(f"report: {outcome.page}")
 
 

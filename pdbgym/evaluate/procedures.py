@@ -189,11 +189,13 @@ class SelectConfig:
 
 @dataclass
 class SelectionOutcome:
-    """The chosen candidate, its pass@1 on the selection split (0..1), and the held-out report page."""
+    """The chosen candidate, its pass@1 on the selection split (0..1), the held-out report page, and the
+    candidates tied with it (the first given of equal scores is chosen; a tie is said, never hidden)."""
 
     chosen: Arm
     score: float
     page: Path
+    tied_with: list[str] = field(default_factory=list)  # candidates that scored as high: the choice is the first given
 
 
 def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None,
@@ -228,4 +230,5 @@ def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None,
                                        force=config.force, out=config.out / f"report-{config.report_on}",
                                        title=f"selected checkpoint {chosen.name} on {config.report_on}", **common),
                             on_episode, on_plan)
-    return SelectionOutcome(chosen, scores[chosen.model], report.page)
+    tied = [a.name for a in arms if a is not chosen and scores[a.model] == scores[chosen.model]]
+    return SelectionOutcome(chosen, scores[chosen.model], report.page, tied)

@@ -208,6 +208,7 @@ def test_eval_select_passes_its_sampling_and_worker_flags_to_both_campaigns(corp
                                       "--runs", "1", "--turn-budget", "9", "--max-new-tokens", "77",
                                       "--max-context-tokens", "4096", "--temperature", "0.3", "--workers", "1"])
     assert result.exit_code == 0, result.output + str(result.exception)
+    assert "tie: b scored the same on val; a was chosen as the first --checkpoint given" in " ".join(result.output.split())
     for campaign in ("select-val", "report-test"):
         saved = json.loads((out / campaign / "campaign.json").read_text())["config"]
         assert (saved["turn_budget"], saved["max_new_tokens"], saved["context_tokens"], saved["temperature"]) == \
