@@ -69,8 +69,13 @@ def load_recipe(path: Path | None, overrides: dict[str, Any]) -> dict[str, Any] 
 
 
 def lookup(store: Store, ref: str) -> str:
-    """Resolve a name, hash or path; an unregistered adapter folder is refused with the register command."""
+    """Resolve a name, hash or path; an unregistered adapter folder is refused with the register command.
+
+    A training run's folder (``train sft`` / ``train grpo`` ``--out``) stands for the adapter it wrote,
+    its ``adapter/``."""
     path = Path(ref)
+    if path.is_dir() and not is_adapter_folder(path) and is_adapter_folder(path / "adapter"):
+        path = path / "adapter"
     if path.is_dir():
         if is_adapter_folder(path):
             adapter = load_adapter(path)

@@ -80,3 +80,17 @@ def test_accept_via_cli(world, tmp_path):
     targets.write_text(json.dumps({"lora_tensor_count": 432, "best_val_loss": 0.11644, "best_step": 156}))
     rejected = _run("accept", candidate, "--targets", targets, "--json")
     assert rejected.exit_code == 1 and json.loads(rejected.stdout)["accepted"] is False
+
+
+def test_a_training_run_folder_stands_for_the_adapter_it_wrote(world, tmp_path):
+    import shutil
+
+    store = tmp_path / "store"
+    assert _run("register", world.base, "--name", "base", "--store", store).exit_code == 0
+    assert _run("register", world.sft, "--parent", "base", "--name", "sft", "--store", store).exit_code == 0
+    run_dir = tmp_path / "runs" / "sft"  # what `train sft --out runs/sft` leaves: the adapter under adapter/
+    shutil.copytree(world.sft, run_dir / "adapter")
+    (run_dir / "metrics.jsonl").write_text("")
+    merged = _run("merge", run_dir, "--out", tmp_path / "merged", "--store", store, "--json", "--no-verify")
+    assert merged.exit_code == 0, merged.output
+    assert json.loads(merged.stdout)["manifest"]["target_label"].startswith("sft")
