@@ -66,6 +66,13 @@ def resolve_cache_dir(cache_dir: Path | str | None) -> Path:
     return folder
 
 
+def resolve_cache_source(cache: Path | str | None) -> Path:
+    """A single-file Parquet cache (what ``cache convert X.parquet`` writes) as it is, else ``resolve_cache_dir``."""
+    if cache is not None and Path(cache).suffix == ".parquet" and Path(cache).is_file():
+        return Path(cache)
+    return resolve_cache_dir(cache)
+
+
 def _path_component(name: str, what: str) -> str:
     """A file-name-safe, collision-free spelling of an instance id or dataset name."""
     if name in ("", ".", ".."):

@@ -21,7 +21,7 @@ console = Console()
 
 CacheDirArg = Annotated[
     Path | None,
-    typer.Argument(help="Cache folder (or its manifest.json); default: $KL_EVAL_TEACHER_CACHE_DIR"),
+    typer.Argument(help="Cache folder (or its manifest.json), or a single .parquet cache; default: $KL_EVAL_TEACHER_CACHE_DIR"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")]
 
@@ -64,10 +64,10 @@ def validate_command(
 ) -> None:
     """Check every record and the manifest; exit 1 when there are errors (warnings do not fail)."""
     # the command's code loads when it runs: every other command starts without it
-    from pdbgym.rollouts.cache import resolve_cache_dir
+    from pdbgym.rollouts.cache import resolve_cache_source
     from pdbgym.rollouts.validate import validate_cache_report
 
-    folder = resolve_cache_dir(cache_dir)
+    folder = resolve_cache_source(cache_dir)
     with file_progress("validating", enabled=not as_json) as on_file:
         report = validate_cache_report(folder, vocab_size=vocab_size, on_file=on_file)
     if as_json:
@@ -89,10 +89,10 @@ def validate_command(
 def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> None:
     """Instances, samples, tokens, masked tokens, solve rate and how episodes ended."""
     # the command's code loads when it runs: every other command starts without it
-    from pdbgym.rollouts.cache import resolve_cache_dir
+    from pdbgym.rollouts.cache import resolve_cache_source
     from pdbgym.rollouts.summary import summarize_cache
 
-    folder = resolve_cache_dir(cache_dir)
+    folder = resolve_cache_source(cache_dir)
     with file_progress("reading", enabled=not as_json) as on_file:
         summary = summarize_cache(folder, on_file=on_file)
     if as_json:

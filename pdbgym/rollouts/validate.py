@@ -26,7 +26,7 @@ from pdbgym.rollouts.cache import (
     entry_file,
     load_file_dicts,
     read_manifest,
-    resolve_cache_dir,
+    resolve_cache_source,
 )
 from pdbgym.rollouts.record import (
     CacheFormatError,
@@ -171,9 +171,10 @@ def validate_record(rec: RolloutRecord, *, vocab_size: int | None = None) -> lis
     return validate_record_report(rec, vocab_size=vocab_size).errors
 
 
-def _check_file(path: Path, dataset: str, instance_id: str, vocab_size: int | None,
+def _check_file(path: Path, dataset: str | None, instance_id: str | None, vocab_size: int | None,
                 seen: dict[tuple[str, str, int], str], report: ValidationReport) -> list[RolloutRecord]:
-    """Check one file's records into ``report``; returns the records that could be built."""
+    """Check one file's records into ``report``; returns the records that could be built. ``dataset`` and
+    ``instance_id``: what the manifest lists for the file (None: a single-file cache, many instances)."""
     try:
         raw_records = load_file_dicts(path)
     except CacheFormatError as exc:
@@ -190,7 +191,7 @@ def _check_file(path: Path, dataset: str, instance_id: str, vocab_size: int | No
             report.errors.append(f"{path} sample {position}: {exc}")
             continue
         built.append(rec)
-        if (rec.dataset, rec.instance_id) != (dataset, instance_id):
+        if dataset is not None and (rec.dataset, rec.instance_id) != (dataset, instance_id):
             report.errors.append(f"{path}: holds {rec.label} but the manifest lists "
                                  f"{dataset}/{instance_id} (dataset/instance_id differ)")
         key = (rec.dataset, rec.instance_id, rec.sample_idx)
@@ -206,7 +207,12 @@ def iter_validated_cache(cache_dir: Path | str | None, report: ValidationReport,
     """Records of a cache in manifest order, one file in memory at a time, each checked into ``report``
     as it is read; ``report`` is complete (manifest against files, tokenizer fingerprints) only once the
     iterator is exhausted, so use what it yielded only when ``report.ok`` then."""
-    folder = resolve_cache_dir(cache_dir)
+    folder = resolve_cache_source(cache_dir)
+    if folder.is_file():  # a single-file Parquet cache: every record in one file, no manifest
+        records = _check_file(folder, None, None, vocab_size, {}, report)
+        _check_fingerprints(declared_fingerprints(records), report)
+        yield from records
+        return
     try:
         entries = read_manifest(folder)
     except CacheFormatError as exc:
@@ -234,6 +240,10 @@ def iter_validated_cache(cache_dir: Path | str | None, report: ValidationReport,
     for path in sorted(folder.rglob("*")):
         if path.suffix in (".pt", ".parquet") and path.is_file() and path.resolve() not in listed:
             report.errors.append(f"{path.relative_to(folder)}: file is not listed in {MANIFEST_NAME}")
+    _check_fingerprints(fingerprints, report)
+
+
+def _check_fingerprints(fingerprints: set[str], report: ValidationReport) -> None:
     if len(fingerprints) > 1:
         report.errors.append(f"the records were tokenized by {len(fingerprints)} different tokenizers (fingerprints "
                              f"{', '.join(sorted(fingerprints))}); one cache holds one tokenizer's ids")

@@ -76,3 +76,16 @@ def test_a_broken_file_is_listed_by_validate(cache: Path) -> None:
     bad = runner.invoke(app, ["cache", "validate", str(cache)], env={"COLUMNS": "80"})
     assert bad.exit_code == 1
     assert "lacks teacher-cache field(s) ['instance_id', 'dataset', 'tokens'" in bad.output
+
+
+def test_a_single_parquet_file_is_validated_and_summarized(cache: Path, tmp_path: Path) -> None:
+    single = tmp_path / "c.parquet"
+    assert runner.invoke(app, ["cache", "convert", str(cache), str(single)]).exit_code == 0
+    ok = runner.invoke(app, ["cache", "validate", str(single), "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["errors"] == []
+    too_small = runner.invoke(app, ["cache", "validate", str(single), "--vocab-size", "10", "--json"])
+    assert too_small.exit_code == 1 and len(json.loads(too_small.output)["errors"]) == 8
+    summary = runner.invoke(app, ["cache", "summary", str(single), "--json"])
+    assert summary.exit_code == 0, summary.output
+    assert (json.loads(summary.output)["instances"], json.loads(summary.output)["samples"]) == (4, 8)
