@@ -98,7 +98,8 @@ def read_manifest(cache_dir: Path) -> list[ManifestEntry]:
     try:
         data = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CacheFormatError(f"{manifest_path} is not valid JSON: {exc}") from exc
+        raise CacheFormatError(f"{manifest_path} is not valid JSON: {exc}; rebuild it from the cache's files "
+                               f"with `pdbgym cache repair {cache_dir}`") from exc
     if isinstance(data, dict):
         data = data.get("entries")
     if not isinstance(data, list):
@@ -135,6 +136,31 @@ def write_manifest(cache_dir: Path, entries: Iterable[ManifestEntry]) -> Path:
     manifest_path = Path(cache_dir) / MANIFEST_NAME
     write_json_atomic(manifest_path, [entry.to_dict() for entry in entries])
     return manifest_path
+
+
+def repair_manifest(cache_dir: Path | str) -> tuple[list[ManifestEntry], Path | None]:
+    """Rebuild ``manifest.json`` from the instance files in ``cache_dir`` (a manifest that is missing,
+    cut short or corrupted). Each ``.pt``/``.parquet`` file is listed under the dataset and instance id
+    its records hold; the unreadable manifest is kept beside as ``manifest.json.bad`` (returned). A file
+    that cannot be read, or mixes instances, is refused by name: nothing is rewritten then."""
+    folder = Path(cache_dir)
+    if not folder.is_dir():
+        raise CacheFormatError(f"cache folder {folder} does not exist (or is not a folder)")
+    entries = []
+    for path in sorted(p for p in folder.rglob("*") if p.suffix in (".pt", ".parquet") and p.is_file()):
+        records = load_file_records(path)
+        owners = {(r.dataset, r.instance_id) for r in records}
+        if len(owners) != 1:
+            raise CacheFormatError(f"{path}: holds {len(owners)} instances; an instance file holds exactly one")
+        (dataset, instance_id), = owners
+        entries.append(ManifestEntry(dataset, instance_id, path.relative_to(folder).as_posix()))
+    manifest = folder / MANIFEST_NAME
+    kept = None
+    if manifest.is_file():
+        kept = manifest.with_name(MANIFEST_NAME + ".bad")
+        os.replace(manifest, kept)
+    write_manifest(folder, entries)
+    return entries, kept
 
 
 def entry_file(cache_dir: Path, entry: ManifestEntry) -> Path:

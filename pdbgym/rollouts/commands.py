@@ -147,3 +147,20 @@ def convert_command(
                           "records": result.records, "verified": result.verified}))
         return
     console.print(f"wrote {result.records} record(s) to {result.destination}; read back and verified identical")
+
+
+@app.command("repair")
+def repair_command(
+    cache_dir: Annotated[Path, typer.Argument(help="Cache folder whose manifest.json is missing or corrupted")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild manifest.json from the cache's instance files (the old one kept as manifest.json.bad)."""
+    # the command's code loads when it runs: every other command starts without it
+    from pdbgym.rollouts.cache import repair_manifest
+
+    entries, kept = repair_manifest(cache_dir)
+    if as_json:
+        print(json.dumps({"cache_dir": str(cache_dir), "entries": len(entries), "old_manifest": str(kept) if kept else None}))
+        return
+    console.print(f"{cache_dir}: manifest rebuilt, {len(entries)} instance file(s) listed"
+                  + (f"; the old one is {kept}" if kept else "") + f"; check it with `pdbgym cache validate {cache_dir}`")

@@ -89,3 +89,16 @@ def test_a_single_parquet_file_is_validated_and_summarized(cache: Path, tmp_path
     summary = runner.invoke(app, ["cache", "summary", str(single), "--json"])
     assert summary.exit_code == 0, summary.output
     assert (json.loads(summary.output)["instances"], json.loads(summary.output)["samples"]) == (4, 8)
+
+
+def test_a_corrupted_manifest_is_rebuilt_from_the_files(cache: Path) -> None:
+    before = read_cache(cache)
+    (cache / "manifest.json").write_text('[{"dataset": "syn", "instance_id"')  # a write cut short
+    broken = runner.invoke(app, ["cache", "validate", str(cache), "--json"])
+    assert broken.exit_code == 1 and "pdbgym cache repair" in json.loads(broken.output)["errors"][0]
+    repaired = runner.invoke(app, ["cache", "repair", str(cache), "--json"])
+    assert repaired.exit_code == 0, repaired.output
+    assert json.loads(repaired.output)["entries"] == 4 and (cache / "manifest.json.bad").is_file()
+    assert runner.invoke(app, ["cache", "validate", str(cache)]).exit_code == 0
+    assert sorted((r.instance_id, r.sample_idx) for r in read_cache(cache)) == \
+        sorted((r.instance_id, r.sample_idx) for r in before)
