@@ -154,6 +154,12 @@ def runner_pins() -> tuple[str, ...]:
                  for d in _closure(RUNNER_DISTRIBUTIONS) if canonicalize_name(d.metadata["Name"]) in RUNNER_DISTRIBUTIONS)
 
 
+@functools.cache
+def runner_distribution_names() -> frozenset[str]:
+    """Canonical names of the runner's distributions and everything they require here."""
+    return frozenset(canonicalize_name(d.metadata["Name"]) for d in _closure(RUNNER_DISTRIBUTIONS))
+
+
 def python_tag() -> str:
     """The interpreter an environment is built for: implementation, version and platform."""
     return f"{sys.implementation.name}-{sys.version_info.major}.{sys.version_info.minor}-{sysconfig.get_platform()}"
@@ -376,7 +382,7 @@ def _run_installer(argv: list[str], on_line: Callable[[str], None] | None, timeo
             returncode = process.wait()
     except OSError as exc:
         return f"cannot run {argv[0]}: {exc}"
-    return None if returncode == 0 else "\n".join(lines)
+    return None if returncode == 0 else "\n".join(line for line in lines if not line.startswith("WARNING:"))
 
 
 def prune_environments(keep: Iterable[str] = ()) -> list[EnvironmentInfo]:

@@ -26,6 +26,7 @@ from pdbgym.tasks.synth.runner import (
     PASSED,
     copy_bytecode,
     hot_runner,
+    project_requirements,
     read_source,
     run_pytest,
     write_mutant,
@@ -198,6 +199,8 @@ def build_task(project_root: str, label: str, slug: str, staging: str, site: Mut
         "mutated_line": site.line, "source_module": source_module_of(site.file), "mutation": mutation.description,
         "mutation_key": site.key,
     }
+    if requirements := project_requirements():  # the environment the task was kept in, recorded whole
+        data["requirements"] = requirements
     server = Path(server_root) if server_root else None
     checked = still_passing if reaching is None else sorted(set(still_passing).intersection(reaching))
     problem = "" if reaching is None else layout_problem(root, test_files, [*failing, *still_passing],

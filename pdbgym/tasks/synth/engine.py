@@ -29,12 +29,13 @@ from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.sandbox.pyenv import ensure_environment
 from pdbgym.tasks.synth.baseline import Baseline, run_baseline
 from pdbgym.tasks.synth.candidate import CandidateResult, build_task, evaluate_candidate
 from pdbgym.tasks.synth.hotserver import narrowed
 from pdbgym.tasks.synth.operators import OPERATORS, MutationError, MutationSite, enumerate_sites
 from pdbgym.tasks.synth.project import PYPI_PREFIX, Project, SynthSourceError, prepare_project, slug_for
-from pdbgym.tasks.synth.runner import HOT_DIR, stop_servers
+from pdbgym.tasks.synth.runner import HOT_DIR, REQUIREMENTS_VAR, stop_servers
 
 STATE_DIR = ".synth"
 STATE_FILE = "state.json"
@@ -160,6 +161,10 @@ def _run_source(source: str, config: SynthConfig, report: SourceReport,
     check_state_origin(workdir / STATE_FILE, origin)
     workdir.mkdir(parents=True, exist_ok=True)
     project = prepare_project(source, workdir)
+    if project.requirements:
+        ensure_environment(project.requirements)  # before the pool: its workers find it in the cache
+    inherited = os.environ.get(REQUIREMENTS_VAR)
+    os.environ[REQUIREMENTS_VAR] = json.dumps(list(project.requirements))  # the pool's workers inherit it
     try:
         with _pool(config.workers) as pool:
             try:
@@ -168,6 +173,10 @@ def _run_source(source: str, config: SynthConfig, report: SourceReport,
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise
     finally:
+        if inherited is None:
+            os.environ.pop(REQUIREMENTS_VAR, None)
+        else:
+            os.environ[REQUIREMENTS_VAR] = inherited
         stop_servers(below=workdir)  # pool processes took theirs with them; a thread pool's live here
         shutil.rmtree(workdir / HOT_DIR, ignore_errors=True)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdbgym.errors import PdbgymError
+from pdbgym.tasks.synth.deps import DependencyError, declared_requirements, pin_requirements
 
 
 class SynthSourceError(PdbgymError):
@@ -46,6 +47,8 @@ class Project:
     root: Path
     source_files: list[str]   # files whose functions may be mutated
     test_files: list[str]
+    # A release's declared runtime and test dependencies pinned (``deps.py``): its tasks' environment.
+    requirements: tuple[str, ...] = ()
 
 
 def slug_for(label: str) -> str:
@@ -114,9 +117,15 @@ def _package_roots(origin: Path) -> tuple[Path, list[Path], list[Path]]:
 
 def prepare_project(source: str, workdir: Path) -> Project:
     """Resolve ``source`` and build the minimal project copy under ``workdir/project``."""
+    requirements: tuple[str, ...] = ()
     if source.startswith(PYPI_PREFIX):
         origin = download_sdist(source.removeprefix(PYPI_PREFIX), workdir)
         label = source
+        name = source.removeprefix(PYPI_PREFIX).split("==", 1)[0]
+        try:
+            requirements = tuple(pin_requirements(declared_requirements(origin, name), name))
+        except DependencyError as exc:
+            raise SynthSourceError(f"{label}: its dependencies cannot be installed here: {exc}") from exc
     else:
         origin = Path(source).expanduser()
         if not origin.is_dir():
@@ -157,7 +166,7 @@ def prepare_project(source: str, workdir: Path) -> Project:
     source_files = [rel for rel in all_py if not is_test_file(rel) and Path(rel).name != "conftest.py"
                     and not any(Path(rel).is_relative_to(d) for d in test_dirs)]
     return Project(label=label, slug=slug_for(label), root=project_root, source_files=source_files,
-                   test_files=test_files)
+                   test_files=test_files, requirements=requirements)
 
 
 def _anchor_rootdir(project_root: Path) -> None:

@@ -17,7 +17,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdbgym.errors import SandboxError
 from pdbgym.sandbox import Limits, PtyProcess, RunResult, Sandbox, get_sandbox, sandbox_env
+from pdbgym.sandbox.pyenv import ensure_environment
 from pdbgym.tasks.synth import hotserver, probe, zygote
 
 # Per-run files in the workspace; ``{run}`` makes them unique, since runs may share a workspace.
@@ -50,9 +52,28 @@ class SuiteRun:
         return sorted(n for n, o in self.outcomes.items() if o == "timeout")
 
 
-@functools.cache
+# The pinned requirements (JSON) of the project being synthesized, set by the engine around a source's
+# pool so its worker processes inherit them: every run of the project sees its environment.
+REQUIREMENTS_VAR = "PDBGYM_SYNTH_REQUIREMENTS"
+
+
+def project_requirements() -> list[str]:
+    """The requirements of the project being synthesized in this process (``REQUIREMENTS_VAR``)."""
+    return list(json.loads(os.environ.get(REQUIREMENTS_VAR) or "[]"))
+
+
 def _sandbox() -> Sandbox:
-    return get_sandbox("auto")
+    return _sandbox_for(tuple(project_requirements()))
+
+
+@functools.cache
+def _sandbox_for(requirements: tuple[str, ...]) -> Sandbox:
+    sandbox = get_sandbox("auto")
+    if not requirements:
+        return sandbox
+    if not sandbox.mounts_environments:
+        raise SandboxError(f"synthesizing a project with dependencies needs the bwrap sandbox, not {sandbox.name}")
+    return sandbox.with_site_packages(ensure_environment(requirements).site_packages)  # built by the engine
 
 
 def execute(argv: list[str], workspace: Path, wall_time_s: float, env_extra: dict[str, str]) -> RunResult:

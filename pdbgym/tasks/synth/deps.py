@@ -1,0 +1,204 @@
+"""What a released project needs to run its tests: its declared dependencies, pinned.
+
+Read from the unpacked sdist: the runtime dependencies and the test extras or groups (``PKG-INFO``,
+setuptools' ``*.egg-info/requires.txt``, ``pyproject.toml``'s ``[project]`` and ``[dependency-groups]``,
+``setup.cfg``), test requirements files and ``tox.ini``'s ``deps``. Markers are evaluated for this
+interpreter; the project itself (an extra naming it, ``attrs[tests]``) is expanded, never installed, so
+its tests import the repo's code; tools that run no test (coverage, linters, docs, packaging) are left
+out. The set is then resolved to exact pins, together with the test runner's pins, by the installer
+(``pip install --dry-run --report``, binary wheels only), so a task records its whole environment and
+``tasks validate`` builds the same one from the record alone.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from pdbgym.errors import PdbgymError
+from pdbgym.sandbox.pyenv import RUNNER_DISTRIBUTIONS, runner_distribution_names, runner_pins
+
+TEST_EXTRAS = frozenset({"test", "tests", "testing", "dev", "develop", "development"})
+# Never needed to run a test here: pdbgym's runner brings pytest; the rest measure, lint, document, package.
+NOT_FOR_TESTS = re.compile(
+    r"^(pytest|pytest-(sugar|randomly|mypy.*|ruff|black|flake8|isort|checkdocs|enabler|html|pylint)|"
+    r"codecov|coveralls|tox|"
+    r"nox|pre-commit.*|mypy|"
+    r"flake8.*|ruff|black|isort|pylint|pyright|sphinx.*|furo|myst-parser|twine|build|wheel|setuptools-scm|"
+    r"check-manifest|towncrier|bump.*|ipython|ipdb|pdbpp|types-.*|.*-stubs|docutils|readme-renderer)$")
+REQUIREMENT_FILES = ("requirements-test.txt", "requirements-tests.txt", "requirements_test.txt", "test-requirements.txt",
+                     "test_requirements.txt", "requirements-dev.txt", "dev-requirements.txt",
+                     "requirements/test.txt", "requirements/tests.txt", "requirements/testing.txt",
+                     "tests/requirements.txt", "test/requirements.txt", "requirements.txt")
+
+
+class DependencyError(PdbgymError):
+    """A project's declared dependencies cannot be resolved to binary wheels for this interpreter."""
+
+
+def _applies(requirement: Requirement, extras: frozenset[str]) -> bool:
+    if requirement.marker is None:
+        return True
+    base = default_environment()
+    return any(requirement.marker.evaluate({**base, "extra": extra}) for extra in ("", *sorted(extras)))
+
+
+def _requirement(line: str) -> Requirement | None:
+    line = line.split(" #", 1)[0].strip()
+    if not line or line.startswith(("#", "-", "[")) or "{" in line:
+        return None
+    try:
+        return Requirement(line)
+    except InvalidRequirement:
+        return None
+
+
+def _metadata_lines(origin: Path) -> list[str]:
+    """``Requires-Dist`` of ``PKG-INFO`` (markers with their ``extra``) and ``*.egg-info/requires.txt``."""
+    lines: list[str] = []
+    for pkg_info in (origin / "PKG-INFO", *origin.glob("*.egg-info/PKG-INFO"), *origin.glob("src/*.egg-info/PKG-INFO")):
+        if pkg_info.is_file():
+            headers = HeaderParser().parsestr(pkg_info.read_text(errors="replace"))
+            lines += headers.get_all("Requires-Dist") or []
+    for requires in (*origin.glob("*.egg-info/requires.txt"), *origin.glob("src/*.egg-info/requires.txt")):
+        section = ""
+        for raw in requires.read_text(errors="replace").splitlines():
+            raw = raw.strip()
+            if raw.startswith("[") and raw.endswith("]"):
+                section = raw[1:-1]
+            elif raw:
+                extra, _, marker = section.partition(":")
+                conditions = [f"({marker})"] if marker else []
+                conditions += [f'extra == "{extra}"'] if extra else []
+                lines.append(raw + (f"; {' and '.join(conditions)}" if conditions else ""))
+    return lines
+
+
+def _pyproject_lines(origin: Path) -> list[str]:
+    path = origin / "pyproject.toml"
+    if not path.is_file():
+        return []
+    try:
+        data = tomllib.loads(path.read_text(errors="replace"))
+    except tomllib.TOMLDecodeError:
+        return []
+    project = data.get("project", {})
+    lines = [str(d) for d in project.get("dependencies", []) if isinstance(d, str)]
+    for extra, deps in project.get("optional-dependencies", {}).items():
+        lines += [f'{d}; extra == "{extra}"' if ";" not in d else d for d in deps if isinstance(d, str)]
+    for group, deps in data.get("dependency-groups", {}).items():
+        if canonicalize_name(group) in TEST_EXTRAS:
+            lines += [d for d in deps if isinstance(d, str)]  # {include-group = ...} tables are left out
+    return lines
+
+
+def _setup_cfg_lines(origin: Path) -> list[str]:
+    path = origin / "setup.cfg"
+    if not path.is_file():
+        return []
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(path.read_text(errors="replace"))
+    except configparser.Error:
+        return []
+    lines = parser.get("options", "install_requires", fallback="").splitlines()
+    if parser.has_section("options.extras_require"):
+        for extra, deps in parser.items("options.extras_require"):
+            lines += [f'{d}; extra == "{extra}"' for d in deps.splitlines() if d.strip() and ";" not in d]
+    return lines
+
+
+def _file_lines(origin: Path) -> list[str]:
+    """Test requirements files and tox's ``deps``; ``-r`` followed only to files inside the sdist."""
+    lines: list[str] = []
+    seen: set[Path] = set()
+
+    def read(path: Path) -> None:
+        path = path.resolve()
+        if path in seen or not path.is_file() or not path.is_relative_to(origin.resolve()):
+            return
+        seen.add(path)
+        for raw in path.read_text(errors="replace").splitlines():
+            raw = raw.strip()
+            if raw.startswith(("-r ", "--requirement ")):
+                read(path.parent / raw.split(None, 1)[1].strip())
+            else:
+                lines.append(raw)
+
+    for name in REQUIREMENT_FILES:
+        read(origin / name)
+    tox = origin / "tox.ini"
+    if tox.is_file():
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        try:
+            parser.read_string(tox.read_text(errors="replace"))
+            for raw in parser.get("testenv", "deps", fallback="").splitlines():
+                raw = raw.strip()
+                if raw.startswith("-r"):
+                    read(origin / raw[2:].strip())
+                else:
+                    lines.append(raw)
+        except configparser.Error:
+            pass
+    return lines
+
+
+def declared_requirements(origin: Path, project_name: str) -> list[str]:
+    """What the project at ``origin`` declares for running and testing, as declared (ranges kept)."""
+    own = canonicalize_name(project_name)
+    raw = [*_metadata_lines(origin), *_pyproject_lines(origin), *_setup_cfg_lines(origin), *_file_lines(origin)]
+    parsed = [r for line in raw if (r := _requirement(line)) is not None and r.url is None]
+    extras = set(TEST_EXTRAS)
+    changed = True
+    while changed:  # an extra naming the project itself (dev = ["attrs[tests]"]) adds those extras
+        changed = False
+        for requirement in parsed:
+            if canonicalize_name(requirement.name) == own and _applies(requirement, frozenset(extras)):
+                new = {canonicalize_name(e) for e in requirement.extras} - extras
+                extras |= new
+                changed = changed or bool(new)
+    runner = runner_distribution_names()  # pytest's own dependencies: the runner's versions decide
+    chosen: dict[str, str] = {}
+    for requirement in parsed:
+        name = canonicalize_name(requirement.name)
+        if name == own or name in runner or NOT_FOR_TESTS.match(name) or not _applies(requirement, frozenset(extras)):
+            continue
+        requirement.marker = None
+        chosen.setdefault(str(requirement), name)
+    return sorted(chosen)
+
+
+def pin_requirements(declared: list[str], project_name: str, timeout_s: float = 300.0) -> list[str]:
+    """``declared`` resolved to ``name==version`` for this interpreter, binary wheels only, beside the
+    runner's pins; the runner's own distributions and the project itself left out of the result."""
+    if not declared:
+        return []
+    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
+            "--only-binary", ":all:", "--disable-pip-version-check", "--no-input", *declared, *runner_pins()]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise DependencyError(f"resolving {', '.join(declared)} took over {timeout_s:.0f} s") from exc
+    if done.returncode != 0:
+        message = "\n".join(line for line in (done.stderr or done.stdout).splitlines()
+                            if not line.startswith("WARNING:"))
+        raise DependencyError(f"pip cannot resolve {', '.join(declared)} to wheels for this Python:\n"
+                              f"{message.strip()[-2000:]}")
+    try:
+        report = json.loads(done.stdout)
+        resolved = {canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
+                    for item in report["install"]}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DependencyError(f"pip's resolution report of {', '.join(declared)} could not be read: {exc}") from exc
+    skip = {canonicalize_name(project_name), *RUNNER_DISTRIBUTIONS}
+    return sorted(f"{name}=={version}" for name, version in resolved.items() if name not in skip)
