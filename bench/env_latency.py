@@ -8,12 +8,15 @@ appears. Figures are p50 and p95 in milliseconds.
     python bench/env_latency.py                      # a tiny generated project
     python bench/env_latency.py --task path/to/task  # a task folder (task.json + repo/)
     python bench/env_latency.py --json
+    python bench/env_latency.py --environments [--requirement NAME==VERSION ...]
 
 The measurement functions are importable (``measure_reset``, ``measure_round_trip``,
 ``measure_restart``, ``measure_baseline``) so other benchmarks can reuse them. Environment-level
 figures (an ``edit`` step with its session restart, a whole scripted episode) use a built-in task.
 With the bwrap sandbox, the cost of hiding the host is measured against bwrap with the whole host
 visible read-only (the earlier layout), paired run by run: the interpreter floor and ``true``.
+``--environments`` measures only ``DebugEnv.reset`` with a task environment mounted against the same
+task without one, interleaved, and what the first and a second task of that environment spend getting it.
 """
 
 from __future__ import annotations
@@ -234,6 +237,56 @@ def measure_scripted_episode(sandbox: Sandbox, env_task: str, reps: int) -> list
     return durations
 
 
+def _calc_task(folder: Path, instance_id: str, requirements: list[str] | None) -> Path:
+    """A one-bug task folder (``sub`` adds), with ``requirements`` or none."""
+    (folder / "repo" / "tests").mkdir(parents=True)
+    (folder / "repo" / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\n")
+    (folder / "repo" / "tests" / "test_calc.py").write_text(
+        "from calc import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_sub():\n    assert sub(5, 3) == 2\n")
+    patch = ("--- a/calc.py\n+++ b/calc.py\n@@ -4,3 +4,3 @@\n \n def sub(a, b):\n-    return a + b\n"
+             "+    return a - b\n")
+    data = {"instance_id": instance_id, "FAIL_TO_PASS": ["tests/test_calc.py::test_sub"],
+            "PASS_TO_PASS": ["tests/test_calc.py::test_add"], "patch": patch}
+    (folder / "task.json").write_text(json.dumps({**data, **({"requirements": requirements} if requirements else {})}))
+    return folder
+
+
+def measure_task_environments(sandbox: Sandbox, requirements: list[str], reps: int) -> dict[str, object]:
+    """``DebugEnv.reset`` (a fresh workspace, a fork server from the pool, pdb to the first prompt) on a
+    task whose environment is mounted and on the same task without requirements (the runner's packages
+    alone), interleaved rep by rep after one warm-up each; and the time the first and a second task of
+    that environment spend getting it (the first builds it unless the cache already holds it)."""
+    from pdbgym.env import DebugEnv, EnvConfig
+    from pdbgym.sandbox.pyenv import environment_key, envs_home, read_environment
+    from pdbgym.tasks.model import load_task
+    from pdbgym.tasks.taskenv import task_sandbox
+
+    with tempfile.TemporaryDirectory(prefix="pdbgym-bench-envs-") as scratch:
+        plain = load_task(_calc_task(Path(scratch, "plain"), "bench__plain", None))
+        first = load_task(_calc_task(Path(scratch, "first"), "bench__first", requirements))
+        second = load_task(_calc_task(Path(scratch, "second"), "bench__second", requirements))
+        was_cached = read_environment(envs_home() / environment_key(requirements)) is not None
+        first_s = timed(lambda: task_sandbox(sandbox, first))
+        second_s = timed(lambda: task_sandbox(sandbox, second))
+        envs = {"with": DebugEnv(second, EnvConfig(), sandbox), "without": DebugEnv(plain, EnvConfig(), sandbox)}
+        samples: dict[str, list[float]] = {"with": [], "without": []}
+        try:
+            for env in envs.values():
+                env.reset()  # warm-up: the pool's first server for each environment
+            for _ in range(reps):
+                for name, env in envs.items():
+                    samples[name].append(timed(env.reset))
+        finally:
+            for env in envs.values():
+                env.close()
+    return {"requirements": requirements, "first_task_s": first_s, "first_was_cached": was_cached,
+            "second_task_s": second_s,
+            "reset_with": summarize(f"reset, environment mounted ({len(requirements)} requirement(s))",
+                                    samples["with"]),
+            "reset_without": summarize("reset, no requirements (runner packages only)", samples["without"])}
+
+
 def run_benchmark(task: Path | None = None, reps: int = 200, kind: str = "auto",
                   env_task: str = "builtin__billing-invoice-totals") -> dict[str, object]:
     """All figures and ratios as a dict (what ``--json`` prints)."""
@@ -293,7 +346,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env-task", default="builtin__billing-invoice-totals",
                         help="task for the environment-level figures (edit+restart, scripted episode)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--environments", action="store_true",
+                        help="only reset with a task environment mounted against the same task without one")
+    parser.add_argument("--requirement", action="append", default=None,
+                        help="the environment's pinned requirements (default six==1.17.0; repeat)")
     args = parser.parse_args(argv)
+    if args.environments:
+        report_environments(measure_task_environments(get_sandbox(args.sandbox), args.requirement or ["six==1.17.0"],
+                                                      max(10, args.reps // 4)), args.json)
+        return
     result = run_benchmark(args.task, args.reps, args.sandbox, args.env_task)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -315,6 +376,21 @@ def main(argv: list[str] | None = None) -> None:
         console.print(f"confinement: {ratios['confinement_cost_p50_ms']:+.1f} ms on the interpreter floor at p50 "  # type: ignore[index]
                       f"({ratios['confinement_ratio_p50']:.2f}x the host-view layout), "  # type: ignore[index]
                       f"{ratios['confinement_start_cost_p50_ms']:+.1f} ms on `true`")  # type: ignore[index]
+
+
+def report_environments(result: dict[str, object], as_json: bool) -> None:
+    with_env, without = result["reset_with"], result["reset_without"]
+    assert isinstance(with_env, Figure) and isinstance(without, Figure)
+    if as_json:
+        print(json.dumps({**result, "reset_with": asdict(with_env), "reset_without": asdict(without),
+                          "ratio_p50": with_env.p50_ms / without.p50_ms}, indent=2))
+        return
+    for figure in (with_env, without):
+        print(f"{figure.name}: p50 {figure.p50_ms:.1f} ms, p95 {figure.p95_ms:.1f} ms (n={figure.samples})")
+    print(f"mounted / without, p50: {with_env.p50_ms / without.p50_ms:.2f}x")
+    cached = " (already in the cache)" if result["first_was_cached"] else " (built)"
+    print(f"first task of the environment: {result['first_task_s']:.2f} s{cached}; "
+          f"second task: {result['second_task_s'] * 1000:.1f} ms")
 
 
 if __name__ == "__main__":
