@@ -19,7 +19,8 @@ FAKE_INSTALLER = textwrap.dedent('''
     if log:
         open(log, "a").write(" ".join(requirements) + "\\n")
     print("Collecting " + requirements[0], flush=True)
-    if os.environ.get("FAKE_FAIL"):
+    fail_on = os.environ.get("FAKE_FAIL_ON")
+    if os.environ.get("FAKE_FAIL") or (fail_on and any(fail_on in r for r in requirements)):
         print("ERROR: Could not find a version that satisfies the requirement " + requirements[0])
         print("ERROR: No matching distribution found for " + requirements[0])
         sys.exit(1)

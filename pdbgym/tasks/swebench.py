@@ -3,7 +3,10 @@
 A row holds ``instance_id``, ``patch`` (the reference fix), ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` (JSON
 lists, or JSON-encoded strings of lists as SWE-bench stores them), and ``repo_path``: a local checkout of
 the buggy repository. An optional ``test_patch`` (SWE-bench's tests that expose the bug) is applied to
-the copy. Other fields are kept in task.json.
+the copy. The instance's environment comes from ``requirements`` (a list of pinned ``NAME==VERSION``, or
+their lines as one string) or ``requirements_file`` (a requirements file, relative to the JSONL's folder,
+pinned lines only); it is recorded in task.json and, with ``build_environments``, built at import, so
+an instance whose environment cannot be set up is reported then. Other fields are kept in task.json.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from typing import Any
 
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_text_atomic
+from pdbgym.sandbox.pyenv import check_requirements, ensure_environment
 from pdbgym.tasks.model import REPO_DIR, Task, instance_id_problem, load_task, write_task
 from pdbgym.tasks.patches import apply_patch
 
 _LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
-_DROPPED_ON_IMPORT = {"repo_path", "test_patch"}
+_DROPPED_ON_IMPORT = {"repo_path", "test_patch", "requirements_file"}
 
 
 class SwebenchError(PdbgymError):
@@ -69,7 +73,31 @@ def _folder_name(instance_id: Any, where: str) -> str:
     return str(instance_id)
 
 
-def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = None, where: str = "row") -> Path:
+def row_requirements(row: dict[str, Any], base: Path, where: str) -> list[str] | None:
+    """The instance's pinned requirements from ``requirements`` or ``requirements_file`` (None: neither),
+    checked; a file is read only inside ``base`` (the JSONL's folder)."""
+    given = row.get("requirements")
+    if given is None and row.get("requirements_file"):
+        path = (base / str(row["requirements_file"])).resolve()
+        if not path.is_relative_to(base.resolve()) or not path.is_file():
+            raise SwebenchError(f"{where}: requirements_file {row['requirements_file']!r} is not a file inside "
+                                f"{base}; put it beside the JSONL")
+        given = path.read_text(errors="replace")
+    if given is None:
+        return None
+    if isinstance(given, str):
+        given = [line.split(" #", 1)[0].strip() for line in given.splitlines()]
+        given = [line for line in given if line and not line.startswith("#")]
+    if not isinstance(given, list):
+        raise SwebenchError(f"{where}: requirements must be a list of NAME==VERSION, got {type(given).__name__}")
+    try:
+        return check_requirements(given, f"{where}: ")
+    except PdbgymError as exc:
+        raise SwebenchError(f"{where}: the instance's environment cannot be set up: {exc}") from exc
+
+
+def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = None, where: str = "row",
+                base: Path = Path(".")) -> Path:
     """Write one row as a task folder under ``out_dir`` (replacing an earlier import of the same id)."""
     for name in ("instance_id", "patch", *_LIST_FIELDS):
         if name not in row:
@@ -77,6 +105,9 @@ def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = No
     instance_id = _folder_name(row["instance_id"], where)
     checkout = _checkout_for(row, repos_root, where)
     data = {k: v for k, v in row.items() if k not in _DROPPED_ON_IMPORT and v is not None}
+    requirements = row_requirements(row, base, where)
+    if requirements is not None:
+        data["requirements"] = requirements
     for name in _LIST_FIELDS:
         data[name] = decode_test_list(row[name], name, where)
     final_dir = out_dir / instance_id
@@ -104,8 +135,11 @@ def _apply(repo: Path, patch: str, where: str) -> None:
         raise SwebenchError(f"{where}: test_patch does not apply to the checkout: {str(exc)[:300]}") from exc
 
 
-def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Path | None = None) -> list[ImportOutcome]:
-    """Import every row of ``jsonl``; a bad row is reported in its outcome and never stops the rest."""
+def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Path | None = None,
+                    build_environments: bool = False) -> list[ImportOutcome]:
+    """Import every row of ``jsonl``; a bad row is reported in its outcome and never stops the rest.
+    With ``build_environments`` each instance's environment is built (or found in the cache) too: one
+    that cannot be is that row's error, and its folder is not kept."""
     source = Path(jsonl)
     if not source.is_file():
         raise SwebenchError(f"{source}: no such JSONL file")
@@ -120,7 +154,9 @@ def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Pa
             row = json.loads(line)
             if not isinstance(row, dict):
                 raise SwebenchError(f"{where}: a row must be a JSON object")
-            task_dir = row_to_task(row, out, Path(repos_root) if repos_root else None, where)
+            task_dir = row_to_task(row, out, Path(repos_root) if repos_root else None, where, source.parent)
+            if build_environments:
+                _set_up(task_dir, where)
             outcomes.append(ImportOutcome(number, str(row["instance_id"]), task_dir))
         except json.JSONDecodeError as exc:
             outcomes.append(ImportOutcome(number, "", error=f"{where}: not valid JSON ({exc})"))
@@ -129,6 +165,18 @@ def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Pa
         except OSError as exc:  # an unreadable checkout or a full disk spoils this row, not the rest
             outcomes.append(ImportOutcome(number, str(row.get("instance_id", "")), error=f"{where}: {exc}"))
     return outcomes
+
+
+def _set_up(task_dir: Path, where: str) -> None:
+    """Build the imported task's environment; on failure the folder goes and the row reports why."""
+    task = load_task(task_dir)
+    if not task.requirements:
+        return
+    try:
+        ensure_environment(task.requirements)
+    except PdbgymError as exc:
+        shutil.rmtree(task_dir, ignore_errors=True)
+        raise SwebenchError(f"{where}: the instance's environment could not be set up: {exc}") from exc
 
 
 def task_to_row(task: Task, lists_as_strings: bool = True) -> dict[str, Any]:
