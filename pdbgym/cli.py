@@ -75,7 +75,7 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
         sys.exit(2)
     except Interrupted as exc:  # Ctrl-C: the command stopped cleanly and says what it kept
-        err_console.print(f"[bold yellow]{escape(str(exc))}[/]")
+        err_console.print(f"[bold yellow]{escape(str(exc))}[/]", soft_wrap=True)  # paths stay whole
         sys.exit(EXIT_INTERRUPTED)
     except KeyboardInterrupt:
         err_console.print("[bold yellow]interrupted[/]")

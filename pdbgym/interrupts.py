@@ -72,6 +72,26 @@ def tracked(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Iterato
             _running.discard(entry)
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold a Ctrl-C that arrives during the block until the block ends, then raise it.
+
+    For what must be written whole: a finished episode's transcript, record and row. Only the main
+    thread receives signals, so elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and previous is not signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
 def _stop_here(signum: int, frame: Any) -> None:
     request_stop()  # no exception at a random line: the episode's task is cancelled and unwinds at an await
 

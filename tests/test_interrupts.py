@@ -51,6 +51,7 @@ def test_eval_stops_on_first_ctrl_c_and_its_episodes_stay_reportable(tmp_path: P
     message = " ".join(done.stderr.split())
     assert f"{len(rows)} new episode(s) saved to" in message and "pdbgym eval report" in message
     assert len(rows) < 63
+    assert len(list((out / "transcripts").rglob("*.json"))) == len(rows)  # no episode half saved
     report = subprocess.run([sys.executable, "-m", "pdbgym.cli", "eval", "report", str(out)], capture_output=True,
                             text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]

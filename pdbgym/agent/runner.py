@@ -24,7 +24,7 @@ from pdbgym.env import DebugEnv
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
-from pdbgym.interrupts import stop_requested, tracked
+from pdbgym.interrupts import deferred, stop_requested, tracked
 from pdbgym.rollouts.cache import MANIFEST_NAME, append_records, read_cache
 from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.seeds import episode_seed
@@ -138,9 +138,11 @@ async def _run_job(job: EpisodeJob) -> JobResult:
 
 
 def save_result(out_dir: Path, result: JobResult) -> None:
-    """Append the record to the cache and write the transcript, both atomically."""
-    write_json_atomic(out_dir / TRANSCRIPTS_DIR / f"{result.instance_id}__{result.sample_idx}.json", result.transcript)
-    append_records(out_dir, [RolloutRecord.from_dict(result.record)])
+    """Append the record to the cache and write the transcript, each atomically and both or neither on Ctrl-C."""
+    with deferred():
+        write_json_atomic(out_dir / TRANSCRIPTS_DIR / f"{result.instance_id}__{result.sample_idx}.json",
+                          result.transcript)
+        append_records(out_dir, [RolloutRecord.from_dict(result.record)])
 
 
 def completed_samples(out_dir: Path, tokenizer: Any | None) -> set[tuple[str, int]]:

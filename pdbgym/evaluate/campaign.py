@@ -23,7 +23,7 @@ from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
-from pdbgym.interrupts import Interrupted
+from pdbgym.interrupts import Interrupted, deferred
 from pdbgym.modelrefs import is_model_ref
 from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind, split_constrained
 from pdbgym.rollouts.cache import append_records
@@ -223,8 +223,9 @@ def _run_on_executor(todo: list[tuple[Arm, Task, int]], config: CampaignConfig, 
         if done.result is None:
             failures.append(f"{arm.name}/{done.job.instance_id}/run-{done.job.sample_idx}: {done.error!r}")
             continue
-        _save(store, arm, done.result)
-        keep(arm, done.job.sample_idx, done.result.episode_result())
+        with deferred():  # transcript, record and row all, or (on Ctrl-C before) none
+            _save(store, arm, done.result)
+            keep(arm, done.job.sample_idx, done.result.episode_result())
     return failures
 
 
