@@ -8,7 +8,15 @@ import os
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from pdbgym.agent.play import play_policy
+from pdbgym.agent.scripted import ScriptedPolicy
+from pdbgym.cli import app
+from pdbgym.sandbox import get_sandbox
+from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
+from pdbgym.sandbox.pyenv import list_environments
+from pdbgym.tasks.model import load_task
 from pdbgym.tasks.synth.deps import declared_requirements
 
 PKG_INFO = """Metadata-Version: 2.1
@@ -50,12 +58,6 @@ def test_synthesis_of_a_project_with_dependencies_keeps_validated_tasks(spec: st
     """The release's tests import third-party packages (python-dateutil, freezegun): its environment is
     built, the tasks are kept in it and record it, and ``tasks validate`` rebuilds it from the record
     alone in another home."""
-    from typer.testing import CliRunner
-
-    from pdbgym.cli import app
-    from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
-    from pdbgym.sandbox.pyenv import list_environments
-
     if bwrap_unavailable_reason() is not None:
         pytest.skip("a project with dependencies is synthesized under bwrap only")
     monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
@@ -73,3 +75,5 @@ def test_synthesis_of_a_project_with_dependencies_keeps_validated_tasks(spec: st
     validated = CliRunner().invoke(app, ["tasks", "validate", str(out), "--workers", "2"])
     assert validated.exit_code == 0, validated.output[-2000:]
     assert len(list_environments()) == 1 and os.listdir(tmp_path / "other-home" / "envs")
+    task = load_task(out / report["task_ids"][0])  # the oracle solves it in its environment, under bwrap
+    assert play_policy(task, ScriptedPolicy(task), sandbox=get_sandbox("bwrap")).final_test_passed
