@@ -279,6 +279,7 @@ class LocalEngine:
 
     def _take(self, limit: int, fits: Callable[[_Row], bool] = lambda row: True) -> list[_Row]:
         with self._cond:
+            self._queue = [row for row in self._queue if not row.future.cancelled()]
             taken = [row for row in self._queue if fits(row)][:limit]
             for row in taken:
                 self._queue.remove(row)
@@ -388,6 +389,9 @@ class LocalEngine:
                 row.finish = "stop"
             elif row.left <= 0:
                 row.finish = "length"
+            if row.future.cancelled():  # its caller stopped waiting (Ctrl-C): free the row, report nothing
+                row.finish = row.finish or "cancelled"
+                continue
             if row.finish is not None:
                 self.stats.requests += 1
                 self.stats.tokens += len(row.ids)

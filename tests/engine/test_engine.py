@@ -125,3 +125,21 @@ def test_greedy_rows_take_the_argmax_and_report_the_t1_logprob(model):
     assert result.ids[:len(logits)] == logits.argmax(-1).tolist()[:len(result.ids)]
     assert result.logprobs == pytest.approx(torch.log_softmax(logits, -1).gather(
         -1, torch.tensor(result.ids)[:, None])[:, 0].tolist(), abs=1e-4)
+
+
+def test_a_cancelled_request_is_dropped_and_the_batch_goes_on(model):
+    engine = engine_of(model, True)
+    stopper = None
+
+    class CancelAtStep(SubmitAtStep):
+        def apply(self, logits, left):
+            self.steps += 1
+            if self.steps == 3:
+                stopper.cancel()  # the caller of the other row gives up mid-decode (Ctrl-C)
+            return logits
+
+    hook = CancelAtStep(engine, 0, REQUESTS[0])
+    stopper = engine.submit(EngineRequest([9, 8, 7], 30, temperature=0.9, seed=5))
+    kept = engine.submit(EngineRequest([1, 2, 3], 12, temperature=0.9, seed=6, mask=hook))
+    assert len(kept.result(timeout=60).ids) >= 1 and stopper.cancelled()
+    assert engine.generate([EngineRequest([1, 2], 3, seed=1)])[0].ids  # the engine serves on
