@@ -115,11 +115,12 @@ def check_requirements(requirements: Iterable[object], where: str = "") -> list[
         requirement = Requirement(str(line).strip())
         requirement.name = canonicalize_name(requirement.name)
         normalized.append(str(requirement))
-    names = [canonicalize_name(Requirement(r).name) for r in normalized]
-    twice = sorted({n for n in names if names.count(n) > 1 and not Requirement(normalized[names.index(n)]).marker})
+    unique = sorted(set(normalized))
+    unmarked = [canonicalize_name(Requirement(r).name) for r in unique if Requirement(r).marker is None]
+    twice = sorted({name for name in unmarked if unmarked.count(name) > 1})
     if twice:
-        raise EnvironmentBuildError(f"{where}requirements name {', '.join(twice)} more than once")
-    return sorted(set(normalized))
+        raise EnvironmentBuildError(f"{where}requirements pin {', '.join(twice)} to more than one version")
+    return unique
 
 
 # -- the runner: pytest and its dependencies as installed beside pdbgym --------------------------------

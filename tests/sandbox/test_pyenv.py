@@ -50,6 +50,9 @@ def test_pinned_requirements_are_normalized() -> None:
     assert pyenv.check_requirements(["Six==1.17.0", "attrs[tests]==25.1.0"]) == ["attrs[tests]==25.1.0", "six==1.17.0"]
     assert pyenv.environment_key(["six==1.17.0"]) == pyenv.environment_key(["Six==1.17.0"])
     assert pyenv.environment_key(["six==1.17.0"]) != pyenv.environment_key(["six==1.16.0"])
+    assert pyenv.check_requirements(["six==1.17.0", "Six==1.17.0"]) == ["six==1.17.0"]
+    with pytest.raises(EnvironmentBuildError, match="more than one version"):
+        pyenv.check_requirements(["six==1.17.0", "six==1.16.0"])
 
 
 def test_an_environment_is_built_once_and_reused(fake_installer: Path) -> None:

@@ -35,10 +35,10 @@ def list_command(as_json: Annotated[bool, typer.Option("--json", help="Print JSO
         return
     table = Table(title=f"{len(found)} environment(s) in {envs_home()}, {_mib(sum(e.bytes for e in found))}")
     for column in ("key", "requirements", "disk", "files", "built in", "installer"):
-        table.add_column(column, no_wrap=column == "key")
+        table.add_column(column, no_wrap=column != "requirements", overflow="fold", ratio=1 if column == "requirements" else None)
     for e in found:
-        table.add_row(e.key, escape(" ".join(e.requirements)), _mib(e.bytes), str(e.files), f"{e.build_s:.1f} s",
-                      e.installer)
+        table.add_row(e.key, escape(", ".join(e.requirements) or "(runner only)"), _mib(e.bytes), str(e.files),
+                      f"{e.build_s:.1f} s", e.installer)
     console.print(table)
 
 
