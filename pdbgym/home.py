@@ -9,10 +9,11 @@ is rebuilt), never the lineage store or the selection ledger, which are records 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -71,8 +72,18 @@ def prune(names: list[str], home: Path | None = None, dry_run: bool = False) -> 
     removed = [p for p in parts(home) if p.name in names]
     if not dry_run:
         for part in removed:
-            shutil.rmtree(home / part.name, ignore_errors=True)
+            shutil.rmtree(home / part.name, onerror=_writable_then_retry)  # onexc= is Python 3.12+
     return removed
+
+
+def _writable_then_retry(remove: Any, path: str, _error: Any) -> None:
+    """Task environments are read-only trees: make the folder holding ``path`` writable (never following
+    a link: rmtree does not) and remove again; a path already gone is fine."""
+    parent = os.path.dirname(path)
+    if os.path.lexists(parent) and not os.path.islink(parent):
+        os.chmod(parent, 0o700)
+    if os.path.lexists(path):
+        remove(path)
 
 
 def human(size: int) -> str:
