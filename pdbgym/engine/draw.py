@@ -66,11 +66,12 @@ def draw_rows(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tens
     greedy = temperature <= 0
     scale = torch.where(greedy, torch.ones_like(temperature), temperature)
     tempered = torch.log_softmax(logits / scale[:, None], dim=-1)
-    nucleus = nucleus_logprobs(tempered, top_p)
+    # no row truncates (top-p 1, the default): the nucleus is everything, no sort needed
+    nucleus = tempered if bool((top_p >= 1.0).all()) else nucleus_logprobs(tempered, top_p)
     sampled = torch.argmax(nucleus + gumbel_noise(seeds, steps, logits.shape[-1]), dim=-1)
     ids = torch.where(greedy, torch.argmax(logits, dim=-1), sampled)
     pick = ids[:, None]
-    raw = torch.log_softmax(logits, dim=-1).gather(-1, pick)[:, 0]
+    raw = logits.gather(-1, pick)[:, 0] - torch.logsumexp(logits, dim=-1)  # log_softmax(z)[y], one reduction
     by_mode = {"raw": raw, "tempered": tempered.gather(-1, pick)[:, 0], "processed": nucleus.gather(-1, pick)[:, 0]}
     chosen = torch.stack([by_mode[mode][row] for row, mode in enumerate(modes)]) if len(set(modes)) > 1 \
         else by_mode[modes[0]]

@@ -21,10 +21,12 @@ from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from pdbgym.sandbox.beneath import read_bytes
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.patches import parse_patch
 
 ORACLE_FIXED_ACTIONS = 6  # break, continue, where, args, view ... run_tests, submit
+TEST_FILE_LIMIT = 1 << 20  # bytes of a failing test file read for its imports
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,11 @@ def fix_distance(task: Task, fixed_files: list[str]) -> int:
         return 0
     imported: set[str] = set()
     for test_file in test_files:
-        path = task.repo / test_file
-        if path.is_file():
-            imported |= _imports(path.read_text(errors="replace"))
+        try:  # the task's repo is the task's: never follow a link out of it, never read a FIFO or a huge file
+            data, _ = read_bytes(task.repo, test_file, TEST_FILE_LIMIT)
+        except OSError:
+            continue
+        imported |= _imports(data.decode(errors="replace"))
     if any(_module_names(f) & imported for f in fixed_files):
         return 1
     return 2

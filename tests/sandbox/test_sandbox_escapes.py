@@ -224,7 +224,7 @@ def test_host_files_outside_the_workspace_cannot_be_written(workspace, host_fold
     # A clone under /tmp: the sandbox's /tmp is its own tmpfs, in which the mounts of the clone's venv make
     # the clone's path exist, so a write there lands in that tmpfs. Not an escape, as long as the host never
     # sees the file (the line after).
-    private = {t for t in targets if Path(t).is_relative_to("/tmp")}
+    private = {str(Path.cwd() / "pdbgym-planted")} if Path.cwd().is_relative_to("/tmp") else set()
     assert all(found[t] != "wrote" for t in targets if t not in private), found
     assert not any(Path(t).exists() for t in targets)
     assert (workspace / "inside.txt").read_text() == "escaped"

@@ -58,3 +58,14 @@ def test_unknown_families_and_strata_are_refused_by_name(tmp_path):
     write_family("ladder0", 2, tmp_path)
     with pytest.raises(SplitError, match="rung"):
         make_splits(tmp_path, 0.5, stratify="size")
+
+
+def test_a_test_file_linked_out_of_the_repo_is_not_read(tmp_path):
+    folder = write_family("ladder0", 1, tmp_path / "tasks", seed=2)[0]
+    task = load_task(folder)
+    test_file = task.repo / task.FAIL_TO_PASS[0].split("::")[0]
+    outside = tmp_path / "host_file.py"
+    outside.write_text(test_file.read_text())  # a host file that would say "the test imports the fixed module"
+    test_file.unlink()
+    test_file.symlink_to(outside)
+    assert demands(task).fix_distance == 2  # the link was not followed: nothing known about the imports
