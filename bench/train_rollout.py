@@ -10,7 +10,11 @@ same turn budget and tokens per turn, measured in the same run. The model is Smo
 generation load per episode.
 
     python bench/train_rollout.py --device cuda --group 8 --groups 2
+    python bench/train_rollout.py --device cuda --model MODEL --arms step --against 226d2f2
     (also ``python bench/train_throughput.py --phase rollout ...``)
+
+``--against REV`` also plays the same arms with the code of ``REV`` (``git archive``, this script run in
+that tree, one after the other on the same machine) and prints each arm's speedup of this tree over it.
 """
 
 from __future__ import annotations
@@ -115,14 +119,45 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--turn-budget", type=int, default=3)
     p.add_argument("--arms", default="one_at_a_time,batched",
                    help="one_at_a_time, batched (group by group), step (every group at once, as one GRPO step)")
+    p.add_argument("--against", default=None, help="a git revision: the same arms with its code, and the ratios")
     p.add_argument("--json", type=Path, default=None)
     return p
 
 
+def against(rev: str, argv: list[str]) -> dict:
+    """The same arms played by ``rev``'s code: this script run in a ``git archive`` of that revision."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from engine_cpu import tree_of  # bench/ is this script's folder
+
+    scratch = Path(tempfile.mkdtemp(prefix="pdbgym-rollout-against-"))
+    try:
+        tree = tree_of(rev, scratch)
+        (tree / "bench").mkdir()
+        shutil.copy2(__file__, tree / "bench" / "train_rollout.py")
+        out = scratch / "result.json"
+        rest = [a for i, a in enumerate(argv) if a != "--against" and (i == 0 or argv[i - 1] != "--against")]
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        subprocess.run([sys.executable, str(tree / "bench" / "train_rollout.py"), *rest, "--json", str(out)],
+                       env=env, cwd=tree, check=True)
+        return json.loads(out.read_text())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     result = run(args)
+    if args.against:
+        before = against(args.against, [a for a in argv if not a.startswith("--json")] if "--json" not in argv
+                         else argv[:argv.index("--json")] + argv[argv.index("--json") + 2:])
+        result["against"] = {"rev": args.against, "arms": before["arms"], "speedup": {
+            arm: round(before["arms"][arm]["seconds"] / row["seconds"], 2)
+            for arm, row in result["arms"].items() if arm in before["arms"]}}
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
