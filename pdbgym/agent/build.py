@@ -118,7 +118,8 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
     try:
         results = run_all(jobs, config.out, executor, on_result=advance)
     except KeyboardInterrupt:
-        kept = sum(reasons.values())
+        # Count what is on disk: an episode can land between the cache's write and its callback.
+        kept = len(completed_samples(config.out, None) - done)
         raise Interrupted(
             f"interrupted: {kept} new episode(s) saved to {config.out} ({len(done) + kept} of "
             f"{len(done) + len(jobs)} in the cache); episodes in flight were discarded; rerun the same "
