@@ -172,7 +172,7 @@ def _headline(summary: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return ["arm", *keys, "solved / episodes", "CI method"], rows
 
 
-def _comparisons(summary: dict[str, Any]) -> list[list[str]]:
+def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
     """Paired comparisons in percent points; the correlation is n/a where a side does not vary."""
     return [[c["arm_a"], c["arm_b"], fmt(100 * c["mean_diff"], PCT_DIFF),
              bounds(100 * c["ci"][0], 100 * c["ci"][1], PCT_DIFF), fmt(100 * c["se"], PCT_POINTS),
@@ -206,7 +206,7 @@ def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: 
         lines += [f"**Warning:** {warning}", ""]
     lines += md_table(*_headline(summary))
     if summary["comparisons"]:
-        lines += ["", "## Paired comparisons (pass@1, A - B)", "", *md_table(COMPARISON_HEAD, _comparisons(summary))]
+        lines += ["", "## Paired comparisons (pass@1, A - B)", "", *md_table(COMPARISON_HEAD, comparison_rows(summary))]
     lines += ["", "## How episodes ended", "", *md_table(["arm", *REASONS], _endings(summary))]
     lines += markdown_sections(summary)
     lines += ["", "## Per task (each mark links to that run's transcript)", "",
@@ -233,7 +233,7 @@ def html_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str,
 {int(100 * summary['confidence'])}% confidence intervals clustered by task.</p>{missing}
 <h2>Headline</h2>{html_table(*_headline(summary))}
 <h2>Paired comparisons (pass@1, A &minus; B)</h2>
-{html_table(COMPARISON_HEAD, _comparisons(summary))}
+{html_table(COMPARISON_HEAD, comparison_rows(summary))}
 {html_sections(summary)}
 {img(figures['pass_at_k'])}{img(figures['outcomes'])}
 <h2>Per task</h2>{anchors}<p>Each mark links to that run's transcript.</p>

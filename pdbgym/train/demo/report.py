@@ -5,10 +5,12 @@
   ``-log q_arm(token | context)`` exactly; the figure is the divergence library's ``kl_to_cache``: the mean
   over all the cache's scored (loss_mask 1) tokens pooled (nats/token), with a task-bootstrap 95% CI.
 - ``tool_call_validity``: per arm, the share of model turns that parse as a tool call in the episode's
-  tool-call format (``agent.toolcalls.parse_tool_call``, the loop's own parser), from the transcripts.
-- ``write_demo_report``: ``OUT/demo_report.{html,md}``, with the training curve, pass@k with CIs, the
-  valid tool-call rate, the termination breakdown with each reason's meaning, KL per arm, what each arm is
-  and where the time went.
+  tool-call format (``agent.toolcalls.parse_tool_call``, the loop's own parser), from the transcripts:
+  pooled, and per episode with a 95% interval clustered by episode.
+- ``write_demo_report``: ``OUT/demo_report.{html,md}``, opening with "What this run shows"
+  (``conclusion.what_this_run_shows``), then the training curve, pass@k with CIs, the paired pass@1
+  comparisons, the valid tool-call rate, the termination breakdown with each reason's meaning, KL per arm,
+  what each arm is and where the time went.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
 from pdbgym.divergence.tocache import HEADLINE, kl_to_cache, open_teacher_cache
+from pdbgym.evaluate import stats
 from pdbgym.evaluate.divergence_arms import local_model_of
+from pdbgym.evaluate.report import COMPARISON_EXPLANATION, COMPARISON_HEAD, comparison_rows
 from pdbgym.evaluate.results import ResultsStore
 from pdbgym.fileio import write_json_atomic, write_text_atomic
 from pdbgym.reportkit import (
@@ -41,6 +47,7 @@ from pdbgym.reportkit import (
     pct_interval,
 )
 from pdbgym.termination import TERMINATION_MEANINGS, TERMINATION_REASONS
+from pdbgym.train.demo.conclusion import what_this_run_shows
 from pdbgym.train.report import plot_metrics
 from pdbgym.train.sft.resume import METRICS_FILE
 
@@ -88,24 +95,53 @@ def oracle_kl(cache: Path, arms: Mapping[str, str], out_file: Path, max_ids: int
     return data
 
 
-def tool_call_validity(campaign: Path, arms: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """arm -> ``{"turns", "valid", "rate", "episodes_with_valid"}`` over the campaign's transcripts."""
-    counts: dict[str, Counter[str]] = {arm: Counter() for arm in arms}
+def tool_call_validity(campaign: Path, arms: Mapping[str, str], confidence: float = 0.95) -> dict[str, dict[str, Any]]:
+    """Per arm, over the campaign's transcripts: ``turns``, ``valid``, ``rate`` (pooled valid / turns),
+    ``episodes``, ``episodes_with_valid``, ``longest_repeat`` (the most times one valid call was sent in a row
+    in an episode), ``episode_rate`` and ``per_task_rate``.
+
+    Turns of one episode are not independent (a model that found one call tends to send it again), so the
+    interval is clustered by episode: ``episode_rate`` is ``evaluate.stats.estimate_mean`` of the per-episode
+    valid shares (each episode weighs one; bootstrap over episodes, Wilson-bounded at 0% and 100%, its
+    effective size capped by the turns), None when no episode had a turn. ``per_task_rate``: task -> mean of
+    its episodes' shares, for comparisons paired by task.
+    """
+    tallies: dict[str, Counter[str]] = {arm: Counter() for arm in arms}
+    shares: dict[str, list[tuple[str, float]]] = {arm: [] for arm in arms}
     for row in ResultsStore(campaign).rows():
         transcript = json.loads((Path(campaign) / row.transcript).read_text())
-        valid = turns = 0
+        valid = turns = repeat = longest = 0
+        last = None
         for message in transcript.get("messages", []):
             if message.get("role") != "assistant":
                 continue
             turns += 1
             try:
-                parse_tool_call(str(message.get("content") or ""), transcript.get("tool_format") or "text")
-                valid += 1
+                action = parse_tool_call(str(message.get("content") or ""), transcript.get("tool_format") or "text")
             except ToolCallError:
-                pass
-        tally = counts.setdefault(row.arm, Counter())
+                last = None
+                continue
+            valid += 1
+            call = (action.tool, json.dumps(action.args, sort_keys=True, default=str))
+            repeat = repeat + 1 if call == last else 1
+            last, longest = call, max(longest, repeat)
+        tally = tallies.setdefault(row.arm, Counter())
         tally.update(turns=turns, valid=valid, episodes=1, episodes_with_valid=int(valid > 0))
-    return {arm: {**dict(c), "rate": c["valid"] / c["turns"] if c["turns"] else None} for arm, c in counts.items()}
+        tally["longest_repeat"] = max(tally["longest_repeat"], longest)
+        if turns:
+            shares.setdefault(row.arm, []).append((row.instance_id, valid / turns))
+    result: dict[str, dict[str, Any]] = {}
+    for arm, tally in tallies.items():
+        rates = np.array([share for _, share in shares.get(arm, [])])
+        by_task: dict[str, list[float]] = {}
+        for task, share in shares.get(arm, []):
+            by_task.setdefault(task, []).append(share)
+        result[arm] = {"turns": 0, "valid": 0, "episodes": 0, "episodes_with_valid": 0, "longest_repeat": 0,
+                       **dict(tally), "rate": tally["valid"] / tally["turns"] if tally["turns"] else None,
+                       "episode_rate": stats.estimate_mean(rates, confidence, max_n=tally["turns"]).to_dict()
+                       if rates.size else None,
+                       "per_task_rate": {task: float(np.mean(v)) for task, v in sorted(by_task.items())}}
+    return result
 
 
 def arm_meaning(name: str, model: str) -> str:
@@ -134,9 +170,14 @@ def _tables(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str
         cells = [f"{pct_interval(r[k])} ({r[k].get('ci_method', '')})" if k in r else "-" for k in ks]
         rows.append([arm, str(r.get("episodes", 0)), str(r.get("solved", 0))] + cells)
     tables["Pass@k on the held-out tasks"] = rows
-    rows = [["arm", "model turns", "valid tool calls", "rate", "episodes with >= 1 valid call"]]
-    rows += [[a, str(v.get("turns", 0)), str(v.get("valid", 0)), pct(v.get("rate")),
-              f"{v.get('episodes_with_valid', 0)} of {v.get('episodes', 0)}"] for a, v in validity.items()]
+    if summary.get("comparisons"):
+        tables["Paired comparisons (pass@1, A - B)"] = [COMPARISON_HEAD, *comparison_rows(summary)]
+    rows = [["arm", "model turns", "valid tool calls", "pooled rate", "per-episode rate % [95% CI, by episode]",
+             "episodes with >= 1 valid call", "one call repeated, most in a row"]]
+    rows += [[a, str(v["turns"]), str(v["valid"]), pct(v["rate"]),
+              pct_interval(v["episode_rate"]) if v["episode_rate"] else fmt(None),
+              f"{v['episodes_with_valid']} of {v['episodes']}", str(v["longest_repeat"])]
+             for a, v in validity.items()]
     tables["Valid tool-call rate"] = rows
     reasons = [r for r in TERMINATION_REASONS if any(results.get(a, {}).get("termination_reasons", {}).get(r)
                                                      for a in arms)] or list(TERMINATION_REASONS[:1])
@@ -212,25 +253,46 @@ def write_demo_report(config: Any, out: Path, arms: Mapping[str, str], summary: 
     curve = _curve(out, history)
     validity = tool_call_validity(out / "eval", arms)
     tables = {"The run": _facts(config, record, corpus, caches, kl, phases), **_tables(arms, summary, validity, kl)}
+    conclusion = what_this_run_shows(arms, summary, validity, kl)
     title = "pdbgym demo: teacher cache -> SFT of SmolLM2-135M -> held-out evaluation"
     notes = [f"Held-out tasks: {summary.get('tasks', 0)} (the split's test tasks; none is in the SFT corpus).",
              "Valid tool-call rate: the share of the arm's turns that the episode loop's own parser "
              "(agent.toolcalls.parse_tool_call) reads as one tool call; three malformed turns in a row end an "
-             "episode as 'other'.",
+             "episode as 'other'. Turns of one episode are not independent (a model repeats a call it found), so "
+             "the interval is clustered by episode: the mean of the per-episode shares, each episode weighing "
+             "one, with the same bootstrap-and-Wilson interval as pass@k (episodes in place of tasks).",
              KL_NOTE if kl is not None else "KL: the divergence library's estimator named in the note column, "
              "on the held-out teacher cache (eval --teacher-cache).",
-             "The full evaluation report, with per-task results and paired comparisons: eval/report.html; "
-             "the training report: sft/training_report.html."] + list(summary.get("warnings", []))
-    write_json_atomic(out / "demo_report.json", {"title": title, "tables": tables, "notes": notes,
-                                                 "validity": validity, "kl": kl, "history": history}, indent=1)
-    write_text_atomic(out / "demo_report.md", _markdown(title, tables, notes, curve))
+             *_comparison_notes(summary),
+             "The full evaluation report, with per-task results: eval/report.html; "
+             "the training report: sft/training_report.html."]
+    write_json_atomic(out / "demo_report.json", {"title": title, "conclusion": conclusion, "tables": tables,
+                                                 "notes": notes, "validity": validity, "kl": kl, "history": history},
+                      indent=1)
+    write_text_atomic(out / "demo_report.md", _markdown(title, conclusion, tables, notes, curve))
     page = out / "demo_report.html"
-    write_text_atomic(page, _html(title, tables, notes, curve))
+    write_text_atomic(page, _html(title, conclusion, tables, notes, curve))
     return page
 
 
-def _markdown(title: str, tables: dict[str, list[list[str]]], notes: list[str], curve: Path | None) -> str:
-    lines = [f"# {title}", ""]
+def _comparison_notes(summary: dict[str, Any]) -> list[str]:
+    """How the paired-comparison table is computed, which of its rows fell back to the conservative sd
+    (one note for all of them, not one per pair), and the summary's other warnings."""
+    if not summary.get("comparisons"):
+        return list(summary.get("warnings", []))
+    fallback: dict[str, list[str]] = {}
+    for c in summary["comparisons"]:
+        if c.get("warning"):
+            fallback.setdefault(c["warning"], []).append(f"{c['arm_a']} - {c['arm_b']}")
+    said = {f"{pair}: {warning}" for warning, pairs in fallback.items() for pair in pairs}
+    notes = [COMPARISON_EXPLANATION]
+    notes += [f"{', '.join(pairs)}: {warning}" for warning, pairs in fallback.items()]
+    return notes + [w for w in summary.get("warnings", []) if w not in said]
+
+
+def _markdown(title: str, conclusion: list[str], tables: dict[str, list[list[str]]], notes: list[str],
+              curve: Path | None) -> str:
+    lines = [f"# {title}", "", "## What this run shows", "", " ".join(conclusion), ""]
     for heading, rows in tables.items():
         lines += [f"## {heading}", "", *md_table(rows[0], rows[1:]), ""]
         if heading == "The run":
@@ -249,8 +311,9 @@ def _linked(text: str) -> Html:
 STYLE = "img{max-width:36em}"
 
 
-def _html(title: str, tables: dict[str, list[list[str]]], notes: list[str], curve: Path | None) -> str:
-    blocks = []
+def _html(title: str, conclusion: list[str], tables: dict[str, list[list[str]]], notes: list[str],
+          curve: Path | None) -> str:
+    blocks = [f'<h2>What this run shows</h2><p id="conclusion">{escape(" ".join(conclusion))}</p>']
     for heading, rows in tables.items():
         blocks.append(f"<h2>{escape(heading)}</h2>" + html_table(rows[0], rows[1:], id=heading.split()[0].lower()))
         if heading == "The run":

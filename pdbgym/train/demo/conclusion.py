@@ -1,0 +1,164 @@
+"""The demo report's "What this run shows": its conclusion in words, every sentence computed from the run.
+
+Nothing here is a fixed claim: each sentence reads the campaign summary (pass@1 with task-clustered CIs and
+paired comparisons, ``evaluate.analysis.summarize``), the valid tool-call rates (``report.tool_call_validity``)
+and the KL per arm, and says what those numbers support at the 95% level, and what they do not. A
+difference is called a change only where its interval leaves 0 out (pass@1, valid-call rate: the paired
+per-task interval of ``evaluate.stats.paired_comparison``) or where the two arms' KL intervals do not overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pdbgym.divergence.tocache import HEADLINE
+from pdbgym.evaluate import stats
+from pdbgym.reportkit import NATS, PCT_DIFF, PCT_POINTS, bounds, interval
+
+REPEATS_WORTH_SAYING = 3  # the same call this many times in a row in one episode is named
+
+
+def _points(estimate: dict[str, Any]) -> str:
+    """A share's estimate in percent: ``"91.4% [60.1, 100.0]"``."""
+    low, high = estimate["ci"]
+    return f"{100 * estimate['mean']:.1f}% {bounds(100 * low, 100 * high, PCT_POINTS)}"
+
+
+def _names(arms: list[str]) -> str:
+    return arms[0] if len(arms) == 1 else ", ".join(arms[:-1]) + f" and {arms[-1]}"
+
+
+def _comparison(summary: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
+    """The summary's paired pass@1 comparison as ``a - b`` (its sign turned when stored as ``b - a``)."""
+    for c in summary.get("comparisons", []):
+        if (c["arm_a"], c["arm_b"]) == (a, b):
+            return c
+        if (c["arm_a"], c["arm_b"]) == (b, a):
+            turned = [0.0 - c["mean_diff"], 0.0 - c["ci"][1], 0.0 - c["ci"][0]]  # 0.0 - x: no "-0.0"
+            return {**c, "arm_a": a, "arm_b": b, "mean_diff": turned[0], "ci": turned[1:]}
+    return None
+
+
+def _direction(low: float, high: float, up: str, down: str, flat: str) -> str:
+    return up if low > 0 else down if high < 0 else flat
+
+
+def _solving(arms: Mapping[str, str], summary: dict[str, Any]) -> list[str]:
+    results = summary["arm_results"]
+    said = [f"{a} {results[a]['solved']} of {results[a]['episodes']}" for a in arms if a in results]
+    sentences = [f"Held-out episodes solved: {', '.join(said)} ({summary['tasks']} tasks, "
+                 f"{summary['runs_per_task']} run(s) each)."]
+    oracles = [a for a, m in arms.items() if m == "scripted" and a in results]
+    for arm in oracles:
+        r = results[arm]
+        sentences.append(f"The {arm} arm replays each task's reference fix, so its {r['solved']} of {r['episodes']} "
+                         "is an upper bound set by the tasks and settings, not a model's skill.")
+    unsolved = [a for a in arms if a in results and a not in oracles and results[a]["solved"] == 0]
+    if unsolved:
+        reach = max(results[a]["pass@1"]["ci"][1] for a in unsolved)
+        sentences.append(f"For {_names(unsolved)}, 0 solved is no evidence about solving ability either way: "
+                         f"pass@1's 95% interval still reaches {100 * reach:.1f}%.")
+    return sentences
+
+
+def _sft_vs_base(summary: dict[str, Any]) -> list[str]:
+    c = _comparison(summary, "sft", "base")
+    if c is None:
+        return []
+    low, high = c["ci"]
+    said = interval(100 * c["mean_diff"], 100 * low, 100 * high, PCT_DIFF)
+    change = _direction(low, high, "SFT raised it", "SFT lowered it", "the interval holds 0: no detectable change")
+    return [f"Pass@1, sft minus base: {said} points paired by task; {change}."]
+
+
+def _valid_calls(arms: Mapping[str, str], validity: dict[str, dict[str, Any]]) -> list[str]:
+    sentences = []
+    base, sft = validity.get("base", {}), validity.get("sft", {})
+    shared = sorted(set(base.get("per_task_rate", {})) & set(sft.get("per_task_rate", {})))
+    if shared and base.get("episode_rate") and sft.get("episode_rate"):
+        diff = stats.paired_comparison(np.array([sft["per_task_rate"][t] for t in shared]),
+                                       np.array([base["per_task_rate"][t] for t in shared]))
+        change = _direction(diff.ci_low, diff.ci_high, "SFT raised it", "SFT lowered it",
+                            "the interval holds 0: no detectable change")
+        said = interval(100 * diff.mean_diff, 100 * diff.ci_low, 100 * diff.ci_high, PCT_DIFF)
+        sentences.append(f"Share of turns that are a valid tool call, per episode: base {_points(base['episode_rate'])}, "
+                         f"sft {_points(sft['episode_rate'])}; sft minus base {said} points paired over "
+                         f"{len(shared)} task(s): {change}.")
+    repeaters = [(a, v["longest_repeat"]) for a, v in validity.items()
+                 if arms.get(a) != "scripted" and v.get("longest_repeat", 0) >= REPEATS_WORTH_SAYING]
+    if repeaters:
+        said = ", ".join(f"{a} sent one call {n} times in a row" for a, n in repeaters)
+        sentences.append(f"Valid is not the same as useful: {said} within an episode.")
+    return sentences
+
+
+def kl_estimates(arms: Mapping[str, str], summary: dict[str, Any],
+                 kl: dict[str, Any] | None) -> dict[str, tuple[float, float, float]]:
+    """arm -> (KL, CI low, CI high) in nats/token, for the arms that have one: from ``oracle_kl``'s file when
+    the teacher is the scripted oracle, else from the campaign's divergence block (its headline metric)."""
+    found: dict[str, tuple[float, float, float]] = {}
+    if kl is not None:
+        for arm in arms:
+            e = kl["arms"].get(arm, {})
+            if e.get("available"):
+                found[arm] = (e["kl_per_token"], e["ci_low"], e["ci_high"])
+        return found
+    for arm, e in ((summary.get("divergence") or {}).get("arms") or {}).items():
+        m = (e.get("metrics") or {}).get(HEADLINE, {})
+        if e.get("available") and m.get("value") is not None:
+            found[arm] = (m["value"], m.get("ci_low"), m.get("ci_high"))
+    return found
+
+
+def _kl(estimates: dict[str, tuple[float, float, float]]) -> list[str]:
+    if not {"base", "sft"} <= set(estimates):
+        return []
+    (b, b_low, b_high), (s, s_low, s_high) = estimates["base"], estimates["sft"]
+    said = (f"from {interval(b, b_low, b_high, NATS)} (base) to {interval(s, s_low, s_high, NATS)} nats/token (sft)")
+    if None in (b_low, b_high, s_low, s_high):
+        return [f"KL to the teacher went {said}, without intervals to judge the change by."]
+    if s_high < b_low:
+        return [f"KL to the teacher fell {said}; the intervals do not overlap: SFT moved the model's "
+                "distribution toward the teacher's tokens on held-out tasks."]
+    if s_low > b_high:
+        return [f"KL to the teacher rose {said}; the intervals do not overlap: SFT moved the model away from "
+                "the teacher's tokens on held-out tasks."]
+    return [f"KL to the teacher went {said}; the intervals overlap, so this run shows no clear change."]
+
+
+def _limits(summary: dict[str, Any], validity: dict[str, dict[str, Any]],
+            estimates: dict[str, tuple[float, float, float]]) -> list[str]:
+    """What the run does not show."""
+    results = summary["arm_results"]
+    sentences = []
+    if "base" in results and "sft" in results:
+        closer = []
+        if {"base", "sft"} <= set(estimates) and estimates["sft"][0] < estimates["base"][0]:
+            closer.append("a lower KL")
+        if (validity.get("sft", {}).get("rate") or 0) > (validity.get("base", {}).get("rate") or 0):
+            closer.append("more valid tool calls")
+        if closer and results["sft"]["solved"] <= results["base"]["solved"]:
+            sentences.append(f"It does not show that imitation helps debugging: {' and '.join(closer)} did not "
+                             f"turn into more solved episodes here (sft {results['sft']['solved']}, base "
+                             f"{results['base']['solved']}).")
+    c = _comparison(summary, "sft", "base") or next(iter(summary.get("comparisons", [])), None)
+    if c is not None:
+        sentences.append(f"It cannot tell apart arms whose pass@1 differs by less than about "
+                         f"{100 * c['min_detectable_diff']:.0f} points ({c['arm_a']} - {c['arm_b']}): that is the "
+                         f"smallest difference {summary['tasks']} held-out task(s) with "
+                         f"{summary['runs_per_task']} run(s) each detect at 80% power.")
+    return sentences
+
+
+def what_this_run_shows(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str, dict[str, Any]],
+                        kl: dict[str, Any] | None) -> list[str]:
+    """The conclusion's sentences, in order: solving, pass@1 of SFT against base, valid tool calls, KL, limits."""
+    if not summary.get("tasks"):
+        return ["No held-out task has finished in every arm yet, so this run shows nothing about the arms; "
+                "rerun `pdbgym demo` with the same --out to play the missing episodes."]
+    estimates = kl_estimates(arms, summary, kl)
+    return (_solving(arms, summary) + _sft_vs_base(summary) + _valid_calls(arms, validity) + _kl(estimates)
+            + _limits(summary, validity, estimates))
