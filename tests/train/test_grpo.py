@@ -142,3 +142,25 @@ def test_each_step_logs_its_time_in_rollouts_and_in_the_update(toy):
         assert row["step_time"] >= row["time/rollout_s"]
         assert row["time/update_s"] == pytest.approx(row["step_time"] - row["time/rollout_s"], abs=1e-6)
         assert row["time/update_s"] > 0
+
+
+def test_a_time_cap_stops_training_early_and_keeps_a_gated_last_checkpoint(toy):
+    """--max-minutes: the run ends at the first step past the cap; that step is saved, gated and chosen from."""
+    import time
+
+    from pdbgym.train.grpo.run import train_grpo
+
+    def slow_play(*args, **kwargs):
+        time.sleep(1.0)
+        return toy_play(*args, **kwargs)
+
+    model, tasks, root = toy
+    val = make_toy_tasks(root / "val-tasks", count=1, prefix="toyval")
+    config = toy_config(root / "run", model, tasks, steps=50, save_steps=25, val_tasks=str(val), val_runs=1,
+                        val_k=1, name="toy-capped")
+    config.max_minutes = 1.5 / 60  # 1.5 s: each step's rollouts alone take 1 s
+    record = train_grpo(config, play=slow_play)
+    rows = _steps(root / "run")
+    assert 1 <= len(rows) <= 3 and record["steps"] == len(rows)
+    gates = [json.loads(line) for line in (root / "run" / "gates.jsonl").read_text().splitlines()]
+    assert [g["checkpoint"] for g in gates] == [f"checkpoint-{len(rows)}"] and record["chosen"] == gates[0]["checkpoint"]

@@ -15,8 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from pdbgym.evaluate.stats import newcombe_interval
+from pdbgym.evaluate.results import ResultsStore
+from pdbgym.evaluate.stats import estimate_mean, newcombe_interval
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
+from pdbgym.tasks.difficulty import demands, rung
+from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.experiment.config import ExperimentConfig
 from pdbgym.train.grpo.report import read_jsonl
 
@@ -49,6 +52,27 @@ def learning_check(rows: list[dict[str, Any]], per_step: int) -> dict[str, Any] 
     return {"first": float(first.mean()), "last": float(last.mean()), "steps_per_quarter": quarter,
             "episodes": [int(first.size), int(last.size)], "diff": float(last.mean() - first.mean()),
             "ci": [low, high], "learned": low > 0}
+
+
+def by_rung(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """arm -> rung -> held-out pass@1 (mean, CI over the rung's tasks, episodes) from the eval campaign."""
+    folder = out / "tasks" / "test"
+    if not (out / "eval").is_dir() or not folder.is_dir():
+        return {}
+    rungs = {task.instance_id: rung(demands(task)) for task in resolve_tasks(folder)}
+    outcomes: dict[str, dict[int, dict[str, list[int]]]] = {}
+    for row in ResultsStore(out / "eval").rows():
+        if row.instance_id in rungs:
+            tasks = outcomes.setdefault(row.arm, {}).setdefault(rungs[row.instance_id], {})
+            tasks.setdefault(row.instance_id, []).append(int(row.final_test_passed))
+    table: dict[str, dict[int, dict[str, Any]]] = {}
+    for arm, per_rung in outcomes.items():
+        for level, tasks in sorted(per_rung.items()):
+            rates = np.array([sum(v) / len(v) for v in tasks.values()])
+            episodes = sum(len(v) for v in tasks.values())
+            table.setdefault(arm, {})[level] = {**estimate_mean(rates, max_n=episodes).to_dict(),
+                                                "tasks": len(tasks), "episodes": episodes}
+    return table
 
 
 def _ci(block: dict[str, Any] | None) -> str:
@@ -90,6 +114,9 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     check = learning_check(rows, per_step)
     notes = [f"{run.get('reward_signal_steps', 0)} of {len(rows)} steps had reward spread (a group whose episodes "
              "scored differently)."]
+    if rows and len(rows) < config.grpo.steps:
+        cap = f" (the {config.grpo.max_minutes:g}-minute cap)" if config.grpo.max_minutes else ""
+        notes.append(f"Training stopped after {len(rows)} of {config.grpo.steps} steps{cap}.")
     if check is not None:
         verdict = "the CI excludes no change: GRPO raised the on-policy solve rate" if check["learned"] else \
             "the CI includes no change: this run does not show learning"
@@ -103,11 +130,31 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     arms = summary.get("arms", {})
     ks = [f"pass@{k}" for k in config.eval.k if k > 1]
     lines += ["## Held-out test split", ""] + md_table(
-        ["arm", "pass@1 [95% CI]", *ks, "valid tool calls", "KL to the oracle (nats/token) [95% CI]"], [
+        ["arm", "pass@1 [95% CI]", *ks, "valid tool calls", "wrong-site fixation", "KL to the oracle (nats/token) [95% CI]"], [
             [arm, _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks),
-             pct((validity.get(arm) or {}).get("rate")),
+             pct((validity.get(arm) or {}).get("rate")), _ci((block.get("wrong_site") or {}).get("rate")),
              (f"{fmt(kl[arm]['kl_per_token'], '.4f')} [{fmt(kl[arm]['ci_low'], '.4f')}, {fmt(kl[arm]['ci_high'], '.4f')}]"
               if kl.get(arm, {}).get("available") else "-")] for arm, block in arms.items()]) + [""]
+    if not any(block.get("wrong_site") for block in arms.values()):
+        lines += md_bullets(["Wrong-site fixation: no held-out task declares a wrong site (the regression tasks "
+                             "of the built-in suite do; add a suite to [tasks] to measure it)."]) + [""]
+    rungs = by_rung(out)
+    levels = sorted({level for per in rungs.values() for level in per})
+    if levels:
+        lines += ["## Held-out pass@1 by rung of the task ladder", ""] + md_table(
+            ["arm", *(f"rung {level}" for level in levels)], [
+                [arm, *(f"{_ci(per[level])} ({per[level]['tasks']} tasks)" if level in per else "-" for level in levels)]
+                for arm, per in rungs.items()]) + [""]
+    if not any(block.get("wrong_site") for block in arms.values()):
+        lines += md_bullets(["Wrong-site fixation: no held-out task declares a wrong site (the regression tasks "
+                             "of the built-in suite do; add a suite to [tasks] to measure it)."]) + [""]
+    rungs = by_rung(out)
+    levels = sorted({level for per in rungs.values() for level in per})
+    if levels:
+        lines += ["## Held-out pass@1 by rung of the task ladder", ""] + md_table(
+            ["arm", *(f"rung {level}" for level in levels)], [
+                [arm, *(f"{_ci(per[level])} ({per[level]['tasks']} tasks)" if level in per else "-" for level in levels)]
+                for arm, per in rungs.items()]) + [""]
     lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + md_table(
         ["a - b", "difference [95% CI]", "tasks"], [
             [f"{a} - {b}", f"{pct(diff)} [{pct(low)}, {pct(high)}]", n]

@@ -162,10 +162,10 @@ def _grpo(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]:
         max_new_tokens=config.episodes.max_new_tokens, max_context_tokens=config.episodes.max_context_tokens,
         budget_start=config.episodes.turn_budget, budget_end=config.episodes.turn_budget, curriculum="fixed",
         anchor_data=out / "corpus", anchor_weight=g.anchor_weight, replay_data=out / "corpus",
-        replay_fraction=g.replay_fraction, save_steps=g.save_steps, val_tasks=str(out / "tasks" / "val"),
+        replay_fraction=g.replay_fraction, save_steps=g.save_steps, max_minutes=g.max_minutes, val_tasks=str(out / "tasks" / "val"),
         val_runs=g.val_runs, val_k=g.val_k, store=out / "adapters", ledger=out / "ledger.jsonl",
         name=f"{config.name}-grpo", device=device, resume=resume, register_without_signal=True))
-    return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"]}
+    return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"], "steps": record["steps"]}
 
 
 def arms_of(config: ExperimentConfig, out: Path) -> dict[str, str]:

@@ -63,6 +63,7 @@ def grpo(
     num_iterations: Annotated[int, typer.Option(help="TRL: optimizer passes per generated batch")] = R.num_iterations,
     epsilon: float = R.epsilon,
     save_steps: int = R.save_steps,
+    max_minutes: Annotated[float, typer.Option(min=0, help="stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and gated")] = R.max_minutes,
     val_tasks: Annotated[str | None, typer.Option(help="val split tasks: every checkpoint is gated on them")] = R.val_tasks,
     val_runs: int = R.val_runs,
     val_k: int = R.val_k,
@@ -89,7 +90,7 @@ def grpo(
         anchor_batch=anchor_batch, anchor_max_tokens=anchor_max_tokens,
         replay_data=replay_data, replay_fraction=replay_fraction, replay_decay_steps=replay_decay_steps,
         format_weight=format_weight, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
-        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, val_tasks=val_tasks,
+        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, max_minutes=max_minutes, val_tasks=val_tasks,
         val_runs=val_runs, val_k=val_k, store=store, ledger=ledger, name=name, device=device, resume=resume,
         tensorboard=tensorboard, register_without_signal=register_without_signal)
 

@@ -61,6 +61,7 @@ class GRPORunConfig:
     num_iterations: int = 1  # TRL: optimizer passes per generated batch (> 1 makes samples stale)
     epsilon: float = 0.2  # TRL clip range
     save_steps: int = 10
+    max_minutes: float = 0.0  # wall-clock cap of this invocation's training (0: none); a last checkpoint is saved and gated
     val_tasks: str | None = None
     val_runs: int = 4
     val_k: int = 3

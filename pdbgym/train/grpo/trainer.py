@@ -17,6 +17,7 @@ rollout function), recipe state across resume (written beside each checkpoint), 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -52,6 +53,8 @@ from pdbgym.train.grpo.schedules import (
     replayed_in_group,
 )
 from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
+
+logger = logging.getLogger(__name__)
 
 RECIPE_STATE_FILE = "pdbgym_recipe_state.json"
 
@@ -341,7 +344,27 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
             if state.is_world_process_zero:
                 append_gate(gates, result)
 
+    class TimeCap(TrainerCallback):
+        # Every process must stop at the same step: the main one's clock decides, shared by a collective.
+        def __init__(self) -> None:
+            self.started = time.monotonic()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            over = time.monotonic() - self.started >= 60 * config.max_minutes
+            if trainer.accelerator.num_processes > 1:
+                import torch
+
+                flag = torch.tensor([float(over)], device=trainer.accelerator.device)
+                over = bool(trainer.accelerator.reduce(flag, reduction="max").item())
+            if over and state.global_step < state.max_steps:
+                control.should_training_stop = True
+                control.should_save = True  # the last step is kept and gated like any checkpoint
+                logger.warning("GRPO stopped at step %d of %d: the %.1f-minute cap (--max-minutes) was reached",
+                               state.global_step, state.max_steps, config.max_minutes)
+
     callbacks: list[Any] = [StepLog()]
+    if config.max_minutes > 0:
+        callbacks.append(TimeCap())
     if controller is not None:
         callbacks.insert(0, AdaptiveKLCallback(trainer, controller))
     if val_tasks:
