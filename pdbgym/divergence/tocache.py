@@ -49,7 +49,7 @@ from pdbgym.modelload import model_path
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
 __all__ = ["HEADLINE", "KLToCache", "TeacherCache", "VocabMismatchError", "headline_metric",
-           "kl_of", "kl_report", "kl_to_cache", "open_teacher_cache", "score_on_cache"]
+           "kl_of", "kl_report", "kl_to_cache", "open_teacher_cache", "score_on_cache", "score_with_samples"]
 
 
 def headline_metric(semantics: LogprobSemantics) -> str:
@@ -152,6 +152,25 @@ def score_on_cache(model_or_ref: Any, target: TeacherCache, name: str = "model",
     student = score_records(model_or_ref, target.records, target.semantics, scoring)
     teacher = [masked_rollout_logprobs(r) for r in target.records]
     return StudentScores(name, SampleSet([r.instance_id for r in target.records], teacher, student))
+
+
+def score_with_samples(model_refs: Sequence[str], target: TeacherCache, teacher: str, names: Sequence[str], *,
+                       max_new_tokens: int, device: str | None = None, dtype: str | None = None,
+                       work_dir: Path | None = None, seed: int = 0, show_progress: bool = False) -> list[StudentScores]:
+    """``score_on_cache`` plus each model's own samples scored by ``teacher``: KL(student || teacher) and JSD.
+
+    Each model continues every cached prompt once (``sampling.generate_samples``: at most ``max_new_tokens``
+    ids, under the cache's transform, seed ``seed``), scores its samples itself, and the local ``teacher``
+    (loaded once, after the models) scores them too: the run ``pdbgym divergence --teacher`` does, so the
+    same models, cache, teacher and seed give the same figures. ``names[i]`` names ``model_refs[i]``'s
+    scores. Raises ``ModelLoadError`` / ``VocabMismatchError`` (a model or the teacher) before scoring with it.
+    """
+    run = DivergenceRun(target.records, target.semantics, [str(model_path(m)) for m in model_refs],
+                        teacher=str(model_path(teacher)), student_samples=True, max_new_tokens=max_new_tokens,
+                        device=device, dtype=dtype, work_dir=work_dir, seed=seed,
+                        scoring=ScoringConfig(show_progress=show_progress))
+    scores = run_divergence(run)
+    return [dataclasses.replace(s, name=name) for s, name in zip(scores, names, strict=True)]
 
 
 def kl_report(scores: Sequence[StudentScores], target: TeacherCache, bootstrap: int = ReportConfig.n_resamples,

@@ -71,6 +71,7 @@ def eval_command(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address ('local' starts one here)")] = None,
     k: Annotated[list[int] | None, typer.Option("--k", help="pass@k values that must be reportable (k <= runs)")] = None,
     teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache: KL of each local-model arm to it, on these tasks, after the episodes (default: $KL_EVAL_TEACHER_CACHE_DIR)")] = D.teacher_cache,
+    teacher: Annotated[str | None, typer.Option(help="Model that built the teacher cache: scores each arm's own samples for kl_back_mean and jsd_mean (default: embedded if the cache names it)")] = D.teacher,
     seed: Annotated[int, typer.Option(help="Base seed; each (task, run) gets its own, the same for every arm")] = D.seed,
     device: Annotated[str, typer.Option(help="Device of local-model arms (cpu, cuda)")] = D.device,
     local_episodes: Annotated[int, typer.Option(min=0, help="Local-model episodes at once, their turns batched (0: 48 on a GPU, 1 on CPU)")] = D.executor.local_episodes,
@@ -90,7 +91,7 @@ def eval_command(
                         turn_budget=pick(turn_budget, budget), temperature=temperature, max_new_tokens=max_new_tokens,
                         max_context_tokens=pick(max_context_tokens, context_tokens), force=force, json_out=json_out,
                         executor=ExecutorConfig(workers, pick(ray_address, ray), local_episodes), ks=k or [],
-                        teacher_cache=teacher_cache, seed=seed, device=device)
+                        teacher_cache=teacher_cache, teacher=teacher, seed=seed, device=device)
     with episode_progress() as shown:
         outcome = run_evaluation(config, shown.tick, shown.plan)
     for warning in outcome.warnings:

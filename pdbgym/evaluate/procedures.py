@@ -17,7 +17,12 @@ from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.analysis import summarize
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
-from pdbgym.evaluate.divergence_arms import campaign_divergence, open_for_tasks, stored_divergence
+from pdbgym.evaluate.divergence_arms import (
+    cache_teacher,
+    campaign_divergence,
+    open_for_tasks,
+    stored_divergence,
+)
 from pdbgym.evaluate.report import write_report
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.evaluate.selection import SelectionWarning, check_reportable, record_selection
@@ -52,6 +57,10 @@ class EvalConfig:
         teacher_cache: a teacher cache; each arm with a local model gets its KL to it on the records of the
             campaign's tasks, scored after the episodes (the cache is checked before the first one; see
             ``evaluate.divergence_arms``). Default None: ``$KL_EVAL_TEACHER_CACHE_DIR`` when set, else none.
+        teacher: the model that built ``teacher_cache`` (folder, ``.gguf``, ``embedded``, a store name): it
+            scores each local arm's own samples (at most ``max_new_tokens`` each), filling ``kl_back_mean`` and
+            ``jsd_mean``. Default None: ``embedded`` when the cache's records name it, else those stay null
+            with the reason.
         seed: base seed; run ``r`` of task ``t`` samples with ``pdbgym.seeds.episode_seed(seed, t, r)``, the
             same for every arm. Default 0.
         device: where local-model arms run (``cpu``, ``cuda``). Default ``"cpu"``.
@@ -73,6 +82,7 @@ class EvalConfig:
     ks: list[int] = field(default_factory=list)
     title: str | None = None
     teacher_cache: Path | None = None
+    teacher: str | None = None
     seed: int = 0
     device: str = "cpu"
 
@@ -118,9 +128,12 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None,
                               seed=config.seed, device=config.device)
     task_ids = [t.instance_id for t in tasks]
     teacher_cache = teacher_cache_of(config)
-    if teacher_cache is not None:  # a bad cache fails before the first episode
+    if config.teacher is not None and teacher_cache is None:
+        raise PdbgymError(f"--teacher {config.teacher} scores the arms' samples against a teacher cache; give "
+                          f"--teacher-cache DIR (or set ${CACHE_DIR_ENV}), or drop --teacher")
+    if teacher_cache is not None:  # a bad cache or teacher fails before the first episode
         try:
-            open_for_tasks(teacher_cache, task_ids=task_ids)
+            cache_teacher(open_for_tasks(teacher_cache, task_ids=task_ids), config.teacher)
         except PdbgymError as exc:
             if config.teacher_cache is None:
                 raise PdbgymError(f"{exc} (the cache is ${CACHE_DIR_ENV}'s: unset it to evaluate without KL)") from exc
@@ -130,7 +143,8 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None,
     divergence = None
     if teacher_cache is not None:  # after the episodes: the KL of one model of many must not hold them up
         try:
-            divergence = campaign_divergence({a.name: a.model for a in arms}, teacher_cache, config.out, task_ids)
+            divergence = campaign_divergence({a.name: a.model for a in arms}, teacher_cache, config.out, task_ids,
+                                             config.teacher, config.max_new_tokens, config.seed)
         except KeyboardInterrupt:
             raise Interrupted(
                 f"interrupted while scoring KL to {teacher_cache}: all {len(rows)} episodes are saved in "

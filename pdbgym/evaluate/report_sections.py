@@ -39,8 +39,10 @@ KL_EXPLANATION = (
     "KL to the teacher cache: each arm with a local model is force-decoded on the cache's teacher samples; "
     "KL(T||S) = KL(teacher || arm) in nats per scored token (k3 and k1 estimators, docs/metrics.md), "
     "per sequence for 'per sequence'; 95% CIs from a task-level bootstrap. kl_fwd_mean is the k3 token "
-    "mean; kl_back_mean and jsd_mean need the arm's own samples scored by the teacher, which an "
-    "evaluation does not draw, so they are n/a. Paired KL differences resample both arms with the same tasks."
+    "mean; kl_back_mean = KL(arm || teacher) (k3 token mean) and jsd_mean (JSD token mean, each half from its "
+    "own model's samples) need the arm's own samples scored by the teacher model: each arm continues the "
+    "cache's prompts when a teacher model loads here (--teacher, or embedded when the cache names it), else "
+    "they are n/a and the note says why. Paired KL differences resample both arms with the same tasks."
 )
 
 
@@ -84,7 +86,8 @@ def _kl_rows(divergence: dict[str, Any]) -> list[list[str]]:
         cells = [_nats(entry["metrics"].get(metric)) for _, metric, _ in KL_COLUMNS]
         compat = entry["compat"]
         tokens = entry["teacher_samples"]["n_tokens"]
-        rows.append([arm, *cells, fmt(compat["kl_back_mean"]), fmt(compat["jsd_mean"]), str(tokens), ""])
+        note = entry.get("student_samples_reason") or ""
+        rows.append([arm, *cells, fmt(compat["kl_back_mean"]), fmt(compat["jsd_mean"]), str(tokens), note])
     return rows
 
 
@@ -145,5 +148,5 @@ def machine_sections(summary: dict[str, Any], arms: dict[str, dict[str, Any]]) -
     for arm, entry in divergence["arms"].items():
         if arm in arms:
             arms[arm]["divergence"] = entry
-    return {"divergence": {k: divergence[k] for k in ("cache", "n_records", "n_tasks", "semantics", "settings",
-                                                       "comparisons")}}
+    block = {k: divergence[k] for k in ("cache", "n_records", "n_tasks", "semantics", "settings", "comparisons")}
+    return {"divergence": {**block, "teacher": divergence.get("teacher")}}

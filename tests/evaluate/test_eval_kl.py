@@ -18,8 +18,10 @@ from pdbgym.divergence.compare import DivergenceConfig, compare
 from pdbgym.divergence.scoring import ScoringConfig, score_records
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.divergence_arms import (
+    ORACLE_TEACHER_REASON,
     SCRIPTED_REASON,
     SERVER_REASON,
+    UNNAMED_TEACHER_REASON,
     ArmDivergenceConfig,
     arm_divergence,
 )
@@ -103,6 +105,8 @@ def test_each_local_arm_gets_the_divergence_library_figures_and_others_say_why_n
     assert kl["value"] > 0.05 and kl["ci_low"] < kl["value"] < kl["ci_high"]
     assert base["compat"]["kl_fwd_mean"] == kl["value"]
     assert base["compat"]["kl_back_mean"] is None and base["compat"]["jsd_mean"] is None  # no student samples
+    assert base["student_samples_reason"] == UNNAMED_TEACHER_REASON.format(named="none recorded")
+    assert result["teacher"] is None
     assert {f"kl_teacher_student/{e}/{a}" for e in ("k1", "k2", "k3")
             for a in ("token_mean", "sequence_mean", "sequence_sum")} == set(base["metrics"])
     assert set(base["per_task"][HEADLINE]) == {"task0", "task1", "task2"}
@@ -158,16 +162,39 @@ def test_eval_with_a_teacher_cache_puts_kl_in_json_and_report(setup, tmp_path, m
     assert summary["divergence"]["comparisons"] == []
     assert "KL to the teacher cache" in (out / "report.md").read_text()
 
-    # Two model arms' KL in the same folder's report: table per arm, paired difference, n/a reasons.
-    campaign_divergence(_arms(setup), setup / "cache", out)
+    # Two model arms' KL in the same folder's report: table per arm, paired difference, n/a reasons; with
+    # the teacher model, kl_back_mean and jsd_mean too (the arm that is the teacher: 0 for both).
+    campaign_divergence(_arms(setup), setup / "cache", out, teacher=str(setup / "teacher"), max_new_tokens=6)
     rebuild_report(out, tmp_path / "s2.json")
     markdown = (out / "report.md").read_text()
     section = markdown[markdown.index("## KL to the teacher cache"):]
     assert "| base | " in section and "| copy | 0.0000" in section and "fingerprint" in section
+    copy_row = next(line for line in section.splitlines() if line.startswith("| copy |")).split(" | ")
+    assert copy_row[4:6] == ["0.0000", "0.0000"]  # kl_back_mean, jsd_mean
+    summary2 = json.loads((tmp_path / "s2.json").read_text())
+    assert summary2["divergence"]["teacher"] == str(setup / "teacher")
+    assert json.loads((out / "divergence.json").read_text())["arms"]["base"]["compat"]["kl_back_mean"] > 0
+    assert any(p.name.startswith("samples-") for p in (out / "divergence-work").iterdir())  # kept for a rerun
     assert "| arm | KL(T\\|\\|S) k3 |" in section  # pipes in a header are escaped: the table keeps its columns
     assert "### Paired KL differences (A - B)" in section and "| base | copy | +" in section
     page = (out / "report.html").read_text()
     assert "KL to the teacher cache" in page and "Paired KL differences" in page
+
+
+def test_a_teacher_that_cannot_score_samples_is_refused_before_any_episode(setup, tmp_path, monkeypatch):
+    from pdbgym.cli import app
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    monkeypatch.delenv("KL_EVAL_TEACHER_CACHE_DIR", raising=False)
+    tasks = _cached_tasks(tmp_path / "tasks", ["task0"])
+    base = ["eval", "--tasks", str(tasks), "--arm", "ref=scripted", "--runs", "1"]
+    for extra, message in ((["--teacher-cache", str(setup / "cache"), "--teacher", str(tmp_path / "gone")],
+                            "does not exist"),
+                           (["--teacher", str(setup / "teacher")], "give --teacher-cache")):
+        out = tmp_path / f"c{len(extra)}"
+        result = CliRunner().invoke(app, [*base, "--out", str(out), *extra])
+        assert isinstance(result.exception, PdbgymError) and message in str(result.exception), result.output
+        assert not (out / "episodes.jsonl").exists()
 
 
 def test_a_bad_teacher_cache_is_refused_before_any_episode(tiny_task, tmp_path, monkeypatch):
@@ -223,6 +250,7 @@ def test_the_embedded_arm_scores_zero_against_a_cache_of_its_own_log_probs(tmp_p
     records = _records(info["fingerprint"])
     for record in records:
         record.metadata["tokenizer"] = info
+        record.metadata["policy"] = "embedded"  # what the cache builder records for the embedded policy
         record.tokens = [t * 700 + 11 for t in record.tokens]  # spread over the 49k vocabulary
     model = load_causal_lm(embedded_model_dir(), device="cpu")
     for record, values in zip(records, score_records(model, records, SEMANTICS, ScoringConfig(show_progress=False)),
@@ -231,6 +259,54 @@ def test_the_embedded_arm_scores_zero_against_a_cache_of_its_own_log_probs(tmp_p
         logprobs[np.array(record.loss_mask) == 1] = values
         record.rollout_log_probs = logprobs.tolist()
     write_cache(tmp_path / "cache", records)
-    result = arm_divergence({"emb": "embedded"}, ArmDivergenceConfig(tmp_path / "cache", bootstrap=100, device="cpu"))
+    result = arm_divergence({"emb": "embedded"}, ArmDivergenceConfig(tmp_path / "cache", bootstrap=100, device="cpu",
+                                                                      max_new_tokens=3))
     assert result["arms"]["emb"]["available"], result["arms"]["emb"]
     assert result["arms"]["emb"]["compat"]["kl_fwd_mean"] == pytest.approx(0.0, abs=1e-5)
+    # The records name the embedded policy, so it is the teacher that scores the arm's samples: 0 against itself.
+    assert result["teacher"] == str(embedded_model_dir())
+    assert result["arms"]["emb"]["compat"]["kl_back_mean"] == pytest.approx(0.0, abs=1e-5)
+    assert result["arms"]["emb"]["compat"]["jsd_mean"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_arm_samples_scored_by_the_teacher_fill_kl_back_and_jsd_as_the_divergence_library_does(setup):
+    """With the teacher model, each local arm continues the cache's prompts and the teacher scores them: the
+    figures are those of `pdbgym divergence --teacher` for the same model, cache, teacher, cap and seed."""
+    teacher = str(setup / "teacher")
+    config = ArmDivergenceConfig(setup / "cache", bootstrap=200, device="cpu", teacher=teacher, max_new_tokens=8,
+                                 seed=3)
+    result = arm_divergence({"base": str(setup / "student"), "copy": teacher, "ref": "scripted"}, config)
+    base, copy = result["arms"]["base"], result["arms"]["copy"]
+    assert result["teacher"] == teacher and base["student_samples_reason"] is None
+    assert base["student_samples"]["n_records"] == 6 and base["student_samples"]["n_tokens"] == 6 * 8
+    assert 0 < base["compat"]["kl_back_mean"] < 50 and 0 < base["compat"]["jsd_mean"] < np.log(2)
+    assert copy["compat"]["kl_back_mean"] == pytest.approx(0.0, abs=1e-5)  # the teacher against itself
+    assert copy["compat"]["jsd_mean"] == pytest.approx(0.0, abs=1e-5)
+    assert result["arms"]["ref"]["reason"] == SCRIPTED_REASON
+
+    alone = compare(DivergenceConfig(students=[str(setup / "student")], cache=setup / "cache", teacher=teacher,
+                                     max_new_tokens=8, seed=3, bootstrap=200, device="cpu",
+                                     show_progress=False)).report["students"][0]
+    assert alone["compat"] == base["compat"] and alone["metrics"] == base["metrics"]
+    assert "kl_student_teacher/k3/token_mean" in base["metrics"] and "jsd/token_mean" in base["metrics"]
+
+
+def test_null_kl_back_says_why_and_a_wrong_teacher_is_refused(setup, tmp_path):
+    """A scripted-oracle cache has no model to score samples; --teacher must name a model that loads here."""
+    from pdbgym.rollouts.cache import read_cache, write_cache
+
+    oracle = read_cache(setup / "cache")
+    for record in oracle:
+        record.metadata["logprob_semantics"] = {"engine": "deterministic", "temperature": 1.0}
+        record.rollout_log_probs = [0.0] * record.response_length
+    write_cache(tmp_path / "oracle", oracle)
+    entry = arm_divergence({"base": str(setup / "student")},
+                           ArmDivergenceConfig(tmp_path / "oracle", bootstrap=50, device="cpu"))["arms"]["base"]
+    assert entry["available"] and entry["compat"]["kl_back_mean"] is None
+    assert entry["student_samples_reason"] == ORACLE_TEACHER_REASON
+    for cache, teacher, message in ((tmp_path / "oracle", str(setup / "teacher"), "scripted oracle"),
+                                    (setup / "cache", "http://127.0.0.1:9", "is a server"),
+                                    (setup / "cache", str(tmp_path / "gone"), "does not exist")):
+        with pytest.raises(PdbgymError, match=message):
+            arm_divergence({"base": str(setup / "student")},
+                           ArmDivergenceConfig(cache, bootstrap=50, device="cpu", teacher=teacher))
