@@ -2,8 +2,8 @@
 
 The ```bash block(s) between "## Using it" and the next "## " heading are read from the clone's
 README.md, one command per line (a trailing backslash continues it, ``#`` starts a comment), and run
-in order by bash in a fresh temporary folder with this checkout's ``.venv`` first on PATH: the README
-and task files are the clone's, the code run is the ``pdbgym`` installed in ``.venv`` (an editable
+in order by bash in the clone, as a new user would, with this checkout's ``.venv`` first on PATH: the
+README and task files are the clone's, the code run is the ``pdbgym`` installed in ``.venv`` (an editable
 install of this checkout; PYTHONPATH is left alone, since a PYTHONPATH naming a clone changes what the
 sandboxed test runs of ``tasks synth`` see). Placeholders are replaced by real things built
 first (``SUBSTITUTIONS``): a random-weight 1-layer Llama saved over the embedded SmolLM2 tokenizer for
@@ -12,7 +12,9 @@ that needs a person (``--policy human``) is skipped with its reason. ``--quick``
 commands (``QUICK``: fewer tasks, runs and steps, short turns), and prints each line as run.
 
 Each command's exit status and its stated result (``CHECKS``: files written, JSON keys, outcomes) are
-checked; the end is a table: command, seconds, ok / failed / skipped, reason. Exit 1 if any failed.
+checked; the end is a table: command, seconds, ok / failed / skipped, reason, and a last row that fails
+if the commands left ``git status --porcelain`` of the clone different from before (a path they write
+that .gitignore does not cover). Exit 1 if any failed.
 
 Usage: .venv/bin/python bench/readme_walkthrough.py [--clone PATH | --repo PATH] [--quick]
        [--no-server] [--keep] [--timeout-s 1800] [--markdown]
@@ -251,6 +253,22 @@ def run_one(command: str, work: Path, env: dict, timeout_s: float) -> tuple[floa
     return seconds, None, output
 
 
+def git_status(clone: Path) -> set[str]:
+    """``git status --porcelain`` lines of the clone (untracked folders listed file by file)."""
+    done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone,
+                          capture_output=True, text=True, check=True)
+    return set(done.stdout.splitlines())
+
+
+def status_row(before: set[str], after: set[str]) -> tuple[str, float, str, str]:
+    """The table's last row: failed, naming the paths, when the commands changed the clone's git status."""
+    changed = sorted(after - before)
+    if not changed:
+        return "git status --porcelain", 0.0, "ok", ""
+    shown = ", ".join(line[3:] for line in changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+    return "git status --porcelain", 0.0, "failed", f"the commands left in the clone: {shown}"
+
+
 def table(rows: list[tuple[str, float, str, str]], markdown: bool) -> str:
     if markdown:
         lines = ["| command | s | result | reason |", "|---|---:|---|---|"]
@@ -262,7 +280,8 @@ def table(rows: list[tuple[str, float, str, str]], markdown: bool) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=ROOT, help="repository to git clone (default: this one)")
-    parser.add_argument("--clone", type=Path, help="use this existing clone instead of cloning --repo")
+    parser.add_argument("--clone", type=Path,
+                        help="run in this existing clone instead of cloning --repo (its runs/, caches/ ... are written)")
     parser.add_argument("--quick", action="store_true", help="shrink the costly commands (see QUICK)")
     parser.add_argument("--no-server", action="store_true", help="skip the server line (no transformers serve)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
@@ -276,13 +295,13 @@ def main() -> int:
         clone = tmp / "clone"
         subprocess.run(["git", "clone", "-q", str(args.repo), str(clone)], check=True)
     clone = clone.resolve()
-    work = tmp / "work"
-    work.mkdir()
+    work = clone  # the README's commands run where a new user types them: the clone's root
+    status_before = git_status(clone)
     env = {**os.environ, "PDBGYM_HOME": str(tmp / "home"), "HF_HUB_OFFLINE": "1",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     values = {"model": str(build_model(tmp / "tiny-model")), "server": SERVER_URL,
               "quick_tasks": str(quick_tasks(clone, tmp / "quick-tasks")) if args.quick else "builtin"}
-    print(f"clone {clone}  work {work}  model {values['model']}" + ("  --quick" if args.quick else ""), flush=True)
+    print(f"clone {clone}  model {values['model']}" + ("  --quick" if args.quick else ""), flush=True)
     server = None
     server_skip = "--no-server" if args.no_server else None
     if not args.no_server:
@@ -311,6 +330,7 @@ def main() -> int:
     finally:
         if server is not None:
             stop_server(server)
+    rows.append(status_row(status_before, git_status(clone)))
     print(table(rows, args.markdown))
     failed = sum(row[2] == "failed" for row in rows)
     total = sum(row[1] for row in rows)

@@ -21,7 +21,7 @@ import typer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from readme_walkthrough import SUBSTITUTIONS, readme_commands  # noqa: E402
+from readme_walkthrough import SUBSTITUTIONS, git_status, readme_commands, status_row  # noqa: E402
 
 
 def _invocations() -> list[list[str]]:
@@ -130,3 +130,19 @@ def test_what_the_readme_commands_write_is_ignored_by_git():
     tracked_or_shown = [path for path in written
                         if subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode != 0]
     assert not tracked_or_shown, f"add to .gitignore: {tracked_or_shown}"
+
+
+def test_the_walkthrough_fails_when_the_commands_leave_the_clone_dirty(tmp_path):
+    """The walkthrough runs the lines in the clone and compares its git status before and after: a path the
+    commands write that .gitignore does not cover is a failed row naming it; an ignored one is not."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/runs/\n")
+    before = git_status(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "episode.json").write_text("{}")
+    assert status_row(before, git_status(tmp_path))[2:] == ("ok", "")
+    (tmp_path / "caches" / "oracle").mkdir(parents=True)
+    (tmp_path / "caches" / "oracle" / "manifest.json").write_text("{}")
+    command, _, result, reason = status_row(before, git_status(tmp_path))
+    assert (command, result) == ("git status --porcelain", "failed")
+    assert reason == "the commands left in the clone: caches/oracle/manifest.json"
