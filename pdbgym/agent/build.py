@@ -17,7 +17,7 @@ from typing import Any
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.agent.loop import AgentConfig
-from pdbgym.agent.policies import check_policy, load_tokenizer, parse_policy
+from pdbgym.agent.policies import check_policy, parse_policy
 from pdbgym.agent.runner import JobResult, completed_samples, plan_jobs, run_all
 from pdbgym.env.environment import EnvConfig
 from pdbgym.episode_defaults import EPISODE, TEACHER_TOP_P
@@ -96,9 +96,9 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
     spec = parse_policy(config.policy, tokenizer=config.tokenizer, api=config.api,
                         logprob_mode=config.logprob_mode, device=config.device, tool_format=config.tool_format)
     # Build (and so check) what every episode builds here, before any episode starts: the backend or
-    # tokenizer, the tool-call format, a constrained policy's grammar at this turn cap.
+    # tokenizer, the tool-call format, a constrained policy's grammar at this turn cap, room for a turn.
     sampling = SamplingParams(config.temperature, config.top_p, config.max_new_tokens, None)
-    vocab_source = check_policy(spec, sampling) if spec.generates_tokens else load_tokenizer(spec.tokenizer)
+    vocab_source = check_policy(spec, sampling, task_list, config.max_context_tokens, f"--policy {config.policy}")
     done = completed_samples(config.out, vocab_source)
     agent = AgentConfig(max_context_tokens=config.max_context_tokens, dataset=config.dataset,
                         sampling=sampling)

@@ -83,17 +83,26 @@ class _Ending:
     interrupted: bool = False
 
 
+def episode_template(tokenizer: Any, tool_format: str) -> ChatTemplate:
+    """The chat template an episode renders with: native formats pass the tool schemas (``tools=``) and
+    answer with role ``tool``; ``text`` lists the tools in the system prompt and answers as ``user``."""
+    native = tool_format != "text"
+    return ChatTemplate(tokenizer, "tool" if native else "user", tool_specs() if native else None)
+
+
+def first_messages(tool_format: str, first_observation: str) -> list[dict[str, Any]]:
+    """The system prompt and the first user message (``env.reset()``'s observation) of an episode."""
+    return [{"role": "system", "content": system_prompt(tool_format, tool_specs())},
+            {"role": "user", "content": first_observation}]
+
+
 class Conversation:
     """The chat messages and the token trajectory of one episode, grown together."""
 
     def __init__(self, turns: TurnSource, tool_format: str, first_observation: str):
-        native = tool_format != "text"
         self.tokenizer = turns.tokenizer
-        self.template = ChatTemplate(turns.tokenizer, "tool" if native else "user", tool_specs() if native else None)
-        self.messages: list[dict[str, Any]] = [
-            {"role": "system", "content": system_prompt(tool_format, tool_specs())},
-            {"role": "user", "content": first_observation},
-        ]
+        self.template = episode_template(turns.tokenizer, tool_format)
+        self.messages: list[dict[str, Any]] = first_messages(tool_format, first_observation)
         prompt = self.template.render(self.messages, add_generation_prompt=True)
         self.trajectory = TokenTrajectory(prompt, self.template.encode(prompt))
         self._stop_text: str | None = None
@@ -126,10 +135,9 @@ def check_tool_turns(tokenizer: Any, tool_format: str, label: str) -> None:
     and then the template's text after them), or one that drops the turn carrying tool output (role
     ``tool`` for native tool formats, ``user`` for ``text``)."""
     native = tool_format != "text"
-    template = ChatTemplate(tokenizer, "tool" if native else "user", tool_specs() if native else None)
+    template = episode_template(tokenizer, tool_format)
     said, seen = "b app.py:3  # pdbgym-check", "pdbgym-observation-7f3a"
-    messages = [{"role": "system", "content": system_prompt(tool_format, tool_specs())},
-                {"role": "user", "content": "the task"}, {"role": "assistant", "content": said},
+    messages = [*first_messages(tool_format, "the task"), {"role": "assistant", "content": said},
                 {"role": template.observation_role, "content": seen}]
     try:
         full = template.render(messages, add_generation_prompt=True)

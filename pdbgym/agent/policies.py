@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from pdbgym.agent.backends.sglang import SGLangBackend
 from pdbgym.agent.constrained import constrain
 from pdbgym.agent.human import HumanPolicy
 from pdbgym.agent.policy import Policy
+from pdbgym.agent.room import check_context_room
 from pdbgym.agent.scripted import ScriptedPolicy
 from pdbgym.agent.toolcalls import FORMATS, detect_format
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns, TurnSource
@@ -34,6 +36,7 @@ from pdbgym.policyname import (
     runs_in_process,
     split_constrained,
 )
+from pdbgym.tasks.model import Task
 from pdbgym.versions import require
 
 SERVER_APIS = ("auto", "chat", "sglang")
@@ -161,14 +164,21 @@ def build_turns(spec: PolicySpec, params: SamplingParams) -> tuple[TurnSource, s
     return ModelTurns(backend, params), fmt
 
 
-def check_policy(spec: PolicySpec, params: SamplingParams) -> Any:
+def check_policy(spec: PolicySpec, params: SamplingParams, tasks: Sequence[Task] = (),
+                 max_context_tokens: int | None = None, label: str = "the policy") -> Any:
     """Build now what every episode of ``spec`` builds with ``params``: the model or server connection, the
-    tokenizer, the tool-call format and, for a constrained policy, its grammar at ``params.max_new_tokens``.
+    tokenizer, the tool-call format and, for a constrained policy, its grammar at ``params.max_new_tokens``;
+    with ``max_context_tokens``, check that the first prompt of each of ``tasks`` leaves room for a turn
+    (``room.check_context_room``; ``label`` names the policy there).
 
     A setting that would fail each episode (a missing model, a tokenizer that does not load, a turn cap
-    below the grammar's minimum) so fails once, before the first. Returns the policy's tokenizer.
+    below the grammar's minimum, a context cap below the first prompt plus a turn) so fails once, before
+    the first. Returns the policy's tokenizer.
     """
-    turns, _ = build_turns(spec, params)
+    turns, tool_format = build_turns(spec, params)
+    if max_context_tokens is not None:
+        turn_tokens = params.max_new_tokens if spec.generates_tokens else 0  # action policies write their turns
+        check_context_room(turns.tokenizer, tool_format, tasks, max_context_tokens, turn_tokens, label)
     return turns.tokenizer
 
 

@@ -80,6 +80,14 @@ def bound_text(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
+def initial_observation(task: Task, debugger_note: str) -> str:
+    """What ``reset`` returns: the task statement, the failing tests, then ``debugger_note`` (the pdb session's
+    first output). With ``""`` for the note it is the part known before any session starts (the context check
+    of ``pdbgym.agent.room`` measures that)."""
+    return (f"{task.statement()}\n\nThe project is in the current folder. Failing test(s): "
+            f"{', '.join(task.FAIL_TO_PASS)}\n\n{debugger_note}")
+
+
 class DebugEnv:
     def __init__(self, task: Task, config: EnvConfig | None = None, sandbox: Sandbox | None = None) -> None:
         self.task = task
@@ -111,10 +119,7 @@ class DebugEnv:
         self._disk = DiskGuard(self.ws, self.config.workspace_extra_bytes, self.config.workspace_extra_files,
                                self.config.disk_poll_s)
         debugger_note = self._start_session() if self.config.start_debugger else "(no debugger session)"
-        self._initial_observation = (
-            f"{self.task.statement()}\n\nThe project is in the current folder. Failing test(s): "
-            f"{', '.join(self.task.FAIL_TO_PASS)}\n\n{debugger_note}"
-        )
+        self._initial_observation = initial_observation(self.task, debugger_note)
         return self._initial_observation
 
     def _start_session(self) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig, run_jobs
 from pdbgym.agent.loop import AgentConfig
-from pdbgym.agent.policies import check_policy, load_tokenizer, parse_policy
+from pdbgym.agent.policies import check_policy, parse_policy
 from pdbgym.agent.runner import EpisodeJob, JobResult, raise_failures, run_job
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.episode_defaults import EPISODE
@@ -121,17 +121,18 @@ def campaign_job(arm: Arm, config: CampaignConfig, task: Task, run_index: int) -
                       EnvConfig(turn_budget=config.turn_budget))
 
 
-def check_arm(arm: Arm, on_ray: bool, device: str = "cpu", params: SamplingParams | None = None) -> None:
+def check_arm(arm: Arm, on_ray: bool, device: str = "cpu", params: SamplingParams | None = None,
+              tasks: Sequence[Task] = (), max_context_tokens: int | None = None) -> None:
     """Build what the arm's episodes build (model loaded, server reached, tool-call format, a constrained
-    arm's grammar at ``params.max_new_tokens``) or its tokenizer now, so a bad arm fails before any episode.
+    arm's grammar at ``params.max_new_tokens``) or its tokenizer now, and with ``max_context_tokens`` check
+    that each of ``tasks``' first prompt leaves room for a turn, so a bad arm fails before any episode.
 
-    On Ray the model loads on the cluster's nodes instead, so only the spec is checked here.
+    On Ray the model loads on the cluster's nodes instead, so only a model arm's spec is checked here.
     """
     spec = parse_policy(arm.model, device=device)
-    if spec.generates_tokens and not on_ray:
-        check_policy(spec, params or SamplingParams())
-    elif not spec.generates_tokens:
-        load_tokenizer(spec.tokenizer)
+    if spec.generates_tokens and on_ray:
+        return
+    check_policy(spec, params or SamplingParams(), tasks, max_context_tokens, f"arm '{arm.name}' ({arm.model})")
 
 
 def run_campaign(
@@ -164,7 +165,8 @@ def run_campaign(
     if episode_fns is None:  # every setting that would fail each episode fails now, the folder untouched
         params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens)
         for arm in dict.fromkeys(arm for arm, _, _ in todo):
-            check_arm(arm, executor.ray_address is not None, config.device, params)
+            left = list({t.instance_id: t for a, t, _ in todo if a == arm}.values())  # the tasks it still plays
+            check_arm(arm, executor.ray_address is not None, config.device, params, left, config.context_tokens)
     store.open(config.to_dict())
     names = {arm.name for arm in config.arms}
 
