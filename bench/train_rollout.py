@@ -39,7 +39,7 @@ def _model(args: argparse.Namespace):
     if args.model:
         from transformers import AutoTokenizer
 
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, use_kernels=False)
         return model.to(args.device).eval(), AutoTokenizer.from_pretrained(args.model)
     if args.tokenizer:
         from transformers import AutoTokenizer

@@ -156,7 +156,7 @@ def play(args: argparse.Namespace, arm: str, split_name: str) -> list[dict[str, 
 
     folder = model_folder(args, arm)
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(args.device).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, use_kernels=False).to(args.device).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

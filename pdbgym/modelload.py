@@ -33,7 +33,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.modelrefs import local_model_path
 from pdbgym.paths import pdbgym_home
 from pdbgym.policyname import is_server_url
-from pdbgym.versions import require
+from pdbgym.versions import NO_HUB_CODE, require
 
 EMBEDDED = "embedded"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -144,7 +144,7 @@ def _load_weights(path: Path, device: str, dtype: Any, device_map: str | None = 
     from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
     kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype, device), "attn_implementation": "sdpa",
-                              "local_files_only": True}
+                              "local_files_only": True, **NO_HUB_CODE}
     if device_map is not None:
         kwargs["device_map"] = device_map
     folder = path
@@ -226,7 +226,7 @@ def _dequantize_into(target: Path) -> None:
 
     source = gguf_package_dir()
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE, **NO_HUB_CODE)
     # The de-quantized weights are plain fp32; drop the GGUF marker so they serialize as safetensors.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

@@ -104,3 +104,10 @@ def require_training() -> None:
     """The floors of the training stack (torch, transformers, accelerate, PEFT, TRL), for
     ``pdbgym.train`` to call before it imports any of them."""
     require(*TRAINING)
+
+
+# Keyword arguments of every ``from_pretrained`` of a model in pdbgym. transformers (5.25) turns its Hub
+# kernels on by default: a model put into training or inference mode on a GPU then resolves layer
+# kernels on the Hub and runs their code. pdbgym runs offline and loads no code it did not ship, so they
+# are off; the layers keep transformers' own torch code (the same arithmetic on CPU and GPU).
+NO_HUB_CODE: dict[str, bool] = {"use_kernels": False}

@@ -46,3 +46,14 @@ def test_embedded_is_the_de_quantized_folder_the_agent_plays(smol_tokenizer):
     loaded = load_model("embedded", "cpu")
     assert loaded.path == embedded_model_dir().resolve() and loaded.label == "embedded"
     assert loaded.tokenizer.get_vocab() == smol_tokenizer.get_vocab()
+
+
+def test_models_load_without_hub_kernels(tmp_path, tiny_model_dir):
+    """transformers turns Hub kernels on by default; on a GPU they would fetch layer code from the Hub
+    (offline: a failed SFT step). Every model pdbgym loads has them off."""
+    from pdbgym.modelload import load_model
+
+    loaded = load_model(str(tiny_model_dir), device="cpu")
+    assert loaded.model.use_kernels is False
+    loaded.model.train()  # a mode change is where transformers would kernelize again
+    assert loaded.model.use_kernels is False

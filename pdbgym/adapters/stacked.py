@@ -21,7 +21,7 @@ from pdbgym.adapters.operations import merge_ref, stack_layers
 from pdbgym.adapters.store import Store
 from pdbgym.modelrefs import ModelRefResolver, register_model_refs
 from pdbgym.paths import pdbgym_home
-from pdbgym.versions import require
+from pdbgym.versions import NO_HUB_CODE, require
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def load_stacked_model(ref: str, store: Store | None = None, device: str = "cpu"
     layers = stack_layers(store, store.lineage(node_id))  # re-hashes each stored adapter copy
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, local_files_only=True).to(device)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, local_files_only=True, **NO_HUB_CODE).to(device)
     for layer in layers:
         model = PeftModel.from_pretrained(model, str(store.object_dir(layer.node_id))).merge_and_unload()
     tokenizer = AutoTokenizer.from_pretrained(base_path)
