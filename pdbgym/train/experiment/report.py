@@ -144,17 +144,8 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         lines += ["## Held-out pass@1 by rung of the task ladder", ""] + md_table(
             ["arm", *(f"rung {level}" for level in levels)], [
                 [arm, *(f"{_ci(per[level])} ({per[level]['tasks']} tasks)" if level in per else "-" for level in levels)]
-                for arm, per in rungs.items()]) + [""]
-    if not any(block.get("wrong_site") for block in arms.values()):
-        lines += md_bullets(["Wrong-site fixation: no held-out task declares a wrong site (the regression tasks "
-                             "of the built-in suite do; add a suite to [tasks] to measure it)."]) + [""]
-    rungs = by_rung(out)
-    levels = sorted({level for per in rungs.values() for level in per})
-    if levels:
-        lines += ["## Held-out pass@1 by rung of the task ladder", ""] + md_table(
-            ["arm", *(f"rung {level}" for level in levels)], [
-                [arm, *(f"{_ci(per[level])} ({per[level]['tasks']} tasks)" if level in per else "-" for level in levels)]
-                for arm, per in rungs.items()]) + [""]
+                for arm, per in sorted(rungs.items(), key=lambda item: list(arms).index(item[0]) if item[0] in arms
+                                       else len(arms))]) + [""]
     lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + md_table(
         ["a - b", "difference [95% CI]", "tasks"], [
             [f"{a} - {b}", f"{pct(diff)} [{pct(low)}, {pct(high)}]", n]
