@@ -39,7 +39,8 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     report = (out / "report.md").read_text()
     for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
                     "## Stop at peak", "| grpo |", "| sft - base |",
-                    "## Held-out pass@1 by rung of the task ladder", "Wrong-site fixation: no held-out task"):
+                    "## Held-out pass@1 by rung of the task ladder", "Wrong-site fixation: no held-out task",
+                    "### On-policy solve rate by rung of the task ladder"):
         assert section in report, section
     summary = json.loads((out / "eval-summary.json").read_text())
     assert set(summary["arms"]) == {"base", "sft", "grpo", "oracle"} and summary["arms"]["oracle"]["solved"] > 0
@@ -86,3 +87,23 @@ def test_the_learning_check_compares_the_last_quarter_of_steps_with_the_first():
     flat = learning_check([{"episodes/solve_rate": 0.25, "episodes/replayed": 2}] * 8, per_step=8)
     assert flat["diff"] == 0 and not flat["learned"] and flat["episodes"] == [12, 12]
     assert flat["first"] == pytest.approx(4 / 12)  # 2 of the 6 played episodes a step (0.25 x 6, rounded)
+
+
+def test_grpo_steps_count_each_rung_and_the_report_pools_them():
+    from pdbgym.train.experiment.report import grpo_rungs
+    from pdbgym.train.grpo.rollout import EpisodeSample, episode_metrics
+
+    def sample(task: str, solved: bool, replayed: bool = False) -> EpisodeSample:
+        return EpisodeSample([], [], [], [], {"instance_id": task, "final_test_passed": solved,
+                                               "termination_reason": "solved" if solved else "turn_budget",
+                                               "replayed": replayed})
+
+    rungs = {"a": 0, "b": 0, "c": 1}.__getitem__
+    step = episode_metrics([sample("a", True), sample("b", False), sample("c", False), sample("a", True, True)], rungs)
+    assert step["episodes/rung_0/played"] == 2 and step["episodes/rung_0/solved"] == 1  # the replayed one left out
+    assert step["episodes/rung_1/played"] == 1 and step["episodes/rung_1/solved"] == 0
+    later = episode_metrics([sample("a", True), sample("b", True), sample("c", True)], rungs)
+    table = grpo_rungs([step, step, later, later])
+    assert table[0]["played"] == 8 and table[0]["solved"] == 6 and table[0]["first"] == (1, 2)
+    assert table[0]["last"] == (2, 2) and 0 < table[0]["ci"][0] < 0.75 < table[0]["ci"][1] <= 1
+    assert table[1]["solved"] == 2 and table[1]["played"] == 4

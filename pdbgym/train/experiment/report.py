@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pdbgym.evaluate.results import ResultsStore
-from pdbgym.evaluate.stats import estimate_mean, newcombe_interval
+from pdbgym.evaluate.stats import estimate_mean, newcombe_interval, wilson_interval
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
@@ -75,6 +75,25 @@ def by_rung(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
     return table
 
 
+def grpo_rungs(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """rung -> the GRPO run's on-policy episodes of that rung: played, solved, the rate with a 95% Wilson
+    interval, and the rates of the first and last quarter of steps (from ``episodes/rung_R/*``)."""
+    levels = sorted({int(key.split("/")[1].removeprefix("rung_")) for row in rows for key in row
+                     if key.startswith("episodes/rung_") and key.endswith("/played")})
+    quarter = max(1, len(rows) // 4)
+    table = {}
+    for level in levels:
+        def count(part: list[dict[str, Any]], what: str, level: int = level) -> int:
+            return round(sum(float(row.get(f"episodes/rung_{level}/{what}", 0.0)) for row in part))
+
+        played, solved = count(rows, "played"), count(rows, "solved")
+        low, high = wilson_interval(solved / played, played) if played else (None, None)
+        quarters = [(count(part, "solved"), count(part, "played")) for part in (rows[:quarter], rows[-quarter:])]
+        table[level] = {"played": played, "solved": solved, "rate": solved / played if played else None,
+                        "ci": [low, high], "first": quarters[0], "last": quarters[1]}
+    return table
+
+
 def _ci(block: dict[str, Any] | None) -> str:
     if not block:
         return "-"
@@ -125,6 +144,15 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
                      f"episodes), difference {pct(check['diff'])} [{pct(check['ci'][0])}, {pct(check['ci'][1])}] "
                      f"(95%, Newcombe); {verdict}.")
     lines += md_bullets(notes) + [""]
+    ladder = grpo_rungs(rows)
+    if ladder:
+        def share(pair: tuple[int, int]) -> str:
+            return f"{pair[0]} of {pair[1]}"
+
+        lines += ["### On-policy solve rate by rung of the task ladder", ""] + md_table(
+            ["rung", "episodes", "solved", "rate [95% Wilson CI over episodes]", "first quarter of steps", "last quarter of steps"], [
+                [f"rung {level}", r["played"], r["solved"], f"{pct(r['rate'])} [{pct(r['ci'][0])}, {pct(r['ci'][1])}]",
+                 share(r["first"]), share(r["last"])] for level, r in ladder.items()]) + [""]
     lines += ["## Val gates (checkpoint choice)", ""] + md_table(["checkpoint", "step", "val pass@1 [95% CI]"], [
         [g.get("checkpoint"), g.get("step"), _ci(g.get("pass_at_1"))] for g in gates]) + [""]
     arms = summary.get("arms", {})

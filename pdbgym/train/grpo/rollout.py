@@ -219,18 +219,24 @@ def sample_from_outcome(outcome: EpisodeOutcome, tool_format: str) -> EpisodeSam
                          list(record.rollout_log_probs), list(record.loss_mask), facts)
 
 
-def episode_metrics(samples: Sequence[EpisodeSample]) -> dict[str, float]:
+def episode_metrics(samples: Sequence[EpisodeSample], rungs: Callable[[str], int] | None = None) -> dict[str, float]:
     """One rollout batch's episode counts, logged beside TRL's metrics each step.
 
     ``episodes/solve_rate``: share of on-policy episodes whose final tests passed (replayed corpus
     trajectories are solved by construction and left out); ``episodes/tampered`` and
     ``episodes/replayed``: how many episodes of the batch were graded tampered / came from the corpus.
+    With ``rungs`` (task id -> rung of the task ladder), ``episodes/rung_R/played`` and
+    ``episodes/rung_R/solved`` count the on-policy episodes of each rung R.
     """
     on_policy = [s for s in samples if not s.facts.get("replayed")]
     metrics = {"episodes/tampered": float(sum(s.facts["termination_reason"] == "tampered" for s in on_policy)),
                "episodes/replayed": float(len(samples) - len(on_policy))}
     if on_policy:
         metrics["episodes/solve_rate"] = sum(bool(s.facts["final_test_passed"]) for s in on_policy) / len(on_policy)
+    for sample in on_policy if rungs is not None else []:
+        level = rungs(sample.facts["instance_id"])
+        for key, add in (("played", 1.0), ("solved", float(bool(sample.facts["final_test_passed"])))):
+            metrics[f"episodes/rung_{level}/{key}"] = metrics.get(f"episodes/rung_{level}/{key}", 0.0) + add
     return metrics
 
 

@@ -30,6 +30,7 @@ from pdbgym.agent.loop import AgentConfig
 from pdbgym.env import DebugEnv, EnvConfig
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.train import seams
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
@@ -172,6 +173,7 @@ class PdbgymRollout:
         self.trainer: Any = None
         self._generator: BatchedGenerator | None = None
         self.progress = EpisodeProgress()  # phase/episode hooks (progress.GRPOProgress shows them)
+        self._rungs: dict[str, int] = {}
 
     def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float,
                       seeds: list[int] | None = None) -> list[EpisodeSample]:
@@ -219,10 +221,15 @@ class PdbgymRollout:
             self.recipe.replay_next = self.replay.positions()
         step_facts = [EpisodeSample([], [], [], [], facts) for rank_facts, _ in everyone for facts in rank_facts]
         self._account(step_facts)
-        for key, value in episode_metrics(step_facts).items():
+        for key, value in episode_metrics(step_facts, self._rung).items():
             seams.append_metric(trainer, key, value)
         self._log_rank(trainer, step, len(samples), step_facts, budget)
         return rollout_output(samples)
+
+    def _rung(self, instance_id: str) -> int:
+        if instance_id not in self._rungs:  # measured once a task, from the task alone
+            self._rungs[instance_id] = rung(demands(self._task(instance_id)))
+        return self._rungs[instance_id]
 
     def _task(self, instance_id: str) -> Any:
         if instance_id not in self.tasks:
