@@ -107,3 +107,18 @@ def test_grpo_steps_count_each_rung_and_the_report_pools_them():
     assert table[0]["played"] == 8 and table[0]["solved"] == 6 and table[0]["first"] == (1, 2)
     assert table[0]["last"] == (2, 2) and 0 < table[0]["ci"][0] < 0.75 < table[0]["ci"][1] <= 1
     assert table[1]["solved"] == 2 and table[1]["played"] == 4
+
+
+def test_until_stops_after_the_named_stage_and_reports_what_is_there(tmp_path, tiny_model_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pdbgym.cli import app
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    config, out = _quick_file(tmp_path, tiny_model_dir), tmp_path / "run"
+    result = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick", "--until", "split"])
+    assert result.exit_code == 0, result.output
+    assert list(json.loads((out / "experiment.json").read_text())["stages"]) == ["tasks", "split", "report"]
+    assert "[oracle]" not in result.output and (out / "report.md").is_file()
+    wrong = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick", "--until", "sfft"])
+    assert wrong.exit_code != 0 and "sfft" in str(wrong.exception)

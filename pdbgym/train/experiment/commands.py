@@ -18,6 +18,7 @@ def run_command(
     quick: Annotated[bool, typer.Option(help="Lay the file's [quick] tables over it: the same stages, tiny counts")] = False,
     device: Annotated[str, typer.Option(help="Device of training, local-model episodes and KL scoring (cpu, cuda)")] = "cpu",
     workers: Annotated[int, typer.Option(min=1, help="Scripted episodes at once (worker processes)")] = 2,
+    until: Annotated[str | None, typer.Option(help="Stop after this stage (tasks, split, oracle, sft, grpo, eval); the report shows what is there")] = None,
 ) -> None:
     """Run an experiment end to end (tasks, split, oracle caches, SFT, GRPO, held-out eval, report); resumable."""
     # the command's code loads when it runs: every other command starts without it
@@ -27,5 +28,5 @@ def run_command(
     console = Console(stderr=True)
     experiment = load_experiment(config, quick=quick)
     report = run_experiment(experiment, out, device=device, workers=workers,
-                            say=lambda text: console.print(text, markup=False, highlight=False))
+                            say=lambda text: console.print(text, markup=False, highlight=False), until=until)
     typer.echo(f"report: {report}")

@@ -70,8 +70,11 @@ class _State:
 
 
 def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", workers: int = 2,
-                   say: Say = print) -> Path:
-    """Every stage not yet finished in ``out``; returns the report's path."""
+                   say: Say = print, until: str | None = None) -> Path:
+    """Every stage not yet finished in ``out`` (up to and including ``until`` when given; the report is
+    then written from what is there); returns the report's path."""
+    if until is not None and until not in STAGES:
+        raise ExperimentError(f"--until {until!r}: the stages are {', '.join(STAGES)}")
     out.mkdir(parents=True, exist_ok=True)
     state = _State(out, config)
     steps: dict[str, Callable[[], dict[str, Any]]] = {
@@ -79,7 +82,8 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
         "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device),
         "grpo": lambda: _grpo(config, out, device), "eval": lambda: _eval(config, out, device, workers),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
-    for stage in STAGES:
+    wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
+    for stage in dict.fromkeys(wanted):
         if state.done(stage) and stage != "report":
             say(f"[{stage}] finished earlier")
             continue
