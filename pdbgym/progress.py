@@ -2,7 +2,8 @@
 
 On a terminal, :func:`progress` is a rich progress bar. Elsewhere (``cmd > log``, CI, ``| tee``) a bar
 prints nothing useful, so it becomes plain lines ``[phase] done/total elapsed H:MM:SS``: one when a
-phase starts or ends, at most one every ``min_interval_s`` as work completes, and at least one every
+phase starts or ends, one when its total becomes known (a plan made after the phase started), at most one
+every ``min_interval_s`` as work completes, and at least one every
 ``heartbeat_s`` even when nothing completes (a background timer), so a quiet log never means a hang.
 
 Usage (the subset of ``rich.progress.Progress`` that pdbgym's commands use)::
@@ -94,6 +95,7 @@ class PlainProgress:
                description: str | None = None, advance: float | None = None, **_: Any) -> None:
         with self._lock:
             phase = self._phases[task_id]
+            learned = total is not None and phase.total is None  # the plan: a log shows the total at once
             if total is not None:
                 phase.total = total
             if description is not None:
@@ -105,7 +107,8 @@ class PlainProgress:
                 phase.completed += advance
             now = time.monotonic()
             done = phase.total is not None and phase.completed >= phase.total
-            if (progressed or description is not None) and (done or now - phase.last_line >= self.min_interval_s):
+            if learned or ((progressed or description is not None)
+                           and (done or now - phase.last_line >= self.min_interval_s)):
                 self._line(phase, now)
                 phase.finished = done
 

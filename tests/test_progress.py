@@ -40,7 +40,8 @@ def test_completions_are_rate_limited_and_the_end_is_always_printed():
         for _ in range(100):
             bars.advance(bar)
     lines = buffer.getvalue().splitlines()
-    assert [line.split(" elapsed")[0] for line in lines] == ["[cases] 0/?", "[cases] 100/100"]
+    # the start, the total once it is known (at once, not rate-limited), then the end
+    assert [line.split(" elapsed")[0] for line in lines] == ["[cases] 0/?", "[cases] 0/100", "[cases] 100/100"]
 
 
 def test_disabled_progress_prints_nothing_and_terminals_get_a_bar():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,6 +62,7 @@ def runs(tmp_path_factory, corpus, tiny_model_dir):
     done = subprocess.run(_command(tiny_model_dir, corpus, whole), env=_env(root, "whole"), capture_output=True,
                           text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
+    (root / "whole-stderr.txt").write_text(done.stderr)  # piped: the progress lines a log gets
     first = subprocess.Popen(_command(tiny_model_dir, corpus, resumed), env=_env(root, "resumed"),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 300
@@ -78,6 +80,16 @@ def runs(tmp_path_factory, corpus, tiny_model_dir):
                            capture_output=True, text=True, timeout=400)
     assert again.returncode == 0, again.stderr[-3000:]
     return whole, resumed, left, json.loads(again.stdout[again.stdout.index("{"):])
+
+
+@pytest.mark.slow
+def test_piped_progress_knows_the_total_before_the_first_step(runs):
+    """A log (stderr not a terminal) gets '[...] 0/10' as training begins, not '0/?' until step 1 is done."""
+    whole = runs[0]
+    lines = re.findall(r"^\[[^\]]*\] (\d+)/(\S+) elapsed", (whole.parent / "whole-stderr.txt").read_text(), re.M)
+    known = [(done, total) for done, total in lines if total != "?"]
+    assert known and known[0] == ("0", str(STEPS)), lines
+    assert known[-1] == (str(STEPS), str(STEPS)), lines
 
 
 @pytest.mark.slow

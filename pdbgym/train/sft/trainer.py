@@ -52,7 +52,9 @@ from pdbgym.train.sft.resume import (
 )
 from pdbgym.versions import require_training
 
-LogHook = Callable[[dict[str, Any], int], None]  # (logged row with its step, total optimizer steps)
+# (logged row with its step, total optimizer steps); also called once as training begins with {"step": the step
+# it starts from}, so a progress display knows the total before the first step (not written to metrics.jsonl)
+LogHook = Callable[[dict[str, Any], int], None]
 
 
 def prepare_examples(examples: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
@@ -82,6 +84,10 @@ def _progress_callback(metrics_path: Path, on_log: LogHook | None, rows: list[di
 
         def __init__(self) -> None:
             self.rows: list[dict[str, Any]] = list(rows)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if on_log is not None and state.is_world_process_zero:
+                on_log({"step": int(state.global_step)}, int(state.max_steps))
 
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
             if not state.is_world_process_zero:
