@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from pdbgym.fileio import json_safe
 from pdbgym.progress import progress
 from pdbgym.rollouts.summary import CacheSummary
 
@@ -40,17 +40,6 @@ def file_progress(verb: str, enabled: bool) -> Iterator[Callable[[int, int], Non
 
         yield on_file
         bars.update(bar, completed=seen["total"])  # the callbacks count files started; now all are done
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN/inf become null so the output is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(item) for item in value]
-    return value
 
 
 @app.command("validate")
@@ -96,7 +85,7 @@ def summary_command(cache_dir: CacheDirArg = None, as_json: JsonOpt = False) -> 
     with file_progress("reading", enabled=not as_json) as on_file:
         summary = summarize_cache(folder, on_file=on_file)
     if as_json:
-        print(json.dumps(_json_safe({"cache_dir": str(folder), **summary.to_dict()}), indent=2))
+        print(json.dumps(json_safe({"cache_dir": str(folder), **summary.to_dict()}), indent=2))
         return
     console.print(_summary_table(folder, summary))
 

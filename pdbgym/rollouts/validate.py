@@ -209,6 +209,8 @@ def iter_validated_cache(cache_dir: Path | str | None, report: ValidationReport,
     iterator is exhausted, so use what it yielded only when ``report.ok`` then."""
     folder = resolve_cache_source(cache_dir)
     if folder.is_file():  # a single-file Parquet cache: every record in one file, no manifest
+        if on_file is not None:
+            on_file(0, 1)  # one file: its progress reads 0/1, then 1/1 when done
         records = _check_file(folder, None, None, vocab_size, {}, report)
         _check_fingerprints(declared_fingerprints(records), report)
         yield from records

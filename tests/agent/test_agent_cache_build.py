@@ -88,3 +88,19 @@ def test_local_model_folder_policy_runs_in_process(tiny_task, tiny_model_dir, tm
     assert record.logprob_semantics.engine == "hf:tempered"
     assert record.metadata["tokenizer"]["vocab_size"] == 49152
     assert summary["termination_reasons"] == {"other": 1}  # random weights never write a tool call
+
+
+def test_a_corrupted_manifest_is_refused_with_the_repair_command_and_resumes_once_repaired(tiny_task, tmp_path):
+    from pdbgym.rollouts.cache import repair_manifest
+
+    out = tmp_path / "cache"
+    _, first = build("--policy", "scripted", "--tasks", str(tiny_task.path), "--out", str(out))
+    assert first["episodes_run"] == 1
+    (out / "manifest.json").write_text('[{"dataset": "pdbgym_builtin", "instance_id"')  # a write cut short
+    result, _ = build("--policy", "scripted", "--tasks", str(tiny_task.path), "--runs", "2", "--out", str(out))
+    assert result.exit_code != 0 and f"pdbgym cache repair {out}" in str(result.exception)
+    assert len(list((out / "transcripts").iterdir())) == 1  # no episode ran
+    repair_manifest(out)
+    _, resumed = build("--policy", "scripted", "--tasks", str(tiny_task.path), "--runs", "2", "--out", str(out))
+    assert resumed["episodes_run"] == 1 and resumed["episodes_skipped_already_done"] == 1
+    assert sorted(r.sample_idx for r in read_cache(out)) == [0, 1]

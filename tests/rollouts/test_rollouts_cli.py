@@ -89,6 +89,10 @@ def test_a_single_parquet_file_is_validated_and_summarized(cache: Path, tmp_path
     summary = runner.invoke(app, ["cache", "summary", str(single), "--json"])
     assert summary.exit_code == 0, summary.output
     assert (json.loads(summary.output)["instances"], json.loads(summary.output)["samples"]) == (4, 8)
+    for command in ("validate", "summary"):  # piped: its progress counts the one file, never '0/?' at the end
+        shown = run_cli(command, str(single), env_dir=None)
+        assert shown.returncode == 0 and shown.stderr.splitlines()[-1].split(" elapsed")[0].endswith("] 1/1"), \
+            shown.stderr
 
 
 def test_a_corrupted_manifest_is_rebuilt_from_the_files(cache: Path) -> None:
