@@ -40,6 +40,43 @@ def list_command(
     print_whole(table, console)
 
 
+
+@app.command("ladder")
+def ladder_command(
+    spec: SpecArg = "builtin",
+    summary: Annotated[bool, typer.Option("--summary", help="Print only the per-rung counts, not every task")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON: every task's demands and rung, and the counts")] = False,
+) -> None:
+    """The task ladder of a task set: each task's demands (patch lines, files, hunks, oracle actions, distance
+    from the failing test to the fix) and rung, then how many tasks sit on each rung, per source and in all."""
+    # the command's code loads when it runs: every other command starts without it
+    from pdbgym.tasks.difficulty import RUNGS, ladder
+    from pdbgym.tasks.suites import resolve_tasks
+
+    data = ladder(resolve_tasks(spec))
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    columns = ("patch_lines", "files", "hunks", "oracle_actions", "fix_distance", "rung")
+    if not summary:
+        table = Table(title=f"demands of {data['total']} task(s) in {spec}")
+        table.add_column("instance_id", no_wrap=True)  # an id is copied into other commands: never cut
+        for column in columns:
+            table.add_column(column, justify="right")
+        for row in data["tasks"]:
+            table.add_row(row["instance_id"], *(str(row[c]) for c in columns))
+        print_whole(table, console)
+    counts = Table(title=f"tasks per rung in {spec}")
+    counts.add_column("source", no_wrap=True)
+    for level in RUNGS:
+        counts.add_column(f"rung {level}", justify="right")
+    counts.add_column("total", justify="right")
+    for source, per_rung in data["by_source"].items():
+        counts.add_row(source, *(str(per_rung[level]) for level in RUNGS), str(sum(per_rung.values())))
+    counts.add_row("[bold]all[/]", *(str(data["rungs"][level]) for level in RUNGS), str(data["total"]))
+    print_whole(counts, console)
+
+
 def print_whole(renderable: Any, out: Console) -> None:
     """Print ``renderable`` uncut: on a terminal at its width, else (a pipe, a file) as wide as it needs.
 

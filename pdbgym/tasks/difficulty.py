@@ -11,7 +11,8 @@
 ``rung(d)`` orders tasks into a ladder: 0 for a one-line fix in one hunk of a module the test imports,
 1 for a small fix (at most 6 lines) in one file, 2 for one file otherwise, 3 for several files. Task
 families generated for the purpose (``pdbgym.tasks.families``) fill the lowest rungs; ``tasks split
---stratify rung`` keeps each rung's share alike in every split.
+--stratify rung`` keeps each rung's share alike in every split. ``ladder(tasks)`` tabulates a task set's
+demands and rungs (``pdbgym tasks ladder``).
 """
 
 from __future__ import annotations
@@ -100,3 +101,28 @@ def rung(d: Demands) -> int:
     if d.patch_lines <= 6:
         return 1
     return 2
+
+
+RUNGS = (0, 1, 2, 3)
+
+
+def source_group(task: Task) -> str:
+    """The project a task came from: its ``source``, with a generated family's per-task module cut off."""
+    source = task.source or "-"
+    return source.split("/", 1)[0] if source.startswith("family:") else source
+
+
+def ladder(tasks: list[Task]) -> dict[str, Any]:
+    """Each task's demands and rung, and how many tasks sit on each rung, overall and per source group.
+
+    Returns ``{"tasks": [{instance_id, source, patch_lines, ..., rung}], "rungs": {rung: count},
+    "by_source": {source_group: {rung: count}}, "total": n}``; every rung of ``RUNGS`` is present.
+    """
+    rows = [{"instance_id": task.instance_id, "source": source_group(task), **demands(task).to_dict()}
+            for task in tasks]
+    by_source: dict[str, dict[int, int]] = {}
+    for row in rows:
+        counts = by_source.setdefault(row["source"], dict.fromkeys(RUNGS, 0))
+        counts[row["rung"]] += 1
+    totals = {level: sum(1 for row in rows if row["rung"] == level) for level in RUNGS}
+    return {"tasks": rows, "rungs": totals, "by_source": dict(sorted(by_source.items())), "total": len(rows)}

@@ -3,11 +3,14 @@ task, and a split stratified by rung gives every split its share of each rung wi
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
+from typer.testing import CliRunner
 
-from pdbgym.tasks.difficulty import demands, rung
+from pdbgym.cli import app
+from pdbgym.tasks.difficulty import demands, ladder, rung
 from pdbgym.tasks.families import FamilyError, write_family
 from pdbgym.tasks.model import load_task
 from pdbgym.tasks.splits import SplitError, check_splits, make_splits
@@ -69,3 +72,29 @@ def test_a_test_file_linked_out_of_the_repo_is_not_read(tmp_path):
     test_file.unlink()
     test_file.symlink_to(outside)
     assert demands(task).fix_distance == 2  # the link was not followed: nothing known about the imports
+
+
+def test_the_ladder_command_counts_the_builtin_suite_by_rung():
+    builtin = resolve_tasks("builtin")
+    result = CliRunner().invoke(app, ["tasks", "ladder", "builtin", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data == json.loads(json.dumps(ladder(builtin)))
+    assert data["total"] == len(builtin) == sum(data["rungs"].values())
+    assert {row["instance_id"]: row["rung"] for row in data["tasks"]} == {t.instance_id: rung(demands(t)) for t in builtin}
+    assert data["by_source"] == {"handwritten": data["rungs"]}
+    table = CliRunner().invoke(app, ["tasks", "ladder", "builtin"])
+    assert table.exit_code == 0 and builtin[0].instance_id in table.output and "rung 3" in table.output
+    summary = CliRunner().invoke(app, ["tasks", "ladder", "builtin", "--summary"])
+    assert summary.exit_code == 0 and builtin[0].instance_id not in summary.output
+
+
+def test_the_ladder_of_a_family_folder_puts_each_family_on_its_rung_as_one_source(tmp_path):
+    write_family("ladder0", 3, tmp_path, seed=5)
+    write_family("ladder1", 2, tmp_path, seed=5)
+
+    data = ladder(resolve_tasks(tmp_path))
+    assert data["rungs"] == {0: 3, 1: 2, 2: 0, 3: 0}
+    assert data["by_source"] == {"family:ladder0": {0: 3, 1: 0, 2: 0, 3: 0},
+                                 "family:ladder1": {0: 0, 1: 2, 2: 0, 3: 0}}
+    assert all(row["oracle_actions"] == 7 and row["files"] == 1 for row in data["tasks"])

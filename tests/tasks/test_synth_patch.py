@@ -28,3 +28,21 @@ def test_git_applies_the_patch_and_restores_the_clean_file(case: str, tmp_path: 
     done = subprocess.run(["git", "apply", "-p1", "-"], cwd=tmp_path, input=patch.encode(), capture_output=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "pkg" / "mod.py").read_bytes() == clean.encode()
+
+
+def test_a_one_line_fix_in_a_long_file_of_repeated_lines_is_a_two_line_patch(tmp_path: Path) -> None:
+    # difflib's autojunk treats lines repeated often in a file of 200+ lines as junk: this one-line fix
+    # came out as a 106-line patch (boltons' namedutils.py: 318 lines), inflating the task's demands
+    body = [f"    value_{i % 7} = compute({i % 5})\n" if i % 3 else "\n" for i in range(120)]
+    clean = "".join(["def first():\n", *body, "\n", "def second():\n", *body])
+    lines = clean.splitlines(keepends=True)
+    lines[190] = "    value_x = compute(99)\n"
+    buggy = "".join(lines)
+    patch = reference_patch("pkg/mod.py", buggy, clean)
+    changed = [line for line in patch.splitlines()[3:] if line[:1] in "+-"]
+    assert changed == ["-    value_x = compute(99)", "+    value_4 = compute(2)"]
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(buggy)
+    done = subprocess.run(["git", "apply", "-p1", "-"], cwd=tmp_path, input=patch.encode(), capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "pkg" / "mod.py").read_text() == clean

@@ -11,6 +11,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,8 +158,29 @@ def reference_patch(relpath: str, buggy: str, clean: str) -> str:
             out[-1] += "\n\\ No newline at end of file\n"
         return out
 
-    body = "".join(difflib.unified_diff(lines(buggy), lines(clean), f"a/{relpath}", f"b/{relpath}"))
-    return f"diff --git a/{relpath} b/{relpath}\n{body}"
+    return f"diff --git a/{relpath} b/{relpath}\n--- a/{relpath}\n+++ b/{relpath}\n" + "".join(
+        _minimal_hunks(lines(buggy), lines(clean)))
+
+
+def _hunk_range(start: int, stop: int) -> str:
+    """A unified diff's ``start,length`` for the 0-based half-open span [start, stop)."""
+    length = stop - start
+    return f"{start + 1}" if length == 1 else f"{start + (1 if length else 0)},{length}"
+
+
+def _minimal_hunks(old: list[str], new: list[str], context: int = 3) -> Iterator[str]:
+    """``difflib.unified_diff``'s hunks without its autojunk heuristic: in a file of 200 lines or more,
+    lines repeated often (blank lines, docstring rulers) count as junk, and a one-line mutant of a
+    file holding two similar functions came out as a 318-line patch, inflating the task's demands."""
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for group in matcher.get_grouped_opcodes(context):
+        yield f"@@ -{_hunk_range(group[0][1], group[-1][2])} +{_hunk_range(group[0][3], group[-1][4])} @@\n"
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from (" " + line for line in old[i1:i2])
+                continue
+            yield from ("-" + line for line in old[i1:i2])
+            yield from ("+" + line for line in new[j1:j2])
 
 
 def build_task(project_root: str, label: str, slug: str, staging: str, site: MutationSite, failing: list[str],
