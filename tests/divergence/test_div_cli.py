@@ -91,3 +91,15 @@ def test_wrong_vocab_is_refused_before_scoring(setup, tmp_path):
 def test_user_errors_exit_2_with_a_message_and_no_traceback(setup, tmp_path):
     result = pdbgym("--cache", str(setup / "cache"), "--student", str(tmp_path / "nope"), "--json", "-")
     assert result.returncode == 2 and "does not exist" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_embedded_model_is_a_student_like_any_folder(tmp_path, smol_tokenizer):
+    """`--student embedded` (issue 25: once refused as "model path 'embedded' does not exist"): the de-quantized
+    SmolLM2 is scored under the name the user gave."""
+    make_synthetic_cache(tmp_path / "cache", n_instances=2, vocab=len(smol_tokenizer), lengths=(20, 40), seed=4)
+    out = tmp_path / "kl.json"
+    result = run_in_process("--cache", str(tmp_path / "cache"), "--student", "embedded", "--bootstrap", "50",
+                            "--json", str(out))
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    student = json.loads(out.read_text())["students"][0]
+    assert student["name"] == "embedded" and student["metrics"]["kl_teacher_student/k3/token_mean"]["value"] >= 0
