@@ -1,4 +1,4 @@
-"""Ctrl-C stops a long command at once: real ``pdbgym`` processes get SIGINT mid-run.
+"""Ctrl-C stops a long command at once: real ``pdbgym`` processes get SIGINT mid-run (eval also mid-KL-scoring).
 
 Each must exit with 130 within seconds, say what it kept and how to resume, keep every finished
 episode (and no half-written one) and leave no workspace in the temp folder.
@@ -55,3 +55,43 @@ def test_eval_stops_on_first_ctrl_c_and_its_episodes_stay_reportable(tmp_path: P
     report = subprocess.run([sys.executable, "-m", "pdbgym.cli", "eval", "report", str(out)], capture_output=True,
                             text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_eval_ctrl_c_while_scoring_kl_keeps_the_episodes_and_the_scored_arms(tiny_task, smol_tokenizer,
+                                                                           tmp_path: Path) -> None:
+    """A finished campaign rerun with a teacher cache goes straight to the KL scoring, one arm after the other
+    (each its own model folder, so none reuses another's arrays); Ctrl-C once the first arm's arrays are
+    down: exit 130, what is kept and how to finish said, no episode touched; the rerun scores only the rest."""
+    from modelfixtures import save_tiny_llama
+
+    arms = []
+    for seed in range(6):
+        arms += ["--arm", f"m{seed}={save_tiny_llama(tmp_path / f'm{seed}', smol_tokenizer, seed=seed)}"]
+    out, cache, work = tmp_path / "campaign", tmp_path / "oracle", tmp_path / "campaign" / "divergence-work"
+    common = ["eval", "--tasks", str(tiny_task.path), *arms, "--runs", "1", "--turn-budget", "1", "--max-new-tokens",
+              "8", "--max-context-tokens", "4096", "--workers", "1", "--out", str(out)]
+
+    def pdbgym(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([sys.executable, "-m", "pdbgym.cli", *args], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    pdbgym("cache", "build", "--policy", "scripted", "--tasks", str(tiny_task.path), "--out", str(cache))
+    pdbgym(*common)
+    episodes = (out / "episodes.jsonl").read_text()
+    assert episodes.count("\n") == 6
+    done, took = interrupt([*common, "--teacher-cache", str(cache)], tmp_path,
+                           lambda: work.is_dir() and any(p.is_file() for p in work.rglob("*")), group=True)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert took < STOP_WITHIN_S
+    message = " ".join(done.stderr.split())
+    assert "interrupted while scoring KL" in message and "rerun the same command to finish the scoring" in message
+    assert (out / "episodes.jsonl").read_text() == episodes and not (out / "divergence.json").exists()
+    kept = {path: path.stat().st_mtime_ns for path in work.rglob("*") if path.is_file()}
+    assert kept
+    pdbgym(*common, "--teacher-cache", str(cache), "--json", str(tmp_path / "summary.json"))
+    assert (out / "episodes.jsonl").read_text() == episodes  # no episode played again
+    assert all(path.stat().st_mtime_ns == when for path, when in kept.items())  # nor an arm scored again
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert all(summary["arms"][f"m{seed}"]["divergence"]["available"] for seed in range(6))
