@@ -35,7 +35,8 @@ from pdbgym.tasks.model import Task
 
 @dataclass(frozen=True)
 class Arm:
-    """A named policy: ``model`` is ``scripted``, ``embedded``, a local model folder, or a server URL."""
+    """A named policy: ``model`` is ``scripted``, ``embedded``, a local model folder, an adapter-store reference
+    (name or hash), or a server URL."""
 
     name: str
     model: str
@@ -48,7 +49,8 @@ class Arm:
     def parse(cls, text: str) -> Arm:
         name, sep, model = text.partition("=")
         if not sep or not name or not model:
-            raise PdbgymError(f"--arm must be NAME=MODEL (MODEL: scripted, embedded, a model folder or a URL), got '{text}'")
+            raise PdbgymError("--arm must be NAME=MODEL (MODEL: scripted, embedded, a model folder, an adapter-store "
+                              f"name or a URL), got '{text}'")
         if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise PdbgymError(f"arm name '{name}' may hold only letters, digits, '-', '_' and '.'")
         arm = cls(name, model)
@@ -56,7 +58,8 @@ class Arm:
             raise PdbgymError(f"arm '{name}': the {model} policy reads a terminal; play it with `pdbgym run`")
         target, _ = split_constrained(model)  # constrained:FOLDER names FOLDER
         if arm.kind == "path" and not Path(target).exists() and not is_model_ref(target):
-            raise PdbgymError(f"arm '{name}': model '{target}' is neither scripted, embedded, a URL, nor an existing folder")
+            raise PdbgymError(f"arm '{name}': model '{target}' is neither scripted, embedded, a URL, an existing folder, "
+                              "nor an adapter-store name or hash (`pdbgym adapters list` shows them)")
         return arm
 
 

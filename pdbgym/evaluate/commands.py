@@ -56,7 +56,7 @@ def episode_progress() -> Iterator[EpisodeProgress]:
 def eval_command(
     ctx: typer.Context,
     tasks: Annotated[str, typer.Option(help="A suite (builtin, regression) or a folder of tasks")] = D.tasks,
-    arm: Annotated[list[str] | None, typer.Option(help="NAME=MODEL; MODEL: scripted, embedded, a folder, a URL")] = None,
+    arm: Annotated[list[str] | None, typer.Option(help="NAME=MODEL; MODEL: scripted, embedded, a folder, an adapter-store name, a URL")] = None,
     runs: Annotated[int, typer.Option(help="Runs per task per arm")] = D.runs,
     split: Annotated[str | None, typer.Option(help="Only tasks of this split (needs --splits)")] = D.split,
     splits: Annotated[Path | None, typer.Option(help="Split file (pdbgym tasks split)")] = D.splits,

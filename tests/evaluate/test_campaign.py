@@ -86,8 +86,8 @@ def test_arm_parsing_errors():
     assert Arm.parse("srv=http://127.0.0.1:8000/v1").kind == "url"
     with pytest.raises(PdbgymError, match="NAME=MODEL"):
         Arm.parse("scripted")
-    with pytest.raises(PdbgymError, match="neither scripted"):
-        Arm.parse("x=/no/such/model")
+    with pytest.raises(PdbgymError, match="neither scripted.* nor an adapter-store name or hash"):
+        Arm.parse("x=/no/such/model")  # a store name is a model too: the message says so
 
 
 def _report(tiny_task, tmp_path):
