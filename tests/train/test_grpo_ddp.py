@@ -145,6 +145,23 @@ def test_cli_grpo_on_two_processes_plays_real_episodes(tmp_path, tiny_model_dir)
     assert len([n for n in Store(tmp_path / "store").all_nodes() if n["kind"] != "model"]) == 1
 
 
+@pytest.mark.slow
+def test_a_time_cap_stops_both_processes_at_the_same_step(tmp_path, tiny_model_dir):
+    """--max-minutes under DDP: the processes agree (a collective) on the step to stop at; it is saved and gated."""
+    tasks = make_toy_tasks(tmp_path / "toy-tasks")
+    val = make_toy_tasks(tmp_path / "val-tasks", count=1, prefix="toyval")
+    out = tmp_path / "run"
+    _launch(["-m", "pdbgym.cli", "train", "grpo", "--policy", str(tiny_model_dir), "--tasks", str(tasks),
+             "--val-tasks", str(val), "--out", str(out), "--group", "2", "--tasks-per-step", "2", "--steps", "5",
+             "--save-steps", "5", "--val-runs", "2", "--max-new-tokens", "4", "--max-context-tokens", "2048",
+             "--curriculum", "fixed", "--budget-start", "1", "--budget-end", "1", "--device", "cpu",
+             "--store", str(tmp_path / "store"), "--register-without-signal", "--max-minutes", "0.0001"],
+            tmp_path / "home")
+    _check_one_writer_and_agreeing_ranks(out, steps=1, group=2, tasks_per_step=2)
+    assert [g["checkpoint"] for g in _jsonl(out / "gates.jsonl")] == ["checkpoint-1"]
+    assert json.loads((out / "grpo_run.json").read_text())["steps"] == 1
+
+
 def test_groups_are_dealt_whole_to_the_processes():
     from pdbgym.errors import PdbgymError
     from pdbgym.train.grpo.config import GRPORunConfig

@@ -359,7 +359,7 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             over = time.monotonic() - self.started >= 60 * config.max_minutes
             if trainer.accelerator.num_processes > 1:
-                import torch
+                import torch  # optional: torch (pdbgym[hf])
 
                 flag = torch.tensor([float(over)], device=trainer.accelerator.device)
                 over = bool(trainer.accelerator.reduce(flag, reduction="max").item())
