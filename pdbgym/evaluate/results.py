@@ -49,6 +49,16 @@ def fingerprint(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def same_model(old: str, new: str) -> bool:
+    """Whether two arm models are one: the same string, or the same merged adapter stack under two homes
+    (``HOME/merged/<artifact id>``: the folder is named by the store's content-addressed id of the stack)."""
+    if old == new:
+        return True
+    a, b = Path(old), Path(new)
+    return (a.parent.name == b.parent.name == "merged" and a.name == b.name and len(a.name) == 64
+            and all(c in "0123456789abcdef" for c in a.name))
+
+
 class ResultsStore:
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = Path(out_dir)
@@ -74,7 +84,7 @@ class ResultsStore:
         differing = sorted(k for k in (set(old) | set(config)) - {"arms"} if old.get(k) != config.get(k))
         old_arms, arms = old.get("arms", {}), config.get("arms", {})
         differing += [f"arm {name} ({old_arms[name]} there, {model} now)" for name, model in arms.items()
-                      if name in old_arms and old_arms[name] != model]
+                      if name in old_arms and not same_model(old_arms[name], model)]
         if differing:
             raise PdbgymError(
                 f"{self.out_dir} holds a different campaign (differs in: {', '.join(differing)}). "

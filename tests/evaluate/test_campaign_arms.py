@@ -78,3 +78,18 @@ def test_cache_build_of_a_constrained_policy_below_the_grammar_fails_before_any_
         build_cache(CacheBuildConfig(policy="constrained:embedded", out=tmp_path / "cache", tasks=str(tiny_task.path),
                                      max_new_tokens=64, workers=1))
     assert "could not run" not in str(refused.value)  # refused once, not by every episode
+
+
+def test_a_merged_stack_under_another_home_is_the_same_arm_and_another_model_is_refused(tmp_path):
+    """HOME/merged/<id> is named by the stack's content-addressed id: the same stack merged under another
+    PDBGYM_HOME resumes the campaign; a different id (or any other folder) under the arm's name is refused."""
+    from pdbgym.errors import PdbgymError
+    from pdbgym.evaluate.results import ResultsStore
+
+    node = "d97aa1e097bb0bf59faa2f8490eb983b12e1a9b727ee6b265a72c7fac63c4272"
+    store = ResultsStore(tmp_path / "campaign")
+    store.open({"arms": {"sft": f"/root/.pdbgym/merged/{node}"}, "runs": 1})
+    store.open({"arms": {"sft": f"/tmp/other-home/merged/{node}"}, "runs": 1})  # resumes
+    for other in (f"/tmp/other-home/merged/{node[:-1]}0", f"/tmp/other-home/models/{node}"):
+        with pytest.raises(PdbgymError, match="arm sft"):
+            store.open({"arms": {"sft": other}, "runs": 1})
