@@ -143,17 +143,18 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
     common = {"per_test_timeout_s": per_test_timeout_s, "wall_time_s": wall_time_s, "server_root": server_root,
               "write_bytecode": True}
     # The runs are independent, so they go to the pool at once: the first with coverage, the rest plain.
-    # The last one starts in a later second of the clock than the first, so a test whose id holds the time
-    # of its collection (a parameter made from now()) shows up as seen in one run only: flaky, left out.
-    started = time.time()
-
+    # The last one starts in a later second of the clock than the first one ended, so a test whose id holds
+    # the time of its collection (a parameter made from now()) is seen in one run only: flaky, left out.
     def start(index: int) -> Any:
-        if index == runs - 1 and index > 0:
-            time.sleep(max(0.0, math.floor(started) + 1.05 - time.time()))
         kwargs = {"collect_coverage": index == 0, **common}
         return run_pytest(project.root, **kwargs) if pool is None else pool.submit(run_pytest, project.root, **kwargs)
 
-    results = [start(index) for index in range(runs)]
+    results = [start(index) for index in range(max(1, runs - 1))]
+    if runs > 1:
+        if pool is not None:
+            results[0].result()
+        time.sleep(math.floor(time.time()) + 1.05 - time.time())
+        results.append(start(runs - 1))
     first, *others = results if pool is None else [future.result() for future in results]
     if first.timed_out:
         raise SynthSourceError(f"{project.label}: the clean test suite ran past {wall_time_s:.0f} s")
