@@ -153,7 +153,8 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
     if runs > 1:
         if pool is not None:
             results[0].result()
-        time.sleep(math.floor(time.time()) + 1.05 - time.time())
+        now = time.time()
+        time.sleep(math.floor(now) + 1.05 - now)
         results.append(start(runs - 1))
     first, *others = results if pool is None else [future.result() for future in results]
     if first.timed_out:

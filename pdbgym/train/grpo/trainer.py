@@ -352,7 +352,7 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
                 append_gate(gates, result)
 
     class TimeCap(TrainerCallback):
-        # Every process must stop at the same step: the main one's clock decides, shared by a collective.
+        # Every process must stop at the same step: one past the cap stops them all (a max over processes).
         def __init__(self) -> None:
             self.started = time.monotonic()
 
