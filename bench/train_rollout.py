@@ -13,6 +13,13 @@ generation load per episode.
     python bench/train_rollout.py --device cuda --model MODEL --arms step --against 226d2f2
     (also ``python bench/train_throughput.py --phase rollout ...``)
 
+``--dora`` wraps the model in a fresh DoRA delta (rank 16 on every linear layer, in train mode), as the
+GRPO trainer's policy is while it plays; ``--seeded`` gives every episode a fixed sampling seed, so both
+trees of ``--against`` draw the same episodes.
+
+    python bench/train_rollout.py --device cpu --model SFT_MODEL --tasks LADDER0 --groups 2 --group 4 \
+        --turn-budget 10 --max-new-tokens 96 --arms step --dora --seeded --against f4c3042
+
 ``--against REV`` also plays the same arms with the code of ``REV`` (``git archive``, this script run in
 that tree, one after the other on the same machine) and prints each arm's speedup of this tree over it.
 """
@@ -63,6 +70,11 @@ def run(args: argparse.Namespace) -> dict:
     from pdbgym.train.grpo.rollout import BatchedGenerator, run_episodes, run_one_at_a_time
 
     model, tokenizer = _model(args)
+    if args.dora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, use_dora=True,
+                                                 target_modules="all-linear", task_type="CAUSAL_LM")).train()
     tasks = resolve_tasks(args.tasks)[:args.groups]
     agent = AgentConfig(tool_format="text", max_context_tokens=8192,
                         sampling=SamplingParams(1.0, 1.0, args.max_new_tokens, None), check_trajectory=True)
@@ -72,7 +84,8 @@ def run(args: argparse.Namespace) -> dict:
         return DebugEnv(task, env)
 
     def step(batch, generator, agent, make_env):  # noqa: ANN001, ANN202 - one GRPO step: every group at once
-        return run_episodes(batch, generator, agent, make_env)
+        seeds = list(range(len(batch))) if args.seeded else None
+        return run_episodes(batch, generator, agent, make_env, seeds=seeds)
 
     plays = {"one_at_a_time": run_one_at_a_time, "batched": run_episodes, "step": step}
     generator = BatchedGenerator(model, tokenizer)  # one for the run, as the trainer keeps it
@@ -80,7 +93,7 @@ def run(args: argparse.Namespace) -> dict:
     arms = {}
     for arm in args.arms.split(","):
         play = plays[arm]
-        before = _generator_seconds(generator)
+        before, tokens_before = _generator_seconds(generator), _tokens(generator)
         started = time.perf_counter()
         episodes = 0
         batches = [[t for t in tasks for _ in range(args.group)]] if arm == "step" else [[t] * args.group for t in tasks]
@@ -88,7 +101,7 @@ def run(args: argparse.Namespace) -> dict:
             episodes += len(play(batch, generator, agent, make_env))
         seconds = time.perf_counter() - started
         model_seconds = _generator_seconds(generator) - before
-        arms[arm] = {"episodes": episodes, "seconds": round(seconds, 2),
+        arms[arm] = {"episodes": episodes, "seconds": round(seconds, 2), "generated_tokens": _tokens(generator) - tokens_before,
                      "episodes_per_hour": round(3600 * episodes / seconds, 1),
                      "model_seconds": round(model_seconds, 2), "model_share": round(model_seconds / seconds, 3)}
     result = {"phase": "rollout", "device": args.device, "group": args.group, "groups": len(tasks),
@@ -98,6 +111,11 @@ def run(args: argparse.Namespace) -> dict:
         ratio = arms["batched"]["episodes_per_hour"] / arms["one_at_a_time"]["episodes_per_hour"]
         result["speedup_batched_vs_one_at_a_time"] = round(ratio, 2)
     return result
+
+
+def _tokens(generator) -> int:  # noqa: ANN001
+    """Ids the generator sampled so far (the engine's count; 0 before the engine)."""
+    return int(getattr(generator.stats, "tokens", 0))
 
 
 def _generator_seconds(generator) -> float:  # noqa: ANN001
@@ -119,6 +137,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--turn-budget", type=int, default=3)
     p.add_argument("--arms", default="one_at_a_time,batched",
                    help="one_at_a_time, batched (group by group), step (every group at once, as one GRPO step)")
+    p.add_argument("--dora", action="store_true", help="a fresh DoRA delta over the model, in train mode (GRPO's policy)")
+    p.add_argument("--seeded", action="store_true", help="fixed episode seeds in the step arm (same draws in both trees)")
     p.add_argument("--against", default=None, help="a git revision: the same arms with its code, and the ratios")
     p.add_argument("--json", type=Path, default=None)
     return p

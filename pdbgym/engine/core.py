@@ -13,9 +13,11 @@ pending as one batch. Two ways to decode, chosen per engine:
   buckets (powers of two), so the number of compiled shapes stays small; each compile is counted,
   timed and logged.
 - **dynamic** (CPU, and wherever the static cache does not fit the model): transformers'
-  ``DynamicCache``, the pending requests decoded together round by round; a lone request continues the
-  KV cache of an earlier turn whose ids are a prefix of its prompt (an episode's trajectory only grows),
-  so only the new suffix is prefilled.
+  ``DynamicCache``, the pending requests decoded together round by round. A request continues the KV
+  cache of an earlier turn whose ids are a prefix of its prompt (an episode's trajectory only grows), so
+  only the new suffix is prefilled; in a round of several rows each row's cache is extended on its own
+  and the rows are joined, right-aligned, into one batch (``kv.join_rows``), then cut apart again to be
+  kept for the next turn.
 
 Sampling is ``pdbgym.engine.draw``: exactly temperature and top-p (and a grammar mask where a request
 carries one), nothing taken from the model's ``generation_config``; ids and log-probs come from the
@@ -37,12 +39,17 @@ from typing import Any
 import torch
 
 from pdbgym.engine.attention import decode_attention
+from pdbgym.engine.dora import dora_norms_cached
 from pdbgym.engine.draw import LOGPROB_MODES, draw_rows
 from pdbgym.engine.kv import (
+    cache_bytes,
     cache_keyword,
+    cut_row,
+    join_rows,
     new_dynamic_cache,
     new_static_cache,
     place_rows,
+    rows_problem,
     set_head,
     static_cache_problem,
 )
@@ -53,7 +60,7 @@ log = logging.getLogger("pdbgym.engine")
 SLOT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 LENGTH_STEP = 512  # static cache lengths are multiples of this (a captured graph costs about a second)
 MIN_SLOTS = 8  # a static session leaves room for requests that arrive while it runs
-PREFIXES_KEPT = 4  # earlier turns' KV caches the dynamic path keeps for reuse
+PREFIXES_KEPT = 4  # earlier turns' KV caches the dynamic path keeps at least (and every row of the last round)
 
 
 class EngineError(PdbgymError):
@@ -114,8 +121,10 @@ class EngineSettings:
         graphs: how a static decode step becomes a CUDA graph: ``capture`` records the model's own
             forward once per shape (about a second), ``compiled`` has transformers compile it
             (``get_compiled_call``: inductor kernels, tens of seconds per shape). Default ``capture``.
-        reuse_prefix: keep a lone request's KV cache for a later prompt that extends it (dynamic path).
-            Default True.
+        reuse_prefix: keep each request's KV cache for a later prompt that extends it (an episode's next
+            turn), so only the new part is prefilled (dynamic path). Default True.
+        prefix_bytes: how many bytes of kept KV caches the dynamic path holds beyond the last round's
+            rows and ``PREFIXES_KEPT`` (oldest dropped first). Default 2 GiB.
     """
 
     window_s: float = 0.003
@@ -124,6 +133,7 @@ class EngineSettings:
     min_length: int = 1024
     graphs: str = "capture"
     reuse_prefix: bool = True
+    prefix_bytes: int = 2 << 30
 
 
 @dataclass
@@ -176,6 +186,7 @@ class _Row:
 class _Prefix:
     ids: list[int]
     cache: Any
+    size: int = 0  # bytes of its keys and values
 
 
 @dataclass
@@ -229,6 +240,8 @@ class LocalEngine:
         self._static = self._use_static()
         self._shapes: dict[tuple[int, int], _Static] = {}
         self._prefixes: list[_Prefix] = []
+        self._held: list[tuple[_Row, EngineResult]] = []
+        self._rows_joinable: bool | None = None  # can batched rows' caches be cut and joined (kv.rows_problem)
         self._queue: list[_Row] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -312,8 +325,11 @@ class LocalEngine:
                         with decode_attention(model):
                             self._static_session(model, rows, live)
                     else:
-                        self._dynamic_round(model, rows)
+                        with dora_norms_cached(model):
+                            self._dynamic_round(model, rows)
+                self._release()
             except BaseException as exc:  # noqa: BLE001 - every waiting caller learns of the failure
+                self._release()
                 log.exception("engine batch failed")
                 for row in live:
                     if not row.future.done():
@@ -362,8 +378,16 @@ class LocalEngine:
                    **{self._keyword: cache})
         return out.logits[:, -1, :]
 
-    def _draw(self, rows: Sequence[_Row], logits: torch.Tensor) -> None:
-        """Draw the next id of each row from its row of ``logits`` and record it."""
+    def _release(self) -> None:
+        """Hand the held results to their callers."""
+        held, self._held = self._held, []
+        for row, result in held:
+            row.future.set_result(result)
+
+    def _draw(self, rows: Sequence[_Row], logits: torch.Tensor, hold: bool = False) -> None:
+        """Draw the next id of each row from its row of ``logits`` and record it. A row that ends is handed
+        to its caller now, or with ``hold`` kept until ``_release`` (after the batch's context has exited:
+        a caller that resumes must find the model as the context found it)."""
         started = time.perf_counter()
         masked = [i for i, row in enumerate(rows) if row.request.mask is not None]
         if masked:
@@ -395,8 +419,12 @@ class LocalEngine:
             if row.finish is not None:
                 self.stats.requests += 1
                 self.stats.tokens += len(row.ids)
-                row.future.set_result(EngineResult(list(row.ids), list(row.logprobs), row.finish,
-                                                   now - row.started, row.started - row.submitted))
+                result = EngineResult(list(row.ids), list(row.logprobs), row.finish, now - row.started,
+                                      row.started - row.submitted)
+                if hold:
+                    self._held.append((row, result))
+                else:
+                    row.future.set_result(result)
         self.stats.draw_seconds += time.perf_counter() - started
 
     def _prefill(self, model: Any, rows: Sequence[_Row]) -> tuple[torch.Tensor, Any, torch.Tensor]:
@@ -431,24 +459,88 @@ class LocalEngine:
                 return prefix
         return None
 
+    def _extend(self, model: Any, row: _Row, prefix: _Prefix) -> torch.Tensor:
+        """Prefill only the part of ``row``'s prompt past ``prefix`` into the prefix's cache (one row);
+        returns the last position's logits ([1, vocab])."""
+        prompt = list(row.request.prompt_ids)
+        feed = torch.tensor([prompt[len(prefix.ids):]], dtype=torch.long, device=self.device)
+        mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
+        positions = torch.arange(len(prefix.ids), len(prompt), device=self.device)[None, :]
+        started = time.perf_counter()
+        logits = self._forward(model, feed, mask, positions, prefix.cache)
+        self.stats.prefill_seconds += time.perf_counter() - started
+        row.position = len(prompt)
+        self.stats.prefills += 1
+        self.stats.prefill_tokens += feed.shape[1]
+        self.stats.reused_tokens += len(prefix.ids)
+        return logits
+
+    def _start_rows(self, model: Any, rows: list[_Row]) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """The first logits of every row, their KV cache (left-padded, one row each) and attention mask.
+
+        A row whose prompt extends a kept prefix (an earlier turn of its episode) prefills only the new
+        part into that prefix's cache; the others are prefilled together. Several rows are then joined
+        into one cache, right-aligned, which is possible where the cache's columns are positions
+        (``kv.rows_problem``); where they are not, every row is prefilled afresh, together.
+        """
+        reuse = self.settings.reuse_prefix and (len(rows) == 1 or self._rows_joinable)
+        prefixes = [self._reusable(r.request.prompt_ids) if reuse else None for r in rows]
+        if not any(prefixes):
+            return self._prefill(model, rows)
+        if len(rows) == 1:
+            logits = self._extend(model, rows[0], prefixes[0])
+            return logits, prefixes[0].cache, torch.ones((1, rows[0].position), dtype=torch.long, device=self.device)
+        fresh = [r for r, p in zip(rows, prefixes, strict=True) if p is None]
+        firsts: dict[int, torch.Tensor] = {}
+        caches: dict[int, Any] = {}
+        if fresh:
+            logits, cache, mask = self._prefill(model, fresh)
+            width = mask.shape[1]
+            for i, row in enumerate(fresh):
+                firsts[id(row)] = logits[i:i + 1]
+                caches[id(row)] = cut_row(cache, model, i, width - row.position, width)
+        for row, prefix in zip(rows, prefixes, strict=True):
+            if prefix is not None:
+                firsts[id(row)] = self._extend(model, row, prefix)
+                caches[id(row)] = prefix.cache
+        width = max(r.position for r in rows)
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
+        for i, row in enumerate(rows):
+            mask[i, width - row.position:] = 1
+        cache = join_rows([caches[id(r)] for r in rows], model, width)
+        return torch.cat([firsts[id(r)] for r in rows]), cache, mask
+
+    def _keep(self, model: Any, rows: list[_Row], cache: Any, width: int) -> None:
+        """Keep each row's KV cache (its prompt and every id but the last) for the episode's next turn."""
+        if not self.settings.reuse_prefix:
+            return
+        if len(rows) > 1:
+            if self._rows_joinable is None:
+                problem = rows_problem(cache)
+                self._rows_joinable = problem is None
+                if problem:
+                    log.info("engine: batched rows re-prefill every turn: %s", problem)
+            if not self._rows_joinable:
+                return
+        for i, row in enumerate(rows):
+            ids = list(row.request.prompt_ids) + row.ids[:-1]
+            start = width - len(row.request.prompt_ids)
+            kept = cache if len(rows) == 1 else cut_row(cache, model, i, start, start + len(ids))
+            self._prefixes.insert(0, _Prefix(ids, kept, cache_bytes(kept)))
+        budget, held, keep = self.settings.prefix_bytes, 0, 0
+        for prefix in self._prefixes:  # newest first; at least this round's rows stay
+            if keep >= max(PREFIXES_KEPT, len(rows)) and held + prefix.size > budget:
+                break
+            held += prefix.size
+            keep += 1
+        del self._prefixes[keep:]
+
     def _dynamic_round(self, model: Any, rows: list[_Row]) -> None:
-        prefix = self._reusable(rows[0].request.prompt_ids) if len(rows) == 1 else None
-        if prefix is not None:
-            row = rows[0]
-            prompt = list(row.request.prompt_ids)
-            feed = torch.tensor([prompt[len(prefix.ids):]], dtype=torch.long, device=self.device)
-            mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
-            positions = torch.arange(len(prefix.ids), len(prompt), device=self.device)[None, :]
-            cache = prefix.cache
-            logits = self._forward(model, feed, mask, positions, cache)
-            row.position = len(prompt)
-            self.stats.prefills += 1
-            self.stats.prefill_tokens += feed.shape[1]
-            self.stats.reused_tokens += len(prefix.ids)
-        else:
-            logits, cache, mask = self._prefill(model, rows)
-        self._draw(rows, logits)
+        logits, cache, mask = self._start_rows(model, rows)
+        width = mask.shape[1]
+        self._draw(rows, logits, hold=True)
         while any(r.finish is None for r in rows):
+            self._release()  # rows that ended go back to their episodes while the others decode
             feed = torch.tensor([[r.ids[-1] if r.finish is None else self.pad_id] for r in rows],
                                 dtype=torch.long, device=self.device)
             positions = torch.tensor([[r.position - 1] for r in rows], dtype=torch.long, device=self.device)
@@ -457,11 +549,8 @@ class LocalEngine:
             self.stats.decode_steps += 1
             live = [r for r in rows if r.finish is None]
             self.stats.row_steps += len(live)
-            self._draw(live, logits[[i for i, r in enumerate(rows) if r.finish is None]])
-        if len(rows) == 1 and self.settings.reuse_prefix:  # the cache covers the prompt and all ids but the last
-            row = rows[0]
-            self._prefixes.insert(0, _Prefix(list(row.request.prompt_ids) + row.ids[:-1], cache))
-            del self._prefixes[PREFIXES_KEPT:]
+            self._draw(live, logits[[i for i, r in enumerate(rows) if r.finish is None]], hold=True)
+        self._keep(model, rows, cache, width)  # the last rows to end are released after the batch's context
 
     # -- static sessions ----------------------------------------------------------------------------------
     def _shape(self, model: Any, slots: int, length: int) -> _Static:

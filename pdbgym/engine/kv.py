@@ -22,6 +22,51 @@ def new_dynamic_cache(model: Any) -> Any:
     return DynamicCache(config=model.config)
 
 
+def rows_problem(cache: Any) -> str | None:
+    """Why ``cache``'s rows cannot be cut out and joined by position (None when they can): every layer
+    must be a full-attention ``DynamicLayer`` holding ``keys``/``values`` tensors (a sliding-window layer
+    keeps only its last positions, so a column is not a position there)."""
+    try:
+        from transformers.cache_utils import DynamicLayer  # optional: transformers (pdbgym[hf])
+    except ImportError as exc:
+        return f"transformers has no DynamicLayer ({exc})"
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return "the model's dynamic cache has layers other than full-attention DynamicLayer"
+    if not all(isinstance(getattr(layer, "keys", None), torch.Tensor) for layer in layers):
+        return "DynamicLayer no longer holds keys and values tensors"
+    return None
+
+
+def cut_row(cache: Any, model: Any, row: int, start: int, end: int) -> Any:
+    """A new one-row dynamic cache holding row ``row``'s positions ``[start, end)`` of ``cache``."""
+    out = new_dynamic_cache(model)
+    for index, layer in enumerate(cache.layers):
+        out.update(layer.keys[row:row + 1, :, start:end].clone(), layer.values[row:row + 1, :, start:end].clone(), index)
+    return out
+
+
+def join_rows(caches: list[Any], model: Any, width: int) -> Any:
+    """One dynamic cache of ``len(caches)`` rows: each one-row cache right-aligned in ``width`` columns,
+    zeros to its left (the attention mask hides them)."""
+    out = new_dynamic_cache(model)
+    for index in range(len(caches[0].layers)):
+        keys, values = [], []
+        for cache in caches:
+            layer = cache.layers[index]
+            pad = width - layer.keys.shape[-2]
+            keys.append(torch.nn.functional.pad(layer.keys, (0, 0, pad, 0)))
+            values.append(torch.nn.functional.pad(layer.values, (0, 0, pad, 0)))
+        out.update(torch.cat(keys), torch.cat(values), index)
+    return out
+
+
+def cache_bytes(cache: Any) -> int:
+    """Bytes held by the keys and values of ``cache``."""
+    return sum(t.numel() * t.element_size() for layer in getattr(cache, "layers", ())
+               for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
+
+
 def cache_keyword(model: Any) -> str:
     """The forward() keyword for the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

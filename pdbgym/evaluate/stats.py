@@ -185,11 +185,40 @@ def newcombe_interval(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) ->
     arm's (l, u) from ``wilson_interval`` at n = T. The pairing term is left out, which widens the
     interval when arms correlate positively (conservative).
     """
-    pa, pb = float(a.mean()), float(b.mean())
-    la, ua = wilson_interval(pa, a.size, confidence)
-    lb, ub = wilson_interval(pb, b.size, confidence)
+    return newcombe_from(float(a.mean()), a.size, float(b.mean()), b.size, confidence)
+
+
+def newcombe_from(pa: float, na: float, pb: float, nb: float, confidence: float = 0.95) -> tuple[float, float]:
+    """``newcombe_interval`` of p_a - p_b from each proportion and its (effective) sample size."""
+    la, ua = wilson_interval(pa, na, confidence)
+    lb, ub = wilson_interval(pb, nb, confidence)
     d = pa - pb
     return d - math.hypot(pa - la, ub - pb), d + math.hypot(ua - pa, pb - lb)
+
+
+def clustered_proportion(solved: Sequence[float], played: Sequence[float]) -> tuple[float, float]:
+    """The pooled proportion of clustered 0/1 outcomes and its effective sample size (Korn-Graubard).
+
+    Cluster i solved y_i of m_i. p = sum y / sum m; the variance of p is the ratio estimator's,
+    v = sum (y_i - p m_i)^2 / (C (C - 1) mbar^2) over the C clusters that played any; n_eff = p(1-p) / v,
+    capped at sum m. As in ``effective_tasks``, where v is 0 or p is 0 or 1 the data say nothing about
+    the correlation within a cluster, so each cluster counts as one trial (n_eff = C). Use n_eff in
+    ``wilson_interval`` / ``newcombe_from``: episodes of one cluster (a GRPO step, a task) are not
+    independent draws, and counting them as such makes an interval too narrow.
+    """
+    y, m = np.asarray(solved, dtype=float), np.asarray(played, dtype=float)
+    keep = m > 0
+    y, m = y[keep], m[keep]
+    clusters = int(m.size)
+    if clusters == 0:
+        return 0.0, 0.0
+    p = float(y.sum() / m.sum())
+    if clusters < 2 or p <= 0 or p >= 1:
+        return p, float(clusters)
+    var = float(((y - p * m) ** 2).sum() / (clusters * (clusters - 1) * m.mean() ** 2))
+    if var <= 0:
+        return p, float(clusters)
+    return p, min(p * (1 - p) / var, float(m.sum()))
 
 
 def paired_comparison(per_task_a: np.ndarray, per_task_b: np.ndarray, confidence: float = 0.95,

@@ -4,6 +4,8 @@ reported to their callers, and the engine keeps serving after a failure."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -143,3 +145,82 @@ def test_a_cancelled_request_is_dropped_and_the_batch_goes_on(model):
     kept = engine.submit(EngineRequest([1, 2, 3], 12, temperature=0.9, seed=6, mask=hook))
     assert len(kept.result(timeout=60).ids) >= 1 and stopper.cancelled()
     assert engine.generate([EngineRequest([1, 2], 3, seed=1)])[0].ids  # the engine serves on
+
+
+def next_turns(requests: list[EngineRequest], results, tool: list[int]) -> list[EngineRequest]:
+    """Each episode's next turn: its prompt, what it sampled and a tool output, as an agent would send."""
+    return [EngineRequest(list(r.prompt_ids) + res.ids + tool, 6, temperature=0.9, seed=r.seed + 100)
+            for r, res in zip(requests, results, strict=True)]
+
+
+def test_batched_episodes_prefill_only_each_turns_new_part_and_sample_what_a_fresh_prefill_samples(model):
+    first = [EngineRequest(list(range(1, 5 + 7 * i)), 6, temperature=0.9, seed=i) for i in range(3)]
+    reusing, fresh = (LocalEngine(model, {STOP}, 0, EngineSettings(static=False, reuse_prefix=r)) for r in (True, False))
+    turns = [first]
+    for tool in ([40, 41, 42], [43, 44]):
+        results = reusing.generate(turns[-1])
+        assert [r.ids for r in results] == [r.ids for r in fresh.generate(turns[-1])]
+        for request, result in zip(turns[-1], results, strict=True):
+            assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
+        turns.append(next_turns(turns[-1], results, tool))
+    # turns 2 and 3 reused every row's earlier prompt and every id it sampled but the last
+    assert reusing.stats.batches == 2 and fresh.stats.reused_tokens == 0
+    assert reusing.stats.reused_tokens == sum(len(r.prompt_ids) - 3 - 1 for r in turns[1])
+    # a round where one row continues its episode and two are new: the new ones are prefilled together
+    mixed = [turns[2][1], EngineRequest([9, 8, 7], 5, seed=7), EngineRequest([3, 3, 3, 3, 3], 4, seed=8)]
+    before = reusing.stats.reused_tokens
+    results = reusing.generate(mixed)
+    assert reusing.stats.reused_tokens - before == len(turns[2][1].prompt_ids) - 2 - 1
+    for request, result in zip(mixed, results, strict=True):
+        assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
+    assert [r.ids for r in results] == [r.ids for r in fresh.generate(mixed)]
+
+
+def test_kept_caches_stay_within_the_byte_budget_but_a_whole_round_is_kept_for_its_next_turn(model):
+    first = [EngineRequest(list(range(1, 9 + i)), 3, seed=i) for i in range(6)]
+    reused = {}
+    for budget in (1, 2 << 30):
+        engine = LocalEngine(model, {STOP}, 0, EngineSettings(static=False, prefix_bytes=budget))
+        results = engine.generate(first)  # six rows: more than PREFIXES_KEPT, all kept for their next turn
+        second = next_turns(first, results, [40])
+        results = engine.generate(second)
+        assert engine.stats.reused_tokens == sum(len(r.prompt_ids) - 1 - 1 for r in second)
+        engine.generate([EngineRequest([7, 7, 7], 2, seed=9)])  # a new episode's turn in between
+        third = next_turns(second, results, [41])
+        engine.generate(third)
+        reused[budget] = engine.stats.reused_tokens - sum(len(r.prompt_ids) - 1 - 1 for r in second)
+    # over budget only PREFIXES_KEPT caches stay: the new episode's and the three newest rows' (5, 4, 3)
+    assert reused[1] == sum(len(third[i].prompt_ids) - 1 - 1 for i in (3, 4, 5))
+    assert reused[2 << 30] == sum(len(r.prompt_ids) - 1 - 1 for r in third)
+
+
+def test_a_dora_delta_decodes_with_its_norms_computed_once_a_round_and_the_same_logprobs(model, monkeypatch):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(1)
+    dora = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, use_dora=True, init_lora_weights=False,
+                                                           target_modules=["q_proj", "v_proj"]))
+    dora.train()  # as the GRPO trainer's policy is while it plays its rollouts
+    layers = sum(1 for name, _ in dora.named_modules() if name.endswith("lora_magnitude_vector.default"))
+    norms = []
+    original = torch.linalg.norm
+    monkeypatch.setattr(torch.linalg, "norm", lambda *a, **k: norms.append(1) or original(*a, **k))
+    engine = LocalEngine(dora, {STOP}, 0, EngineSettings(static=False))
+    request = EngineRequest([1, 2, 3, 4, 5], 8, temperature=0.9, seed=3)
+    result = engine.generate([request])[0]
+    assert len(norms) == layers  # once per layer for the round, not once per layer and decode step
+    assert dora.training  # given back in train mode
+    monkeypatch.setattr(torch.linalg, "norm", original)
+    with torch.no_grad():
+        logits = dora(torch.tensor([list(request.prompt_ids) + result.ids])).logits[0].float()
+    expected = torch.log_softmax(logits[len(request.prompt_ids) - 1:-1] / 0.9, -1)
+    assert result.logprobs == pytest.approx(expected.gather(-1, torch.tensor(result.ids)[:, None])[:, 0].tolist(), abs=1e-4)
+    with torch.no_grad():  # a weight change between rounds is seen by the next round (no stale norms)
+        for name, p in dora.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)
+    again = engine.generate([request])[0]
+    with torch.no_grad():
+        logits = dora(torch.tensor([list(request.prompt_ids) + again.ids])).logits[0].float()
+    expected = torch.log_softmax(logits[len(request.prompt_ids) - 1:-1] / 0.9, -1)
+    assert again.logprobs == pytest.approx(expected.gather(-1, torch.tensor(again.ids)[:, None])[:, 0].tolist(), abs=1e-4)

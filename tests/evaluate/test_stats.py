@@ -70,3 +70,23 @@ def test_winners_curse_by_simulation():
     rng = np.random.default_rng(1)
     draws = rng.standard_normal((200_000, 9)).max(axis=1).mean()
     assert draws == pytest.approx(stats.expected_max_standard_normal(9), abs=0.01)
+
+
+def test_clustered_proportion_counts_correlated_episodes_as_fewer_trials():
+    # clusters that vary no more than binomial draws would: worth about as many trials as episodes
+    rng = np.random.default_rng(0)
+    solved = rng.binomial(16, 0.3, size=200)
+    p, n_eff = stats.clustered_proportion(solved, [16] * 200)
+    assert p == pytest.approx(solved.sum() / 3200)
+    assert 0.7 * 3200 < n_eff <= 3200
+    # all-or-nothing clusters (every episode of a step alike): worth about one trial a cluster
+    p, n_eff = stats.clustered_proportion([16, 0, 0, 16, 0, 16, 0, 0], [16] * 8)
+    assert p == pytest.approx(3 / 8) and n_eff == pytest.approx(8, rel=0.15)
+    # nothing to estimate the correlation from: one trial per cluster
+    assert stats.clustered_proportion([0, 0, 0], [8, 8, 8]) == (0.0, 3.0)
+    assert stats.clustered_proportion([5], [8]) == (5 / 8, 1.0)
+    assert stats.clustered_proportion([1, 2], [0, 0]) == (0.0, 0.0)
+    # a Newcombe interval on the effective sizes is wider than one counting every episode
+    naive = stats.newcombe_from(0.6, 160, 0.3, 160)
+    clustered = stats.newcombe_from(0.6, 10, 0.3, 10)
+    assert clustered[0] < naive[0] < 0.3 < naive[1] < clustered[1]

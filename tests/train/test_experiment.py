@@ -87,6 +87,10 @@ def test_the_learning_check_compares_the_last_quarter_of_steps_with_the_first():
     flat = learning_check([{"episodes/solve_rate": 0.25, "episodes/replayed": 2}] * 8, per_step=8)
     assert flat["diff"] == 0 and not flat["learned"] and flat["episodes"] == [12, 12]
     assert flat["first"] == pytest.approx(4 / 12)  # 2 of the 6 played episodes a step (0.25 x 6, rounded)
+    # steps are clusters: one step solving all 8 and one none is not 16 independent episodes at 50%
+    lumpy = learning_check([{"episodes/solve_rate": r} for r in (0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 0.0)], per_step=8)
+    assert lumpy["last"] == 0.5 and lumpy["first"] == 0.0 and lumpy["effective"] == [2.0, 1.0]
+    assert lumpy["ci"][0] < 0 and not lumpy["learned"]
 
 
 def test_grpo_steps_count_each_rung_and_the_report_pools_them():

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pdbgym.evaluate.results import ResultsStore
-from pdbgym.evaluate.stats import estimate_mean, newcombe_interval, wilson_interval
+from pdbgym.evaluate.stats import clustered_proportion, estimate_mean, newcombe_from, wilson_interval
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
@@ -28,30 +28,41 @@ def _load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def step_outcomes(rows: list[dict[str, Any]], per_step: int) -> list[np.ndarray]:
-    """Per logged step, its on-policy episodes as 0/1 (solved), rebuilt from the solve rate and count."""
-    outcomes = []
+def step_counts(rows: list[dict[str, Any]], per_step: int) -> list[tuple[int, int]]:
+    """Per logged step, its on-policy episodes: (solved, played), from the solve rate and the count."""
+    counts = []
     for row in rows:
-        played = per_step - int(row.get("episodes/replayed", 0))
+        played = max(0, per_step - int(row.get("episodes/replayed", 0)))
         rate = row.get("episodes/solve_rate")
-        solved = round(float(rate) * played) if rate is not None and played > 0 else 0
-        outcomes.append(np.array([1.0] * solved + [0.0] * (max(played, 0) - solved)))
-    return outcomes
+        counts.append((round(float(rate) * played) if rate is not None and played > 0 else 0, played))
+    return counts
+
+
+def quarter_rate(counts: list[tuple[int, int]]) -> tuple[float, float, int]:
+    """Pooled solve rate of some steps, its effective sample size (steps as clusters) and the episodes."""
+    solved, played = zip(*counts, strict=True) if counts else ((), ())
+    rate, n_eff = clustered_proportion(solved, played)
+    return rate, n_eff, int(sum(played))
 
 
 def learning_check(rows: list[dict[str, Any]], per_step: int) -> dict[str, Any] | None:
-    """Solve rate of the last quarter of steps minus the first quarter's, with Newcombe's 95% CI."""
-    outcomes = step_outcomes(rows, per_step)
-    quarter = max(1, len(outcomes) // 4)
-    if len(outcomes) < 2:
+    """Solve rate of the last quarter of steps minus the first quarter's, with Newcombe's 95% CI.
+
+    Each step is a cluster: its episodes are groups of G episodes of one task under one set of weights,
+    so they are not independent draws; each quarter's Wilson interval takes the effective sample size
+    of ``clustered_proportion`` (at most the episodes, at least the steps when the rates do not vary).
+    """
+    counts = step_counts(rows, per_step)
+    quarter = max(1, len(counts) // 4)
+    if len(counts) < 2:
         return None
-    first, last = np.concatenate(outcomes[:quarter]), np.concatenate(outcomes[-quarter:])
-    if not first.size or not last.size:
+    (first, n_first, e_first), (last, n_last, e_last) = quarter_rate(counts[:quarter]), quarter_rate(counts[-quarter:])
+    if not e_first or not e_last:
         return None
-    low, high = newcombe_interval(last, first)
-    return {"first": float(first.mean()), "last": float(last.mean()), "steps_per_quarter": quarter,
-            "episodes": [int(first.size), int(last.size)], "diff": float(last.mean() - first.mean()),
-            "ci": [low, high], "learned": low > 0}
+    low, high = newcombe_from(last, n_last, first, n_first)
+    return {"first": first, "last": last, "steps_per_quarter": quarter, "episodes": [e_first, e_last],
+            "effective": [round(n_first, 1), round(n_last, 1)], "diff": last - first, "ci": [low, high],
+            "learned": low > 0}
 
 
 def by_rung(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -77,20 +88,21 @@ def by_rung(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
 
 def grpo_rungs(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """rung -> the GRPO run's on-policy episodes of that rung: played, solved, the rate with a 95% Wilson
-    interval, and the rates of the first and last quarter of steps (from ``episodes/rung_R/*``)."""
+    interval (steps as clusters, ``clustered_proportion``), and the first and last quarter of steps'
+    counts (from ``episodes/rung_R/*``)."""
     levels = sorted({int(key.split("/")[1].removeprefix("rung_")) for row in rows for key in row
                      if key.startswith("episodes/rung_") and key.endswith("/played")})
     quarter = max(1, len(rows) // 4)
     table = {}
     for level in levels:
-        def count(part: list[dict[str, Any]], what: str, level: int = level) -> int:
-            return round(sum(float(row.get(f"episodes/rung_{level}/{what}", 0.0)) for row in part))
-
-        played, solved = count(rows, "played"), count(rows, "solved")
-        low, high = wilson_interval(solved / played, played) if played else (None, None)
-        quarters = [(count(part, "solved"), count(part, "played")) for part in (rows[:quarter], rows[-quarter:])]
-        table[level] = {"played": played, "solved": solved, "rate": solved / played if played else None,
-                        "ci": [low, high], "first": quarters[0], "last": quarters[1]}
+        counts = [(round(float(row.get(f"episodes/rung_{level}/solved", 0.0))),
+                   round(float(row.get(f"episodes/rung_{level}/played", 0.0)))) for row in rows]
+        rate, n_eff, played = quarter_rate(counts)
+        solved = sum(c[0] for c in counts)
+        low, high = wilson_interval(rate, n_eff) if played else (None, None)
+        quarters = [(sum(c[0] for c in part), sum(c[1] for c in part)) for part in (counts[:quarter], counts[-quarter:])]
+        table[level] = {"played": played, "solved": solved, "rate": rate if played else None,
+                        "ci": [low, high], "effective": round(n_eff, 1), "first": quarters[0], "last": quarters[1]}
     return table
 
 
@@ -141,8 +153,9 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
             "the CI includes no change: this run does not show learning"
         notes.append(f"On-policy solve rate, last {check['steps_per_quarter']} step(s) against the first: "
                      f"{pct(check['last'])} vs {pct(check['first'])} ({check['episodes'][1]} and {check['episodes'][0]} "
-                     f"episodes), difference {pct(check['diff'])} [{pct(check['ci'][0])}, {pct(check['ci'][1])}] "
-                     f"(95%, Newcombe); {verdict}.")
+                     f"episodes, worth {check['effective'][1]:g} and {check['effective'][0]:g} independent ones with "
+                     f"steps as clusters), difference {pct(check['diff'])} [{pct(check['ci'][0])}, "
+                     f"{pct(check['ci'][1])}] (95%, Newcombe); {verdict}.")
     lines += md_bullets(notes) + [""]
     ladder = grpo_rungs(rows)
     if ladder:
@@ -150,7 +163,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
             return f"{pair[0]} of {pair[1]}"
 
         lines += ["### On-policy solve rate by rung of the task ladder", ""] + md_table(
-            ["rung", "episodes", "solved", "rate [95% Wilson CI over episodes]", "first quarter of steps", "last quarter of steps"], [
+            ["rung", "episodes", "solved", "rate [95% Wilson CI, steps as clusters]", "first quarter of steps", "last quarter of steps"], [
                 [f"rung {level}", r["played"], r["solved"], f"{pct(r['rate'])} [{pct(r['ci'][0])}, {pct(r['ci'][1])}]",
                  share(r["first"]), share(r["last"])] for level, r in ladder.items()]) + [""]
     lines += ["## Val gates (checkpoint choice)", ""] + md_table(["checkpoint", "step", "val pass@1 [95% CI]"], [
