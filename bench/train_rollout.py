@@ -14,7 +14,8 @@ generation load per episode.
     (also ``python bench/train_throughput.py --phase rollout ...``)
 
 ``--dora`` wraps the model in a fresh DoRA delta (rank 16 on every linear layer, in train mode), as the
-GRPO trainer's policy is while it plays; ``--seeded`` gives every episode a fixed sampling seed, so both
+GRPO trainer's policy is while it plays (``--merged``: then decodes from a plain copy with the delta
+merged in, as GRPO does by default, ``pdbgym.train.grpo.merged``); ``--seeded`` gives every episode a fixed sampling seed, so both
 trees of ``--against`` draw the same episodes.
 
     python bench/train_rollout.py --device cpu --model SFT_MODEL --tasks LADDER0 --groups 2 --group 4 \
@@ -75,6 +76,13 @@ def run(args: argparse.Namespace) -> dict:
 
         model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, use_dora=True,
                                                  target_modules="all-linear", task_type="CAUSAL_LM")).train()
+        if args.merged:  # GRPO's default: decode from a plain copy with the delta merged in
+            from pdbgym.train.grpo.merged import MergedPolicy
+
+            policy, why = MergedPolicy.of(model)
+            if policy is None:
+                raise SystemExit(f"no merged copy: {why}")
+            model = policy.model
     tasks = resolve_tasks(args.tasks)[:args.groups]
     agent = AgentConfig(tool_format="text", max_context_tokens=8192,
                         sampling=SamplingParams(1.0, 1.0, args.max_new_tokens, None), check_trajectory=True)
@@ -138,6 +146,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--arms", default="one_at_a_time,batched",
                    help="one_at_a_time, batched (group by group), step (every group at once, as one GRPO step)")
     p.add_argument("--dora", action="store_true", help="a fresh DoRA delta over the model, in train mode (GRPO's policy)")
+    p.add_argument("--merged", action="store_true", help="with --dora: decode from a merged copy (GRPO's rollout weights)")
     p.add_argument("--seeded", action="store_true", help="fixed episode seeds in the step arm (same draws in both trees)")
     p.add_argument("--against", default=None, help="a git revision: the same arms with its code, and the ratios")
     p.add_argument("--json", type=Path, default=None)

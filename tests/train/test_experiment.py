@@ -36,6 +36,8 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "eval", "report"]
     assert all(state["stages"]["split"][name] >= 1 for name in ("train", "val", "test"))
     assert state["stages"]["oracle"]["train"]["solved"] == state["stages"]["split"]["train"]  # the oracle solves all
+    # GRPO's rollouts decoded real episodes from a merged copy of the policy (train/grpo/merged.py)
+    assert json.loads((out / "grpo" / "grpo_run.json").read_text())["rollout_weights"] == "merged"
     report = (out / "report.md").read_text()
     for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
                     "## Stop at peak", "| grpo |", "| sft - base |",

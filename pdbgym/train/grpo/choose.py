@@ -38,7 +38,8 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[A
               "parent_id": base.parent_id, "policy": config.policy, "chosen": chosen, "gate": gate,
               "steps": int(trainer.state.global_step), "store_id": node_id,
               "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir),
-              "reward_signal_steps": signal, "registered": registered}
+              "reward_signal_steps": signal, "registered": registered,
+              "rollout_weights": getattr(getattr(trainer, "rollout_func", None), "weights_used", config.rollout_weights)}
     if not signal:
         record["warning"] = NO_SIGNAL
     write_json_atomic(config.out / RUN_FILE, record)

@@ -63,6 +63,7 @@ def grpo(
     num_iterations: Annotated[int, typer.Option(help="TRL: optimizer passes per generated batch")] = R.num_iterations,
     epsilon: float = R.epsilon,
     save_steps: int = R.save_steps,
+    rollout_weights: Annotated[str, typer.Option(help="merged: rollouts decode from a plain copy of the policy with the delta merged in, refreshed every step (faster); live: from the PEFT model")] = R.rollout_weights,
     max_minutes: Annotated[float, typer.Option(min=0, help="stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and gated")] = R.max_minutes,
     val_tasks: Annotated[str | None, typer.Option(help="val split tasks: every checkpoint is gated on them")] = R.val_tasks,
     val_runs: int = R.val_runs,
@@ -90,7 +91,7 @@ def grpo(
         anchor_batch=anchor_batch, anchor_max_tokens=anchor_max_tokens,
         replay_data=replay_data, replay_fraction=replay_fraction, replay_decay_steps=replay_decay_steps,
         format_weight=format_weight, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
-        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, max_minutes=max_minutes, val_tasks=val_tasks,
+        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, rollout_weights=rollout_weights, max_minutes=max_minutes, val_tasks=val_tasks,
         val_runs=val_runs, val_k=val_k, store=store, ledger=ledger, name=name, device=device, resume=resume,
         tensorboard=tensorboard, register_without_signal=register_without_signal)
 

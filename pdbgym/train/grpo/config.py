@@ -61,6 +61,7 @@ class GRPORunConfig:
     num_iterations: int = 1  # TRL: optimizer passes per generated batch (> 1 makes samples stale)
     epsilon: float = 0.2  # TRL clip range
     save_steps: int = 10
+    rollout_weights: str = "merged"  # merged: decode from a merged copy of the policy (merged.py); live: the PEFT model
     max_minutes: float = 0.0  # wall-clock cap of this invocation's training (0: none); a last checkpoint is saved and gated
     val_tasks: str | None = None
     val_runs: int = 4
@@ -75,5 +76,6 @@ class GRPORunConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, as given
 
     def recipe(self) -> dict[str, Any]:
-        skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal"}
+        skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
+                "rollout_weights"}
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

@@ -44,6 +44,9 @@ def recipe_parts(config: GRPORunConfig, tokenizer: Any, label: str) -> RecipePar
         if config.kl_mode == "adaptive" else None
     if config.kl_mode not in ("adaptive", "fixed"):
         raise PdbgymError(f"--kl-mode {config.kl_mode!r}: choose adaptive or fixed")
+    if config.rollout_weights not in ("merged", "live"):
+        raise PdbgymError(f"--rollout-weights {config.rollout_weights!r}: choose merged (a merged copy of the "
+                          "policy, refreshed every step) or live (the PEFT model itself)")
     curriculum = TurnBudgetCurriculum(config.curriculum, config.budget_start, config.budget_end,
                                       config.budget_ramp_steps, config.budget_threshold, config.budget_increment)
     anchor = replay = None

@@ -34,6 +34,7 @@ from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.train import seams
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
+from pdbgym.train.grpo.merged import MergedPolicy
 from pdbgym.train.grpo.rewards import RewardConfig
 from pdbgym.train.grpo.rollout import (
     BatchedGenerator,
@@ -172,15 +173,15 @@ class PdbgymRollout:
         self.play = play or self.play_episodes
         self.trainer: Any = None
         self._generator: BatchedGenerator | None = None
+        self._merged: MergedPolicy | None = None
+        self._merge_refused = False
+        self._merge_why = ""
         self.progress = EpisodeProgress()  # phase/episode hooks (progress.GRPOProgress shows them)
         self._rungs: dict[str, int] = {}
 
     def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float,
                       seeds: list[int] | None = None) -> list[EpisodeSample]:
-        if self._generator is None or self._generator.model is not trainer.model:  # one engine for the run
-            self._generator = BatchedGenerator(trainer.model, trainer.processing_class,
-                                               lambda: seams.unwrapped_for_generation(trainer))
-        generator = self._generator
+        generator = self._generator_for(trainer)
         agent = AgentConfig(tool_format=self.tool_format, max_context_tokens=self.config.max_context_tokens,
                             sampling=SamplingParams(temperature, 1.0, self.config.max_new_tokens, None),
                             dataset="pdbgym_grpo", check_trajectory=True)
@@ -188,6 +189,38 @@ class PdbgymRollout:
         outcomes = run_episodes(tasks, generator, agent, lambda task: DebugEnv(task, env), name="grpo-policy",
                                 on_episode=self.progress.episode_finished, seeds=seeds)
         return [sample_from_outcome(outcome, self.tool_format) for outcome in outcomes]
+
+    @property
+    def weights_used(self) -> str:
+        """What this process's rollouts decoded from: ``merged``, ``live``, or ``live`` with the reason the
+        merged copy was refused."""
+        if self._merged is not None:
+            return "merged"
+        return f"live (a merged copy {self._merge_why})" if self._merge_why else "live"
+
+    def _generator_for(self, trainer: Any) -> BatchedGenerator:
+        """One engine for the run. With ``rollout_weights = "merged"`` it decodes from a merged copy of the
+        policy (``MergedPolicy``), refreshed from the live weights before every batch of episodes; else
+        (or where the copy cannot be made, said once) from the live PEFT model itself."""
+        if self._merged is None and self.config.rollout_weights == "merged" and not self._merge_refused:
+            with seams.unwrapped_for_generation(trainer) as live:
+                self._merged, why = MergedPolicy.of(live)
+            if self._merged is None:
+                self._merge_refused, self._merge_why = True, why
+                logger.warning("GRPO rollouts decode from the live PEFT model: a merged copy %s", why)
+            else:
+                logger.info("GRPO rollouts decode from a merged copy of the policy (%.0f MiB), refreshed "
+                            "before every batch of episodes", self._merged.megabytes())
+        elif self._merged is not None:
+            with seams.unwrapped_for_generation(trainer) as live:
+                self._merged.refresh(live)
+        if self._merged is not None:
+            if self._generator is None or self._generator.model is not self._merged.model:
+                self._generator = BatchedGenerator(self._merged.model, trainer.processing_class)
+        elif self._generator is None or self._generator.model is not trainer.model:
+            self._generator = BatchedGenerator(trainer.model, trainer.processing_class,
+                                               lambda: seams.unwrapped_for_generation(trainer))
+        return self._generator
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list[Any]]:
         step = trainer.state.global_step

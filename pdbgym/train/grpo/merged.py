@@ -1,0 +1,147 @@
+"""The weights GRPO's rollouts decode from: a plain copy of the policy with its delta merged in.
+
+The trainer's policy is a PEFT model: every adapted linear layer runs its base matmul plus the LoRA
+branch, and a DoRA layer also rebuilds ``W + s B A`` and its row norms on every forward. In a decode
+step of one token per row that is several times the base layer's own work and kernel launches, and a
+captured CUDA graph of the step replays all of it. So the rollouts (and the val gate) decode from
+``MergedPolicy.model``: a plain model of the same architecture whose adapted weights are
+``W' = W + s B A`` (LoRA) or ``m (W + s B A) / ||W + s B A||`` (DoRA), computed in float32 by
+``pdbgym.adapters.merge_math`` and cast once. ``refresh`` rewrites them in place before each batch of
+episodes, so the live weights are what is sampled and the copy's tensors never move (a captured graph
+stays valid). The trainer's own weights are only read: merging in place and unmerging would leave
+rounding drift in the frozen base every step.
+
+``MergedPolicy.of`` refuses, with the reason, a policy it cannot copy exactly (an adapter on a layer
+other than ``nn.Linear``, several active adapters, a model whose copy does not reproduce its logits);
+GRPO then decodes from the live PEFT model, as ``--rollout-weights live`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pdbgym.adapters.merge_math import merge_module
+
+log = logging.getLogger(__name__)
+
+CHECK_IDS = 16  # tokens of the one forward that compares the copy with the live policy
+CHECK_TOLERANCE = {"float32": 1e-3, "other": 0.25}  # largest logit difference accepted (bf16: rounding of W')
+
+
+class MergedPolicy:
+    """A plain copy of a PEFT policy with its active adapter merged into the weights (see module doc)."""
+
+    def __init__(self, model: Any, adapter: str):
+        self.model = model
+        self.adapter = adapter
+        self.refreshes = 0
+
+    @classmethod
+    def of(cls, live: Any) -> tuple[MergedPolicy | None, str]:
+        """The merged copy of ``live`` (a PEFT model, unwrapped), or None and why it cannot be made."""
+        problem = _unsupported(live)
+        if problem:
+            return None, problem
+        import torch  # optional: torch (pdbgym[hf])
+        from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
+
+        base = live.get_base_model()
+        parameter = next(base.parameters())
+        with torch.device(parameter.device):
+            copy = AutoModelForCausalLM.from_config(base.config, dtype=parameter.dtype,
+                                                    attn_implementation=base.config._attn_implementation)
+        copy.tie_weights()
+        copy.eval().requires_grad_(False)
+        merged = cls(copy, _active(live))
+        try:
+            merged.refresh(live)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            return None, f"its weights do not map onto a plain {type(copy).__name__} ({exc})"
+        difference = merged.check(live)
+        tolerance = CHECK_TOLERANCE["float32" if parameter.dtype == torch.float32 else "other"]
+        if not difference <= tolerance:
+            return None, (f"the merged copy's logits differ from the live policy's by {difference:.3g} "
+                          f"(more than {tolerance})")
+        return merged, ""
+
+    def refresh(self, live: Any) -> None:
+        """Write the live policy's current weights, merged, into the copy (in place)."""
+        import torch  # optional: torch (pdbgym[hf])
+
+        base = live.get_base_model()
+        target = dict(self.model.named_parameters(remove_duplicate=False))
+        adapted = {name: module for name, module in base.named_modules() if _is_lora(module)}
+        done: set[str] = set()
+        with torch.no_grad():
+            for name, module in adapted.items():
+                layer = module.base_layer
+                magnitude = (module.lora_magnitude_vector[self.adapter].weight
+                             if module.use_dora.get(self.adapter) else None)
+                weight = merge_module(layer.weight, module.lora_A[self.adapter].weight,
+                                      module.lora_B[self.adapter].weight, magnitude,
+                                      float(module.scaling[self.adapter]), bool(module.fan_in_fan_out))
+                target[f"{name}.weight"].copy_(weight)
+                done.add(f"{name}.weight")
+                if layer.bias is not None:
+                    target[f"{name}.bias"].copy_(layer.bias)
+                    done.add(f"{name}.bias")
+            for name, parameter in base.named_parameters(remove_duplicate=False):
+                if ".lora_" in name or ".base_layer." in name:
+                    continue
+                if name not in target:
+                    raise KeyError(f"{name} has no place in the copy")
+                if name not in done:
+                    target[name].copy_(parameter)
+                    done.add(name)
+        missing = sorted(set(target) - done)
+        if missing:
+            raise KeyError(f"the copy's {missing[:3]} have no source in the live policy")
+        self.refreshes += 1
+
+    def check(self, live: Any) -> float:
+        """The largest absolute logit difference between the copy and ``live`` on one short input."""
+        import torch  # optional: torch (pdbgym[hf])
+
+        device = next(self.model.parameters()).device
+        vocab = int(self.model.config.vocab_size)
+        ids = (torch.arange(CHECK_IDS, device=device) * 7919 % vocab)[None, :]
+        training = live.training
+        live.eval()
+        try:
+            with torch.no_grad():
+                ours = self.model(input_ids=ids).logits.float()
+                theirs = live(input_ids=ids).logits.float()
+        finally:
+            live.train(training)
+        return float((ours - theirs).abs().max())
+
+    def megabytes(self) -> float:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters()) / 2**20
+
+
+def _is_lora(module: Any) -> bool:
+    return hasattr(module, "lora_A") and hasattr(module, "base_layer")
+
+
+def _active(live: Any) -> str:
+    active = getattr(live, "active_adapters", None) or [getattr(live, "active_adapter", "default")]
+    return str(active[0])
+
+
+def _unsupported(live: Any) -> str:
+    """Why ``live`` cannot be copied with its delta merged ('' when it can)."""
+    import torch  # optional: torch (pdbgym[hf])
+
+    if not hasattr(live, "get_base_model"):
+        return "the policy is not a PEFT model"
+    active = getattr(live, "active_adapters", None) or []
+    if len(active) != 1:
+        return f"{len(active)} active adapters (one is merged)"
+    for name, module in live.get_base_model().named_modules():
+        if _is_lora(module):
+            if not isinstance(module.base_layer, torch.nn.Linear):
+                return f"{name} adapts a {type(module.base_layer).__name__}, not an nn.Linear"
+            if len(module.lora_A) != 1:
+                return f"{name} holds {len(module.lora_A)} adapters"
+    return ""

@@ -1,0 +1,98 @@
+"""GRPO's rollout weights (``pdbgym.train.grpo.merged``): a plain copy of a tiny PEFT policy with its LoRA or
+DoRA delta merged in gives the live policy's logits, follows its weights after an update without moving
+its own tensors or touching the live ones, samples through the engine what the live policy scores, and is
+refused, with the reason, where it cannot be exact."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pdbgym.engine import EngineRequest, EngineSettings, LocalEngine
+from pdbgym.train.grpo.merged import MergedPolicy
+
+
+def policy(use_dora: bool, tied: bool = True, targets="all-linear"):
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=tied)
+    base = LlamaForCausalLM(config)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, use_dora=use_dora, init_lora_weights=False,
+                      target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(base, lora).train()  # as TRL hands it over: training mode
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
+def step(live, scale: float) -> None:
+    """An optimizer step's worth of change to the delta (and only the delta)."""
+    with torch.no_grad():
+        for p in live.parameters():
+            if p.requires_grad:
+                p.add_(scale * torch.randn_like(p))
+
+
+@pytest.mark.parametrize("use_dora", [True, False])
+def test_the_merged_copy_gives_the_live_logits_and_follows_each_update_in_place(use_dora):
+    live = policy(use_dora)
+    frozen = {n: p.detach().clone() for n, p in live.named_parameters() if not p.requires_grad}
+    merged, why = MergedPolicy.of(live)
+    assert merged is not None, why
+    assert live.training  # its check ran the live policy in eval mode and gave it back in training mode
+    assert not any(".lora_" in n for n, _ in merged.model.named_parameters())  # a plain model
+    ids = [5, 17, 2, 99, 41, 7, 250, 3]
+    live.eval()
+    assert torch.allclose(logits(merged.model, ids), logits(live, ids), atol=1e-4)
+    pointers = [p.data_ptr() for p in merged.model.parameters()]
+    step(live, 0.05)
+    before = logits(merged.model, ids)
+    merged.refresh(live)
+    after = logits(merged.model, ids)
+    assert not torch.allclose(before, after, atol=1e-3)  # the update reached the copy
+    assert torch.allclose(after, logits(live, ids), atol=1e-4)
+    assert [p.data_ptr() for p in merged.model.parameters()] == pointers  # a captured graph stays valid
+    for name, p in live.named_parameters():  # the live policy's frozen weights were only read
+        if name in frozen:
+            assert torch.equal(p, frozen[name]), name
+    assert merged.refreshes == 2
+
+
+def test_the_engine_samples_from_the_copy_what_the_live_policy_scores():
+    live = policy(True)
+    merged, _ = MergedPolicy.of(live)
+    step(live, 0.05)
+    merged.refresh(live)
+    engine = LocalEngine(merged.model, {299}, 0, EngineSettings(static=False))
+    request = EngineRequest([1, 2, 3, 4, 5, 6], 10, temperature=1.0, seed=4)
+    result = engine.generate([request])[0]
+    engine.close()
+    scores = torch.log_softmax(logits(live.eval(), list(request.prompt_ids) + result.ids)[5:-1], -1)
+    expected = scores.gather(-1, torch.tensor(result.ids)[:, None])[:, 0]
+    assert result.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+def test_a_policy_the_copy_cannot_reproduce_is_refused_with_the_reason():
+    embedded = policy(False, targets=["embed_tokens", "q_proj"])
+    merged, why = MergedPolicy.of(embedded)
+    assert merged is None and "embed_tokens" in why and "Embedding" in why
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    plain = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    assert MergedPolicy.of(plain) == (None, "the policy is not a PEFT model")
+
+
+def test_a_bad_rollout_weights_value_is_refused_by_name(tmp_path):
+    from pdbgym.errors import PdbgymError
+    from pdbgym.train.grpo.config import GRPORunConfig
+    from pdbgym.train.grpo.inputs import recipe_parts
+
+    with pytest.raises(PdbgymError, match="--rollout-weights 'fast': choose merged"):
+        recipe_parts(GRPORunConfig(policy="x", tasks="y", out=tmp_path, rollout_weights="fast"), None, "x")
