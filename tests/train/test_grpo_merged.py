@@ -66,7 +66,9 @@ def test_the_merged_copy_gives_the_live_logits_and_follows_each_update_in_place(
 
 def test_the_engine_samples_from_the_copy_what_the_live_policy_scores():
     live = policy(True)
+    live.get_base_model().generation_config.eos_token_id = [299, 298]  # as a checkpoint's generation_config.json
     merged, _ = MergedPolicy.of(live)
+    assert merged.model.generation_config.eos_token_id == [299, 298]  # the engine's stop ids come from it
     step(live, 0.05)
     merged.refresh(live)
     engine = LocalEngine(merged.model, {299}, 0, EngineSettings(static=False))

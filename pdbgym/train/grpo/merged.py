@@ -19,6 +19,7 @@ GRPO then decodes from the live PEFT model, as ``--rollout-weights live`` does.
 from __future__ import annotations
 
 import logging
+from copy import deepcopy
 from typing import Any
 
 from pdbgym.adapters.merge_math import merge_module
@@ -52,6 +53,7 @@ class MergedPolicy:
             copy = AutoModelForCausalLM.from_config(base.config, dtype=parameter.dtype,
                                                     attn_implementation=base.config._attn_implementation)
         copy.tie_weights()
+        copy.generation_config = deepcopy(base.generation_config)  # its stop ids (eos lists) too, not the config's
         copy.eval().requires_grad_(False)
         merged = cls(copy, _active(live))
         try:
