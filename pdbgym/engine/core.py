@@ -277,6 +277,12 @@ class LocalEngine:
         futures = [self.submit(r) for r in requests]
         return [f.result() for f in futures]
 
+    def forget_prefixes(self) -> None:
+        """Drop every kept KV cache: the model's weights changed, so earlier turns' keys and values are
+        not what it computes now (GRPO calls this after each refresh of its rollout weights)."""
+        with self._cond:
+            self._prefixes = []
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -325,8 +331,8 @@ class LocalEngine:
                         with decode_attention(model):
                             self._static_session(model, rows, live)
                     else:
-                        with dora_norms_cached(model):
-                            self._dynamic_round(model, rows)
+                        with dora_norms_cached(model) as cached:
+                            self._dynamic_round(model, rows, release_early=not cached)
                 self._release()
             except BaseException as exc:  # noqa: BLE001 - every waiting caller learns of the failure
                 self._release()
@@ -382,7 +388,8 @@ class LocalEngine:
         """Hand the held results to their callers."""
         held, self._held = self._held, []
         for row, result in held:
-            row.future.set_result(result)
+            if not row.future.done():  # a caller that stopped waiting (Ctrl-C, a cancelled episode) gets nothing
+                row.future.set_result(result)
 
     def _draw(self, rows: Sequence[_Row], logits: torch.Tensor, hold: bool = False) -> None:
         """Draw the next id of each row from its row of ``logits`` and record it. A row that ends is handed
@@ -535,12 +542,16 @@ class LocalEngine:
             keep += 1
         del self._prefixes[keep:]
 
-    def _dynamic_round(self, model: Any, rows: list[_Row]) -> None:
+    def _dynamic_round(self, model: Any, rows: list[_Row], release_early: bool = True) -> None:
+        """Decode ``rows`` together to their ends. With ``release_early`` a row that ends goes back to its
+        caller at once (its episode steps while the others decode); without it (the model is in a state
+        its owner must not see, ``dora_norms_cached``) every result waits for the batch's context to exit."""
         logits, cache, mask = self._start_rows(model, rows)
         width = mask.shape[1]
         self._draw(rows, logits, hold=True)
         while any(r.finish is None for r in rows):
-            self._release()  # rows that ended go back to their episodes while the others decode
+            if release_early:
+                self._release()  # rows that ended go back to their episodes while the others decode
             feed = torch.tensor([[r.ids[-1] if r.finish is None else self.pad_id] for r in rows],
                                 dtype=torch.long, device=self.device)
             positions = torch.tensor([[r.position - 1] for r in rows], dtype=torch.long, device=self.device)

@@ -196,29 +196,37 @@ def newcombe_from(pa: float, na: float, pb: float, nb: float, confidence: float 
     return d - math.hypot(pa - la, ub - pb), d + math.hypot(ua - pa, pb - lb)
 
 
-def clustered_proportion(solved: Sequence[float], played: Sequence[float]) -> tuple[float, float]:
+def clustered_proportion(solved: Sequence[float], played: Sequence[float],
+                         confidence: float = 0.95) -> tuple[float, float]:
     """The pooled proportion of clustered 0/1 outcomes and its effective sample size (Korn-Graubard).
 
-    Cluster i solved y_i of m_i. p = sum y / sum m; the variance of p is the ratio estimator's,
-    v = sum (y_i - p m_i)^2 / (C (C - 1) mbar^2) over the C clusters that played any; n_eff = p(1-p) / v,
-    capped at sum m. As in ``effective_tasks``, where v is 0 or p is 0 or 1 the data say nothing about
-    the correlation within a cluster, so each cluster counts as one trial (n_eff = C). Use n_eff in
-    ``wilson_interval`` / ``newcombe_from``: episodes of one cluster (a GRPO step, a task) are not
-    independent draws, and counting them as such makes an interval too narrow.
+    Cluster i solved y_i of m_i; n = sum m over the C clusters that played any. p = sum y / n, and the
+    variance of p is the ratio estimator's, v = sum (y_i - p m_i)^2 / (C (C - 1) mbar^2). Then
+    n_eff = p(1-p) / v, times (z / t_{C-1})^2 for the few degrees of freedom a C-cluster variance has
+    (z, t at ``confidence``), at most n and at least C (episodes of a cluster all alike: one trial a
+    cluster is the least a cluster can be worth). Where p is 0 or 1, or v is 0, the clusters vary no more than
+    independent draws would, and n_eff = n (Korn and Graubard's rule). One cluster gives no variance to
+    estimate at all: n_eff = 1. Use n_eff in ``wilson_interval`` / ``newcombe_from``: episodes of one
+    cluster (a GRPO step, a task) are not independent draws, and counting them as such makes an
+    interval too narrow.
     """
     y, m = np.asarray(solved, dtype=float), np.asarray(played, dtype=float)
     keep = m > 0
     y, m = y[keep], m[keep]
-    clusters = int(m.size)
+    clusters, n = int(m.size), float(m.sum())
     if clusters == 0:
         return 0.0, 0.0
-    p = float(y.sum() / m.sum())
-    if clusters < 2 or p <= 0 or p >= 1:
-        return p, float(clusters)
+    p = float(y.sum() / n)
+    if clusters < 2:
+        return p, 1.0
     var = float(((y - p * m) ** 2).sum() / (clusters * (clusters - 1) * m.mean() ** 2))
-    if var <= 0:
-        return p, float(clusters)
-    return p, min(p * (1 - p) / var, float(m.sum()))
+    if p <= 0 or p >= 1 or var <= 0:
+        return p, n
+    from scipy import stats as scipy_stats  # heavy: scipy takes about a second to import
+
+    z = float(_norm().ppf(0.5 + confidence / 2))
+    t = float(scipy_stats.t.ppf(0.5 + confidence / 2, clusters - 1))
+    return p, min(max(p * (1 - p) / var * (z / t) ** 2, float(clusters)), n)
 
 
 def paired_comparison(per_task_a: np.ndarray, per_task_b: np.ndarray, confidence: float = 0.95,

@@ -224,3 +224,56 @@ def test_a_dora_delta_decodes_with_its_norms_computed_once_a_round_and_the_same_
         logits = dora(torch.tensor([list(request.prompt_ids) + again.ids])).logits[0].float()
     expected = torch.log_softmax(logits[len(request.prompt_ids) - 1:-1] / 0.9, -1)
     assert again.logprobs == pytest.approx(expected.gather(-1, torch.tensor(again.ids)[:, None])[:, 0].tolist(), abs=1e-4)
+
+
+class CancelAnother:
+    """A mask that forbids nothing; its ``accept`` cancels another row's future (as Ctrl-C or a cancelled
+    episode does, from another thread, while that row's result is held for the end of the round)."""
+
+    def __init__(self):
+        self.victim = None
+
+    def apply(self, logits, left):
+        return logits
+
+    def accept(self, token):
+        if self.victim is not None and not self.victim.done():
+            self.victim.cancel()
+
+
+def test_a_cancelled_row_whose_result_is_held_does_not_fail_the_rest_of_the_round(model):
+    engine = LocalEngine(model, {STOP}, 0, EngineSettings(static=False, window_s=0.2))
+    hook = CancelAnother()
+    first = engine.submit(EngineRequest([1, 2, 3], 1, seed=1))  # ends at its first id, held for the round
+    hook.victim = first
+    second = engine.submit(EngineRequest([4, 5, 6, 7], 6, seed=2, mask=hook))
+    assert len(second.result(timeout=60).ids) >= 1
+    assert first.cancelled()
+    engine.close()
+
+
+def test_with_a_dora_delta_no_row_returns_before_the_model_is_given_back(model):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(1)
+    dora = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, lora_alpha=8, use_dora=True, init_lora_weights=False,
+                                                           target_modules=["q_proj", "v_proj"])).train()
+    engine = LocalEngine(dora, set(), 0, EngineSettings(static=False, window_s=0.2))
+    short = engine.submit(EngineRequest([1, 2, 3], 1, seed=1))
+    engine.submit(EngineRequest([4, 5, 6, 7], 40, seed=2))  # decodes long after the short row ends
+    short.result(timeout=60)
+    assert dora.training  # the short row's caller finds the model in training mode, its DoRA cache off
+    from peft.tuners.lora import dora as peft_dora
+
+    assert peft_dora.ENABLE_DORA_CACHING is False
+    engine.close()
+
+
+def test_forgotten_prefixes_are_not_reused_after_the_weights_change(model):
+    engine = LocalEngine(model, {STOP}, 0, EngineSettings(static=False))
+    first = [EngineRequest([1, 2, 3, 4], 3, seed=0), EngineRequest([5, 6, 7], 3, seed=1)]
+    results = engine.generate(first)
+    engine.forget_prefixes()
+    engine.generate(next_turns(first, results, [40]))
+    assert engine.stats.reused_tokens == 0
+    engine.close()

@@ -79,11 +79,18 @@ def test_clustered_proportion_counts_correlated_episodes_as_fewer_trials():
     p, n_eff = stats.clustered_proportion(solved, [16] * 200)
     assert p == pytest.approx(solved.sum() / 3200)
     assert 0.7 * 3200 < n_eff <= 3200
-    # all-or-nothing clusters (every episode of a step alike): worth about one trial a cluster
+    # all-or-nothing clusters (every episode of a step alike): p(1-p)/v = 7 trials, times (1.96 / 2.365)^2 for
+    # the 7 degrees of freedom of an 8-cluster variance, raised to the floor of one trial a cluster
     p, n_eff = stats.clustered_proportion([16, 0, 0, 16, 0, 16, 0, 0], [16] * 8)
-    assert p == pytest.approx(3 / 8) and n_eff == pytest.approx(8, rel=0.15)
-    # nothing to estimate the correlation from: one trial per cluster
-    assert stats.clustered_proportion([0, 0, 0], [8, 8, 8]) == (0.0, 3.0)
+    assert p == pytest.approx(3 / 8) and n_eff == 8.0
+    # lumpy but not all-or-nothing: the t adjustment shows (p(1-p)/v = 33.6, x 0.687)
+    p, n_eff = stats.clustered_proportion([12, 2, 4, 10, 3, 11, 2, 4], [16] * 8)
+    assert n_eff == pytest.approx(0.375 * 0.625 / (sum((y - 6) ** 2 for y in [12, 2, 4, 10, 3, 11, 2, 4]) / (8 * 7 * 256))
+                                  * (1.959964 / 2.364624) ** 2, rel=1e-4)
+    # clusters that vary less than chance, and all-0 or all-1 outcomes: every episode counts (Korn-Graubard)
+    assert stats.clustered_proportion([8, 8], [16, 16]) == (0.5, 32.0)
+    assert stats.clustered_proportion([0, 0, 0], [8, 8, 8]) == (0.0, 24.0)
+    # one cluster: no variance to estimate, one trial; nothing played: nothing
     assert stats.clustered_proportion([5], [8]) == (5 / 8, 1.0)
     assert stats.clustered_proportion([1, 2], [0, 0]) == (0.0, 0.0)
     # a Newcombe interval on the effective sizes is wider than one counting every episode

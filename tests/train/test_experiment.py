@@ -80,19 +80,22 @@ def test_the_repository_file_loads_and_settings_errors_are_named(tmp_path):
 
 
 def test_the_learning_check_compares_the_last_quarter_of_steps_with_the_first():
-    rows = [{"episodes/solve_rate": rate, "episodes/replayed": 0} for rate in (0.0, 0.125, 0.125, 0.25,
-                                                                              0.5, 0.625, 0.75, 0.875)]
+    rates = [0.0, 0.125, 0.125, 0.25, 0.0, 0.125, 0.0, 0.25, 0.125, 0.0] + [0.5] * 20 + \
+        [0.75, 0.875, 0.75, 0.625, 0.875, 1.0, 0.75, 0.875, 0.75, 0.625]
+    rows = [{"episodes/solve_rate": rate, "episodes/replayed": 0} for rate in rates]
     check = learning_check(rows, per_step=8)
-    assert check["steps_per_quarter"] == 2 and check["episodes"] == [16, 16]
-    assert check["first"] == pytest.approx(1 / 16) and check["last"] == pytest.approx(13 / 16)
+    assert check["steps_per_quarter"] == 10 and check["episodes"] == [80, 80]
+    assert check["first"] == pytest.approx(8 / 80) and check["last"] == pytest.approx(63 / 80)
     assert check["learned"] and check["ci"][0] > 0
+    # the same rise over 8 steps is 2 steps against 2: too few clusters to show it
+    short = learning_check([{"episodes/solve_rate": r} for r in (0.0, 0.125, 0.125, 0.25, 0.5, 0.625, 0.75, 0.875)], 8)
+    assert short["diff"] == pytest.approx(0.75) and short["effective"] == [2.0, 2.0] and not short["learned"]
+    from pdbgym.evaluate.stats import newcombe_from
+
+    assert newcombe_from(13 / 16, 16, 1 / 16, 16)[0] > 0  # what counting its 32 episodes as independent claimed
     flat = learning_check([{"episodes/solve_rate": 0.25, "episodes/replayed": 2}] * 8, per_step=8)
     assert flat["diff"] == 0 and not flat["learned"] and flat["episodes"] == [12, 12]
     assert flat["first"] == pytest.approx(4 / 12)  # 2 of the 6 played episodes a step (0.25 x 6, rounded)
-    # steps are clusters: one step solving all 8 and one none is not 16 independent episodes at 50%
-    lumpy = learning_check([{"episodes/solve_rate": r} for r in (0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 0.0)], per_step=8)
-    assert lumpy["last"] == 0.5 and lumpy["first"] == 0.0 and lumpy["effective"] == [2.0, 1.0]
-    assert lumpy["ci"][0] < 0 and not lumpy["learned"]
 
 
 def test_grpo_steps_count_each_rung_and_the_report_pools_them():

@@ -91,6 +91,43 @@ def test_a_policy_the_copy_cannot_reproduce_is_refused_with_the_reason():
     assert MergedPolicy.of(plain) == (None, "the policy is not a PEFT model")
 
 
+def test_adapters_the_copy_would_merge_wrongly_are_refused_before_any_update():
+    # at first use a fresh delta changes nothing (B = 0), so the logits check alone cannot see these
+    tied_head = policy(True, tied=True, targets=["lm_head", "q_proj"])
+    merged, why = MergedPolicy.of(tied_head)
+    assert merged is None and "lm_head" in why and "tied" in why
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    base = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2))
+    biased = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj"], lora_bias=True))
+    merged, why = MergedPolicy.of(biased)
+    assert merged is None and "lora_bias" in why
+
+
+def test_a_copy_that_cannot_be_made_falls_back_with_the_reason(monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_config", no_memory)
+    merged, why = MergedPolicy.of(policy(True))
+    assert merged is None and "OutOfMemoryError" in why and "8.00 GiB" in why
+
+
+def test_a_copy_that_drifts_from_the_live_policy_is_caught_at_the_next_refresh():
+    live = policy(True)
+    merged, _ = MergedPolicy.of(live)
+    step(live, 0.05)
+    merged.refresh(live)
+    assert merged.mismatch(live) == ""
+    with torch.no_grad():  # a weight the refresh does not write (as an adapter it cannot map would leave)
+        next(merged.model.parameters()).add_(1.0)
+    assert "away from the live policy's" in merged.mismatch(live)
+
+
 def test_a_bad_rollout_weights_value_is_refused_by_name(tmp_path):
     from pdbgym.errors import PdbgymError
     from pdbgym.train.grpo.config import GRPORunConfig

@@ -12,8 +12,10 @@ stays valid). The trainer's own weights are only read: merging in place and unme
 rounding drift in the frozen base every step.
 
 ``MergedPolicy.of`` refuses, with the reason, a policy it cannot copy exactly (an adapter on a layer
-other than ``nn.Linear``, several active adapters, a model whose copy does not reproduce its logits);
-GRPO then decodes from the live PEFT model, as ``--rollout-weights live`` does.
+other than ``nn.Linear``, several adapters, an adapter bias, an adapted weight tied to another, a copy
+that cannot be made) and GRPO then decodes from the live PEFT model, as ``--rollout-weights live``
+does; the trainer also compares the copy's logits with the live policy's after every refresh
+(``mismatch``: a fresh delta is zero, so the first check alone would not see a wrong merge).
 """
 
 from __future__ import annotations
@@ -49,23 +51,32 @@ class MergedPolicy:
 
         base = live.get_base_model()
         parameter = next(base.parameters())
-        with torch.device(parameter.device):
-            copy = AutoModelForCausalLM.from_config(base.config, dtype=parameter.dtype,
-                                                    attn_implementation=base.config._attn_implementation)
-        copy.tie_weights()
-        copy.generation_config = deepcopy(base.generation_config)  # its stop ids (eos lists) too, not the config's
-        copy.eval().requires_grad_(False)
-        merged = cls(copy, _active(live))
         try:
+            with torch.device(parameter.device):
+                copy = AutoModelForCausalLM.from_config(base.config, dtype=parameter.dtype,
+                                                        attn_implementation=base.config._attn_implementation)
+            copy.tie_weights()
+            copy.generation_config = deepcopy(base.generation_config)  # its stop ids (eos lists), not the config's
+            copy.eval().requires_grad_(False)
+            merged = cls(copy, _active(live))
             merged.refresh(live)
-        except (KeyError, ValueError, RuntimeError) as exc:
-            return None, f"its weights do not map onto a plain {type(copy).__name__} ({exc})"
-        difference = merged.check(live)
-        tolerance = CHECK_TOLERANCE["float32" if parameter.dtype == torch.float32 else "other"]
-        if not difference <= tolerance:
-            return None, (f"the merged copy's logits differ from the live policy's by {difference:.3g} "
-                          f"(more than {tolerance})")
+            problem = merged.mismatch(live)
+        except (RuntimeError, ValueError, KeyError, TypeError, OSError) as exc:  # out of memory is a RuntimeError
+            return None, f"could not be made ({type(exc).__name__}: {exc})"
+        if problem:
+            return None, problem
         return merged, ""
+
+    def mismatch(self, live: Any) -> str:
+        """Why the copy's logits are not the live policy's on one short input ('' when they are)."""
+        import torch  # optional: torch (pdbgym[hf])
+
+        difference = self.check(live)
+        dtype = next(self.model.parameters()).dtype
+        tolerance = CHECK_TOLERANCE["float32" if dtype == torch.float32 else "other"]
+        if difference <= tolerance:
+            return ""
+        return f"gives logits {difference:.3g} away from the live policy's (more than {tolerance})"
 
     def refresh(self, live: Any) -> None:
         """Write the live policy's current weights, merged, into the copy (in place)."""
@@ -140,10 +151,19 @@ def _unsupported(live: Any) -> str:
     active = getattr(live, "active_adapters", None) or []
     if len(active) != 1:
         return f"{len(active)} active adapters (one is merged)"
-    for name, module in live.get_base_model().named_modules():
+    base = live.get_base_model()
+    owners: dict[int, list[str]] = {}
+    for name, parameter in base.named_parameters(remove_duplicate=False):
+        owners.setdefault(parameter.data_ptr(), []).append(name)
+    for name, module in base.named_modules():
         if _is_lora(module):
             if not isinstance(module.base_layer, torch.nn.Linear):
                 return f"{name} adapts a {type(module.base_layer).__name__}, not an nn.Linear"
             if len(module.lora_A) != 1:
                 return f"{name} holds {len(module.lora_A)} adapters"
+            if any(getattr(b, "bias", None) is not None for b in module.lora_B.values()):
+                return f"{name}'s adapter has a bias (lora_bias)"
+            shared = owners.get(module.base_layer.weight.data_ptr(), [])
+            if len(shared) > 1:
+                return f"{name} adapts a weight tied to {[n for n in shared if not n.startswith(name)][:2]}"
     return ""

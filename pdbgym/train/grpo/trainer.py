@@ -214,12 +214,17 @@ class PdbgymRollout:
         elif self._merged is not None:
             with seams.unwrapped_for_generation(trainer) as live:
                 self._merged.refresh(live)
+                why = self._merged.mismatch(live)  # two forwards of a few ids: checked at every refresh
+            if why:
+                self._merged, self._merge_refused, self._merge_why = None, True, why
+                logger.warning("GRPO rollouts decode from the live PEFT model from now on: the merged copy %s", why)
         if self._merged is not None:
             if self._generator is None or self._generator.model is not self._merged.model:
                 self._generator = BatchedGenerator(self._merged.model, trainer.processing_class)
         elif self._generator is None or self._generator.model is not trainer.model:
             self._generator = BatchedGenerator(trainer.model, trainer.processing_class,
                                                lambda: seams.unwrapped_for_generation(trainer))
+        self._generator.engine.forget_prefixes()  # the weights changed since the last batch: no old KV caches
         return self._generator
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list[Any]]:
