@@ -14,12 +14,16 @@ generation load per episode.
     (also ``python bench/train_throughput.py --phase rollout ...``)
 
 ``--dora`` wraps the model in a fresh DoRA delta (rank 16 on every linear layer, in train mode), as the
-GRPO trainer's policy is while it plays (``--merged``: then decodes from a plain copy with the delta
-merged in, as GRPO does by default, ``pdbgym.train.grpo.merged``); ``--seeded`` gives every episode a fixed sampling seed, so both
-trees of ``--against`` draw the same episodes.
+GRPO trainer's policy is while it plays; the arm ``step_merged`` plays the step from a plain copy with
+that delta merged in (GRPO's default rollout weights, ``pdbgym.train.grpo.merged``) and, beside
+``step``, prints its speedup over the live DoRA model (not with ``--against``: older trees lack it);
+``--seeded`` gives every episode a fixed sampling seed, so both trees of ``--against`` draw the same
+episodes.
 
     python bench/train_rollout.py --device cpu --model SFT_MODEL --tasks LADDER0 --groups 2 --group 4 \
         --turn-budget 10 --max-new-tokens 96 --arms step --dora --seeded --against f4c3042
+    python bench/train_rollout.py --device cpu --model SFT_MODEL --tasks LADDER0 --groups 2 --group 4 \
+        --turn-budget 10 --max-new-tokens 96 --arms step,step_merged --dora --seeded
 
 ``--against REV`` also plays the same arms with the code of ``REV`` (``git archive``, this script run in
 that tree, one after the other on the same machine) and prints each arm's speedup of this tree over it.
@@ -76,13 +80,6 @@ def run(args: argparse.Namespace) -> dict:
 
         model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, use_dora=True,
                                                  target_modules="all-linear", task_type="CAUSAL_LM")).train()
-        if args.merged:  # GRPO's default: decode from a plain copy with the delta merged in
-            from pdbgym.train.grpo.merged import MergedPolicy
-
-            policy, why = MergedPolicy.of(model)
-            if policy is None:
-                raise SystemExit(f"no merged copy: {why}")
-            model = policy.model
     tasks = resolve_tasks(args.tasks)[:args.groups]
     agent = AgentConfig(tool_format="text", max_context_tokens=8192,
                         sampling=SamplingParams(1.0, 1.0, args.max_new_tokens, None), check_trajectory=True)
@@ -95,16 +92,26 @@ def run(args: argparse.Namespace) -> dict:
         seeds = list(range(len(batch))) if args.seeded else None
         return run_episodes(batch, generator, agent, make_env, seeds=seeds)
 
-    plays = {"one_at_a_time": run_one_at_a_time, "batched": run_episodes, "step": step}
+    plays = {"one_at_a_time": run_one_at_a_time, "batched": run_episodes, "step": step, "step_merged": step}
     generator = BatchedGenerator(model, tokenizer)  # one for the run, as the trainer keeps it
     run_episodes([tasks[0]] * 2, generator, agent, make_env)  # CUDA context, kernels, the first sandbox
+    live = generator
     arms = {}
     for arm in args.arms.split(","):
         play = plays[arm]
+        generator = live
+        if arm == "step_merged":  # GRPO's default rollout weights: a plain copy with the delta merged in
+            from pdbgym.train.grpo.merged import MergedPolicy
+
+            policy, why = MergedPolicy.of(model)
+            if policy is None:
+                raise SystemExit(f"step_merged: no merged copy of the model ({why}); it needs --dora")
+            generator = BatchedGenerator(policy.model, tokenizer)
+            run_episodes([tasks[0]] * 2, generator, agent, make_env)  # the same warm-up as the live model's
         before, tokens_before = _generator_seconds(generator), _tokens(generator)
         started = time.perf_counter()
         episodes = 0
-        batches = [[t for t in tasks for _ in range(args.group)]] if arm == "step" else [[t] * args.group for t in tasks]
+        batches = [[t for t in tasks for _ in range(args.group)]] if arm.startswith("step") else [[t] * args.group for t in tasks]
         for batch in batches:
             episodes += len(play(batch, generator, agent, make_env))
         seconds = time.perf_counter() - started
@@ -118,6 +125,9 @@ def run(args: argparse.Namespace) -> dict:
     if "batched" in arms and "one_at_a_time" in arms:
         ratio = arms["batched"]["episodes_per_hour"] / arms["one_at_a_time"]["episodes_per_hour"]
         result["speedup_batched_vs_one_at_a_time"] = round(ratio, 2)
+    if "step" in arms and "step_merged" in arms:
+        ratio = arms["step_merged"]["episodes_per_hour"] / arms["step"]["episodes_per_hour"]
+        result["speedup_merged_vs_live_weights"] = round(ratio, 2)
     return result
 
 
@@ -144,9 +154,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--turn-budget", type=int, default=3)
     p.add_argument("--arms", default="one_at_a_time,batched",
-                   help="one_at_a_time, batched (group by group), step (every group at once, as one GRPO step)")
+                   help="one_at_a_time, batched (group by group), step (every group at once, as one GRPO step), "
+                        "step_merged (step from the merged copy; needs --dora)")
     p.add_argument("--dora", action="store_true", help="a fresh DoRA delta over the model, in train mode (GRPO's policy)")
-    p.add_argument("--merged", action="store_true", help="with --dora: decode from a merged copy (GRPO's rollout weights)")
     p.add_argument("--seeded", action="store_true", help="fixed episode seeds in the step arm (same draws in both trees)")
     p.add_argument("--against", default=None, help="a git revision: the same arms with its code, and the ratios")
     p.add_argument("--json", type=Path, default=None)

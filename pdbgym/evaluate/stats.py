@@ -224,7 +224,7 @@ def clustered_proportion(solved: Sequence[float], played: Sequence[float],
         return p, n
     from scipy import stats as scipy_stats  # heavy: scipy takes about a second to import
 
-    z = float(_norm().ppf(0.5 + confidence / 2))
+    z = float(scipy_stats.norm.ppf(0.5 + confidence / 2))
     t = float(scipy_stats.t.ppf(0.5 + confidence / 2, clusters - 1))
     return p, min(max(p * (1 - p) / var * (z / t) ** 2, float(clusters)), n)
 

@@ -20,13 +20,10 @@ does; the trainer also compares the copy's logits with the live policy's after e
 
 from __future__ import annotations
 
-import logging
 from copy import deepcopy
 from typing import Any
 
 from pdbgym.adapters.merge_math import merge_module
-
-log = logging.getLogger(__name__)
 
 CHECK_IDS = 16  # tokens of the one forward that compares the copy with the live policy
 CHECK_TOLERANCE = {"float32": 1e-3, "other": 0.25}  # largest logit difference accepted (bf16: rounding of W')
