@@ -131,3 +131,43 @@ def test_until_stops_after_the_named_stage_and_reports_what_is_there(tmp_path, t
     assert "[oracle]" not in result.output and (out / "report.md").is_file()
     wrong = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick", "--until", "sfft"])
     assert wrong.exit_code != 0 and "sfft" in str(wrong.exception)
+
+
+@pytest.mark.slow
+def test_a_time_budget_pauses_grpo_at_a_checkpoint_and_the_next_invocation_resumes_it(tmp_path, tiny_model_dir,
+                                                                                        monkeypatch):
+    """--minutes: a spent budget starts no stage; GRPO out of budget pauses at a gated checkpoint, the
+    stage unrecorded and nothing registered; the rerun resumes it from that checkpoint; a GRPO folder
+    killed before its first checkpoint is started over."""
+    from pdbgym.adapters.store import Store
+    from pdbgym.train.experiment import run as run_module
+    from pdbgym.train.experiment.config import load_experiment
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    config = load_experiment(_quick_file(tmp_path, tiny_model_dir), quick=True)
+    out, said = tmp_path / "run", []
+    run_module.run_experiment(config, out, say=said.append, minutes=1e-9)
+    assert said == ["[tasks] not started: the 1e-09-minute budget (--minutes) is spent; run again to go on"]
+    assert (out / "report.md").is_file() and not (out / "experiment.json").exists()  # no stage ran
+    run_module.run_experiment(config, out, say=said.append, until="sft")
+    # a GRPO folder with no complete checkpoint (a kill in the first step) is started over, not refused
+    (out / "grpo" / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+    (out / "grpo" / "steps.jsonl").write_text('{"step": 1}\n')
+    real = run_module._grpo
+    monkeypatch.setattr(run_module, "_grpo", lambda c, o, d, left: real(c, o, d, 1e-6))  # spent at GRPO's start
+    said.clear()
+    run_module.run_experiment(config, out, say=said.append, minutes=60)
+    assert any(line.startswith("[grpo] paused after") for line in said) and "[eval] started" not in said
+    stages = json.loads((out / "experiment.json").read_text())["stages"]
+    assert "grpo" not in stages
+    assert [json.loads(line)["step"] for line in (out / "grpo" / "steps.jsonl").read_text().splitlines()] == [1]
+    assert (out / "grpo" / "checkpoints" / "checkpoint-1" / "trainer_state.json").is_file()
+    assert "smollm2-ladder-grpo" not in Store(out / "adapters").names()
+    assert "Training stopped after 1 of 2 steps" in (out / "report.md").read_text()
+    monkeypatch.setattr(run_module, "_grpo", real)
+    said.clear()
+    run_module.run_experiment(config, out, say=said.append, until="grpo")
+    stages = json.loads((out / "experiment.json").read_text())["stages"]
+    assert stages["grpo"]["steps"] == 2 and "[grpo] started" in said
+    assert [json.loads(line)["step"] for line in (out / "grpo" / "steps.jsonl").read_text().splitlines()] == [1, 2]
+    assert "smollm2-ladder-grpo" in Store(out / "adapters").names()

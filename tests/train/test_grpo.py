@@ -164,3 +164,34 @@ def test_a_time_cap_stops_training_early_and_keeps_a_gated_last_checkpoint(toy):
     assert 1 <= len(rows) <= 3 and record["steps"] == len(rows)
     gates = [json.loads(line) for line in (root / "run" / "gates.jsonl").read_text().splitlines()]
     assert [g["checkpoint"] for g in gates] == [f"checkpoint-{len(rows)}"] and record["chosen"] == gates[0]["checkpoint"]
+
+
+def test_a_pause_stops_at_a_gated_checkpoint_unregistered_and_resume_finishes_the_run(toy):
+    """pause_after_minutes (an experiment's --minutes): the run stops at a gated checkpoint with nothing
+    chosen or registered; --resume plays the steps left and registers the run once."""
+    import time
+
+    from pdbgym.adapters.store import Store
+    from pdbgym.train.grpo.run import train_grpo
+
+    def slow_play(*args, **kwargs):
+        time.sleep(1.0)
+        return toy_play(*args, **kwargs)
+
+    model, tasks, root = toy
+    val = make_toy_tasks(root / "val-tasks", count=1, prefix="toyval")
+    settings = dict(steps=4, save_steps=4, val_tasks=str(val), val_runs=1, val_k=1, name="toy-paused")
+    first = toy_config(root / "run", model, tasks, pause_after_minutes=1.5 / 60, **settings)
+    record = train_grpo(first, play=slow_play)
+    assert record["paused"] and 1 <= record["steps"] < 4 and record["max_steps"] == 4
+    assert not (root / "run" / "grpo_run.json").exists() and not (root / "run" / "final").exists()
+    assert "toy-paused" not in Store(root / "store").names()
+    gates = [json.loads(line) for line in (root / "run" / "gates.jsonl").read_text().splitlines()]
+    assert [g["checkpoint"] for g in gates] == [f"checkpoint-{record['steps']}"]  # the pause's checkpoint, gated
+    # the pause is no setting of the run: resuming without it is the same recipe
+    done = train_grpo(toy_config(root / "run", model, tasks, resume=True, **settings), play=toy_play)
+    assert done["steps"] == 4 and "paused" not in done and done["registered"]
+    assert [r["step"] for r in _steps(root / "run")] == [1, 2, 3, 4]
+    assert done["recipe"] == json.loads((root / "run" / "grpo_run.json").read_text())["recipe"]
+    assert "pause_after_minutes" not in done["recipe"]
+    assert Store(root / "store").resolve("toy-paused")

@@ -19,6 +19,7 @@ def run_command(
     device: Annotated[str, typer.Option(help="Device of training, local-model episodes and KL scoring (cpu, cuda)")] = "cpu",
     workers: Annotated[int, typer.Option(min=1, help="Scripted episodes at once (worker processes)")] = 2,
     until: Annotated[str | None, typer.Option(help="Stop after this stage (tasks, split, oracle, sft, grpo, eval); the report shows what is there")] = None,
+    minutes: Annotated[float, typer.Option(min=0, help="This invocation's wall-clock budget (a job's time limit; 0: none): once spent, no stage starts and GRPO pauses at a gated checkpoint; a rerun goes on")] = 0.0,
 ) -> None:
     """Run an experiment end to end (tasks, split, oracle caches, SFT, GRPO, held-out eval, report); resumable."""
     # the command's code loads when it runs: every other command starts without it
@@ -28,5 +29,5 @@ def run_command(
     console = Console(stderr=True)
     experiment = load_experiment(config, quick=quick)
     report = run_experiment(experiment, out, device=device, workers=workers,
-                            say=lambda text: console.print(text, markup=False, highlight=False), until=until)
+                            say=lambda text: console.print(text, markup=False, highlight=False), until=until, minutes=minutes)
     typer.echo(f"report: {report}")

@@ -64,7 +64,7 @@ class GRPOSettings:
     val_k: int = 2
     replay_fraction: float = 0.25
     anchor_weight: float = 0.1
-    max_minutes: float = 0.0  # wall-clock cap of the GRPO stage per invocation (0: none)
+    max_minutes: float = 0.0  # minutes of GRPO steps in all, across resumed invocations (0: no cap)
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,13 @@ from pdbgym.tasks.splits import load_splits, make_splits, write_splits
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
 from pdbgym.train.demo.report import oracle_kl, tool_call_validity
+from pdbgym.train.checkpoints import checkpoint_step, last_complete_checkpoint
 from pdbgym.train.experiment.config import ExperimentConfig, ExperimentError
 from pdbgym.train.experiment.report import write_experiment_report
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.run import train_grpo
+from pdbgym.train.grpo.report import read_jsonl
+from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE, STEPS_FILE
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
 from pdbgym.train.sft.trainer import train_sft
@@ -70,29 +73,51 @@ class _State:
 
 
 def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", workers: int = 2,
-                   say: Say = print, until: str | None = None) -> Path:
+                   say: Say = print, until: str | None = None, minutes: float = 0.0) -> Path:
     """Every stage not yet finished in ``out`` (up to and including ``until`` when given; the report is
-    then written from what is there); returns the report's path."""
+    then written from what is there); returns the report's path.
+
+    ``minutes`` (0: none) is this invocation's wall-clock budget, as a job scheduler's time limit: once
+    it is spent no further stage starts, and GRPO pauses at a gated checkpoint (unchosen, unregistered)
+    for the next invocation to resume; the report is written from what is there. A stage already
+    running otherwise runs to its end."""
     if until is not None and until not in STAGES:
         raise ExperimentError(f"--until {until!r}: the stages are {', '.join(STAGES)}")
     out.mkdir(parents=True, exist_ok=True)
     state = _State(out, config)
-    steps: dict[str, Callable[[], dict[str, Any]]] = {
+    clock = time.monotonic()
+
+    def left() -> float:  # minutes of the budget left (inf without one)
+        return minutes - (time.monotonic() - clock) / 60 if minutes > 0 else float("inf")
+
+    steps: dict[str, Callable[[], dict[str, Any] | None]] = {
         "tasks": lambda: _tasks(config, out), "split": lambda: _split(config, out),
         "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device),
-        "grpo": lambda: _grpo(config, out, device), "eval": lambda: _eval(config, out, device, workers),
+        "grpo": lambda: _grpo(config, out, device, left()), "eval": lambda: _eval(config, out, device, workers),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
     wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
     for stage in dict.fromkeys(wanted):
         if state.done(stage) and stage != "report":
             say(f"[{stage}] finished earlier")
             continue
+        if stage != "report" and left() <= 0:
+            say(f"[{stage}] not started: the {minutes:g}-minute budget (--minutes) is spent; run again to go on")
+            return _report_only(config, out, state)
         say(f"[{stage}] started")
         started = time.perf_counter()
         facts = steps[stage]()
+        if facts is None:  # GRPO paused by the budget
+            say(f"[{stage}] paused after {time.perf_counter() - started:.1f} s by the {minutes:g}-minute budget "
+                "(--minutes); run again to resume it")
+            return _report_only(config, out, state)
         state.finish(stage, time.perf_counter() - started, facts)
         say(f"[{stage}] done in {time.perf_counter() - started:.1f} s")
     return out / "report.md"
+
+
+def _report_only(config: ExperimentConfig, out: Path, state: _State) -> Path:
+    """The report from what is there, the run left unfinished (the report stage is not recorded)."""
+    return write_experiment_report(config, out, state.data)
 
 
 def _tasks(config: ExperimentConfig, out: Path) -> dict[str, Any]:
@@ -157,18 +182,31 @@ def _sft(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]:
     return {"examples": built["examples_kept"]}
 
 
-def _grpo(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]:
+def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float) -> dict[str, Any] | None:
+    """The GRPO stage; None when the invocation's budget paused it at a checkpoint (a rerun resumes)."""
     g = config.grpo
-    resume = (out / "grpo").is_dir()
+    last = last_complete_checkpoint(out / "grpo" / "checkpoints", RECIPE_STATE_FILE)
+    if last is None:  # a run killed before its first checkpoint: nothing to resume, start over
+        shutil.rmtree(out / "grpo", ignore_errors=True)
+    cap = 0.0
+    if g.max_minutes > 0:  # the cap is of all invocations' steps: the steps kept so far took some of it
+        rows, _ = read_jsonl(out / "grpo" / STEPS_FILE)
+        kept = checkpoint_step(last) if last else 0
+        spent = sum(float(r.get("step_time", 0.0)) for r in rows if int(r.get("step", 0)) <= kept) / 60
+        cap = max(g.max_minutes - spent, 1e-3)
     record = train_grpo(GRPORunConfig(
         policy=f"{config.name}-sft", tasks=str(out / "tasks" / "train"), out=out / "grpo", group=g.group,
         tasks_per_step=g.tasks_per_step, steps=g.steps, seed=config.seed, lr=g.lr,
         max_new_tokens=config.episodes.max_new_tokens, max_context_tokens=config.episodes.max_context_tokens,
         budget_start=config.episodes.turn_budget, budget_end=config.episodes.turn_budget, curriculum="fixed",
         anchor_data=out / "corpus", anchor_weight=g.anchor_weight, replay_data=out / "corpus",
-        replay_fraction=g.replay_fraction, save_steps=g.save_steps, max_minutes=g.max_minutes, val_tasks=str(out / "tasks" / "val"),
-        val_runs=g.val_runs, val_k=g.val_k, store=out / "adapters", ledger=out / "ledger.jsonl",
-        name=f"{config.name}-grpo", device=device, resume=resume, register_without_signal=True))
+        replay_fraction=g.replay_fraction, save_steps=g.save_steps, max_minutes=cap,
+        pause_after_minutes=0.0 if minutes_left == float("inf") else max(minutes_left, 1e-3),
+        val_tasks=str(out / "tasks" / "val"), val_runs=g.val_runs, val_k=g.val_k, store=out / "adapters",
+        ledger=out / "ledger.jsonl", name=f"{config.name}-grpo", device=device, resume=last is not None,
+        register_without_signal=True))
+    if record.get("paused"):
+        return None
     return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"], "steps": record["steps"]}
 
 

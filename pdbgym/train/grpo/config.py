@@ -63,6 +63,7 @@ class GRPORunConfig:
     save_steps: int = 10
     rollout_weights: str = "merged"  # merged: decode from a merged copy of the policy (merged.py); live: the PEFT model
     max_minutes: float = 0.0  # wall-clock cap of this invocation's training (0: none); a last checkpoint is saved and gated
+    pause_after_minutes: float = 0.0  # stop this invocation at a gated checkpoint, unchosen and unregistered, for --resume
     val_tasks: str | None = None
     val_runs: int = 4
     val_k: int = 3
@@ -77,5 +78,5 @@ class GRPORunConfig:
 
     def recipe(self) -> dict[str, Any]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
-                "rollout_weights"}
+                "rollout_weights", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

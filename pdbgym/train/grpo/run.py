@@ -64,6 +64,9 @@ def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] |
         trainer.add_callback(tensorboard_callback(config.out / TENSORBOARD_DIR,
                                                   checkpoint_step(resume_from) + 1 if resume_from else None))
     trainer.train(resume_from_checkpoint=resume_from)
+    if any(getattr(callback, "paused", False) for callback in trainer.callback_handler.callbacks):
+        # stopped by pause_after_minutes at a gated checkpoint: nothing chosen or registered until it ends
+        return {"paused": True, "steps": int(trainer.state.global_step), "max_steps": int(trainer.state.max_steps)}
     trainer.save_model(str(config.out / "final"))  # a collective under FSDP / ZeRO-3; saved by the main process
     if trainer.is_world_process_zero():
         record = finish_run(config, trainer, base, val_tasks)

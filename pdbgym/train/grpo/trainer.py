@@ -390,25 +390,39 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
                 append_gate(gates, result)
 
     class TimeCap(TrainerCallback):
-        # Every process must stop at the same step: one past the cap stops them all (a max over processes).
+        # Two clocks of this invocation: --max-minutes ends the run (it is then chosen and registered);
+        # pause_after_minutes only stops it at a checkpoint, for a later --resume (a job's wall-clock
+        # limit). Every process must stop at the same step: one past a cap stops them all (a max).
         def __init__(self) -> None:
             self.started = time.monotonic()
+            self.paused = False
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            over = time.monotonic() - self.started >= 60 * config.max_minutes
+        def _over(self, minutes: float) -> bool:
+            over = minutes > 0 and time.monotonic() - self.started >= 60 * minutes
             if trainer.accelerator.num_processes > 1:
                 import torch  # optional: torch (pdbgym[hf])
 
                 flag = torch.tensor([float(over)], device=trainer.accelerator.device)
                 over = bool(trainer.accelerator.reduce(flag, reduction="max").item())
-            if over and state.global_step < state.max_steps:
-                control.should_training_stop = True
-                control.should_save = True  # the last step is kept and gated like any checkpoint
+            return over
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step >= state.max_steps:
+                return
+            if self._over(config.max_minutes):
                 logger.warning("GRPO stopped at step %d of %d: the %.1f-minute cap (--max-minutes) was reached",
                                state.global_step, state.max_steps, config.max_minutes)
+            elif self._over(config.pause_after_minutes):
+                self.paused = True
+                logger.warning("GRPO paused at step %d of %d after %.1f minutes; resume to go on",
+                               state.global_step, state.max_steps, config.pause_after_minutes)
+            else:
+                return
+            control.should_training_stop = True
+            control.should_save = True  # the last step is kept and gated like any checkpoint
 
     callbacks: list[Any] = [StepLog()]
-    if config.max_minutes > 0:
+    if config.max_minutes > 0 or config.pause_after_minutes > 0:
         callbacks.append(TimeCap())
     if controller is not None:
         callbacks.insert(0, AdaptiveKLCallback(trainer, controller))
