@@ -171,3 +171,16 @@ def test_a_time_budget_pauses_grpo_at_a_checkpoint_and_the_next_invocation_resum
     assert stages["grpo"]["steps"] == 2 and "[grpo] started" in said
     assert [json.loads(line)["step"] for line in (out / "grpo" / "steps.jsonl").read_text().splitlines()] == [1, 2]
     assert "smollm2-ladder-grpo" in Store(out / "adapters").names()
+
+
+def test_the_grpo_minutes_cap_counts_the_kept_steps_of_earlier_invocations(tmp_path):
+    from pdbgym.train.experiment.run import grpo_minutes_left
+
+    folder = tmp_path / "grpo"
+    folder.mkdir()
+    rows = [{"step": step, "step_time": 60.0} for step in (1, 2, 3, 4)]  # a minute each; step 4 after the checkpoint
+    (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert grpo_minutes_left(10.0, folder, str(folder / "checkpoints" / "checkpoint-3")) == pytest.approx(7.0)
+    assert grpo_minutes_left(10.0, folder, None) == pytest.approx(10.0)  # started over: nothing kept
+    assert grpo_minutes_left(2.0, folder, str(folder / "checkpoints" / "checkpoint-3")) == pytest.approx(1e-3)
+    assert grpo_minutes_left(0.0, folder, None) == 0.0  # no cap

@@ -36,14 +36,14 @@ from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.families import write_family
 from pdbgym.tasks.splits import load_splits, make_splits, write_splits
 from pdbgym.tasks.suites import resolve_tasks
+from pdbgym.train.checkpoints import checkpoint_step, last_complete_checkpoint
 from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
 from pdbgym.train.demo.report import oracle_kl, tool_call_validity
-from pdbgym.train.checkpoints import checkpoint_step, last_complete_checkpoint
 from pdbgym.train.experiment.config import ExperimentConfig, ExperimentError
 from pdbgym.train.experiment.report import write_experiment_report
 from pdbgym.train.grpo.config import GRPORunConfig
-from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.report import read_jsonl
+from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE, STEPS_FILE
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
@@ -188,12 +188,7 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
     last = last_complete_checkpoint(out / "grpo" / "checkpoints", RECIPE_STATE_FILE)
     if last is None:  # a run killed before its first checkpoint: nothing to resume, start over
         shutil.rmtree(out / "grpo", ignore_errors=True)
-    cap = 0.0
-    if g.max_minutes > 0:  # the cap is of all invocations' steps: the steps kept so far took some of it
-        rows, _ = read_jsonl(out / "grpo" / STEPS_FILE)
-        kept = checkpoint_step(last) if last else 0
-        spent = sum(float(r.get("step_time", 0.0)) for r in rows if int(r.get("step", 0)) <= kept) / 60
-        cap = max(g.max_minutes - spent, 1e-3)
+    cap = grpo_minutes_left(g.max_minutes, out / "grpo", last)
     record = train_grpo(GRPORunConfig(
         policy=f"{config.name}-sft", tasks=str(out / "tasks" / "train"), out=out / "grpo", group=g.group,
         tasks_per_step=g.tasks_per_step, steps=g.steps, seed=config.seed, lr=g.lr,
@@ -208,6 +203,17 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
     if record.get("paused"):
         return None
     return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"], "steps": record["steps"]}
+
+
+def grpo_minutes_left(max_minutes: float, folder: Path, last: str | None) -> float:
+    """This invocation's share of ``[grpo] max_minutes`` (0: no cap): the cap less the logged time of
+    the steps kept by the checkpoint it resumes from (steps after it are played again)."""
+    if max_minutes <= 0:
+        return 0.0
+    rows, _ = read_jsonl(folder / STEPS_FILE)
+    kept = checkpoint_step(last) if last else 0
+    spent = sum(float(r.get("step_time", 0.0)) for r in rows if int(r.get("step", 0)) <= kept) / 60
+    return max(max_minutes - spent, 1e-3)
 
 
 def arms_of(config: ExperimentConfig, out: Path) -> dict[str, str]:
