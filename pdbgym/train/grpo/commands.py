@@ -65,6 +65,7 @@ def grpo(
     save_steps: int = R.save_steps,
     rollout_weights: Annotated[str, typer.Option(help="merged: rollouts decode from a plain copy of the policy with the delta merged in, refreshed every step (faster); live: from the PEFT model")] = R.rollout_weights,
     max_minutes: Annotated[float, typer.Option(min=0, help="stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and gated")] = R.max_minutes,
+    pause_after_minutes: Annotated[float, typer.Option(min=0, help="a job's time limit (0: none): stop at a saved, gated checkpoint after this many minutes of this invocation, nothing chosen or registered; --resume goes on")] = R.pause_after_minutes,
     val_tasks: Annotated[str | None, typer.Option(help="val split tasks: every checkpoint is gated on them")] = R.val_tasks,
     val_runs: int = R.val_runs,
     val_k: int = R.val_k,
@@ -91,7 +92,7 @@ def grpo(
         anchor_batch=anchor_batch, anchor_max_tokens=anchor_max_tokens,
         replay_data=replay_data, replay_fraction=replay_fraction, replay_decay_steps=replay_decay_steps,
         format_weight=format_weight, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
-        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, rollout_weights=rollout_weights, max_minutes=max_minutes, val_tasks=val_tasks,
+        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, rollout_weights=rollout_weights, max_minutes=max_minutes, pause_after_minutes=pause_after_minutes, val_tasks=val_tasks,
         val_runs=val_runs, val_k=val_k, store=store, ledger=ledger, name=name, device=device, resume=resume,
         tensorboard=tensorboard, register_without_signal=register_without_signal)
 
@@ -114,6 +115,9 @@ def grpo(
         console.print(f"[yellow]warning[/]: {record['warning']}")
     if json_out:
         typer.echo(json.dumps(record, indent=2, sort_keys=True))
+    elif record.get("paused"):
+        console.print(f"[bold yellow]paused[/]: step {record['steps']} of {record['max_steps']} saved and gated "
+                      "(--pause-after-minutes); run again with --resume to go on")
     elif record["store_id"] is None:
         console.print(f"[bold yellow]done[/]: {record['steps']} steps; chosen {record['chosen']}; adapter "
                       f"{record['adapter']} (not registered)")
