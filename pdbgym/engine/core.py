@@ -56,6 +56,14 @@ from pdbgym.engine.kv import (
 from pdbgym.errors import PdbgymError
 
 log = logging.getLogger("pdbgym.engine")
+# CUDA graph captures of every engine of the process, one at a time; the engines' device-wide syncs wait
+# for a capture in another thread to end (a sync of a capturing stream would invalidate it).
+_CAPTURE = threading.RLock()
+
+
+def _synchronize() -> None:
+    with _CAPTURE:
+        torch.cuda.synchronize()
 
 SLOT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 LENGTH_STEP = 512  # static cache lengths are multiples of this (a captured graph costs about a second)
@@ -368,7 +376,7 @@ class LocalEngine:
                 shape.mask.fill_(True)
                 self._capture(model, shape, 1)
                 shape.graph.replay()
-                torch.cuda.synchronize()
+                _synchronize()
         except Exception as exc:  # noqa: BLE001 - any failure: decode without graphs
             self._static_reason = f"a decode step could not be captured as a CUDA graph ({type(exc).__name__}: {exc})"
             log.warning("engine: decoding without a static cache: %s", self._static_reason)
@@ -451,7 +459,7 @@ class LocalEngine:
         started = time.perf_counter()
         logits = self._forward(model, ids, mask, positions, cache)
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
+            _synchronize()
         self.stats.prefill_seconds += time.perf_counter() - started
         self.stats.prefills += 1
         self.stats.prefill_tokens += int(mask.sum())
@@ -661,7 +669,7 @@ class LocalEngine:
         if not shape.warm:
             shape.warm = True
             if self.device.type == "cuda":
-                torch.cuda.synchronize()
+                _synchronize()
             seconds = time.perf_counter() - started
             self.stats.compiles.append({"slots": shape.slots, "length": shape.length, "seconds": round(seconds, 2)})
             log.warning("engine: decode step for %d slots x %d positions ready in %.1f s (%s, once per shape "
@@ -681,7 +689,10 @@ class LocalEngine:
         torch.cuda.current_stream().wait_stream(side)
         set_head(shape.cache, head)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: other threads (another engine of the process, an evaluation's other arm) keep
+        # working while this one records; in the default global mode their host copies and kernel
+        # launches invalidated the capture and broke both. One capture at a time in the process.
+        with _CAPTURE, torch.cuda.graph(graph, capture_error_mode="thread_local"):
             shape.logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache)
         set_head(shape.cache, head)  # capture records without running; the head stays where it was
         shape.graph = graph

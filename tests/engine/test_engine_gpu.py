@@ -47,3 +47,38 @@ def test_a_request_joins_a_running_graph_session(cuda_model):
     joined = hook.future.result()
     assert engine.stats.batches == 1 and len(joined.ids) == 6
     assert joined.ids == engine.generate([late])[0].ids
+
+
+def test_engines_on_several_threads_capture_and_decode_at_once(cuda_model):
+    """An evaluation plays several arms at once, each arm's engine on its own thread: one engine's graph
+    capture while another decodes, copies ids to the device and synchronizes must break neither (in
+    CUDA's global capture mode the other thread's work invalidated the capture and every later call of
+    both failed). Each engine samples exactly what it samples alone."""
+    import threading
+
+    models = [copy.deepcopy(cuda_model) for _ in range(3)]
+    alone = [LocalEngine(m, {STOP}, 0, EngineSettings(static=True, min_length=512 * (i + 1))).generate(REQUESTS)
+             for i, m in enumerate(models)]
+    engines = [LocalEngine(m, {STOP}, 0, EngineSettings(static=True, min_length=512 * (i + 1)))
+               for i, m in enumerate(models)]  # new shapes: every engine captures while the others run
+    results: dict[int, list] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(engines))
+
+    def play(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = [engines[i].generate(REQUESTS) for _ in range(3)]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=play, args=(i,)) for i in range(len(engines))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for i, engine in enumerate(engines):
+        assert engine.mode == "static" and engine.stats.compiles, engine  # captured, not given up
+        for drawn in results[i]:
+            assert [r.ids for r in drawn] == [r.ids for r in alone[i]]
