@@ -4,7 +4,10 @@ The trajectory is the prompt: every assistant turn and every observation is appe
 rewritten. Each turn is parsed into one tool call and executed; a malformed call is answered with an
 error observation, and ``max_malformed`` malformed calls in a row end the episode as ``other``.
 Other ends: the env's turn budget (``budget``), ``submit`` (``solved`` / ``finish_unresolved`` by
-grading), the context budget in tokens (``ctx_overflow``), and any turn-source failure (``other``).
+grading), the context budget in tokens (``ctx_overflow``). A turn source that fails (a backend error,
+a server gone, a CUDA fault in the engine) ends no episode: ``run_episode`` raises ``TurnSourceFailed``
+after closing the env, since such an episode says nothing about the policy; campaigns and cache builds
+count it as not run (a rerun plays it), never as unsolved.
 A Ctrl-C while a person types a turn (the ``human`` policy) also ends it as ``other``; the outcome is
 then marked ``interrupted`` so the caller can save what happened and stop.
 
@@ -72,6 +75,10 @@ class EpisodeOutcome:
     env_seconds: float
     wall_seconds: float
     interrupted: bool = False  # ended by Ctrl-C at a person's turn
+
+
+class TurnSourceFailed(PdbgymError):
+    """The turn source raised: the episode could not be played (not a failed solve)."""
 
 
 @dataclass(frozen=True)
@@ -226,8 +233,9 @@ async def _play(conversation: Conversation, turns: TurnSource, env: DebugEnv, co
             turn = await turns.next_turn(conversation.request(params), observation)
         except KeyboardInterrupt:  # only a turn read from a terminal runs in this thread
             return _Ending("other", f"the {turns.name} policy was interrupted (Ctrl-C)", interrupted=True)
-        except Exception as exc:  # a failing backend or a model emitting garbage ends only this episode
-            return _Ending("other", f"turn source failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # infrastructure, not the policy: the episode is not played (run_episode)
+            raise TurnSourceFailed(f"the {turns.name} policy failed to give a turn (the episode is not "
+                                   f"counted; a rerun plays it): {type(exc).__name__}: {exc}") from exc
         clock.model_seconds += turn.model_seconds
         content = conversation.add_turn(turn)
         try:

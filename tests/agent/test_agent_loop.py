@@ -2,10 +2,12 @@
 
 import asyncio
 
+import pytest
+
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.backends.replay import ReplayBackend
 from pdbgym.agent.backends.sglang import SGLangBackend
-from pdbgym.agent.loop import AgentConfig, run_episode
+from pdbgym.agent.loop import AgentConfig, TurnSourceFailed, run_episode
 from pdbgym.agent.scripted import ScriptedPolicy, scripted_actions
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns
 from pdbgym.env import DebugEnv, EnvConfig
@@ -75,19 +77,17 @@ def test_turn_budget_ends_as_budget(tiny_task, smol_tokenizer):
     assert outcome.record.metadata["actions_used"] == 2
 
 
-def test_backend_failure_mid_episode_is_other_with_the_turns_kept(tiny_task, smol_tokenizer):
+def test_a_backend_failure_mid_episode_is_no_episode_and_the_env_is_closed(tiny_task, smol_tokenizer):
+    """A turn source that raises (here a replay running out after one turn) says nothing about the
+    policy: run_episode raises TurnSourceFailed instead of recording an unsolved episode, and the env's
+    workspace is gone."""
     ids = smol_tokenizer('```tool\n{"tool": "view", "args": {"path": "calc/ops.py"}}\n```',
                          add_special_tokens=False)["input_ids"] + [smol_tokenizer.eos_token_id]
     backend = ReplayBackend(smol_tokenizer, [(ids, [-0.5] * len(ids))], LogprobSemantics("replay", 1.0))
-    outcome = play(tiny_task, ModelTurns(backend, SamplingParams()))
-    record = outcome.record
-    assert record.termination_reason == "other"
-    assert "has no turn 2" in outcome.transcript["env"]["result"]["detail"]
-    assert record.metadata["actions_used"] == 1
-    assert record.tokens[record.prompt_len:record.prompt_len + len(ids)] == ids
-    observation = smol_tokenizer.decode(record.response_tokens[len(ids):])
-    assert "def sub(a, b):" in observation  # the view's output was appended under loss 0
-    assert set(record.loss_mask[len(ids):]) == {0}
+    env = DebugEnv(tiny_task, EnvConfig())
+    with pytest.raises(TurnSourceFailed, match="has no turn 2"):
+        asyncio.run(run_episode(tiny_task, ModelTurns(backend, SamplingParams()), env, AgentConfig()))
+    assert env.workspace is None and env.result is None  # closed, and no result was graded
 
 
 def test_native_format_path_renders_tools_and_tool_role(tiny_task, smol_tokenizer):
