@@ -4,8 +4,9 @@
 - ``finish_unresolved``: the agent submitted (or the run ended normally) and the tests did not all pass.
 - ``ctx_overflow``: the conversation outgrew the model's context window.
 - ``budget``: the turn budget ran out before the agent submitted.
-- ``other``: anything else (malformed tool calls in a row, a backend error, an interrupted run, the
-  workspace left over its disk cap: ``pdbgym.env.diskguard``).
+- ``other``: anything else (malformed tool calls in a row, an interrupted run, the workspace left over
+  its disk cap: ``pdbgym.env.diskguard``). A failing backend ends no episode: ``run_episode`` raises
+  ``TurnSourceFailed`` and the episode counts as not run.
 - ``tampered``: the grading run's result channel showed forgery (a duplicate or late outcome, a
   forged end record, pytest internals replaced); graded unsolved and counted apart.
 """
@@ -21,7 +22,7 @@ TERMINATION_MEANINGS: dict[str, str] = {
     "finish_unresolved": "the agent submitted but the grader's tests did not all pass",
     "ctx_overflow": "the conversation outgrew the model's context window",
     "budget": "the turn budget ran out before the agent submitted",
-    "other": "ended otherwise (malformed tool calls in a row, a backend error, an interruption, the workspace "
-             "left over its disk cap)",
+    "other": "ended otherwise (malformed tool calls in a row, an interruption, the workspace left over its "
+             "disk cap)",
     "tampered": "the grading run showed forgery of test results; graded unsolved",
 }
