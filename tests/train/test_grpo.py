@@ -81,6 +81,14 @@ def test_rollout_func_on_a_builtin_task_masks_env_tokens(tiny_model_dir):
         assert torch.allclose(recomputed[model_rows], torch.tensor(logprobs)[model_rows], atol=1e-4)
     assert output["termination_reason"] == ["other", "other"] or set(output["termination_reason"]) <= {"other", "budget"}
     assert output["final_test_passed"] == [False, False]
+    # each episode's latency split between waiting for turns and the sandbox, logged per step
+    from pdbgym.train.grpo.rollout import episode_metrics
+
+    samples = [sample_from_outcome(o, "text") for o in outcomes]
+    metrics = episode_metrics(samples)
+    assert all(s.facts["model_seconds"] > 0 and s.facts["env_seconds"] > 0 for s in samples)
+    assert metrics["time/episode_model_s"] == pytest.approx(sum(o.model_seconds for o in outcomes) / 2)
+    assert metrics["time/episode_env_s"] == pytest.approx(sum(o.env_seconds for o in outcomes) / 2)
 
 
 def test_grpo_over_a_stored_sft_adapter_uses_the_sft_model_as_reference_and_gates_on_val(toy):

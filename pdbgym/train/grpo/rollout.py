@@ -214,6 +214,8 @@ def sample_from_outcome(outcome: EpisodeOutcome, tool_format: str) -> EpisodeSam
         "termination_reason": str(transcript["termination_reason"]),
         "turns": int(transcript["actions_used"]),
         "valid_tool_call_rate": valid_tool_call_rate(transcript["messages"], tool_format),
+        "model_seconds": float(outcome.model_seconds),  # waiting for turns (the engine's queue and decode)
+        "env_seconds": float(outcome.env_seconds),  # in the sandbox (pdb, edits, test runs, grading)
     }
     return EpisodeSample(list(record.tokens[:record.prompt_len]), list(record.tokens[record.prompt_len:]),
                          list(record.rollout_log_probs), list(record.loss_mask), facts)
@@ -226,13 +228,19 @@ def episode_metrics(samples: Sequence[EpisodeSample], rungs: Callable[[str], int
     trajectories are solved by construction and left out); ``episodes/tampered`` and
     ``episodes/replayed``: how many episodes of the batch were graded tampered / came from the corpus.
     With ``rungs`` (task id -> rung of the task ladder), ``episodes/rung_R/played`` and
-    ``episodes/rung_R/solved`` count the on-policy episodes of each rung R.
+    ``episodes/rung_R/solved`` count the on-policy episodes of each rung R. ``time/episode_model_s`` and
+    ``time/episode_env_s``: an on-policy episode's mean seconds waiting for turns and in the sandbox
+    (episodes run at once, so these split an episode's latency, not the step's wall time).
     """
     on_policy = [s for s in samples if not s.facts.get("replayed")]
     metrics = {"episodes/tampered": float(sum(s.facts["termination_reason"] == "tampered" for s in on_policy)),
                "episodes/replayed": float(len(samples) - len(on_policy))}
     if on_policy:
         metrics["episodes/solve_rate"] = sum(bool(s.facts["final_test_passed"]) for s in on_policy) / len(on_policy)
+        for key, name in (("model_seconds", "time/episode_model_s"), ("env_seconds", "time/episode_env_s")):
+            timed = [float(s.facts[key]) for s in on_policy if key in s.facts]
+            if timed:
+                metrics[name] = sum(timed) / len(timed)
     for sample in on_policy if rungs is not None else []:
         level = rungs(sample.facts["instance_id"])
         for key, add in (("played", 1.0), ("solved", float(bool(sample.facts["final_test_passed"])))):
