@@ -9,7 +9,8 @@ a server gone, a CUDA fault in the engine) ends no episode: ``run_episode`` rais
 after closing the env, since such an episode says nothing about the policy; campaigns and cache builds
 count it as not run (a rerun plays it), never as unsolved.
 A Ctrl-C while a person types a turn (the ``human`` policy) also ends it as ``other``; the outcome is
-then marked ``interrupted`` so the caller can save what happened and stop.
+then marked ``interrupted`` so the caller can save what happened and stop. A person's input that ends
+(EOF) ends the episode as ``other`` too.
 
 Every caller plays episodes through ``run_episode``: ``pdbgym run``, campaigns and cache builds (via
 ``pdbgym.agent.runner.run_job``) and the trainers. Action policies (scripted, human) and model
@@ -233,6 +234,8 @@ async def _play(conversation: Conversation, turns: TurnSource, env: DebugEnv, co
             turn = await turns.next_turn(conversation.request(params), observation)
         except KeyboardInterrupt:  # only a turn read from a terminal runs in this thread
             return _Ending("other", f"the {turns.name} policy was interrupted (Ctrl-C)", interrupted=True)
+        except EOFError as exc:  # a person's input ended (Ctrl-D, a closed pipe): their episode ends here
+            return _Ending("other", f"the {turns.name} policy's input ended: EOFError: {exc}")
         except Exception as exc:  # infrastructure, not the policy: the episode is not played (run_episode)
             raise TurnSourceFailed(f"the {turns.name} policy failed to give a turn (the episode is not "
                                    f"counted; a rerun plays it): {type(exc).__name__}: {exc}") from exc
