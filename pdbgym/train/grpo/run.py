@@ -56,7 +56,8 @@ def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] |
     """Run (or resume) GRPO; return the run record (also written to ``out/grpo_run.json``).
 
     Under ``accelerate launch`` every process trains; the main one chooses, copies, registers and writes
-    the record, and every process returns that record."""
+    the record, and every process returns that record. A run stopped by ``pause_after_minutes`` returns
+    ``{"paused": True, "steps": ..., "max_steps": ...}`` and writes no record (``resume`` goes on)."""
     config.out = Path(config.out)
     resume_from = _checkpoint_to_resume(config, main=os.environ.get("RANK", "0") == "0")
     trainer, base, val_tasks = build(config, on_log, play, progress)
