@@ -102,22 +102,17 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
             continue
         if stage != "report" and left() <= 0:
             say(f"[{stage}] not started: the {minutes:g}-minute budget (--minutes) is spent; run again to go on")
-            return _report_only(config, out, state)
+            return write_experiment_report(config, out, state.data)  # what is there; unrecorded
         say(f"[{stage}] started")
         started = time.perf_counter()
         facts = steps[stage]()
         if facts is None:  # GRPO paused by the budget
             say(f"[{stage}] paused after {time.perf_counter() - started:.1f} s by the {minutes:g}-minute budget "
                 "(--minutes); run again to resume it")
-            return _report_only(config, out, state)
+            return write_experiment_report(config, out, state.data)  # what is there; unrecorded
         state.finish(stage, time.perf_counter() - started, facts)
         say(f"[{stage}] done in {time.perf_counter() - started:.1f} s")
     return out / "report.md"
-
-
-def _report_only(config: ExperimentConfig, out: Path, state: _State) -> Path:
-    """The report from what is there, the run left unfinished (the report stage is not recorded)."""
-    return write_experiment_report(config, out, state.data)
 
 
 def _tasks(config: ExperimentConfig, out: Path) -> dict[str, Any]:

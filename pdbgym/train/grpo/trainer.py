@@ -397,22 +397,25 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
             self.started = time.monotonic()
             self.paused = False
 
-        def _over(self, minutes: float) -> bool:
-            over = minutes > 0 and time.monotonic() - self.started >= 60 * minutes
+        def _over(self) -> tuple[bool, bool]:
+            """(past --max-minutes, past pause_after_minutes), one reduction over processes for both."""
+            elapsed = time.monotonic() - self.started
+            over = [minutes > 0 and elapsed >= 60 * minutes for minutes in (config.max_minutes, config.pause_after_minutes)]
             if trainer.accelerator.num_processes > 1:
                 import torch  # optional: torch (pdbgym[hf])
 
-                flag = torch.tensor([float(over)], device=trainer.accelerator.device)
-                over = bool(trainer.accelerator.reduce(flag, reduction="max").item())
-            return over
+                flags = torch.tensor([float(flag) for flag in over], device=trainer.accelerator.device)
+                over = [bool(flag) for flag in trainer.accelerator.reduce(flags, reduction="max").tolist()]
+            return over[0], over[1]
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if state.global_step >= state.max_steps:
                 return
-            if self._over(config.max_minutes):
+            capped, pause = self._over()
+            if capped:
                 logger.warning("GRPO stopped at step %d of %d: the %.1f-minute cap (--max-minutes) was reached",
                                state.global_step, state.max_steps, config.max_minutes)
-            elif self._over(config.pause_after_minutes):
+            elif pause:
                 self.paused = True
                 logger.warning("GRPO paused at step %d of %d after %.1f minutes; resume to go on",
                                state.global_step, state.max_steps, config.pause_after_minutes)
