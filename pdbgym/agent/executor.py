@@ -121,7 +121,7 @@ def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play) -> It
             if local > 1:
                 from pdbgym.engine import expect_rows  # heavy: torch, only when local models play
 
-                expect_rows(local)
+                expect_rows(local, max(job.agent.max_context_tokens for job in here))
             pools.append(stack.enter_context(ThreadPoolExecutor(local, thread_name_prefix="pdbgym-episode")))
             _submit(pools[-1], play, here, futures)
         if away:

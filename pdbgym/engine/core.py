@@ -68,6 +68,7 @@ def _synchronize() -> None:
 SLOT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 LENGTH_STEP = 512  # static cache lengths are multiples of this (a captured graph costs about a second)
 MIN_SLOTS = 8  # a static session leaves room for requests that arrive while it runs
+JOIN_STEPS = 256  # decode steps, at least, during which a static session takes requests that arrive
 PREFIXES_KEPT = 4  # earlier turns' KV caches the dynamic path keeps at least (and every row of the last round)
 
 
@@ -133,6 +134,10 @@ class EngineSettings:
             turn), so only the new part is prefilled (dynamic path). Default True.
         prefix_bytes: how many bytes of kept KV caches the dynamic path holds beyond the last round's
             rows and ``PREFIXES_KEPT`` (oldest dropped first). Default 2 GiB.
+        session_bytes: how many bytes a static session's cache may take so that longer prompts than
+            its first rows' (the later turns of the same episodes, up to the length given to ``expect``)
+            join it while it runs; a session never gets less than its first rows need. Each decode step
+            reads the whole cache, so this also bounds what the room costs a step. Default 4 GiB.
     """
 
     window_s: float = 0.003
@@ -142,6 +147,7 @@ class EngineSettings:
     graphs: str = "capture"
     reuse_prefix: bool = True
     prefix_bytes: int = 2 << 30
+    session_bytes: int = 4 << 30
 
 
 @dataclass
@@ -255,6 +261,8 @@ class LocalEngine:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._expected = 0
+        self._expected_prompt = 0
+        self._position_bytes = 0  # bytes of one slot's keys and values at one position of a static cache
 
     # -- public ------------------------------------------------------------------------------------
     @property
@@ -262,10 +270,14 @@ class LocalEngine:
         """``static`` or ``dynamic`` (see the module docstring)."""
         return "static" if self._static else "dynamic"
 
-    def expect(self, rows: int) -> None:
-        """Say that up to ``rows`` requests will be live at once, so a static session sizes its slots
-        for them from the start (fewer compiled shapes)."""
+    def expect(self, rows: int, prompt_ids: int = 0) -> None:
+        """Say that up to ``rows`` requests will be live at once, with prompts of up to ``prompt_ids``
+        ids (an episode's context cap), so a static session sizes its slots and, within
+        ``EngineSettings.session_bytes``, its length for them from the start: a later turn whose prompt
+        has grown joins the running session instead of waiting for it to end, and fewer shapes are
+        captured."""
         self._expected = max(self._expected, int(rows))
+        self._expected_prompt = max(self._expected_prompt, int(prompt_ids))
 
     def submit(self, request: EngineRequest) -> Future[EngineResult]:
         """Queue ``request``; the future holds its ``EngineResult`` (or the error that stopped it)."""
@@ -601,9 +613,9 @@ class LocalEngine:
         position above the head, whatever an earlier occupant left there.
         """
         budget = max(r.request.max_new_tokens for r in first)
-        room = 2 * budget
+        room = budget + max(budget, JOIN_STEPS)
         slots = bucket(min(self.settings.max_batch, max(len(first), self._expected, MIN_SLOTS)), SLOT_BUCKETS)
-        length = length_bucket(max(len(r.request.prompt_ids) for r in first) + room, self.settings.min_length)
+        length = self._session_length(model, slots, max(len(r.request.prompt_ids) for r in first), room)
         shape = self._shape(model, slots, length)
         head = length - room
         set_head(shape.cache, head)
@@ -632,6 +644,18 @@ class LocalEngine:
             for row in active:
                 if row.finish is not None:
                     occupied[row.slot] = None
+
+    def _session_length(self, model: Any, slots: int, prompt: int, room: int) -> int:
+        """A static session's length: its first rows' longest ``prompt`` and ``room`` above it, and as
+        much more room below the head for the expected prompts as ``session_bytes`` allows."""
+        need = length_bucket(prompt + room, self.settings.min_length)
+        wanted = length_bucket(max(prompt, self._expected_prompt) + room, self.settings.min_length)
+        if wanted <= need:
+            return need
+        if not self._position_bytes:
+            self._position_bytes = max(1, cache_bytes(new_static_cache(model, 1, LENGTH_STEP)) // LENGTH_STEP)
+        allowed = self.settings.session_bytes // (slots * self._position_bytes) // LENGTH_STEP * LENGTH_STEP
+        return max(need, min(wanted, allowed))
 
     def _admit(self, model: Any, shape: _Static, rows: list[_Row], occupied: list[_Row | None], head: int) -> None:
         """Prefill ``rows`` and place them in free slots right-aligned below ``head``; draw their first id."""

@@ -9,16 +9,17 @@ from pdbgym.engine.core import EngineSettings, LocalEngine
 
 _ENGINES: dict[int, tuple[Any, LocalEngine]] = {}
 _LOCK = threading.Lock()
-_EXPECTED = [0]
+_EXPECTED = [0, 0]  # rows, prompt ids
 
 
-def expect_rows(rows: int) -> None:
-    """Up to ``rows`` requests will be live at once in this process: every shared engine, now and later,
-    sizes its static sessions for them (``LocalEngine.expect``)."""
+def expect_rows(rows: int, prompt_ids: int = 0) -> None:
+    """Up to ``rows`` requests will be live at once in this process, with prompts of up to ``prompt_ids``
+    ids: every shared engine, now and later, sizes its static sessions for them (``LocalEngine.expect``)."""
     with _LOCK:
         _EXPECTED[0] = max(_EXPECTED[0], int(rows))
+        _EXPECTED[1] = max(_EXPECTED[1], int(prompt_ids))
         for _, engine in _ENGINES.values():
-            engine.expect(rows)
+            engine.expect(rows, prompt_ids)
 
 
 def engine_for(model: Any, stops: set[int], pad_id: int, settings: EngineSettings | None = None) -> LocalEngine:
@@ -28,6 +29,6 @@ def engine_for(model: Any, stops: set[int], pad_id: int, settings: EngineSetting
         held = _ENGINES.get(id(model))
         if held is None or held[0] is not model:
             held = (model, LocalEngine(model, stops, pad_id, settings))
-            held[1].expect(_EXPECTED[0])
+            held[1].expect(*_EXPECTED)
             _ENGINES[id(model)] = held
         return held[1]

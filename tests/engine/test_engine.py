@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from pdbgym.engine import EngineError, EngineRequest, EngineSettings, LocalEngine
+from pdbgym.engine import EngineError, EngineRequest, EngineResult, EngineSettings, LocalEngine
 from pdbgym.nucleus import nucleus_logprobs
 
 STOP = 299
@@ -96,6 +96,36 @@ def test_a_request_arriving_mid_decode_joins_the_running_batch(model):
     assert engine.stats.to_dict()["mean_live_rows"] > 1
     assert joined.logprobs == pytest.approx(forward_logprobs(model, late, joined.ids).tolist(), abs=1e-4)
     assert joined.ids == engine.generate([late])[0].ids  # and it sampled what it samples alone
+
+
+LONG_PROMPT = EngineRequest([(7 * i) % 250 + 1 for i in range(300)], 6, temperature=0.9, seed=11)
+
+
+def late_join(model, expected_prompt: int, session_bytes: int = 4 << 30) -> tuple[LocalEngine, EngineResult]:
+    """A 24-id turn of an 8-id prompt, and at its 4th step a request whose prompt (300 ids) is longer
+    than the first's: as an episode's later turn is, its context having grown."""
+    engine = LocalEngine(model, set(), 0, EngineSettings(static=True, min_length=64, session_bytes=session_bytes))
+    engine.expect(2, expected_prompt)
+    late = LONG_PROMPT
+    hook = SubmitAtStep(engine, 4, late)
+    engine.submit(EngineRequest([1, 2, 3, 4, 5, 6, 7, 8], 24, temperature=0.9, seed=10, mask=hook)).result()
+    joined = hook.future.result()
+    assert joined.logprobs == pytest.approx(forward_logprobs(model, late, joined.ids).tolist(), abs=1e-4)
+    return engine, joined
+
+
+def test_a_longer_prompt_joins_a_running_session_when_its_length_was_expected(model):
+    engine, joined = late_join(model, expected_prompt=512)
+    assert engine.stats.batches == 1  # room below the head for the expected prompts: it joined
+    assert joined.ids == engine.generate([LONG_PROMPT])[0].ids  # and sampled what it samples alone
+    assert engine.stats.batches == 2 and len(engine._shapes) == 1  # that session found its shape ready
+
+
+@pytest.mark.parametrize("expected, session_bytes", [(0, 4 << 30), (512, 1 << 10)])
+def test_a_longer_prompt_waits_for_the_session_without_an_expected_length_or_the_bytes_for_it(
+        model, expected, session_bytes):
+    engine, _ = late_join(model, expected_prompt=expected, session_bytes=session_bytes)
+    assert engine.stats.batches == 2  # it did not fit below the head: a session of its own after the first
 
 
 def test_bad_requests_are_refused_by_name(model):

@@ -141,11 +141,13 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         for name, facts in state.get("stages", {}).items()]) + [""]
     lines += ["## GRPO steps", ""] + md_table(
         ["step", "reward", "on-policy solve rate", "replayed", "KL", "beta", "seconds (rollouts)",
-         "an episode's seconds: turns / sandbox"], [
+         "an episode's seconds: turns / sandbox", "engine seconds: busy (prefill)", "rows a decode step"], [
         [r.get("step"), fmt(r.get("reward"), ".3f"), pct(r.get("episodes/solve_rate")),
          int(r.get("episodes/replayed", 0)), fmt(r.get("kl"), ".4f"), fmt(r.get("beta"), ".4f"),
          f"{fmt(r.get('step_time'), '.1f')} ({fmt(r.get('time/rollout_s'), '.1f')})",
-         f"{fmt(r.get('time/episode_model_s'), '.1f')} / {fmt(r.get('time/episode_env_s'), '.1f')}"] for r in rows]) + [""]
+         f"{fmt(r.get('time/episode_model_s'), '.1f')} / {fmt(r.get('time/episode_env_s'), '.1f')}",
+         f"{fmt(r.get('engine/busy_s'), '.1f')} ({fmt(r.get('engine/prefill_s'), '.1f')})",
+         fmt(r.get("engine/live_rows"), ".1f")] for r in rows]) + [""]
     check = learning_check(rows, per_step)
     notes = [f"{run.get('reward_signal_steps', 0)} of {len(rows)} steps had reward spread (a group whose episodes "
              "scored differently)."]

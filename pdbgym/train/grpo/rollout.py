@@ -57,9 +57,10 @@ class BatchedGenerator:
     def stats(self) -> EngineStats:
         return self.engine.stats
 
-    def expect(self, episodes: int) -> None:
-        """Up to ``episodes`` episodes will ask for turns at once (sizes the engine's batches)."""
-        self.engine.expect(episodes)
+    def expect(self, episodes: int, prompt_ids: int = 0) -> None:
+        """Up to ``episodes`` episodes will ask for turns at once, with prompts of up to ``prompt_ids`` ids
+        (sizes the engine's batches and static sessions)."""
+        self.engine.expect(episodes, prompt_ids)
 
     def _submit(self, request: GenerationRequest) -> Future[EngineResult]:
         params = request.params
@@ -163,7 +164,7 @@ def run_episodes(tasks: Sequence[Any], generator: BatchedGenerator, agent: Agent
             on_episode(index, outcome)
         return outcome
 
-    generator.expect(len(tasks))
+    generator.expect(len(tasks), agent.max_context_tokens)
     jobs = [lambda i=i, t=t: one(i, t) for i, t in enumerate(tasks)]
     return asyncio.run(gather_with_threads(jobs, threads=2 * len(tasks) + 2))
 
@@ -245,6 +246,27 @@ def episode_metrics(samples: Sequence[EpisodeSample], rungs: Callable[[str], int
         level = rungs(sample.facts["instance_id"])
         for key, add in (("played", 1.0), ("solved", float(bool(sample.facts["final_test_passed"])))):
             metrics[f"episodes/rung_{level}/{key}"] = metrics.get(f"episodes/rung_{level}/{key}", 0.0) + add
+    return metrics
+
+
+ENGINE_METRICS = (("busy_seconds", "engine/busy_s"), ("prefill_seconds", "engine/prefill_s"),
+                  ("draw_seconds", "engine/draw_s"), ("decode_steps", "engine/decode_steps"),
+                  ("batches", "engine/sessions"), ("prefill_tokens", "engine/prefill_tokens"))
+
+
+def engine_metrics(before: EngineStats | None, after: EngineStats) -> dict[str, float]:
+    """What the engine did between two reads of its stats (``before`` None: since it started).
+
+    ``engine/busy_s``: seconds inside batches (decoding, prefilling, drawing), of which
+    ``engine/prefill_s`` prefilling and ``engine/draw_s`` sampling and bookkeeping; ``engine/sessions``:
+    static sessions or dynamic rounds started; ``engine/live_rows``: mean rows live per decode step (how
+    full the batch ran).
+    """
+    metrics = {name: float(getattr(after, key)) - float(getattr(before, key) if before is not None else 0)
+               for key, name in ENGINE_METRICS}
+    steps = metrics["engine/decode_steps"]
+    rows = after.row_steps - (before.row_steps if before is not None else 0)
+    metrics["engine/live_rows"] = rows / steps if steps else 0.0
     return metrics
 
 

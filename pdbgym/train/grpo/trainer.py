@@ -16,6 +16,7 @@ rollout function), recipe state across resume (written beside each checkpoint), 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from pdbgym.train.grpo.rollout import (
     BatchedGenerator,
     EpisodeProgress,
     EpisodeSample,
+    engine_metrics,
     episode_metrics,
     group_seeds,
     repeat_seeds,
@@ -245,9 +247,14 @@ class PdbgymRollout:
         seeds = group_seeds(self.config.seed, prompts, [p for p, slot in enumerate(slots) if slot is None], step,
                             self.config.group, self.config.tasks_per_step, trainer.accelerator.process_index)
         started = time.perf_counter()
+        engine, before = self._generator, copy.deepcopy(self._generator.stats) if self._generator is not None else None
         with self.progress.phase("rollouts", step + 1, len(to_play)):
             played = iter(self.play(to_play, trainer, budget, self.config.temperature, seeds=seeds) if to_play else [])
         seams.append_metric(trainer, "time/rollout_s", time.perf_counter() - started)
+        if self._generator is not None:  # where the rollouts' seconds went inside the engine
+            fresh = self._generator is not engine  # a new engine this step: all it did
+            for key, value in engine_metrics(None if fresh else before, self._generator.stats).items():
+                seams.append_metric(trainer, key, value)
         samples = [slot if slot is not None else next(played) for slot in slots]
         # Every process accounts the episodes of ALL processes, so the curriculum, the counters, the replay
         # rotation and the logged episode metrics are the same on every rank (one process: a list of one).
