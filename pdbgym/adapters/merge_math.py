@@ -2,7 +2,8 @@
 
 Shapes use the nn.Linear convention W: (out_features, in_features), A: (r, in), B: (out, r). With
 ``fan_in_fan_out`` (GPT-2's Conv1D) the stored weight is W^T: (in, out) and the delta is transposed too.
-All arithmetic runs in float32; the result is cast back to the weight's own dtype once, at the end.
+All arithmetic runs in float32; the result is cast once, at the end, to the weight's own dtype or the
+``dtype`` asked for (a float32 copy of a bf16 model keeps a delta smaller than W's rounding step).
 """
 
 from __future__ import annotations
@@ -27,17 +28,19 @@ def output_row_norms(weight: torch.Tensor, fan_in_fan_out: bool) -> torch.Tensor
     return torch.linalg.norm(oriented, dim=1)
 
 
-def merge_lora(weight: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """W' = W + scale * B @ A, returned in W's dtype."""
-    return (weight.float() + delta).to(weight.dtype)
+def merge_lora(weight: torch.Tensor, delta: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """W' = W + scale * B @ A, returned in ``dtype`` (default W's)."""
+    return (weight.float() + delta).to(dtype or weight.dtype)
 
 
-def merge_dora(weight: torch.Tensor, delta: torch.Tensor, magnitude: torch.Tensor, fan_in_fan_out: bool) -> torch.Tensor:
-    """W' = m * (W + scale * B @ A) / ||W + scale * B @ A||, the norm taken per output row; in W's dtype."""
+def merge_dora(weight: torch.Tensor, delta: torch.Tensor, magnitude: torch.Tensor, fan_in_fan_out: bool,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
+    """W' = m * (W + scale * B @ A) / ||W + scale * B @ A||, the norm taken per output row; in ``dtype``
+    (default W's)."""
     combined = weight.float() + delta
     factor = magnitude.float() / output_row_norms(combined, fan_in_fan_out)
     combined.mul_(factor.view(1, -1) if fan_in_fan_out else factor.view(-1, 1))  # one full-size buffer, not two
-    return combined.to(weight.dtype)
+    return combined.to(dtype or weight.dtype)
 
 
 def merge_module(
@@ -47,12 +50,14 @@ def merge_module(
     magnitude: torch.Tensor | None,
     scaling: float,
     fan_in_fan_out: bool,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Merge one adapted module into its weight: DoRA when a magnitude vector is given, else LoRA."""
+    """Merge one adapted module into its weight: DoRA when a magnitude vector is given, else LoRA; the
+    result in ``dtype`` (default the weight's)."""
     expected = (lora_a.shape[1], lora_b.shape[0]) if fan_in_fan_out else (lora_b.shape[0], lora_a.shape[1])
     if tuple(weight.shape) != expected:
         raise ValueError(f"weight {tuple(weight.shape)} does not fit A {tuple(lora_a.shape)} / B {tuple(lora_b.shape)}")
     delta = lora_delta(lora_a, lora_b, scaling, fan_in_fan_out)
     if magnitude is None:
-        return merge_lora(weight, delta)
-    return merge_dora(weight, delta, magnitude, fan_in_fan_out)
+        return merge_lora(weight, delta, dtype)
+    return merge_dora(weight, delta, magnitude, fan_in_fan_out, dtype)

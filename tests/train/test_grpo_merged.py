@@ -64,14 +64,15 @@ def test_the_merged_copy_gives_the_live_logits_and_follows_each_update_in_place(
     assert merged.refreshes == 2
 
 
-def test_the_engine_samples_from_the_copy_what_the_live_policy_scores():
+@pytest.mark.parametrize("static", [False, True])  # CPU rounds, and the static session a GPU decodes in
+def test_the_engine_samples_from_the_copy_what_the_live_policy_scores(static):
     live = policy(True)
     live.get_base_model().generation_config.eos_token_id = [299, 298]  # as a checkpoint's generation_config.json
     merged, _ = MergedPolicy.of(live)
     assert merged.model.generation_config.eos_token_id == [299, 298]  # the engine's stop ids come from it
     step(live, 0.05)
     merged.refresh(live)
-    engine = LocalEngine(merged.model, {299}, 0, EngineSettings(static=False))
+    engine = LocalEngine(merged.model, {299}, 0, EngineSettings(static=static, min_length=64))
     request = EngineRequest([1, 2, 3, 4, 5, 6], 10, temperature=1.0, seed=4)
     result = engine.generate([request])[0]
     engine.close()
@@ -135,3 +136,47 @@ def test_a_bad_rollout_weights_value_is_refused_by_name(tmp_path):
 
     with pytest.raises(PdbgymError, match="--rollout-weights 'fast': choose merged"):
         recipe_parts(GRPORunConfig(policy="x", tasks="y", out=tmp_path, rollout_weights="fast"), None, "x")
+
+
+def test_a_bf16_policy_gets_a_float32_copy_that_keeps_an_update_smaller_than_the_weights_rounding_step():
+    live = policy(True).to(torch.bfloat16)
+    for name, p in live.named_parameters():  # as PEFT keeps a bf16 model's adapter: float32
+        if ".lora_" in name:
+            p.data = p.data.float()
+    exact, _ = MergedPolicy.of(live)
+    rounded, _ = MergedPolicy.of(live, "policy")
+    assert next(exact.model.parameters()).dtype == torch.float32
+    assert next(rounded.model.parameters()).dtype == torch.bfloat16
+    name = "model.layers.0.mlp.down_proj.weight"
+    before = {copy: dict(copy.model.named_parameters())[name].detach().float().clone() for copy in (exact, rounded)}
+    step(live, 1e-4)  # an optimizer step of lr 1e-4: far below bf16's rounding step of weights near 0.02
+    for copy in (exact, rounded):
+        copy.refresh(live)
+    module = dict(live.get_base_model().named_modules())["model.layers.0.mlp.down_proj"]
+    from pdbgym.adapters.merge_math import merge_module
+
+    truth = merge_module(module.base_layer.weight, module.lora_A["default"].weight, module.lora_B["default"].weight,
+                         module.lora_magnitude_vector["default"].weight, float(module.scaling["default"]), False,
+                         torch.float32).detach()
+    change = truth - before[exact]
+    assert change.abs().max() > 0
+    kept = dict(exact.model.named_parameters())[name].detach() - before[exact]
+    assert torch.allclose(kept, change, atol=1e-7)  # the float32 copy holds the whole step
+    lost = dict(rounded.model.named_parameters())[name].detach().float() - before[rounded]
+    assert float((lost - change).norm() / change.norm()) > 0.5  # the bf16 copy rounds most of it away
+
+
+def test_against_a_bf16_policy_the_check_bounds_the_divergence_not_each_rounded_logit():
+    torch.manual_seed(1)
+    live = policy(True).to(torch.bfloat16)
+    step(live, 0.05)
+    merged, why = MergedPolicy.of(live)
+    assert merged is not None, why
+    difference, divergence = merged.check(live)
+    assert difference > 1e-3 and divergence < 0.01  # bf16 logits: rounded, yet the same distributions
+    assert merged.mismatch(live) == ""
+    with torch.no_grad():  # a weight the refresh does not write, as in the float32 case
+        dict(merged.model.named_parameters())["model.norm.weight"].mul_(4.0)
+    assert "nats a position away from the live policy's" in merged.mismatch(live)
+    with pytest.raises(ValueError, match="'float16'"):
+        MergedPolicy.of(live, "float16")

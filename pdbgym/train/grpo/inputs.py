@@ -9,7 +9,7 @@ from typing import Any
 
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.suites import resolve_tasks
-from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.grpo.config import ROLLOUT_WEIGHTS, GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, load_checked_corpus
 from pdbgym.train.grpo.schedules import AdaptiveKLController, RecipeState, TurnBudgetCurriculum
 
@@ -44,9 +44,10 @@ def recipe_parts(config: GRPORunConfig, tokenizer: Any, label: str) -> RecipePar
         if config.kl_mode == "adaptive" else None
     if config.kl_mode not in ("adaptive", "fixed"):
         raise PdbgymError(f"--kl-mode {config.kl_mode!r}: choose adaptive or fixed")
-    if config.rollout_weights not in ("merged", "live"):
-        raise PdbgymError(f"--rollout-weights {config.rollout_weights!r}: choose merged (a merged copy of the "
-                          "policy, refreshed every step) or live (the PEFT model itself)")
+    if config.rollout_weights not in ROLLOUT_WEIGHTS:
+        raise PdbgymError(f"--rollout-weights {config.rollout_weights!r}: choose merged (a float32 merged copy "
+                          "of the policy, refreshed every step), merged-policy-dtype (the same in the policy's "
+                          "own dtype: half the memory, rounds small updates away) or live (the PEFT model itself)")
     curriculum = TurnBudgetCurriculum(config.curriculum, config.budget_start, config.budget_end,
                                       config.budget_ramp_steps, config.budget_threshold, config.budget_increment)
     anchor = replay = None

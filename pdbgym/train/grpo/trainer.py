@@ -194,25 +194,27 @@ class PdbgymRollout:
 
     @property
     def weights_used(self) -> str:
-        """What this process's rollouts decoded from: ``merged``, ``live``, or ``live`` with the reason the
-        merged copy was refused."""
+        """What this process's rollouts decoded from: ``merged`` (float32), ``merged-policy-dtype``, ``live``,
+        or ``live`` with the reason the merged copy was refused."""
         if self._merged is not None:
-            return "merged"
+            return self.config.rollout_weights
         return f"live (a merged copy {self._merge_why})" if self._merge_why else "live"
 
     def _generator_for(self, trainer: Any) -> BatchedGenerator:
         """One engine for the run. With ``rollout_weights = "merged"`` it decodes from a merged copy of the
         policy (``MergedPolicy``), refreshed from the live weights before every batch of episodes; else
         (or where the copy cannot be made, said once) from the live PEFT model itself."""
-        if self._merged is None and self.config.rollout_weights == "merged" and not self._merge_refused:
+        if self._merged is None and self.config.rollout_weights.startswith("merged") and not self._merge_refused:
             with seams.unwrapped_for_generation(trainer) as live:
-                self._merged, why = MergedPolicy.of(live)
+                self._merged, why = MergedPolicy.of(live, "policy" if self.config.rollout_weights.endswith("dtype")
+                                                    else "float32")
             if self._merged is None:
                 self._merge_refused, self._merge_why = True, why
                 logger.warning("GRPO rollouts decode from the live PEFT model: a merged copy %s", why)
             else:
-                logger.info("GRPO rollouts decode from a merged copy of the policy (%.0f MiB), refreshed "
-                            "before every batch of episodes", self._merged.megabytes())
+                logger.info("GRPO rollouts decode from a merged %s copy of the policy (%.0f MiB), refreshed "
+                            "before every batch of episodes", next(self._merged.model.parameters()).dtype,
+                            self._merged.megabytes())
         elif self._merged is not None:
             with seams.unwrapped_for_generation(trainer) as live:
                 self._merged.refresh(live)
