@@ -281,21 +281,26 @@ class LocalEngine:
 
     def submit(self, request: EngineRequest) -> Future[EngineResult]:
         """Queue ``request``; the future holds its ``EngineResult`` (or the error that stopped it)."""
-        request.check()
-        future: Future[EngineResult] = Future()
-        seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
+        return self._enqueue([request])[0]
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[EngineResult]:
+        """Submit every request at once (the scheduler sees them together, however busy the machine) and
+        wait for all (results in the same order)."""
+        return [f.result() for f in self._enqueue(requests)]
+
+    def _enqueue(self, requests: Sequence[EngineRequest]) -> list[Future[EngineResult]]:
+        rows = []
+        for request in requests:
+            request.check()
+            seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(4), "little")
+            rows.append(_Row(request, Future(), time.perf_counter(), int(seed)))
         with self._cond:
             if self._closed:
                 raise EngineError("the engine is closed")
-            self._queue.append(_Row(request, future, time.perf_counter(), int(seed)))
+            self._queue.extend(rows)
             self._start()
             self._cond.notify_all()
-        return future
-
-    def generate(self, requests: Sequence[EngineRequest]) -> list[EngineResult]:
-        """Submit every request and wait for all (results in the same order)."""
-        futures = [self.submit(r) for r in requests]
-        return [f.result() for f in futures]
+        return [row.future for row in rows]
 
     def forget_prefixes(self) -> None:
         """Drop every kept KV cache: the model's weights changed, so earlier turns' keys and values are

@@ -138,13 +138,13 @@ def test_a_bad_rollout_weights_value_is_refused_by_name(tmp_path):
         recipe_parts(GRPORunConfig(policy="x", tasks="y", out=tmp_path, rollout_weights="fast"), None, "x")
 
 
-def test_a_bf16_policy_gets_a_float32_copy_that_keeps_an_update_smaller_than_the_weights_rounding_step():
+def test_a_float32_copy_of_a_bf16_policy_keeps_an_update_smaller_than_the_weights_rounding_step():
     live = policy(True).to(torch.bfloat16)
     for name, p in live.named_parameters():  # as PEFT keeps a bf16 model's adapter: float32
         if ".lora_" in name:
             p.data = p.data.float()
-    exact, _ = MergedPolicy.of(live)
-    rounded, _ = MergedPolicy.of(live, "policy")
+    exact, _ = MergedPolicy.of(live, "float32")
+    rounded, _ = MergedPolicy.of(live)  # the policy's own dtype
     assert next(exact.model.parameters()).dtype == torch.float32
     assert next(rounded.model.parameters()).dtype == torch.bfloat16
     name = "model.layers.0.mlp.down_proj.weight"
@@ -170,11 +170,12 @@ def test_against_a_bf16_policy_the_check_bounds_the_divergence_not_each_rounded_
     torch.manual_seed(1)
     live = policy(True).to(torch.bfloat16)
     step(live, 0.05)
-    merged, why = MergedPolicy.of(live)
+    merged, why = MergedPolicy.of(live, "float32")
     assert merged is not None, why
     difference, divergence = merged.check(live)
     assert difference > 1e-3 and divergence < 0.01  # bf16 logits: rounded, yet the same distributions
     assert merged.mismatch(live) == ""
+    assert MergedPolicy.of(live)[0] is not None  # and a copy in the policy's own bf16
     with torch.no_grad():  # a weight the refresh does not write, as in the float32 case
         dict(merged.model.named_parameters())["model.norm.weight"].mul_(4.0)
     assert "nats a position away from the live policy's" in merged.mismatch(live)

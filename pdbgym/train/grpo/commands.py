@@ -63,7 +63,7 @@ def grpo(
     num_iterations: Annotated[int, typer.Option(help="TRL: optimizer passes per generated batch")] = R.num_iterations,
     epsilon: float = R.epsilon,
     save_steps: int = R.save_steps,
-    rollout_weights: Annotated[str, typer.Option(help="merged: rollouts decode from a plain float32 copy of the policy with the delta merged in, refreshed every step (faster); merged-policy-dtype: the copy in the policy's dtype (half the memory in bf16; rounds small updates away); live: from the PEFT model")] = R.rollout_weights,
+    rollout_weights: Annotated[str, typer.Option(help="merged: rollouts decode from a plain copy of the policy with the delta merged in, refreshed every step (faster); merged-float32: that copy kept in float32 (a bf16 policy sampled as float32 arithmetic gives; twice the memory); live: from the PEFT model")] = R.rollout_weights,
     max_minutes: Annotated[float, typer.Option(min=0, help="stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and gated")] = R.max_minutes,
     pause_after_minutes: Annotated[float, typer.Option(min=0, help="a job's time limit (0: none): stop at a saved, gated checkpoint after this many minutes of this invocation, nothing chosen or registered; --resume goes on")] = R.pause_after_minutes,
     val_tasks: Annotated[str | None, typer.Option(help="val split tasks: every checkpoint is gated on them")] = R.val_tasks,

@@ -8,7 +8,7 @@ from typing import Any
 
 from pdbgym.episode_defaults import EPISODE, GRPO_MAX_CONTEXT_TOKENS, GRPO_TEMPERATURE
 
-ROLLOUT_WEIGHTS = ("merged", "merged-policy-dtype", "live")  # what GRPO's rollouts decode from (trainer.py)
+ROLLOUT_WEIGHTS = ("merged", "merged-float32", "live")  # what GRPO's rollouts decode from (trainer.py)
 
 
 @dataclass
@@ -63,7 +63,7 @@ class GRPORunConfig:
     num_iterations: int = 1  # TRL: optimizer passes per generated batch (> 1 makes samples stale)
     epsilon: float = 0.2  # TRL clip range
     save_steps: int = 10
-    rollout_weights: str = "merged"  # merged: decode from a float32 merged copy (merged.py); merged-policy-dtype; live
+    rollout_weights: str = "merged"  # merged: decode from a merged copy (merged.py); merged-float32; live
     max_minutes: float = 0.0  # wall-clock cap of this invocation's training (0: none); a last checkpoint is saved and gated
     pause_after_minutes: float = 0.0  # stop this invocation at a gated checkpoint, unchosen and unregistered, for --resume
     val_tasks: str | None = None

@@ -45,9 +45,9 @@ def recipe_parts(config: GRPORunConfig, tokenizer: Any, label: str) -> RecipePar
     if config.kl_mode not in ("adaptive", "fixed"):
         raise PdbgymError(f"--kl-mode {config.kl_mode!r}: choose adaptive or fixed")
     if config.rollout_weights not in ROLLOUT_WEIGHTS:
-        raise PdbgymError(f"--rollout-weights {config.rollout_weights!r}: choose merged (a float32 merged copy "
-                          "of the policy, refreshed every step), merged-policy-dtype (the same in the policy's "
-                          "own dtype: half the memory, rounds small updates away) or live (the PEFT model itself)")
+        raise PdbgymError(f"--rollout-weights {config.rollout_weights!r}: choose merged (a merged copy of the "
+                          "policy, refreshed every step), merged-float32 (the same kept in float32) or live (the "
+                          "PEFT model itself)")
     curriculum = TurnBudgetCurriculum(config.curriculum, config.budget_start, config.budget_end,
                                       config.budget_ramp_steps, config.budget_threshold, config.budget_increment)
     anchor = replay = None

@@ -194,8 +194,8 @@ class PdbgymRollout:
 
     @property
     def weights_used(self) -> str:
-        """What this process's rollouts decoded from: ``merged`` (float32), ``merged-policy-dtype``, ``live``,
-        or ``live`` with the reason the merged copy was refused."""
+        """What this process's rollouts decoded from: ``merged``, ``merged-float32``, ``live``, or ``live``
+        with the reason the merged copy was refused."""
         if self._merged is not None:
             return self.config.rollout_weights
         return f"live (a merged copy {self._merge_why})" if self._merge_why else "live"
@@ -206,8 +206,8 @@ class PdbgymRollout:
         (or where the copy cannot be made, said once) from the live PEFT model itself."""
         if self._merged is None and self.config.rollout_weights.startswith("merged") and not self._merge_refused:
             with seams.unwrapped_for_generation(trainer) as live:
-                self._merged, why = MergedPolicy.of(live, "policy" if self.config.rollout_weights.endswith("dtype")
-                                                    else "float32")
+                self._merged, why = MergedPolicy.of(live, "float32" if self.config.rollout_weights.endswith("float32")
+                                                    else "policy")
             if self._merged is None:
                 self._merge_refused, self._merge_why = True, why
                 logger.warning("GRPO rollouts decode from the live PEFT model: a merged copy %s", why)
