@@ -69,3 +69,33 @@ def test_renormalized_nucleus_sums_to_one_over_rows():
     logprobs = torch.log_softmax(torch.randn(3, 20, generator=torch.Generator().manual_seed(1)), -1)
     renormalized = nucleus_logprobs(logprobs, 0.8)
     assert torch.allclose(renormalized.exp().sum(-1), torch.ones(3))
+
+
+def full_sort_mask(logprobs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """The nucleus from one sort of the whole vocabulary (rows ``[R, V]``, ``top_p`` ``[R]``)."""
+    ordered = torch.sort(logprobs, dim=-1, descending=True).values
+    probs = ordered.exp()
+    kept = (torch.cumsum(probs, dim=-1) - probs) < top_p[:, None]
+    kept[:, 0] = True
+    threshold = ordered.masked_fill(~kept, float("inf")).amin(dim=-1, keepdim=True)
+    return (logprobs >= threshold) | (top_p[:, None] >= 1.0)
+
+
+def test_the_partial_sort_gives_the_full_sorts_nucleus_in_peaked_flat_and_tied_rows(monkeypatch):
+    import pdbgym.nucleus as nucleus
+
+    monkeypatch.setattr(nucleus, "FIRST_LOOK", 16)  # a small first look, so both ways are taken
+    generator = torch.Generator().manual_seed(5)
+    peaked = torch.randn(4, 300, generator=generator) * 6  # the nucleus within the first 16
+    flat = torch.randn(4, 300, generator=generator) * 0.1  # it reaches far past them: sorted whole
+    tied = torch.zeros(2, 300)
+    tied[:, :40] = 2.0  # 40 equal tokens straddle the first look's edge
+    logprobs = torch.log_softmax(torch.cat([peaked, flat, tied]), -1)
+    top_p = torch.tensor([0.5, 0.9, 0.95, 1.0, 0.5, 0.9, 0.95, 1.0, 0.2, 0.9])
+    got = nucleus_mask(logprobs, top_p)
+    assert torch.equal(got, full_sort_mask(logprobs, top_p))
+    sizes = got.sum(-1).tolist()
+    assert max(sizes[:3]) <= 16 and min(sizes[4:7]) > 16 and sizes[8] == 40  # both ways, and every tie kept
+    assert torch.equal(nucleus_mask(logprobs.reshape(2, 5, 300), top_p.reshape(2, 5)),
+                       got.reshape(2, 5, 300))  # leading dims of any shape
+    assert torch.equal(nucleus_mask(logprobs[0], 0.9), full_sort_mask(logprobs[:1], torch.tensor([0.9]))[0])
