@@ -9,7 +9,9 @@ pending as one batch. Two ways to decode, chosen per engine:
   ``reduce-overhead``, i.e. CUDA graphs). Every row writes at one shared head; a prompt is prefilled on
   its own and its keys and values are placed right-aligned below the head in a free slot, so a request
   that arrives while others decode joins the running batch at the next step (continuous batching), as
-  long as its prompt fits below the head and its budget above it. Slot counts and lengths come in
+  long as its prompt fits below the head and its budget above it. A row that ends leaves a copy of its
+  keys and values (its slot's positions) to be continued by its episode's next turn, as on the dynamic
+  path: that turn prefills only its new part. Slot counts and lengths come in
   buckets (powers of two), so the number of compiled shapes stays small; each compile is counted,
   timed and logged.
 - **dynamic** (CPU, and wherever the static cache does not fit the model): transformers'
@@ -486,7 +488,9 @@ class LocalEngine:
     def _reusable(self, prompt: Sequence[int]) -> _Prefix | None:
         for prefix in self._prefixes:
             n = len(prefix.ids)
-            if n < len(prompt) and list(prompt[:n]) == prefix.ids:
+            if n >= len(prompt) or any(prompt[i] != prefix.ids[i] for i in (n - 1, n // 2, n - 2) if i >= 0):
+                continue  # a few ids first: episodes of one task share their long first prompt
+            if list(prompt[:n]) == prefix.ids:
                 self._prefixes.remove(prefix)
                 return prefix
         return None
@@ -559,13 +563,33 @@ class LocalEngine:
             start = width - len(row.request.prompt_ids)
             kept = cache if len(rows) == 1 else cut_row(cache, model, i, start, start + len(ids))
             self._prefixes.insert(0, _Prefix(ids, kept, cache_bytes(kept)))
+        self._trim_prefixes(len(rows))
+
+    def _trim_prefixes(self, rows: int) -> None:
+        """Drop the oldest kept caches beyond ``prefix_bytes``; the newest ``rows`` (and
+        ``PREFIXES_KEPT``) stay whatever their size."""
         budget, held, keep = self.settings.prefix_bytes, 0, 0
-        for prefix in self._prefixes:  # newest first; at least this round's rows stay
-            if keep >= max(PREFIXES_KEPT, len(rows)) and held + prefix.size > budget:
+        for prefix in self._prefixes:  # newest first
+            if keep >= max(PREFIXES_KEPT, rows) and held + prefix.size > budget:
                 break
             held += prefix.size
             keep += 1
         del self._prefixes[keep:]
+
+    def _keep_static(self, model: Any, shape: _Static, row: _Row, end: int) -> None:
+        """Keep the keys and values of a row that ended in a static session (its prompt and every id but
+        the last, the positions ``[end - len, end)`` of its slot) for its episode's next turn."""
+        if not self.settings.reuse_prefix or row.finish == "cancelled":
+            return
+        ids = list(row.request.prompt_ids) + row.ids[:-1]
+        kept = cut_row(shape.cache, model, row.slot, end - len(ids), end)
+        if self._rows_joinable is None:  # the rows of a static session's joiners are joined by position
+            problem = rows_problem(kept)
+            self._rows_joinable = problem is None
+            if problem:
+                log.info("engine: batched rows re-prefill every turn: %s", problem)
+        self._prefixes.insert(0, _Prefix(ids, kept, cache_bytes(kept)))
+        self._trim_prefixes(self._expected)
 
     def _dynamic_round(self, model: Any, rows: list[_Row], release_early: bool = True) -> None:
         """Decode ``rows`` together to their ends. With ``release_early`` a row that ends goes back to its
@@ -648,6 +672,7 @@ class LocalEngine:
             self._draw(active, logits[[r.slot for r in active]])
             for row in active:
                 if row.finish is not None:
+                    self._keep_static(model, shape, row, head)
                     occupied[row.slot] = None
 
     def _session_length(self, model: Any, slots: int, prompt: int, room: int) -> int:
@@ -670,7 +695,7 @@ class LocalEngine:
         for row, slot in zip(rows, free, strict=False):
             row.slot = slot
             occupied[slot] = row
-        logits, cache, _ = self._prefill(model, rows)
+        logits, cache, _ = self._start_rows(model, rows)  # a later turn prefills only its new part
         slots = torch.tensor([r.slot for r in rows], dtype=torch.long, device=self.device)
         place_rows(shape.cache, cache, slots, head)
         for row in rows:
@@ -679,6 +704,7 @@ class LocalEngine:
         self._draw(rows, logits)
         for row in rows:
             if row.finish is not None:
+                self._keep_static(model, shape, row, head)
                 occupied[row.slot] = None
 
     def _decode(self, model: Any, shape: _Static, head: int) -> torch.Tensor:

@@ -206,6 +206,33 @@ def test_batched_episodes_prefill_only_each_turns_new_part_and_sample_what_a_fre
     assert [r.ids for r in results] == [r.ids for r in fresh.generate(mixed)]
 
 
+def test_a_static_session_keeps_each_ended_row_so_its_episodes_next_turn_prefills_only_the_new_part(model):
+    first = [EngineRequest(list(range(1, 5 + 7 * i)), 6, temperature=0.9, seed=i) for i in range(3)]
+    reusing, fresh = (LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64, reuse_prefix=r))
+                      for r in (True, False))
+    turns = [first]
+    for tool in ([40, 41, 42], [43, 44]):
+        results = reusing.generate(turns[-1])
+        for request, result in zip(turns[-1], results, strict=True):
+            assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
+        assert [len(r.ids) for r in results] == [len(r.ids) for r in fresh.generate(turns[-1])]
+        turns.append(next_turns(turns[-1], results, tool))
+    # turn 2 joined a session with its rows' kept keys and values: only each tool output was prefilled
+    assert reusing.stats.reused_tokens == sum(len(r.prompt_ids) - 3 - 1 for r in turns[1])
+    assert fresh.stats.reused_tokens == 0 and reusing.stats.prefill_tokens < fresh.stats.prefill_tokens
+    # one row continuing its episode and two new ones admitted together, placed as one joined cache
+    reusing.forget_prefixes()  # the weights changed: nothing kept is reused
+    assert not reusing._prefixes
+    before = reusing.stats.reused_tokens
+    last = reusing.generate(turns[2][1:2])
+    assert reusing.stats.reused_tokens == before
+    mixed = next_turns(turns[2][1:2], last, [45]) + [EngineRequest([9, 8, 7], 5, seed=7),
+                                                     EngineRequest([3, 3, 3, 3, 3], 4, seed=8)]
+    for request, result in zip(mixed, reusing.generate(mixed), strict=True):
+        assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
+    assert reusing.stats.reused_tokens - before == len(mixed[0].prompt_ids) - 1 - 1
+
+
 def test_kept_caches_stay_within_the_byte_budget_but_a_whole_round_is_kept_for_its_next_turn(model):
     first = [EngineRequest(list(range(1, 9 + i)), 3, seed=i) for i in range(6)]
     reused = {}

@@ -1,0 +1,70 @@
+"""Episodes' later turns in the engine's static sessions: each turn continuing the keys and values its
+row left (now) against each turn prefilling its whole context again (the baseline, ``reuse_prefix=False``).
+
+``--episodes`` episodes play ``--turns`` turns at once through one engine, as GRPO's rollouts do: the
+first prompt is ``--prompt`` ids of real text (pdbgym's source, through the embedded tokenizer), each
+turn samples up to ``--new`` ids, and the next turn's prompt is the last one, what it sampled and a
+"tool output" of ``--tool`` ids. Both arms run in one process on the embedded SmolLM2-135M, one after
+the other; printed: seconds, prefill ids, the engine's prefill seconds, and the ratio.
+
+    .venv/bin/python bench/static_reuse.py [--device cpu|cuda] [--episodes 8] [--turns 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def play(engine, first: list[int], tool: list[int], turns: int, new: int, seed: int) -> int:
+    from pdbgym.engine import EngineRequest
+
+    prompt, sampled = list(first), 0
+    for turn in range(turns):
+        result = engine.submit(EngineRequest(prompt, new, temperature=1.0, seed=seed * 100 + turn)).result()
+        sampled += len(result.ids)
+        prompt = prompt + result.ids + tool
+    return sampled
+
+
+def main() -> None:
+    from pdbgym.engine import EngineSettings, LocalEngine
+    from pdbgym.modelload import EMBEDDED, load_model
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--episodes", type=int, default=8)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--prompt", type=int, default=600)
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--tool", type=int, default=100)
+    args = parser.parse_args()
+    loaded = load_model(EMBEDDED, device=args.device)
+    text = (Path(__file__).resolve().parents[1] / "pdbgym" / "engine" / "core.py").read_text()
+    ids = loaded.tokenizer(text)["input_ids"]
+    firsts = [ids[i * 7:i * 7 + args.prompt] for i in range(args.episodes)]
+    tool = ids[-args.tool:]
+    figures = {}
+    for reuse in (False, True):
+        engine = LocalEngine(loaded.model, set(), loaded.tokenizer.pad_token_id or 0,
+                             EngineSettings(static=True, reuse_prefix=reuse))
+        engine.expect(args.episodes, args.prompt + args.turns * (args.new + args.tool))
+        play(engine, firsts[0], tool, 1, 2, 0)  # the shape's first use (capture or compile) outside the clock
+        engine.stats.prefill_tokens = engine.stats.prefill_seconds = 0
+        started = time.perf_counter()
+        with ThreadPoolExecutor(args.episodes) as pool:
+            sampled = sum(pool.map(lambda e: play(engine, firsts[e], tool, args.turns, args.new, e),
+                                   range(args.episodes)))
+        seconds = time.perf_counter() - started
+        figures[reuse] = seconds
+        print(f"{'kept caches continued' if reuse else 'whole context each turn (baseline)':36s} "
+              f"{args.episodes} episodes x {args.turns} turns on {args.device}: {seconds:.2f} s, {sampled} ids "
+              f"sampled, {engine.stats.prefill_tokens} ids prefilled in {engine.stats.prefill_seconds:.2f} s")
+        engine.close()
+    print(f"speedup of the kept caches: {figures[False] / figures[True]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
