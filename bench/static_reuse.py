@@ -55,7 +55,7 @@ def main() -> None:
         engine.stats.prefill_tokens = engine.stats.prefill_seconds = 0
         started = time.perf_counter()
         with ThreadPoolExecutor(args.episodes) as pool:
-            sampled = sum(pool.map(lambda e: play(engine, firsts[e], tool, args.turns, args.new, e),
+            sampled = sum(pool.map(lambda e, engine=engine: play(engine, firsts[e], tool, args.turns, args.new, e),
                                    range(args.episodes)))
         seconds = time.perf_counter() - started
         figures[reuse] = seconds
