@@ -133,9 +133,9 @@ class EngineSettings:
             forward once per shape (about a second), ``compiled`` has transformers compile it
             (``get_compiled_call``: inductor kernels, tens of seconds per shape). Default ``capture``.
         reuse_prefix: keep each request's KV cache for a later prompt that extends it (an episode's next
-            turn), so only the new part is prefilled (dynamic path). Default True.
-        prefix_bytes: how many bytes of kept KV caches the dynamic path holds beyond the last round's
-            rows and ``PREFIXES_KEPT`` (oldest dropped first). Default 2 GiB.
+            turn), so only the new part is prefilled (both paths). Default True.
+        prefix_bytes: how many bytes of kept KV caches are held beyond ``PREFIXES_KEPT`` and, on the
+            dynamic path, the last round's rows (oldest dropped first). Default 2 GiB.
         session_bytes: how many bytes a static session's cache may take so that longer prompts than
             its first rows' (the later turns of the same episodes, up to the length given to ``expect``)
             join it while it runs; a session never gets less than its first rows need. Each decode step
@@ -589,7 +589,7 @@ class LocalEngine:
             if problem:
                 log.info("engine: batched rows re-prefill every turn: %s", problem)
         self._prefixes.insert(0, _Prefix(ids, kept, cache_bytes(kept)))
-        self._trim_prefixes(self._expected)
+        self._trim_prefixes(0)  # within prefix_bytes: a static session may hold many long rows
 
     def _dynamic_round(self, model: Any, rows: list[_Row], release_early: bool = True) -> None:
         """Decode ``rows`` together to their ends. With ``release_early`` a row that ends goes back to its
