@@ -1,6 +1,7 @@
 """The engine's static path on a CUDA device: the captured decode graph samples what the dynamic path
-samples, with log-probs equal to a plain fp32 forward pass, and a request arriving mid-decode joins the
-running batch. Skipped without CUDA (CI has none; run on the GPU machine)."""
+samples, with log-probs equal to a plain fp32 forward pass, a request arriving mid-decode joins the
+running batch, and an episode's next turn continues its kept rows. Skipped without CUDA (CI has none;
+run on the GPU machine)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,17 @@ def test_engines_on_several_threads_capture_and_decode_at_once(cuda_model):
         assert engine.mode == "static" and engine.stats.compiles, engine  # captured, not given up
         for drawn in results[i]:
             assert [r.ids for r in drawn] == [r.ids for r in alone[i]]
+
+
+def test_an_episodes_next_turn_continues_the_rows_kept_from_a_graph_session(cuda_model):
+    from test_engine import next_turns
+
+    engine = LocalEngine(cuda_model, {STOP}, 0, EngineSettings(static=True, min_length=512))
+    first = [EngineRequest(list(range(1, 5 + 7 * i)), 6, temperature=0.9, seed=i) for i in range(3)]
+    second = next_turns(first, engine.generate(first), [40, 41, 42])
+    drawn = engine.generate(second)
+    assert engine.stats.compiles and engine.mode == "static"
+    assert engine.stats.reused_tokens == sum(len(r.prompt_ids) - 3 - 1 for r in second)
+    on_cpu = copy.deepcopy(cuda_model).cpu()
+    for request, result in zip(second, drawn, strict=True):
+        assert result.logprobs == pytest.approx(forward_logprobs(on_cpu, request, result.ids).tolist(), abs=1e-4)
