@@ -71,7 +71,7 @@ SLOT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 LENGTH_STEP = 512  # static cache lengths are multiples of this (a captured graph costs about a second)
 MIN_SLOTS = 8  # a static session leaves room for requests that arrive while it runs
 JOIN_STEPS = 256  # decode steps, at least, during which a static session takes requests that arrive
-PREFIXES_KEPT = 4  # earlier turns' KV caches the dynamic path keeps at least (and every row of the last round)
+PREFIXES_KEPT = 4  # earlier turns' KV caches kept at least (the dynamic path: and every row of the last round)
 
 
 class EngineError(PdbgymError):
