@@ -52,8 +52,12 @@ class DiskGuard:
                 f"{extra_files:,} files)")
 
     def after_step(self) -> tuple[str, str | None]:
-        """(note for the observation, or ""; why the episode ends, or None). Costs nothing while the
-        watcher saw the workspace under its cap since the last step."""
+        """(note for the observation, or ""; why the episode ends, or None). Costs one ``statvfs`` while
+        the watcher saw the workspace under its cap since the last step and the filesystem's free space
+        says nothing was written past it since its last walk; else the workspace is walked now, so an
+        excess written faster than the watcher polls is stopped and told in the same step."""
+        if self.watcher.trips == self._seen_trips and not self._over_after_last_step and self.watcher.looks_over():
+            self.watcher.check()  # written faster than the thread polled (or it was starved): walk now
         tripped = self.watcher.trips > self._seen_trips
         self._seen_trips = self.watcher.trips
         if not tripped and not self._over_after_last_step:

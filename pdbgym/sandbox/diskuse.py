@@ -164,6 +164,7 @@ class DiskWatcher:
         self.peak: DiskUsage | None = None  # the largest usage seen when over the ceiling
         self.last: DiskUsage | None = None  # the latest walk's figures
         self._ceiling = limit
+        self._baseline: tuple[int, int] | None = None  # the filesystem's free bytes and inodes at the last walk
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"disk-watcher {root.name}", daemon=True)
 
@@ -196,7 +197,7 @@ class DiskWatcher:
                                                   or last.files + grown_files > ceiling.files)
             dropped = grown_bytes >= TRIGGER_BYTES or grown_files >= TRIGGER_FILES
             if now >= next_walk or estimate_over or (dropped and now >= earliest):
-                baseline = free  # what is written during the walk shows as growth at the next tick
+                baseline = self._baseline = free  # what is written during the walk shows as growth later
                 try:
                     self.check()
                 except OSError:
@@ -205,6 +206,17 @@ class DiskWatcher:
                 earliest = finished + _TRIGGER_FACTOR * (finished - now)
                 next_walk = finished + max(self.interval_s, _IDLE_FACTOR * (finished - now))
             self._stop.wait(TICK_S)
+
+    def looks_over(self) -> bool:
+        """The thread's cheap estimate, from any thread: the last walk's figures plus what the filesystem
+        lost since (free bytes and inodes, shared with the host, so at worst an overestimate) exceed the
+        ceiling. False before the first walk."""
+        last, baseline, ceiling = self.last, self._baseline, self._ceiling
+        if last is None or baseline is None:
+            return False
+        free = self._free()
+        return (last.bytes + baseline[0] - free[0] > ceiling.bytes
+                or last.files + baseline[1] - free[1] > ceiling.files)
 
     def check(self) -> DiskUsage:
         """Walk once and act as the thread does; return the usage found (before any stopping)."""

@@ -96,3 +96,38 @@ def test_an_honest_episode_hears_nothing_of_the_cap(tiny_task, tmp_path):
 def test_bad_cap_settings_are_refused(tiny_task, bad):
     with DebugEnv(tiny_task, EnvConfig(**bad)) as env, pytest.raises(ValueError, match="must be"):
         env.reset()
+
+
+def test_an_excess_written_while_the_watcher_did_not_poll_is_found_in_the_same_step(tmp_path):
+    from pdbgym.env.diskguard import DiskGuard
+
+    (tmp_path / "repo.py").write_text("x = 1\n")
+    guard = DiskGuard(tmp_path, extra_bytes=16 * 1024**2, extra_files=3000)
+    deadline = time.monotonic() + 10
+    while guard.watcher.last is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    guard.stop()  # a starved watcher thread: it walks no more
+    for i in range(5000):  # over both allowances, not twice over: 5,000 files of 4 KiB (other tests' files
+        # created or deleted meanwhile on the same filesystem move the estimate by less than the margin)
+        (tmp_path / f"f{i}").write_bytes(b"x" * 4096)
+    note, ending = guard.after_step()
+    assert "over its disk cap" in note and ending is None and guard.watcher.trips == 1, note
+    for i in range(5000):
+        (tmp_path / f"f{i}").unlink()
+    note, _ = guard.after_step()
+    assert "back under its disk cap" in note
+
+
+def test_free_space_lost_elsewhere_on_the_filesystem_walks_the_workspace_but_tells_the_agent_nothing(tmp_path):
+    from pdbgym.env.diskguard import DiskGuard
+
+    (tmp_path / "ws").mkdir()
+    guard = DiskGuard(tmp_path / "ws", extra_bytes=16 * 1024**2, extra_files=3000)
+    deadline = time.monotonic() + 10
+    while guard.watcher.last is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    guard.stop()
+    for i in range(5000):  # another episode's files, beside the workspace, on the same filesystem
+        (tmp_path / f"f{i}").write_bytes(b"x" * 4096)
+    assert guard.watcher.looks_over()  # the estimate cannot tell whose files they are
+    assert guard.after_step() == ("", None) and guard.watcher.trips == 0
