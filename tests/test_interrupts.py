@@ -82,7 +82,8 @@ def test_eval_ctrl_c_while_scoring_kl_keeps_the_episodes_and_the_scored_arms(tin
     episodes = (out / "episodes.jsonl").read_text()
     assert episodes.count("\n") == 6
     done, took = interrupt([*common, "--teacher-cache", str(cache)], tmp_path,
-                           lambda: work.is_dir() and any(p.is_file() for p in work.rglob("*")), group=True)
+                           lambda: work.is_dir() and any(p.is_file() and not p.name.endswith(".tmp")  # written,
+                                                         for p in work.rglob("*")), group=True)  # not mid-write
     assert done.returncode == 130, done.stderr[-3000:]
     assert took < STOP_WITHIN_S
     message = " ".join(done.stderr.split())
