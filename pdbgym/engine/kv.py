@@ -68,8 +68,10 @@ def cache_bytes(cache: Any) -> int:
 
 
 def cache_keyword(model: Any) -> str:
-    """The forward() keyword for the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    """The forward() keyword for the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``. A
+    PEFT model passes its keywords on to the model it wraps, whose forward() decides."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
 
 
 def new_static_cache(model: Any, slots: int, length: int) -> Any:

@@ -181,3 +181,16 @@ def test_against_a_bf16_policy_the_check_bounds_the_divergence_not_each_rounded_
     assert "nats a position away from the live policy's" in merged.mismatch(live)
     with pytest.raises(ValueError, match="'float16'"):
         MergedPolicy.of(live, "float16")
+
+
+def test_the_engine_decodes_a_live_peft_policy_with_the_cache_keyword_its_model_takes():
+    import warnings
+
+    live = policy(True).eval()
+    engine = LocalEngine(live, {299}, 0, EngineSettings(static=False))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values.*")  # deprecated in transformers 5.2x
+        result = engine.generate([EngineRequest([1, 2, 3, 4], 6, temperature=1.0, seed=3)])[0]
+    engine.close()
+    scores = torch.log_softmax(logits(live, [1, 2, 3, 4] + result.ids)[3:-1], -1)
+    assert result.logprobs == pytest.approx(scores.gather(-1, torch.tensor(result.ids)[:, None])[:, 0].tolist(), abs=1e-4)
