@@ -550,20 +550,24 @@ class LocalEngine:
         """Keep each row's KV cache (its prompt and every id but the last) for the episode's next turn."""
         if not self.settings.reuse_prefix:
             return
-        if len(rows) > 1:
-            if self._rows_joinable is None:
-                problem = rows_problem(cache)
-                self._rows_joinable = problem is None
-                if problem:
-                    log.info("engine: batched rows re-prefill every turn: %s", problem)
-            if not self._rows_joinable:
-                return
+        if len(rows) > 1 and not self._joinable(cache):
+            return
         for i, row in enumerate(rows):
             ids = list(row.request.prompt_ids) + row.ids[:-1]
             start = width - len(row.request.prompt_ids)
             kept = cache if len(rows) == 1 else cut_row(cache, model, i, start, start + len(ids))
             self._prefixes.insert(0, _Prefix(ids, kept, cache_bytes(kept)))
         self._trim_prefixes(len(rows))
+
+    def _joinable(self, cache: Any) -> bool:
+        """Whether batched rows' caches can be cut and joined by position, learnt from the first ``cache``
+        kept (``kv.rows_problem``) and said once where they cannot."""
+        if self._rows_joinable is None:
+            problem = rows_problem(cache)
+            self._rows_joinable = problem is None
+            if problem:
+                log.info("engine: batched rows re-prefill every turn: %s", problem)
+        return self._rows_joinable
 
     def _trim_prefixes(self, rows: int) -> None:
         """Drop the oldest kept caches beyond ``prefix_bytes``; the newest ``rows`` (and
@@ -583,11 +587,7 @@ class LocalEngine:
             return
         ids = list(row.request.prompt_ids) + row.ids[:-1]
         kept = cut_row(shape.cache, model, row.slot, end - len(ids), end)
-        if self._rows_joinable is None:  # the rows of a static session's joiners are joined by position
-            problem = rows_problem(kept)
-            self._rows_joinable = problem is None
-            if problem:
-                log.info("engine: batched rows re-prefill every turn: %s", problem)
+        self._joinable(kept)  # a static session's joiners with kept rows are joined by position
         self._prefixes.insert(0, _Prefix(ids, kept, cache_bytes(kept)))
         self._trim_prefixes(0)  # within prefix_bytes: a static session may hold many long rows
 

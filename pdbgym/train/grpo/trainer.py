@@ -59,6 +59,7 @@ from pdbgym.train.grpo.schedules import (
 from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
 
 logger = logging.getLogger(__name__)
+MERGED_DTYPES = {"merged": "policy", "merged-float32": "float32"}  # --rollout-weights -> the copy's dtype
 
 RECIPE_STATE_FILE = "pdbgym_recipe_state.json"
 
@@ -204,10 +205,10 @@ class PdbgymRollout:
         """One engine for the run. With ``rollout_weights = "merged"`` it decodes from a merged copy of the
         policy (``MergedPolicy``), refreshed from the live weights before every batch of episodes; else
         (or where the copy cannot be made, said once) from the live PEFT model itself."""
-        if self._merged is None and self.config.rollout_weights.startswith("merged") and not self._merge_refused:
+        copy_dtype = MERGED_DTYPES.get(self.config.rollout_weights)
+        if self._merged is None and copy_dtype is not None and not self._merge_refused:
             with seams.unwrapped_for_generation(trainer) as live:
-                self._merged, why = MergedPolicy.of(live, "float32" if self.config.rollout_weights.endswith("float32")
-                                                    else "policy")
+                self._merged, why = MergedPolicy.of(live, copy_dtype)
             if self._merged is None:
                 self._merge_refused, self._merge_why = True, why
                 logger.warning("GRPO rollouts decode from the live PEFT model: a merged copy %s", why)
