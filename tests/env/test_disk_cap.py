@@ -23,7 +23,7 @@ MiB = 1024**2
 WRITE_5_X_60 = (r'''!exec("for i in range(5):\n    with open('big%d.bin' % i, 'wb') as f:\n'''
                 r'''        for _ in range(60): f.write(b'x' * 1000 * 1000)")''')
 # Up to 39,000 files: just under the gross excess (twice the 20,000 allowed), so however late a loaded
-# machine's watcher walks past the cap (a window of 19,000 files), the episode goes on and is told.
+# machine's watcher walks, the episode goes on and is told in the same step.
 WRITE_39000_FILES = (r'''!exec("import os\nos.makedirs('many', exist_ok=True)\n'''
                      r'''for i in range(39000): open('many/f%d' % i, 'w').close()")''')
 BACKGROUND_WRITER = (r'''!import subprocess, sys; subprocess.Popen([sys.executable, '-c', "import itertools\n'''
@@ -61,7 +61,9 @@ def test_many_small_files_are_stopped_and_an_episode_left_over_the_cap_ends(tiny
         obs, done, _ = env.step(Action("pdb", {"command": WRITE_39000_FILES}))
         usage = measure(env.ws)
         assert not done and "[disk cap]" in obs and "over its disk cap" in obs and "20,000 files" in obs, obs
-        assert cap.files < usage.files < 39_000, usage.describe()  # stopped before it was done
+        # Whether the watcher stopped the writer mid-way depends on the machine's load (on CI's two busy
+        # cores it walked after all 39,000 were written); the step's own check tells the agent either way.
+        assert cap.files < usage.files <= cap.files + 19_001, usage.describe()  # the repo, 39,000 files, many/
         obs, done, info = env.step(Action("pdb", {"command": "p 1"}))  # not deleting: the episode ends
         assert done and info["termination_reason"] == "other", obs
         assert "still over its disk cap" in obs and "The episode ends." in obs
