@@ -17,9 +17,11 @@ pending as one batch. Two ways to decode, chosen per engine:
 - **dynamic** (CPU, and wherever the static cache does not fit the model): transformers'
   ``DynamicCache``, the pending requests decoded together round by round. A request continues the KV
   cache of an earlier turn whose ids are a prefix of its prompt (an episode's trajectory only grows), so
-  only the new suffix is prefilled; in a round of several rows each row's cache is extended on its own
-  and the rows are joined, right-aligned, into one batch (``kv.join_rows``), then cut apart again to be
-  kept for the next turn.
+  only the new suffix is prefilled. The rows of a round that continue kept caches are extended in one
+  forward pass: their caches joined, right-aligned (``kv.join_rows``), each new part right-padded after
+  them, and each row moved back to end at the last column (``kv.right_align``); the rows are cut apart
+  again to be kept for the next turn. A prefill projects only the columns it samples from on the
+  vocabulary (``logits_to_keep``).
 
 Sampling is ``pdbgym.engine.draw``: exactly temperature and top-p (and a grammar mask where a request
 carries one), nothing taken from the model's ``generation_config``; ids and log-probs come from the
@@ -48,9 +50,11 @@ from pdbgym.engine.kv import (
     cache_keyword,
     cut_row,
     join_rows,
+    keeps_logits,
     new_dynamic_cache,
     new_static_cache,
     place_rows,
+    right_align,
     rows_problem,
     set_head,
     static_cache_problem,
@@ -251,6 +255,7 @@ class LocalEngine:
         self.device = next(model.parameters()).device
         self.stats = EngineStats()
         self._keyword = cache_keyword(model)
+        self._keeps_logits = keeps_logits(model)
         self._static_reason: str | None = None  # why the static path is off, when it is
         self._trialled = False
         self._static = self._use_static()
@@ -405,11 +410,22 @@ class LocalEngine:
         return True
 
     def _forward(self, model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 cache: Any, step: Callable[..., Any] | None = None) -> torch.Tensor:
+                 cache: Any, step: Callable[..., Any] | None = None, last: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits ([rows, vocab]) at each row's ``last`` column of ``ids`` (default: the last column of
+        all). With ``last`` only those columns are projected on the vocabulary (``logits_to_keep``, where the
+        model takes it): a prefill's other positions' logits are never wanted."""
         call = step or model
-        out = call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                   **{self._keyword: cache})
-        return out.logits[:, -1, :]
+        if last is None:
+            return call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                        **{self._keyword: cache}).logits[:, -1, :]
+        rows = torch.arange(len(last), device=last.device)
+        if not self._keeps_logits:
+            return call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                        **{self._keyword: cache}).logits[rows, last]
+        columns, which = torch.unique(last, return_inverse=True)  # one list of columns for every row
+        logits = call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                      logits_to_keep=columns, **{self._keyword: cache}).logits
+        return logits[rows, which]
 
     def _release(self) -> None:
         """Hand the held results to their callers."""
@@ -476,7 +492,8 @@ class LocalEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = new_dynamic_cache(model)
         started = time.perf_counter()
-        logits = self._forward(model, ids, mask, positions, cache)
+        last = torch.full((len(rows),), width - 1, dtype=torch.long, device=self.device)
+        logits = self._forward(model, ids, mask, positions, cache, last=last)
         if self.device.type == "cuda":
             _synchronize()
         self.stats.prefill_seconds += time.perf_counter() - started
@@ -495,56 +512,71 @@ class LocalEngine:
                 return prefix
         return None
 
-    def _extend(self, model: Any, row: _Row, prefix: _Prefix) -> torch.Tensor:
-        """Prefill only the part of ``row``'s prompt past ``prefix`` into the prefix's cache (one row);
-        returns the last position's logits ([1, vocab])."""
-        prompt = list(row.request.prompt_ids)
-        feed = torch.tensor([prompt[len(prefix.ids):]], dtype=torch.long, device=self.device)
-        mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
-        positions = torch.arange(len(prefix.ids), len(prompt), device=self.device)[None, :]
+    def _extend(self, model: Any, rows: Sequence[_Row], prefixes: Sequence[_Prefix]) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """Prefill, in one forward pass, the part of each row's prompt past its kept prefix (an earlier
+        turn of its episode): the prefixes joined right-aligned, each row's new part right-padded after
+        them. Returns the first logits, one cache with every row right-aligned at its prompt's end and the
+        attention mask, as ``_prefill`` does."""
+        kept = [len(p.ids) for p in prefixes]
+        new = [len(r.request.prompt_ids) - k for r, k in zip(rows, kept, strict=True)]
+        width, span = max(kept), max(new)
+        cache = prefixes[0].cache if len(rows) == 1 else join_rows([p.cache for p in prefixes], model, width)
+        ids = torch.full((len(rows), span), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width + span), dtype=torch.long)
+        for i, (row, k, n) in enumerate(zip(rows, kept, new, strict=True)):
+            ids[i, :n] = torch.tensor(list(row.request.prompt_ids[k:]), dtype=torch.long)
+            mask[i, width - k:width + n] = 1  # a pad after a row's new part is later than every id it has
+            row.position = k + n
+        positions = torch.tensor(kept)[:, None] + torch.arange(span)[None, :]
+        ends = torch.tensor(new, device=self.device)
         started = time.perf_counter()
-        logits = self._forward(model, feed, mask, positions, prefix.cache)
+        logits = self._forward(model, ids.to(self.device), mask.to(self.device), positions.to(self.device),
+                               cache, last=ends - 1)
+        if len(rows) > 1:
+            cache = right_align(cache, model, ends + width, max(r.position for r in rows))
+        if self.device.type == "cuda":
+            _synchronize()
         self.stats.prefill_seconds += time.perf_counter() - started
-        row.position = len(prompt)
         self.stats.prefills += 1
-        self.stats.prefill_tokens += feed.shape[1]
-        self.stats.reused_tokens += len(prefix.ids)
-        return logits
+        self.stats.prefill_tokens += sum(new)
+        self.stats.reused_tokens += sum(kept)
+        return logits, cache, self._right_mask(rows)
+
+    def _right_mask(self, rows: Sequence[_Row]) -> torch.Tensor:
+        """The attention mask of ``rows`` right-aligned at their positions ([rows, longest])."""
+        width = max(r.position for r in rows)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            mask[i, width - row.position:] = 1
+        return mask.to(self.device)
 
     def _start_rows(self, model: Any, rows: list[_Row]) -> tuple[torch.Tensor, Any, torch.Tensor]:
-        """The first logits of every row, their KV cache (left-padded, one row each) and attention mask.
+        """The first logits of every row, their KV cache (right-aligned) and attention mask.
 
-        A row whose prompt extends a kept prefix (an earlier turn of its episode) prefills only the new
-        part into that prefix's cache; the others are prefilled together. Several rows are then joined
-        into one cache, right-aligned, which is possible where the cache's columns are positions
+        The rows whose prompts extend a kept prefix (an earlier turn of their episodes) prefill only their
+        new parts, together in one pass; the others are prefilled together afresh. The two groups are then
+        joined into one cache, which is possible where the cache's columns are positions
         (``kv.rows_problem``); where they are not, every row is prefilled afresh, together.
         """
         reuse = self.settings.reuse_prefix and (len(rows) == 1 or self._rows_joinable)
         prefixes = [self._reusable(r.request.prompt_ids) if reuse else None for r in rows]
-        if not any(prefixes):
-            return self._prefill(model, rows)
-        if len(rows) == 1:
-            logits = self._extend(model, rows[0], prefixes[0])
-            return logits, prefixes[0].cache, torch.ones((1, rows[0].position), dtype=torch.long, device=self.device)
         fresh = [r for r, p in zip(rows, prefixes, strict=True) if p is None]
+        extended = [(r, p) for r, p in zip(rows, prefixes, strict=True) if p is not None]
+        if not extended:
+            return self._prefill(model, rows)
+        if not fresh:
+            return self._extend(model, rows, [p for _, p in extended])
         firsts: dict[int, torch.Tensor] = {}
         caches: dict[int, Any] = {}
-        if fresh:
-            logits, cache, mask = self._prefill(model, fresh)
+        for group, (logits, cache, mask) in (
+                (fresh, self._prefill(model, fresh)),
+                ([r for r, _ in extended], self._extend(model, [r for r, _ in extended], [p for _, p in extended]))):
             width = mask.shape[1]
-            for i, row in enumerate(fresh):
+            for i, row in enumerate(group):
                 firsts[id(row)] = logits[i:i + 1]
                 caches[id(row)] = cut_row(cache, model, i, width - row.position, width)
-        for row, prefix in zip(rows, prefixes, strict=True):
-            if prefix is not None:
-                firsts[id(row)] = self._extend(model, row, prefix)
-                caches[id(row)] = prefix.cache
-        width = max(r.position for r in rows)
-        mask = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
-        for i, row in enumerate(rows):
-            mask[i, width - row.position:] = 1
-        cache = join_rows([caches[id(r)] for r in rows], model, width)
-        return torch.cat([firsts[id(r)] for r in rows]), cache, mask
+        cache = join_rows([caches[id(r)] for r in rows], model, max(r.position for r in rows))
+        return torch.cat([firsts[id(r)] for r in rows]), cache, self._right_mask(rows)
 
     def _keep(self, model: Any, rows: list[_Row], cache: Any, width: int) -> None:
         """Keep each row's KV cache (its prompt and every id but the last) for the episode's next turn."""

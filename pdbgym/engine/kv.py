@@ -61,6 +61,18 @@ def join_rows(caches: list[Any], model: Any, width: int) -> Any:
     return out
 
 
+def right_align(cache: Any, model: Any, ends: torch.Tensor, width: int) -> Any:
+    """A dynamic cache whose row i holds ``cache``'s row i columns ``[ends[i] - width, ends[i])``: rows that
+    end at different columns, right-aligned in ``width`` columns (a column before 0 repeats column 0,
+    which the attention mask hides, as ``join_rows``' zeros)."""
+    out = new_dynamic_cache(model)
+    columns = (ends[:, None] - width + torch.arange(width, device=ends.device)).clamp(min=0)
+    for index, layer in enumerate(cache.layers):
+        take = columns[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+        out.update(torch.gather(layer.keys, 2, take), torch.gather(layer.values, 2, take), index)
+    return out
+
+
 def cache_bytes(cache: Any) -> int:
     """Bytes held by the keys and values of ``cache``."""
     return sum(t.numel() * t.element_size() for layer in getattr(cache, "layers", ())
@@ -72,6 +84,13 @@ def cache_keyword(model: Any) -> str:
     PEFT model passes its keywords on to the model it wraps, whose forward() decides."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
+
+def keeps_logits(model: Any) -> bool:
+    """Whether ``model``'s forward() takes ``logits_to_keep`` (the columns to project on the vocabulary),
+    looked up on the model a PEFT model wraps, as ``cache_keyword`` does."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(inner.forward).parameters
 
 
 def new_static_cache(model: Any, slots: int, length: int) -> Any:

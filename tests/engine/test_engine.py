@@ -206,6 +206,27 @@ def test_batched_episodes_prefill_only_each_turns_new_part_and_sample_what_a_fre
     assert [r.ids for r in results] == [r.ids for r in fresh.generate(mixed)]
 
 
+@pytest.mark.parametrize("static,keeps_logits", [(False, True), (True, True), (False, False)])
+def test_episodes_whose_new_parts_differ_in_length_continue_in_one_prefill_pass(model, static, keeps_logits):
+    """Four episodes' next turns, tool outputs of 1 to 8 ids: one forward pass prefills every new part
+    (right-padded after the joined prefixes), with the log-probs of a plain forward pass; also for a model
+    whose forward() takes no ``logits_to_keep`` (every column's logits computed, each row's picked)."""
+    engine = LocalEngine(model, {STOP}, 0, EngineSettings(static=static, min_length=64))
+    if not keeps_logits:
+        engine._keeps_logits = False
+    first = [EngineRequest(list(range(1, 5 + 7 * i)), 6, temperature=0.9, seed=i) for i in range(4)]
+    results = engine.generate(first)
+    tools = [[40], [41, 42, 43, 44, 45], [46, 47], [48, 49, 50, 51, 52, 53, 54, 55]]
+    second = [EngineRequest(list(r.prompt_ids) + res.ids + tool, 6, temperature=0.9, seed=r.seed + 100)
+              for r, res, tool in zip(first, results, tools, strict=True)]
+    prefills, reused = engine.stats.prefills, engine.stats.reused_tokens
+    for request, result in zip(second, engine.generate(second), strict=True):
+        assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
+    assert engine.stats.prefills - prefills == 1
+    assert engine.stats.reused_tokens - reused == sum(len(r.prompt_ids) + len(res.ids) - 1
+                                                      for r, res in zip(first, results, strict=True))
+
+
 def test_a_static_session_keeps_each_ended_row_so_its_episodes_next_turn_prefills_only_the_new_part(model):
     first = [EngineRequest(list(range(1, 5 + 7 * i)), 6, temperature=0.9, seed=i) for i in range(3)]
     reusing, fresh = (LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64, reuse_prefix=r))
