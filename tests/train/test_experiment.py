@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from homefixtures import fresh_home
 
+from pdbgym.episode_defaults import GRPO_TEMPERATURE
 from pdbgym.train.experiment.config import ExperimentError, load_experiment
 from pdbgym.train.experiment.report import learning_check
 
@@ -42,7 +43,7 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
                     "## Stop at peak", "| grpo |", "| sft - base |",
                     "## Held-out pass@1 by rung of the task ladder", "Wrong-site fixation: no held-out task",
-                    "### On-policy solve rate by rung of the task ladder"):
+                    "### On-policy solve rate by rung of the task ladder", "Model arms sample at T = 1 "):
         assert section in report, section
     summary = json.loads((out / "eval-summary.json").read_text())
     assert set(summary["arms"]) == {"base", "sft", "grpo", "oracle"} and summary["arms"]["oracle"]["solved"] > 0
@@ -75,6 +76,11 @@ def test_the_repository_file_loads_and_settings_errors_are_named(tmp_path):
         load_experiment(bad)
     with pytest.raises(ExperimentError, match="quick"):
         load_experiment(bad, quick=True)
+    # the held-out arms sample as GRPO's rollouts do unless the file says otherwise; a bad value is named
+    assert load_experiment(REPO_FILE).eval.temperature == GRPO_TEMPERATURE == 1.0
+    bad.write_text('name = "x"\n[tasks]\nfamilies = { ladder0 = 2 }\n[eval]\ntemperature = -0.5\n')
+    with pytest.raises(ExperimentError, match="temperature = -0.5"):
+        load_experiment(bad)
     with pytest.raises(ExperimentError, match="no such experiment file"):
         load_experiment(tmp_path / "missing.toml")
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from pdbgym.episode_defaults import GRPO_TEMPERATURE
 from pdbgym.errors import PdbgymError
 
 VERSION = 1
@@ -72,6 +73,10 @@ class EvalSettings:
     runs: int = 4
     k: list[int] = field(default_factory=lambda: [1])
     kl_tokens: int = 1024
+    # The model arms sample as GRPO's rollouts do: the policy GRPO trains is the T = 1 sampler, and a
+    # cooler draw measures another one (on the lowest rung the SFT model solves nearly every held-out
+    # task at 0.7, so no gain can show there).
+    temperature: float = GRPO_TEMPERATURE
 
 
 @dataclass(frozen=True)
@@ -142,4 +147,6 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
     bad_k = [k for k in config.eval.k if not 1 <= k <= config.eval.runs]
     if bad_k:
         raise ExperimentError(f"{path}: [eval] k = {bad_k} needs 1 <= k <= runs ({config.eval.runs})")
+    if config.eval.temperature < 0:
+        raise ExperimentError(f"{path}: [eval] temperature = {config.eval.temperature} must be >= 0 (0: greedy)")
     return config

@@ -176,7 +176,8 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         [g.get("checkpoint"), g.get("step"), _ci(g.get("pass_at_1"))] for g in gates]) + [""]
     arms = summary.get("arms", {})
     ks = [f"pass@{k}" for k in config.eval.k if k > 1]
-    lines += ["## Held-out test split", ""] + md_table(
+    lines += ["## Held-out test split", "", f"Model arms sample at T = {config.eval.temperature:g} "
+              f"({config.eval.runs} runs a task).", ""] + md_table(
         ["arm", "pass@1 [95% CI]", *ks, "valid tool calls", "wrong-site fixation", "KL to the oracle (nats/token) [95% CI]"], [
             [arm, _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks),
              pct((validity.get(arm) or {}).get("rate")), _ci((block.get("wrong_site") or {}).get("rate")),

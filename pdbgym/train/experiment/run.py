@@ -223,6 +223,7 @@ def _eval(config: ExperimentConfig, out: Path, device: str, workers: int) -> dic
         arms=[f"{k}={v}" for k, v in arms.items()], tasks=str(out / "tasks" / "test"), runs=config.eval.runs,
         out=out / "eval", turn_budget=config.episodes.turn_budget, max_new_tokens=config.episodes.max_new_tokens,
         max_context_tokens=config.episodes.max_context_tokens, ks=list(config.eval.k), seed=config.seed,
+        temperature=config.eval.temperature,
         executor=ExecutorConfig(workers=workers), json_out=out / "eval-summary.json", device=device,
         title=f"{config.name}: held-out evaluation"))
     summary = json.loads((out / "eval-summary.json").read_text())
