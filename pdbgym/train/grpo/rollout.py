@@ -251,14 +251,16 @@ def episode_metrics(samples: Sequence[EpisodeSample], rungs: Callable[[str], int
 
 ENGINE_METRICS = (("busy_seconds", "engine/busy_s"), ("prefill_seconds", "engine/prefill_s"),
                   ("draw_seconds", "engine/draw_s"), ("decode_steps", "engine/decode_steps"),
-                  ("batches", "engine/sessions"), ("prefill_tokens", "engine/prefill_tokens"))
+                  ("batches", "engine/sessions"), ("prefill_tokens", "engine/prefill_tokens"),
+                  ("prefills", "engine/prefills"))
 
 
 def engine_metrics(before: EngineStats | None, after: EngineStats) -> dict[str, float]:
     """What the engine did between two reads of its stats (``before`` None: since it started).
 
     ``engine/busy_s``: seconds inside batches (decoding, prefilling, drawing), of which
-    ``engine/prefill_s`` prefilling and ``engine/draw_s`` sampling and bookkeeping; ``engine/sessions``:
+    ``engine/prefill_s`` prefilling (``engine/prefills`` forward passes of ``engine/prefill_tokens`` ids)
+    and ``engine/draw_s`` sampling and bookkeeping; ``engine/sessions``:
     static sessions or dynamic rounds started; ``engine/live_rows``: mean rows live per decode step (how
     full the batch ran).
     """
