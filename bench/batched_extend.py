@@ -14,10 +14,7 @@ prefilled, the engine's prefill seconds, and the ratio.
 
 from __future__ import annotations
 
-import argparse
-import time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from static_reuse import setup, timed  # the same command line and episode loop (bench/ is this folder)
 
 
 def row_by_row_engine():
@@ -39,46 +36,16 @@ def row_by_row_engine():
     return RowByRow
 
 
-def play(engine, first: list[int], tool: list[int], turns: int, new: int, seed: int) -> int:
-    from pdbgym.engine import EngineRequest
-
-    prompt, sampled = list(first), 0
-    for turn in range(turns):
-        result = engine.submit(EngineRequest(prompt, new, temperature=1.0, seed=seed * 100 + turn)).result()
-        sampled += len(result.ids)
-        prompt = prompt + result.ids + tool
-    return sampled
-
-
 def main() -> None:
     from pdbgym.engine import EngineSettings, LocalEngine
-    from pdbgym.modelload import EMBEDDED, load_model
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--episodes", type=int, default=8)
-    parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--prompt", type=int, default=600)
-    parser.add_argument("--new", type=int, default=32)
-    parser.add_argument("--tool", type=int, default=20)
-    args = parser.parse_args()
-    loaded = load_model(EMBEDDED, device=args.device)
-    text = (Path(__file__).resolve().parents[1] / "pdbgym" / "engine" / "core.py").read_text()
-    ids = loaded.tokenizer(text)["input_ids"]
-    firsts = [ids[i * 7:i * 7 + args.prompt] for i in range(args.episodes)]
+    args, loaded, ids, firsts = setup(20)
     tools = [ids[-(args.tool + 30 * e):] for e in range(args.episodes)]
-    longest = args.prompt + args.turns * (args.new + len(tools[-1]))
     figures = {}
     for name, kind in (("one pass per row (baseline)", row_by_row_engine()), ("one pass for all rows", LocalEngine)):
         engine = kind(loaded.model, set(), loaded.tokenizer.pad_token_id or 0, EngineSettings(static=True))
-        engine.expect(args.episodes, longest)
-        play(engine, firsts[0], tools[0], 1, 2, 0)  # the shape's first use (capture or compile) outside the clock
-        engine.stats.prefill_tokens = engine.stats.prefill_seconds = engine.stats.prefills = 0
-        started = time.perf_counter()
-        with ThreadPoolExecutor(args.episodes) as pool:
-            sampled = sum(pool.map(lambda e, engine=engine: play(engine, firsts[e], tools[e], args.turns, args.new, e),
-                                   range(args.episodes)))
-        seconds = time.perf_counter() - started
+        engine.expect(args.episodes, args.prompt + args.turns * (args.new + len(tools[-1])))
+        seconds, sampled = timed(engine, args, firsts, tools)
         figures[name] = seconds
         print(f"{name:28s} {args.episodes} episodes x {args.turns} turns on {args.device}: {seconds:.2f} s, "
               f"{sampled} ids sampled, {engine.stats.prefills} prefill passes, {engine.stats.prefill_tokens} ids "

@@ -29,8 +29,9 @@ def play(engine, first: list[int], tool: list[int], turns: int, new: int, seed: 
     return sampled
 
 
-def main() -> None:
-    from pdbgym.engine import EngineSettings, LocalEngine
+def setup(tool: int) -> tuple:
+    """The command line (``--tool`` defaulting to ``tool``), the embedded model and its tokenizer, the
+    ids of real text and each episode's first prompt."""
     from pdbgym.modelload import EMBEDDED, load_model
 
     parser = argparse.ArgumentParser()
@@ -39,25 +40,37 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--prompt", type=int, default=600)
     parser.add_argument("--new", type=int, default=32)
-    parser.add_argument("--tool", type=int, default=100)
+    parser.add_argument("--tool", type=int, default=tool)
     args = parser.parse_args()
     loaded = load_model(EMBEDDED, device=args.device)
     text = (Path(__file__).resolve().parents[1] / "pdbgym" / "engine" / "core.py").read_text()
     ids = loaded.tokenizer(text)["input_ids"]
-    firsts = [ids[i * 7:i * 7 + args.prompt] for i in range(args.episodes)]
+    return args, loaded, ids, [ids[i * 7:i * 7 + args.prompt] for i in range(args.episodes)]
+
+
+def timed(engine, args, firsts: list[list[int]], tools: list[list[int]]) -> tuple[float, int]:
+    """Seconds and ids sampled for every episode played at once (episode e with tool output ``tools[e]``),
+    the shape's first use (capture or compile) and the engine's counters reset outside the clock."""
+    play(engine, firsts[0], tools[0], 1, 2, 0)
+    engine.stats.prefill_tokens = engine.stats.prefill_seconds = engine.stats.prefills = 0
+    started = time.perf_counter()
+    with ThreadPoolExecutor(args.episodes) as pool:
+        sampled = sum(pool.map(lambda e: play(engine, firsts[e], tools[e], args.turns, args.new, e),
+                               range(args.episodes)))
+    return time.perf_counter() - started, sampled
+
+
+def main() -> None:
+    from pdbgym.engine import EngineSettings, LocalEngine
+
+    args, loaded, ids, firsts = setup(100)
     tool = ids[-args.tool:]
     figures = {}
     for reuse in (False, True):
         engine = LocalEngine(loaded.model, set(), loaded.tokenizer.pad_token_id or 0,
                              EngineSettings(static=True, reuse_prefix=reuse))
         engine.expect(args.episodes, args.prompt + args.turns * (args.new + args.tool))
-        play(engine, firsts[0], tool, 1, 2, 0)  # the shape's first use (capture or compile) outside the clock
-        engine.stats.prefill_tokens = engine.stats.prefill_seconds = 0
-        started = time.perf_counter()
-        with ThreadPoolExecutor(args.episodes) as pool:
-            sampled = sum(pool.map(lambda e, engine=engine: play(engine, firsts[e], tool, args.turns, args.new, e),
-                                   range(args.episodes)))
-        seconds = time.perf_counter() - started
+        seconds, sampled = timed(engine, args, firsts, [tool] * args.episodes)
         figures[reuse] = seconds
         print(f"{'kept caches continued' if reuse else 'whole context each turn (baseline)':36s} "
               f"{args.episodes} episodes x {args.turns} turns on {args.device}: {seconds:.2f} s, {sampled} ids "
