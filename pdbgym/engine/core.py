@@ -410,22 +410,21 @@ class LocalEngine:
         return True
 
     def _forward(self, model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 cache: Any, step: Callable[..., Any] | None = None, last: torch.Tensor | None = None) -> torch.Tensor:
+                 cache: Any, step: Callable[..., Any] | None = None, last: Sequence[int] | None = None) -> torch.Tensor:
         """The logits ([rows, vocab]) at each row's ``last`` column of ``ids`` (default: the last column of
-        all). With ``last`` only those columns are projected on the vocabulary (``logits_to_keep``, where the
-        model takes it): a prefill's other positions' logits are never wanted."""
+        all). Where the model takes ``logits_to_keep``, a prefill projects only those columns on the
+        vocabulary (the columns are known on the host: no device sync)."""
         call = step or model
+        columns = sorted(set(last)) if last is not None else [ids.shape[1] - 1]
+        keep = ({"logits_to_keep": torch.tensor(columns, device=ids.device)}
+                if self._keeps_logits and ids.shape[1] > 1 else {})
+        logits = call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep,
+                      **{self._keyword: cache}).logits
         if last is None:
-            return call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                        **{self._keyword: cache}).logits[:, -1, :]
-        rows = torch.arange(len(last), device=last.device)
-        if not self._keeps_logits:
-            return call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                        **{self._keyword: cache}).logits[rows, last]
-        columns, which = torch.unique(last, return_inverse=True)  # one list of columns for every row
-        logits = call(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                      logits_to_keep=columns, **{self._keyword: cache}).logits
-        return logits[rows, which]
+            return logits[:, -1, :]
+        at = {column: i for i, column in enumerate(columns)} if keep else None
+        picked = [at[column] for column in last] if at else list(last)
+        return logits[torch.arange(len(picked), device=logits.device), torch.tensor(picked, device=logits.device)]
 
     def _release(self) -> None:
         """Hand the held results to their callers."""
@@ -492,8 +491,7 @@ class LocalEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = new_dynamic_cache(model)
         started = time.perf_counter()
-        last = torch.full((len(rows),), width - 1, dtype=torch.long, device=self.device)
-        logits = self._forward(model, ids, mask, positions, cache, last=last)
+        logits = self._forward(model, ids, mask, positions, cache)
         if self.device.type == "cuda":
             _synchronize()
         self.stats.prefill_seconds += time.perf_counter() - started
@@ -528,12 +526,12 @@ class LocalEngine:
             mask[i, width - k:width + n] = 1  # a pad after a row's new part is later than every id it has
             row.position = k + n
         positions = torch.tensor(kept)[:, None] + torch.arange(span)[None, :]
-        ends = torch.tensor(new, device=self.device)
         started = time.perf_counter()
         logits = self._forward(model, ids.to(self.device), mask.to(self.device), positions.to(self.device),
-                               cache, last=ends - 1)
+                               cache, last=[n - 1 for n in new])
         if len(rows) > 1:
-            cache = right_align(cache, model, ends + width, max(r.position for r in rows))
+            ends = torch.tensor(new, device=self.device) + width
+            cache = right_align(cache, model, ends, max(r.position for r in rows))
         if self.device.type == "cuda":
             _synchronize()
         self.stats.prefill_seconds += time.perf_counter() - started
@@ -561,16 +559,16 @@ class LocalEngine:
         reuse = self.settings.reuse_prefix and (len(rows) == 1 or self._rows_joinable)
         prefixes = [self._reusable(r.request.prompt_ids) if reuse else None for r in rows]
         fresh = [r for r, p in zip(rows, prefixes, strict=True) if p is None]
-        extended = [(r, p) for r, p in zip(rows, prefixes, strict=True) if p is not None]
-        if not extended:
+        continued = [r for r, p in zip(rows, prefixes, strict=True) if p is not None]
+        kept = [p for p in prefixes if p is not None]
+        if not continued:
             return self._prefill(model, rows)
         if not fresh:
-            return self._extend(model, rows, [p for _, p in extended])
+            return self._extend(model, rows, kept)
         firsts: dict[int, torch.Tensor] = {}
         caches: dict[int, Any] = {}
-        for group, (logits, cache, mask) in (
-                (fresh, self._prefill(model, fresh)),
-                ([r for r, _ in extended], self._extend(model, [r for r, _ in extended], [p for _, p in extended]))):
+        for group, (logits, cache, mask) in ((fresh, self._prefill(model, fresh)),
+                                             (continued, self._extend(model, continued, kept))):
             width = mask.shape[1]
             for i, row in enumerate(group):
                 firsts[id(row)] = logits[i:i + 1]

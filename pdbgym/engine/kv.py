@@ -79,18 +79,21 @@ def cache_bytes(cache: Any) -> int:
                for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if isinstance(t, torch.Tensor))
 
 
-def cache_keyword(model: Any) -> str:
-    """The forward() keyword for the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``. A
-    PEFT model passes its keywords on to the model it wraps, whose forward() decides."""
+def _forward_parameters(model: Any) -> Any:
+    """The parameters of ``model``'s forward(); a PEFT model passes its keywords on to the model it wraps,
+    whose forward() decides."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+    return inspect.signature(inner.forward).parameters
+
+
+def cache_keyword(model: Any) -> str:
+    """The forward() keyword for the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+    return "cache" if "cache" in _forward_parameters(model) else "past_key_values"
 
 
 def keeps_logits(model: Any) -> bool:
-    """Whether ``model``'s forward() takes ``logits_to_keep`` (the columns to project on the vocabulary),
-    looked up on the model a PEFT model wraps, as ``cache_keyword`` does."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    """Whether ``model``'s forward() takes ``logits_to_keep`` (the columns to project on the vocabulary)."""
+    return "logits_to_keep" in _forward_parameters(model)
 
 
 def new_static_cache(model: Any, slots: int, length: int) -> Any:
