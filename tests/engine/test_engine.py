@@ -5,6 +5,7 @@ reported to their callers, and the engine keeps serving after a failure."""
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 import torch
@@ -117,6 +118,9 @@ def late_join(model, expected_prompt: int, session_bytes: int = 4 << 30) -> tupl
 def test_a_longer_prompt_joins_a_running_session_when_its_length_was_expected(model):
     engine, joined = late_join(model, expected_prompt=512)
     assert engine.stats.batches == 1  # room below the head for the expected prompts: it joined
+    deadline = time.monotonic() + 30  # the session has ended (its time is counted at its end): a request
+    while not engine.stats.busy_seconds and time.monotonic() < deadline:  # sent now cannot join it
+        time.sleep(0.01)
     engine.generate([LONG_PROMPT])  # alone (its ids may differ in a flip: the logits' last bits depend on the batch)
     assert engine.stats.batches == 2 and len(engine._shapes) == 1  # that session found its shape ready
 
