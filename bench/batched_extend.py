@@ -9,7 +9,7 @@ episode after the first), so the new parts batched together differ in length. Bo
 process on the embedded SmolLM2-135M, one after the other; printed: seconds, prefill passes, ids
 prefilled, the engine's prefill seconds, and the ratio.
 
-    .venv/bin/python bench/batched_extend.py [--device cpu|cuda] [--episodes 8] [--turns 4]
+    .venv/bin/python bench/batched_extend.py [--device cpu|cuda] [--episodes 8] [--turns 4] [--random-weights]
 """
 
 from __future__ import annotations

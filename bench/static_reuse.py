@@ -7,7 +7,7 @@ turn samples up to ``--new`` ids, and the next turn's prompt is the last one, wh
 "tool output" of ``--tool`` ids. Both arms run in one process on the embedded SmolLM2-135M, one after
 the other; printed: seconds, prefill ids, the engine's prefill seconds, and the ratio.
 
-    .venv/bin/python bench/static_reuse.py [--device cpu|cuda] [--episodes 8] [--turns 4]
+    .venv/bin/python bench/static_reuse.py [--device cpu|cuda] [--episodes 8] [--turns 4] [--random-weights]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 
 def play(engine, first: list[int], tool: list[int], turns: int, new: int, seed: int) -> int:
@@ -41,11 +42,33 @@ def setup(tool: int) -> tuple:
     parser.add_argument("--prompt", type=int, default=600)
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--tool", type=int, default=tool)
+    parser.add_argument("--random-weights", action="store_true",
+                        help="SmolLM2-135M's architecture with random weights and random ids: the same work "
+                             "(no stop id: every turn samples --new ids), without the embedded model's file")
     args = parser.parse_args()
-    loaded = load_model(EMBEDDED, device=args.device)
-    text = (Path(__file__).resolve().parents[1] / "pdbgym" / "engine" / "core.py").read_text()
-    ids = loaded.tokenizer(text)["input_ids"]
+    if args.random_weights:
+        loaded, ids = random_smollm2(args.device), list(range(1000, 9000))
+    else:
+        loaded = load_model(EMBEDDED, device=args.device)
+        text = (Path(__file__).resolve().parents[1] / "pdbgym" / "engine" / "core.py").read_text()
+        ids = loaded.tokenizer(text)["input_ids"]
     return args, loaded, ids, [ids[i * 7:i * 7 + args.prompt] for i in range(args.episodes)]
+
+
+def random_smollm2(device: str) -> SimpleNamespace:
+    """A model shaped as SmolLM2-135M-Instruct (its config's sizes), random weights, in the dtype
+    ``load_model`` would give it; ``.tokenizer.pad_token_id`` as the benches read it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pdbgym.modelload import torch_dtype
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                         rope_theta=100000.0, tie_word_embeddings=True, attn_implementation="sdpa")
+    model = LlamaForCausalLM(config).to(device=device, dtype=torch_dtype(None, device)).eval()
+    return SimpleNamespace(model=model, tokenizer=SimpleNamespace(pad_token_id=0))
 
 
 def timed(engine, args, firsts: list[list[int]], tools: list[list[int]]) -> tuple[float, int]:

@@ -16,13 +16,19 @@ how to resume; the command line prints it and exits with 130 (128 + SIGINT, the 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import multiprocessing
+import multiprocessing.connection
+import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_ORPHANED = 129  # 128 + SIGHUP: a worker whose parent died, as a terminal's hang-up ends its jobs
 
 _stop = threading.Event()
 _lock = threading.RLock()  # re-entrant: a signal handler may run while this thread holds it
@@ -100,3 +106,37 @@ def stop_on_sigterm() -> None:
     """A worker process's signals: SIGINT ignored (its parent decides), SIGTERM stops its work as Ctrl-C does."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop_here)
+
+
+def end_with_parent(grace: float) -> threading.Thread | None:
+    """In a worker process: once the process that started it is gone, stop as SIGTERM stops it, then exit.
+
+    A parent killed with SIGKILL (the out-of-memory killer, a scheduler's time limit, ``kill -9``) cannot
+    tell its workers, and an orphaned worker would play on, its sandboxes alive. A daemon thread waits on
+    the parent's sentinel (``multiprocessing.parent_process()``), which becomes ready when the parent
+    dies: no job starts after that, the episodes in flight are cancelled and get up to ``grace`` seconds
+    to unwind (closing their environments, so their workspaces are removed), the exit handlers run (warm
+    sandboxes closed, staged files removed), and the process exits with ``EXIT_ORPHANED``; any sandbox
+    still running dies with it (bubblewrap's ``--die-with-parent``). Returns the thread, or None outside
+    a ``multiprocessing`` child.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return None
+    sentinel = parent.sentinel
+
+    def watch() -> None:
+        multiprocessing.connection.wait([sentinel])
+        request_stop()
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            with _lock:
+                if not _running:
+                    break
+            time.sleep(0.05)
+        atexit._run_exitfuncs()  # what a normal exit runs: warm sandboxes closed, their workspaces removed
+        os._exit(EXIT_ORPHANED)
+
+    thread = threading.Thread(target=watch, name="pdbgym-parent-watch", daemon=True)
+    thread.start()
+    return thread

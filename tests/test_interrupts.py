@@ -7,6 +7,7 @@ episode (and no half-written one) and leave no workspace in the temp folder.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,56 @@ def test_eval_ctrl_c_while_scoring_kl_keeps_the_episodes_and_the_scored_arms(tin
     assert all(path.stat().st_mtime_ns == when for path, when in kept.items())  # nor an arm scored again
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert all(summary["arms"][f"m{seed}"]["divergence"]["available"] for seed in range(6))
+
+
+# Runs as its own process: a child subreaper, so whatever the killed command leaves running is
+# re-parented here, where it can be counted and reaped; prints what was still running when it gave up.
+ORPHAN_WATCH = r"""
+import ctypes, json, os, signal, subprocess, sys, time
+from pathlib import Path
+args, episodes, limit = json.loads(sys.argv[1])
+assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+command = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+deadline = time.monotonic() + 300
+while not (Path(episodes).exists() and Path(episodes).read_text().count("\n") >= 1):
+    assert command.poll() is None and time.monotonic() < deadline, "no episode finished"
+    time.sleep(0.1)
+workers = [p for p in os.listdir("/proc") if p.isdigit() and f"PPid:\t{command.pid}\n" in
+           Path(f"/proc/{p}/status").read_text()]
+os.kill(command.pid, signal.SIGKILL)  # the command alone, as the OOM killer or a scheduler would
+command.wait()
+killed, left = time.monotonic(), []
+while time.monotonic() - killed < limit:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:  # nothing of it left
+        break
+    time.sleep(0.1)
+else:
+    orphans = [int(p) for p in os.listdir("/proc") if p.isdigit() and f"PPid:\t{os.getpid()}\n" in
+               Path(f"/proc/{p}/status").read_text()]
+    left = [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120] for p in orphans]
+    for pid in orphans:  # a failing run leaves nothing running either
+        os.kill(pid, signal.SIGKILL)
+print(json.dumps({"workers": len(workers), "seconds": time.monotonic() - killed, "left": left}))
+"""
+
+
+@pytest.mark.slow
+def test_an_eval_killed_outright_leaves_no_worker_sandbox_or_workspace_running(tmp_path: Path) -> None:
+    """SIGKILL to the command alone (it cannot tell its workers): each worker sees its parent gone, stops
+    its episode, removes its workspaces and exits, and its sandboxes die with it."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    out = tmp_path / "campaign"
+    args = [sys.executable, "-m", "pdbgym.cli", "eval", "--tasks", "builtin", "--arm", "oracle=scripted", "--runs",
+            "3", "--out", str(out), "--workers", "2"]
+    watch = subprocess.run([sys.executable, "-c", ORPHAN_WATCH, json.dumps([args, str(out / "episodes.jsonl"), 60])],
+                           capture_output=True, text=True, timeout=420, env={**os.environ, "TMPDIR": str(temp)})
+    assert watch.returncode == 0, watch.stderr[-3000:]
+    seen = json.loads(watch.stdout.splitlines()[-1])
+    assert seen["workers"] >= 2  # the worker processes (and the resource tracker) were running
+    assert seen["left"] == [], seen
+    assert seen["seconds"] < STOP_WITHIN_S
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("pdbgym-ws-")]

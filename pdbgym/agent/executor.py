@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdbgym.errors import PdbgymError
-from pdbgym.interrupts import clear_stop, request_stop, stop_on_sigterm
+from pdbgym.interrupts import clear_stop, end_with_parent, request_stop, stop_on_sigterm
 from pdbgym.versions import require
 
 if TYPE_CHECKING:
@@ -101,6 +101,7 @@ def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig, play: Play) -> Iter
 
 def _init_worker(torch_threads: int) -> None:
     stop_on_sigterm()  # Ctrl-C reaches the parent, which stops this worker with SIGTERM (pdbgym.interrupts)
+    end_with_parent(STOP_GRACE_S)  # a parent killed outright leaves no worker playing on
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import torch  # optional: torch (pdbgym[hf])

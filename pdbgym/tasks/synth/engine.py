@@ -29,6 +29,7 @@ from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.interrupts import end_with_parent
 from pdbgym.sandbox.pyenv import ensure_environment
 from pdbgym.tasks.synth.baseline import Baseline, run_baseline
 from pdbgym.tasks.synth.candidate import CandidateResult, build_task, evaluate_candidate
@@ -138,7 +139,9 @@ class _State:
 
 
 def _pool(workers: int) -> Executor:
-    return ThreadPoolExecutor(1) if workers <= 1 else ProcessPoolExecutor(workers)
+    # a worker whose parent was killed outright exits at once (nothing of it is kept: the rerun redoes it)
+    return ThreadPoolExecutor(1) if workers <= 1 else ProcessPoolExecutor(workers, initializer=end_with_parent,
+                                                                           initargs=(0.0,))
 
 
 def synthesize_source(source: str, config: SynthConfig, on_progress: Callable[[str, int, int, int], None]) -> SourceReport:
