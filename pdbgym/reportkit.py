@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdbgym.errors import PdbgymError
 from pdbgym.versions import require
 
 NA = "n/a"
@@ -197,8 +198,12 @@ def page(title: str, body: str, style: str = "") -> str:
 
 def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend (files only, no display), after checking matplotlib's floor."""
+    try:
+        import matplotlib  # optional: matplotlib (pdbgym[report])
+    except ImportError as exc:
+        raise PdbgymError("this report's figures need matplotlib: pip install 'pdbgym[report]', then rerun "
+                          "the command") from exc
     require("matplotlib")
-    import matplotlib  # optional: matplotlib (pdbgym[report])
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # optional: matplotlib (pdbgym[report])

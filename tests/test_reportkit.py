@@ -7,10 +7,13 @@ import ast
 import base64
 import math
 import re
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from pdbgym.errors import PdbgymError
 from pdbgym.reportkit import (
     DIFF,
     PCT_DIFF,
@@ -157,3 +160,16 @@ def test_reports_embed_and_escape_only_through_the_kit(module):
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert not imported & {"html", "base64", "matplotlib"}, sorted(imported & {"html", "base64", "matplotlib"})
+
+
+def test_figures_without_matplotlib_name_the_extra_to_install(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what a missing package looks like to import
+    with pytest.raises(PdbgymError, match=re.escape("pip install 'pdbgym[report]'")):
+        pyplot()
+
+
+def test_the_training_extra_brings_matplotlib_as_every_training_command_writes_a_report() -> None:
+    extras = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extras = extras["project"]["optional-dependencies"]
+    assert "report" in re.search(r"pdbgym\[([^\]]*)\]", " ".join(extras["train"])).group(1).split(",")
+    assert any(spec.startswith("matplotlib") for spec in extras["report"])
