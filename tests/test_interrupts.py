@@ -104,6 +104,7 @@ def test_eval_ctrl_c_while_scoring_kl_keeps_the_episodes_and_the_scored_arms(tin
 ORPHAN_WATCH = r"""
 import ctypes, json, os, signal, subprocess, sys, time
 from pathlib import Path
+from pdbgym.sandbox.process import cmdline, descendants
 args, episodes, limit = json.loads(sys.argv[1])
 assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
 command = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -111,8 +112,7 @@ deadline = time.monotonic() + 300
 while not (Path(episodes).exists() and Path(episodes).read_text().count("\n") >= 1):
     assert command.poll() is None and time.monotonic() < deadline, "no episode finished"
     time.sleep(0.1)
-workers = [p for p in os.listdir("/proc") if p.isdigit() and f"PPid:\t{command.pid}\n" in
-           Path(f"/proc/{p}/status").read_text()]
+workers = descendants(command.pid)
 os.kill(command.pid, signal.SIGKILL)  # the command alone, as the OOM killer or a scheduler would
 command.wait()
 killed, left = time.monotonic(), []
@@ -124,11 +124,13 @@ while time.monotonic() - killed < limit:
         break
     time.sleep(0.1)
 else:
-    orphans = [int(p) for p in os.listdir("/proc") if p.isdigit() and f"PPid:\t{os.getpid()}\n" in
-               Path(f"/proc/{p}/status").read_text()]
-    left = [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120] for p in orphans]
+    orphans = descendants(os.getpid())
+    left = [" ".join(cmdline(pid))[:120] for pid in orphans]
     for pid in orphans:  # a failing run leaves nothing running either
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 print(json.dumps({"workers": len(workers), "seconds": time.monotonic() - killed, "left": left}))
 """
 
@@ -146,7 +148,7 @@ def test_an_eval_killed_outright_leaves_no_worker_sandbox_or_workspace_running(t
                            capture_output=True, text=True, timeout=420, env={**os.environ, "TMPDIR": str(temp)})
     assert watch.returncode == 0, watch.stderr[-3000:]
     seen = json.loads(watch.stdout.splitlines()[-1])
-    assert seen["workers"] >= 2  # the worker processes (and the resource tracker) were running
+    assert seen["workers"] >= 3  # two worker processes and the resource tracker (with their sandboxes) ran
     assert seen["left"] == [], seen
     assert seen["seconds"] < STOP_WITHIN_S
     assert not [p.name for p in temp.iterdir() if p.name.startswith("pdbgym-ws-")]
