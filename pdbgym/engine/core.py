@@ -451,8 +451,14 @@ class LocalEngine:
         seeds = torch.tensor([r.seed for r in rows], dtype=torch.int64, device=device)
         steps = torch.tensor([len(r.ids) for r in rows], dtype=torch.int64, device=device)
         ids, logprobs = draw_rows(logits, temperature, top_p, seeds, steps, [r.request.logprob_mode for r in rows])
+        values = logprobs.tolist()
+        broken = sum(1 for value in values if value != value)  # NaN: the row's logits held NaN or +inf
+        if broken:
+            raise EngineError(f"the model's logits are not finite (NaN or inf) in {broken} of {len(rows)} rows, so "
+                              "nothing can be sampled from them: its weights, or an adapter on them, hold non-finite "
+                              "values (written by a training step, say). Load weights that are finite")
         now = time.perf_counter()
-        for row, token, logprob in zip(rows, ids.tolist(), logprobs.tolist(), strict=True):
+        for row, token, logprob in zip(rows, ids.tolist(), values, strict=True):
             if row.request.mask is not None:
                 row.request.mask.accept(token)
             row.ids.append(token)

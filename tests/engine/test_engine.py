@@ -152,6 +152,22 @@ def test_a_failing_batch_reaches_its_callers_and_the_engine_serves_on(model):
         engine.submit(EngineRequest([1, 2, 3], 4))
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_weights_holding_nan_fail_the_request_by_name_instead_of_sampling_garbage(model, static):
+    # What a training step with NaN gradients leaves behind: a NaN weight makes every logit NaN, and an
+    # argmax over NaN still returns an id, so without the check every turn decoded id 0 to its budget.
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.model.layers[1].mlp.down_proj.weight[0, 0] = float("nan")
+    engine = engine_of(broken, static)
+    with pytest.raises(EngineError, match="logits are not finite .* in 2 of 2 rows"):
+        engine.generate([EngineRequest([1, 2, 3], 4, seed=1), EngineRequest([4, 5, 6, 7], 4, seed=2)])
+    engine.close()
+    engine = engine_of(model, static)  # the same requests on the finite weights are served
+    assert all(len(r.ids) >= 1 for r in engine.generate([EngineRequest([1, 2, 3], 4, seed=1)]))
+    engine.close()
+
+
 def test_greedy_rows_take_the_argmax_and_report_the_t1_logprob(model):
     engine = engine_of(model, True)
     request = EngineRequest([3, 4, 5], 5, temperature=0.0, seed=None, logprob_mode="processed")

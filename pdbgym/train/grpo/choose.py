@@ -11,6 +11,7 @@ from typing import Any
 from pdbgym.adapters.store import Store
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import write_json_atomic
+from pdbgym.train.gradguard import SKIPPED_KEY
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.trainer import GATES_FILE, STEPS_FILE
@@ -39,9 +40,16 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[A
               "steps": int(trainer.state.global_step), "store_id": node_id,
               "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir),
               "reward_signal_steps": signal, "registered": registered,
-              "rollout_weights": getattr(getattr(trainer, "rollout_func", None), "weights_used", config.rollout_weights)}
-    if not signal:
-        record["warning"] = NO_SIGNAL
+              "rollout_weights": getattr(getattr(trainer, "rollout_func", None), "weights_used", config.rollout_weights),
+              "nonfinite_skipped_steps": nonfinite_steps(config.out / STEPS_FILE)}
+    guard = getattr(trainer, "gradient_guard", None)
+    if guard is not None and guard.skipped:  # this invocation's: the tensors named at each skipped step
+        record["nonfinite"] = guard.summary()
+    warnings = [NO_SIGNAL] if not signal else []
+    if record["nonfinite_skipped_steps"]:
+        warnings.append(nonfinite_warning(record["nonfinite_skipped_steps"], guard.stopped_at if guard else None))
+    if warnings:
+        record["warning"] = " ".join(warnings)
     write_json_atomic(config.out / RUN_FILE, record)
     return record
 
@@ -56,6 +64,20 @@ def reward_signal_steps(steps_file: Path) -> int:
     """How many logged optimizer steps had a group whose episodes' rewards differed."""
     rows, _ = read_jsonl(steps_file)
     return sum(1 for row in rows if row.get("frac_reward_zero_std", 1.0) < 1.0)
+
+
+def nonfinite_steps(steps_file: Path) -> list[int]:
+    """The logged optimizer steps skipped because their gradients were not finite (``gradguard``)."""
+    rows, _ = read_jsonl(steps_file)
+    return [int(row["step"]) for row in rows if row.get(SKIPPED_KEY)]
+
+
+def nonfinite_warning(steps: list[int], stopped_at: int | None) -> str:
+    shown = ", ".join(str(s) for s in steps[:10]) + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
+    stop = f"; training stopped at step {stopped_at}, with the weights of the last step taken" if stopped_at else ""
+    return (f"{len(steps)} step(s) were skipped because their gradients were not finite (steps {shown}): their "
+            f"updates were not applied{stop}. The log names the tensors whose gradients went non-finite (and "
+            "grpo_run.json's nonfinite, for this invocation's steps)")
 
 
 def choose_checkpoint(config: GRPORunConfig, val_tasks: list[Any], name: str) -> tuple[str, dict[str, Any] | None]:

@@ -33,6 +33,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.train import seams
+from pdbgym.train.gradguard import GradientGuard, guard_callback
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
 from pdbgym.train.grpo.merged import MergedPolicy
@@ -93,7 +94,7 @@ def grpo_arguments(config: GRPORunConfig, device: str, processes: int = 1) -> An
         temperature=config.temperature, beta=config.beta, loss_type=config.loss_type, epsilon=config.epsilon,
         importance_sampling_level=config.importance_sampling_level,
         reward_weights=RewardConfig(config.format_weight).functions()[1],
-        logging_steps=1, save_strategy="steps", save_steps=config.save_steps, disable_tqdm=True,
+        logging_steps=1, logging_nan_inf_filter=False, save_strategy="steps", save_steps=config.save_steps, disable_tqdm=True,
         report_to=[], bf16=device.startswith("cuda"),
         use_cpu=device == "cpu", log_completions=False, max_completion_length=config.max_context_tokens,
     )
@@ -434,7 +435,8 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
             control.should_training_stop = True
             control.should_save = True  # the last step is kept and gated like any checkpoint
 
-    callbacks: list[Any] = [StepLog()]
+    trainer.gradient_guard = GradientGuard()  # its log key must be in the row before StepLog writes it
+    callbacks: list[Any] = [guard_callback(trainer.gradient_guard), StepLog()]
     if config.max_minutes > 0 or config.pause_after_minutes > 0:
         callbacks.append(TimeCap())
     if controller is not None:

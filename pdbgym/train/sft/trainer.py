@@ -37,6 +37,7 @@ from pdbgym.train.checkpoints import (
 )
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
 from pdbgym.train.errors import TrainError
+from pdbgym.train.gradguard import GradientGuard, guard_callback
 from pdbgym.train.sft.base import BaseModel, pick_device, resolve_base, world_size
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.register import SFTResult, finished_result, record_run
@@ -143,7 +144,7 @@ def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool,
         # best checkpoint is tracked (metric_for_best_model) and loaded by train_sft after training.
         save_strategy="steps", save_steps=save_steps, save_total_limit=2,
         metric_for_best_model="eval_loss" if has_val else None, greater_is_better=False,
-        logging_steps=1, disable_tqdm=True,
+        logging_steps=1, logging_nan_inf_filter=False, disable_tqdm=True,  # a NaN loss is logged as NaN
         report_to=[], bf16=device.startswith("cuda"),  # TensorBoard: a callback writing to out/tensorboard
         use_cpu=device == "cpu", dataset_num_proc=None,
     )
@@ -211,7 +212,7 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     check_steps(config, bool(val_rows), world_size())  # flag errors before the folder changes
     start = open_run(config, out, name, log_row, main)
     logger = _progress_callback(out / METRICS_FILE, on_log, start.rows)
-    callbacks = [logger]
+    callbacks = [guard_callback(GradientGuard()), logger]  # the guard marks a skipped step in the row logged
     if config.tensorboard:
         callbacks.append(tensorboard_callback(out / TENSORBOARD_DIR, start.step + 1 if config.resume else None))
     trainer = build_trainer(config, base, train_rows, val_rows, device, callbacks)
