@@ -66,7 +66,7 @@ class GradientGuard:
         """True if the gradients of ``model``'s trainable tensors are all finite. If not, drop them all
         (the optimizer then skips every tensor: weights and moments stay as they were) and record ``step``."""
         import torch  # optional: torch (pdbgym[hf])
-        from torch.nn.utils import get_total_norm
+        from torch.nn.utils import get_total_norm  # optional: torch (pdbgym[hf])
 
         parameters = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
         finite = not parameters or bool(torch.isfinite(get_total_norm([p.grad for p in parameters])))
