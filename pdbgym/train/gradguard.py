@@ -4,15 +4,17 @@ A backward pass can produce NaN or inf gradients while its loss is finite: an ``
 position the loss masks out, a ``sqrt`` at zero, a kernel's backward on a fully masked row. transformers
 then clips with a NaN norm, which turns every gradient NaN, and the optimizer writes NaN into every
 trainable weight: the policy is destroyed and every later step trains on garbage (an H100 GRPO run lost
-22 of its 33 steps this way, ``docs/training.md``). ``GradientGuard`` checks the gradients (after they
-are reduced over processes, so every process decides alike) just before the optimizer step; a step with
-a non-finite one has its gradients dropped, so the optimizer leaves the weights and its own moments as
-they were, and the step is recorded. It also names the tensors whose gradients went non-finite in this
-process's backward (a post-accumulate hook per trainable tensor flags them on the device, read only on a
-skipped step), which brackets where the fault entered the network. ``patience`` skipped steps in a row
-stop the run at a saved checkpoint, since a run that cannot take a step learns nothing more.
+22 of its 33 steps this way, ``docs/training.md``). ``GradientGuard`` checks the gradients just before
+the optimizer step, after they are reduced over processes; one process's non-finite gradient (a shard's
+under FSDP) makes every process skip. A step with a non-finite one has its gradients dropped, so the
+optimizer leaves the weights and its own moments as they were, and the step is recorded. The guard also
+names the tensors whose gradients went non-finite in this process's backward (a post-accumulate hook per
+trainable tensor flags them on the device, read only on a skipped step), which brackets where the fault
+entered the network. ``patience`` skipped steps in a row stop the run at a saved checkpoint, since a run
+that cannot take a step learns nothing more.
 
-The guard adds one fused norm over the trainable gradients and one host read a step.
+The guard adds one fused norm over the trainable gradients, with several processes one all-reduce of a
+flag, and one host read a step.
 """
 
 from __future__ import annotations
@@ -69,7 +71,15 @@ class GradientGuard:
         from torch.nn.utils import get_total_norm  # optional: torch (pdbgym[hf])
 
         parameters = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
-        finite = not parameters or bool(torch.isfinite(get_total_norm([p.grad for p in parameters])))
+        # each process checks the gradient it holds (a shard's local part under FSDP), and one process's
+        # non-finite one makes every process skip: a step is taken everywhere or nowhere
+        local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in parameters]
+        bad = (~torch.isfinite(get_total_norm(local))).float() if local else \
+            torch.zeros((), device=next(model.parameters()).device)
+        if torch.distributed.is_available() and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
+        finite = not bool(bad)
         flags, self._flags = self._flags, {}
         if finite:
             self._in_a_row = 0

@@ -101,3 +101,35 @@ def test_grpo_keeps_the_weights_and_moments_of_a_skipped_step_and_records_it(tmp
 
     report = write_grpo_report(tmp_path / "run").read_text()
     assert "steps skipped (non-finite gradients)" in report and "1 step(s) were skipped" in report
+
+
+def _two_processes(rank: int, init: str, results: str) -> None:
+    import torch.distributed as dist
+
+    from pdbgym.train.gradguard import GradientGuard
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        model = torch.nn.Linear(3, 2)
+        guard = GradientGuard()
+        guard.attach(model)
+        outcomes = []
+        for step, poisoned in enumerate((False, rank == 1, False), start=1):  # step 2: NaN on process 1 only
+            out = model(torch.ones(1, 3)).sum()
+            if poisoned:
+                out = out * torch.tensor(float("nan"))
+            out.backward()
+            outcomes.append(guard.check(model, step))
+            model.zero_grad()
+        Path(results, f"rank{rank}.json").write_text(json.dumps({"taken": outcomes, "named": guard.offenders}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_non_finite_gradient_on_one_process_makes_every_process_skip_that_step(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_two_processes, args=(f"file://{tmp_path / 'rendezvous'}", str(tmp_path)), nprocs=2)
+    first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert first["taken"] == second["taken"] == [True, False, True]
+    assert first["named"] == {"2": []} and sorted(second["named"]["2"]) == ["bias", "weight"]
