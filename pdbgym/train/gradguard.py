@@ -86,7 +86,7 @@ class GradientGuard:
             return True
         names = list(flags)
         marked = torch.stack([flags[n] for n in names]).tolist() if names else []
-        self.offenders[step] = [name for name, bad in zip(names, marked, strict=True) if bad]
+        self.offenders[step] = [name for name, flagged in zip(names, marked, strict=True) if flagged]
         for parameter in parameters:
             parameter.grad = None
         self.skipped.append(step)
