@@ -20,6 +20,7 @@ flag, and one host read a step.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -32,10 +33,11 @@ NAMES_SHOWN = 8  # tensor names a warning lists
 class GradientGuard:
     """Skips optimizer steps whose gradients are not all finite; see the module docstring."""
 
-    def __init__(self, patience: int = DEFAULT_PATIENCE):
+    def __init__(self, patience: int = DEFAULT_PATIENCE, on_skip: Callable[[int], Any] | None = None):
         if patience < 1:
             raise ValueError(f"patience must be >= 1, got {patience}")
         self.patience = patience
+        self.on_skip = on_skip  # called with a skipped step's number before its gradients are dropped
         self.skipped: list[int] = []  # optimizer steps (1-based, as logged) that were skipped
         self.offenders: dict[int, list[str]] = {}  # skipped step -> tensors non-finite in this process's backward
         self.stopped_at: int | None = None  # the step at which `patience` skips in a row stopped the run
@@ -87,6 +89,11 @@ class GradientGuard:
         names = list(flags)
         marked = torch.stack([flags[n] for n in names]).tolist() if names else []
         self.offenders[step] = [name for name, flagged in zip(names, marked, strict=True) if flagged]
+        if self.on_skip is not None:
+            try:
+                self.on_skip(step)
+            except Exception as error:  # noqa: BLE001 - keeping evidence must not end the run
+                logger.warning("step %d: keeping its batches failed: %s", step, error)
         for parameter in parameters:
             parameter.grad = None
         self.skipped.append(step)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import torch
 from homefixtures import fresh_home
 from recordfixtures import write_records
@@ -101,6 +102,27 @@ def test_grpo_keeps_the_weights_and_moments_of_a_skipped_step_and_records_it(tmp
 
     report = write_grpo_report(tmp_path / "run").read_text()
     assert "steps skipped (non-finite gradients)" in report and "1 step(s) were skipped" in report
+
+    # the skipped step's batches and weights were kept: a trainer built from the same config recomputes
+    # the logged loss from them, and the same fault in its backward again
+    from pdbgym.train.grpo.build import build
+    from pdbgym.train.grpo.stepdump import replay_step
+
+    dump = tmp_path / "run" / "nonfinite" / "step-2.pt"
+    saved = torch.load(dump, weights_only=False)
+    assert saved["step"] == 2 and len(saved["batches"]) == 1 and saved["batches"][0]["completion_ids"].shape[0] == 16
+    def saved_as(name):  # a parameter's name in PEFT's adapter file
+        return name.replace(".default", "").replace("lora_magnitude_vector.weight", "lora_magnitude_vector")
+
+    assert {saved_as(k) for k in saved["trainable"]} == set(weights[0])
+    assert all(torch.equal(value, weights[0][saved_as(k)]) for k, value in saved["trainable"].items())
+    trainer, _, _ = build(toy_config(tmp_path / "replay", model, tasks, steps=3, name="toy-replay"), play=toy_play)
+    clean = replay_step(trainer, dump)
+    assert clean["finite"] and clean["loss"] == pytest.approx(rows[1]["loss"], rel=1e-4, abs=1e-6)
+    with nan_backward(lambda n: True):
+        faulty = replay_step(trainer, dump)
+    assert not faulty["finite"] and faulty["loss"] == pytest.approx(clean["loss"])
+    assert all(".layers.0." in name for name in faulty["nonfinite"])
 
 
 def _two_processes(rank: int, init: str, results: str) -> None:

@@ -57,6 +57,7 @@ from pdbgym.train.grpo.schedules import (
     anchor_weight,
     replayed_in_group,
 )
+from pdbgym.train.grpo.stepdump import dump_step
 from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,9 @@ def _trainer_class() -> type:
 
         def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:
+            if getattr(self, "_batches_of", None) != self.state.global_step:
+                self.step_batches, self._batches_of = [], self.state.global_step
+            self.step_batches.append(inputs)  # kept until the next step: a skipped step's are dumped (stepdump)
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             weight = anchor_weight(self.state.global_step, self.run_config.anchor_weight,
                                    self.run_config.anchor_decay_steps) if self.anchor else 0.0
@@ -435,7 +439,9 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
             control.should_training_stop = True
             control.should_save = True  # the last step is kept and gated like any checkpoint
 
-    trainer.gradient_guard = GradientGuard()  # its log key must be in the row before StepLog writes it
+    # a skipped step's batches and weights are kept for replay; the guard's log key must be in the row
+    # before StepLog writes it
+    trainer.gradient_guard = GradientGuard(on_skip=lambda step: dump_step(trainer, config.out, step))
     callbacks: list[Any] = [guard_callback(trainer.gradient_guard), StepLog()]
     if config.max_minutes > 0 or config.pause_after_minutes > 0:
         callbacks.append(TimeCap())
