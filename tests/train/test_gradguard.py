@@ -123,6 +123,11 @@ def test_grpo_keeps_the_weights_and_moments_of_a_skipped_step_and_records_it(tmp
         faulty = replay_step(trainer, dump)
     assert not faulty["finite"] and faulty["loss"] == pytest.approx(clean["loss"])
     assert all(".layers.0." in name for name in faulty["nonfinite"])
+    from pdbgym.train.grpo.stepdump import MAX_KEPT, dump_step
+
+    kept = [dump_step(trainer, tmp_path / "kept", step) for step in range(1, MAX_KEPT + 2)]  # a run stops keeping
+    assert all(path is not None for path in kept[:MAX_KEPT]) and kept[MAX_KEPT] is None
+    assert len(list((tmp_path / "kept" / "nonfinite").glob("step-*.pt"))) == MAX_KEPT
 
 
 def _two_processes(rank: int, init: str, results: str) -> None:

@@ -20,6 +20,7 @@ from pdbgym.fileio import atomic_target
 logger = logging.getLogger(__name__)
 
 DUMP_DIR = "nonfinite"
+MAX_KEPT = 3  # steps kept per process and run: the first ones say what the fault is; each holds the weights
 
 
 def dump_path(out: Path, step: int, rank: int, processes: int) -> Path:
@@ -30,12 +31,17 @@ def _to_cpu(value: Any) -> Any:
     return value.detach().cpu() if hasattr(value, "detach") else value
 
 
-def dump_step(trainer: Any, out: Path, step: int) -> Path:
-    """Write what ``replay_step`` needs to recompute step ``step``'s loss and gradients (see the module)."""
+def dump_step(trainer: Any, out: Path, step: int) -> Path | None:
+    """Write what ``replay_step`` needs to recompute step ``step``'s loss and gradients (see the module);
+    None once ``MAX_KEPT`` steps of this process are kept."""
     import torch  # optional: torch (pdbgym[hf])
 
-    accelerator = trainer.accelerator
-    path = dump_path(out, step, accelerator.process_index, accelerator.num_processes)
+    rank, processes = trainer.accelerator.process_index, trainer.accelerator.num_processes
+    path = dump_path(out, step, rank, processes)
+    kept = list(path.parent.glob(f"step-*-rank{rank}.pt" if processes > 1 else "step-*.pt"))
+    if len(kept) >= MAX_KEPT:
+        logger.warning("step %d is not kept for replay: %s already holds %d kept steps", step, path.parent, len(kept))
+        return None
     accumulation = getattr(trainer, "current_gradient_accumulation_steps", trainer.args.gradient_accumulation_steps)
     payload = {"step": step, "beta": float(trainer.beta), "accumulation": int(accumulation),
                "batches": [{key: _to_cpu(value) for key, value in batch.items()} for batch in trainer.step_batches],
