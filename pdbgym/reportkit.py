@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.versions import require
+from pdbgym.versions import import_optional
 
 NA = "n/a"
 EMPTY = "-"
@@ -198,13 +198,7 @@ def page(title: str, body: str, style: str = "") -> str:
 
 def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend (files only, no display), after checking matplotlib's floor."""
-    try:
-        import matplotlib  # optional: matplotlib (pdbgym[report])
-    except ImportError as exc:
-        raise PdbgymError("this report's figures need matplotlib: pip install 'pdbgym[report]', then rerun "
-                          "the command") from exc
-    require("matplotlib")
-
+    matplotlib = import_optional("matplotlib", "report", "this report's figures", PdbgymError)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # optional: matplotlib (pdbgym[report])
 

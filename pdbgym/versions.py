@@ -13,7 +13,9 @@ Base layer: imports nothing of pdbgym.
 from __future__ import annotations
 
 import functools
+import importlib
 from importlib import metadata
+from types import ModuleType
 
 from packaging.version import Version
 
@@ -98,6 +100,19 @@ def require(*packages: str, installed: str | None = None) -> None:
 @functools.cache
 def _installed_check(package: str) -> str | None:
     return check(package, installed_version(package))
+
+
+def import_optional(module: str, extra: str, purpose: str, error: type[Exception]) -> ModuleType:
+    """Import ``module``, a dependency of the optional ``extra``, checked against its floor; when it is
+    missing raise ``error`` saying what needs it (``purpose``) and which extra to install."""
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as exc:
+        raise error(f"{purpose} needs {module}: pip install 'pdbgym[{extra}]'") from exc
+    package = module.partition(".")[0]
+    if package in MINIMUM:
+        require(package)
+    return imported
 
 
 def require_training() -> None:

@@ -30,6 +30,11 @@ SKIPPED_KEY = "grad/nonfinite_skipped"  # logged on every training step: 1.0 whe
 NAMES_SHOWN = 8  # tensor names a warning lists
 
 
+def skipped_steps(rows: list[dict[str, Any]]) -> list[int]:
+    """The steps of logged rows (``steps.jsonl``, ``metrics.jsonl``) that the guard skipped."""
+    return [int(row["step"]) for row in rows if row.get(SKIPPED_KEY)]
+
+
 class GradientGuard:
     """Skips optimizer steps whose gradients are not all finite; see the module docstring."""
 
@@ -125,9 +130,6 @@ def guard_callback(guard: GradientGuard) -> Any:
     from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
     class GradientGuardCallback(TrainerCallback):
-        def __init__(self) -> None:
-            self.guard = guard
-
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
             guard.attach(model)
 

@@ -21,7 +21,7 @@ from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.experiment.config import ExperimentConfig
-from pdbgym.train.gradguard import SKIPPED_KEY
+from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
 from pdbgym.train.grpo.report import read_jsonl
 
@@ -157,7 +157,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         cap = f" (the {config.grpo.max_minutes:g}-minute cap)" if config.grpo.max_minutes else ""
         cap = " (non-finite gradients, steps in a row)" if (run.get("nonfinite") or {}).get("stopped_at") else cap
         notes.append(f"Training stopped after {len(rows)} of {config.grpo.steps} steps{cap}.")
-    skipped = [int(r["step"]) for r in rows if r.get(SKIPPED_KEY)]
+    skipped = skipped_steps(rows)
     if skipped:
         notes.append(nonfinite_warning(skipped, (run.get("nonfinite") or {}).get("stopped_at")) + ".")
     if check is not None:

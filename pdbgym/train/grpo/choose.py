@@ -11,7 +11,7 @@ from typing import Any
 from pdbgym.adapters.store import Store
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import write_json_atomic
-from pdbgym.train.gradguard import SKIPPED_KEY
+from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.trainer import GATES_FILE, STEPS_FILE
@@ -32,7 +32,8 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[A
     adapter_dir.mkdir(parents=True)
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         shutil.copy2(source / name, adapter_dir / name)
-    signal = reward_signal_steps(config.out / STEPS_FILE)
+    rows, _ = read_jsonl(config.out / STEPS_FILE)
+    signal = reward_signal_steps(rows)
     registered = signal > 0 or config.register_without_signal
     node_id = _register(config, adapter_dir, base.parent_id) if registered else None
     record = {"format": "pdbgym-train-record/1", "kind": "grpo", "recipe": config.recipe(),
@@ -41,7 +42,7 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[A
               "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir),
               "reward_signal_steps": signal, "registered": registered,
               "rollout_weights": getattr(getattr(trainer, "rollout_func", None), "weights_used", config.rollout_weights),
-              "nonfinite_skipped_steps": nonfinite_steps(config.out / STEPS_FILE)}
+              "nonfinite_skipped_steps": skipped_steps(rows)}
     guard = getattr(trainer, "gradient_guard", None)
     if guard is not None and guard.skipped:  # this invocation's: the tensors named at each skipped step
         record["nonfinite"] = guard.summary()
@@ -60,16 +61,9 @@ NO_SIGNAL = ("no step had reward spread (every group's episodes scored alike: TR
              "but not registered (pass --register-without-signal to register such a run)")
 
 
-def reward_signal_steps(steps_file: Path) -> int:
-    """How many logged optimizer steps had a group whose episodes' rewards differed."""
-    rows, _ = read_jsonl(steps_file)
+def reward_signal_steps(rows: list[dict[str, Any]]) -> int:
+    """How many logged optimizer steps (``steps.jsonl`` rows) had a group whose episodes' rewards differed."""
     return sum(1 for row in rows if row.get("frac_reward_zero_std", 1.0) < 1.0)
-
-
-def nonfinite_steps(steps_file: Path) -> list[int]:
-    """The logged optimizer steps skipped because their gradients were not finite (``gradguard``)."""
-    rows, _ = read_jsonl(steps_file)
-    return [int(row["step"]) for row in rows if row.get(SKIPPED_KEY)]
 
 
 def nonfinite_warning(steps: list[int], stopped_at: int | None) -> str:

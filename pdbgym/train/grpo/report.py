@@ -17,7 +17,7 @@ from typing import Any
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.selection import SelectionLedger
 from pdbgym.reportkit import Link, pct_interval
-from pdbgym.train.gradguard import SKIPPED_KEY
+from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.report import Panel, write_training_report
 
 STEPS_FILE, GATES_FILE, RUN_FILE = "steps.jsonl", "gates.jsonl", "grpo_run.json"
@@ -202,7 +202,7 @@ def _summary(out: Path, record: dict[str, Any] | None, rows: list[dict[str, Any]
                        ("episodes/replayed_total", "replayed episodes (total)")):
         if key in last:
             summary[label] = int(last[key])
-    skipped = [int(row["step"]) for row in rows if row.get(SKIPPED_KEY)]
+    skipped = skipped_steps(rows)
     if skipped:
         summary["steps skipped (non-finite gradients)"] = ", ".join(map(str, skipped))
     if record is not None and record.get("warning"):
