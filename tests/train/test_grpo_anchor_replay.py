@@ -44,7 +44,7 @@ def test_anchor_batches_take_loss_only_on_masked_ids_and_replay_splits_at_the_fi
 
 def test_grpo_run_mixes_the_anchor_and_replays_solved_examples(tmp_path, monkeypatch):
     from pdbgym.train.grpo.run import train_grpo
-    from pdbgym.train.grpo.schedules import anchor_weight, replayed_in_group
+    from pdbgym.train.grpo.schedules import anchor_weight, replayed_per_group
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
@@ -57,7 +57,7 @@ def test_grpo_run_mixes_the_anchor_and_replays_solved_examples(tmp_path, monkeyp
         step = row["step"] - 1  # the step being taken (global_step before it)
         assert row["bc/weight"] == pytest.approx(anchor_weight(step, 0.5, 4))
         assert row["bc/nll"] > 0
-    expected = sum(2 * replayed_in_group(step, 8, 0.5, 4) for step in range(4))  # 2 groups a step
+    expected = sum(sum(replayed_per_group(step, 8, 2, 0.5, 4)) for step in range(4))  # 2 groups a step
     assert rows[-1]["episodes/replayed_total"] == expected > 0
 
 

@@ -74,7 +74,7 @@ def test_toy_grpo_on_two_processes_splits_the_groups_and_keeps_the_ranks_in_step
     from test_grpo_anchor_replay import _toy_corpus
 
     from pdbgym.adapters.store import Store
-    from pdbgym.train.grpo.schedules import replayed_in_group
+    from pdbgym.train.grpo.schedules import replayed_per_group
 
     model = make_toy_model(tmp_path / "toy-model")
     make_toy_tasks(tmp_path / "toy-tasks")
@@ -90,7 +90,7 @@ def test_toy_grpo_on_two_processes_splits_the_groups_and_keeps_the_ranks_in_step
         if row["solve_rate"] >= TOY["budget_threshold"]:
             budget = min(TOY["budget_end"], budget + TOY["budget_increment"])
         assert row["next_turn_budget"] == budget
-    replayed = sum(TOY["tasks_per_step"] * replayed_in_group(step, TOY["group"], 0.5, 4) for step in range(3))
+    replayed = sum(sum(replayed_per_group(step, TOY["group"], TOY["tasks_per_step"], 0.5, 4)) for step in range(3))
     assert ranks[-1]["replayed_total"] == replayed > 0
     assert sum(ranks[-1]["replay_next"].values()) == replayed  # both ranks hold the rotation of all takes
     assert ranks[-1]["episodes_total"] == 3 * TOY["group"] * TOY["tasks_per_step"] - replayed

@@ -173,7 +173,7 @@ def test_anchor_and_replay_run_reports_its_loss_terms_and_replayed_counts(tmp_pa
     from pdbgym.train.grpo.progress import GRPOProgress
     from pdbgym.train.grpo.report import write_grpo_report
     from pdbgym.train.grpo.run import train_grpo
-    from pdbgym.train.grpo.schedules import anchor_weight, replayed_in_group
+    from pdbgym.train.grpo.schedules import anchor_weight, replayed_per_group
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
@@ -186,13 +186,13 @@ def test_anchor_and_replay_run_reports_its_loss_terms_and_replayed_counts(tmp_pa
         train_grpo(config, play=toy_play, progress=GRPOProgress(bars, out / "episodes"))
     lines = log.getvalue().splitlines()
     for step in range(3):  # two groups of 8 a step, the replayed slots not played
-        played = 2 * (8 - replayed_in_group(step, 8, 0.5, 4))
+        played = 2 * 8 - sum(replayed_per_group(step, 8, 2, 0.5, 4))
         assert any(line.startswith(f"[step {step + 1} rollouts] {played}/{played}") for line in lines), lines
     assert any(line.startswith("[updates] 3/3") for line in lines)
     report = json.loads(write_grpo_report(out).with_suffix(".json").read_text())
     steps = report["tables"]["Steps"]
     for row in steps:
-        assert row["replayed"] == 2 * replayed_in_group(row["step"] - 1, 8, 0.5, 4)
+        assert row["replayed"] == sum(replayed_per_group(row["step"] - 1, 8, 2, 0.5, 4))
         assert row["bc/weight"] == pytest.approx(anchor_weight(row["step"] - 1, 0.5, 4)) and row["bc/nll"] > 0
         assert row["rl_loss"] == pytest.approx(row["loss"] - row["bc/weight"] * row["bc/nll"])
         assert row["episodes"] == "not kept"  # the toy play function does not report its episodes

@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 
 from pdbgym.errors import PdbgymError
+from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.schedules import (
     AdaptiveKLController,
     TurnBudgetCurriculum,
     anchor_weight,
     replay_fraction,
-    replayed_in_group,
+    replayed_per_group,
 )
 
 
@@ -80,11 +81,27 @@ def test_anchor_weight_decays_linearly_to_zero():
 def test_replay_fraction_and_count_per_group():
     assert [replay_fraction(s, 0.5, 20) for s in (0, 10, 20, 30)] == pytest.approx([0.5, 0.25, 0.0, 0.0])
     assert replay_fraction(100, 0.25, 0) == 0.25
-    # floor(f * G + 0.5), never the whole group
-    assert [replayed_in_group(s, 8, 0.5, 20) for s in (0, 5, 10, 15, 19, 20)] == [4, 3, 2, 1, 0, 0]
-    assert replayed_in_group(0, 2, 0.9, 10) == 1
+    # one group: floor(f * G + 0.5), never the whole group
+    assert [replayed_per_group(s, 8, 1, 0.5, 20) for s in (0, 5, 10, 15, 19, 20)] == [[4], [3], [2], [1], [0], [0]]
+    assert replayed_per_group(0, 2, 3, 0.9, 10) == [1, 1, 1]
     with pytest.raises(PdbgymError):
         replay_fraction(0, 1.0, 10)
+
+
+def test_replay_at_the_defaults_and_the_experiments_settings_decays_step_by_step():
+    """The step's share is rounded once and spread over its groups: a fraction below half an episode a
+    group (0.125 of G = 4) still replays, and decays over the steps instead of stopping after the first."""
+    # the experiment's settings: G = 4, 8 groups a step, 0.125 decaying over 20 steps
+    per_step = [replayed_per_group(s, 4, 8, 0.125, 20) for s in range(21)]
+    assert [sum(c) for c in per_step] == [4, 4, 4, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 0, 0, 0]
+    assert per_step[0] == [0, 1, 0, 1, 0, 1, 0, 1] and all(max(c) <= 1 for c in per_step)
+    # the defaults (GRPORunConfig): G = 8, one group a step, 0.25 over 20 steps
+    defaults = GRPORunConfig(policy="p", tasks="t", out=Path("o"))
+    counts = [replayed_per_group(s, defaults.group, defaults.tasks_per_step, defaults.replay_fraction,
+                                 defaults.replay_decay_steps) for s in range(21)]
+    assert [c[0] for c in counts] == [2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    # never a whole group, whatever the fraction
+    assert replayed_per_group(0, 2, 5, 0.99, 0) == [1] * 5 and replayed_per_group(0, 1, 4, 0.5, 0) == [0] * 4
 
 
 def test_replay_takes_only_whole_episodes_that_ended_in_a_passing_submit_within_the_cap():

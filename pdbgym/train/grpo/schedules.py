@@ -114,10 +114,18 @@ def replay_fraction(step: int, initial: float, decay_steps: int) -> float:
     return initial * max(0.0, 1.0 - step / decay_steps)
 
 
-def replayed_in_group(step: int, group: int, initial: float, decay_steps: int) -> int:
-    """How many of a group's ``group`` episodes are replayed at ``step`` (never all of them)."""
-    wanted = math.floor(replay_fraction(step, initial, decay_steps) * group + 0.5)
-    return max(0, min(group - 1, wanted))
+def replayed_per_group(step: int, group: int, groups: int, initial: float, decay_steps: int) -> list[int]:
+    """How many of each group's ``group`` episodes are replayed at ``step``, for the step's ``groups`` groups.
+
+    The step's share, ``replay_fraction * group * groups``, is rounded once for the whole step and spread
+    evenly over its groups (never a whole group). Rounding each group on its own would lose any fraction
+    below half an episode a group: 0.125 of G = 4 is 0.5, which rounds to 1 (twice the fraction) at the
+    first step and to 0 from the next one on, so the decay never happened.
+    """
+    if group < 1 or groups < 1:
+        return [0] * max(groups, 0)
+    total = min(groups * (group - 1), math.floor(replay_fraction(step, initial, decay_steps) * group * groups + 0.5))
+    return [total * (i + 1) // groups - total * i // groups for i in range(groups)]
 
 
 @dataclass

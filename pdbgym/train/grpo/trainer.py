@@ -55,7 +55,7 @@ from pdbgym.train.grpo.schedules import (
     RecipeState,
     TurnBudgetCurriculum,
     anchor_weight,
-    replayed_in_group,
+    replayed_per_group,
 )
 from pdbgym.train.grpo.stepdump import dump_step
 from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
@@ -246,9 +246,10 @@ class PdbgymRollout:
         taken: dict[str, int] = {}
         if self.replay is not None:  # the recipe state holds the rotation: a resumed run continues it
             self.replay.restore(self.recipe.replay_next)
-        for group in _runs(prompts):  # TRL repeats each prompt G times in a row; whole groups per process
+        groups = _runs(prompts)  # TRL repeats each prompt G times in a row; whole groups per process
+        for group, count in zip(groups, self._replay_counts(step, len(groups), trainer), strict=True):
             task = self._task(group[0])
-            replayed = self._replayed(task.instance_id, step, len(group))
+            replayed = self.replay.take(task.instance_id, min(count, len(group) - 1)) if self.replay else []
             taken[task.instance_id] = taken.get(task.instance_id, 0) + len(replayed)
             slots.extend(replayed + [None] * (len(group) - len(replayed)))
             to_play.extend([task] * (len(group) - len(replayed)))
@@ -289,11 +290,18 @@ class PdbgymRollout:
             raise PdbgymError(f"the GRPO dataset names task {instance_id!r}, which is not among the training tasks")
         return self.tasks[instance_id]
 
-    def _replayed(self, instance_id: str, step: int, group: int) -> list[EpisodeSample]:
+    def _replay_counts(self, step: int, groups: int, trainer: Any) -> list[int]:
+        """This process's share of the step's replayed slots, one count per group: the counts are spread
+        over the step's groups on all processes (``tasks_per_step``), so the step replays what one
+        process playing every group would."""
         if self.replay is None:
-            return []
-        count = replayed_in_group(step, group, self.config.replay_fraction, self.config.replay_decay_steps)
-        return self.replay.take(instance_id, count)
+            return [0] * groups
+        processes = trainer.accelerator.num_processes
+        everyone = max(groups * processes, self.config.tasks_per_step)
+        counts = replayed_per_group(step, self.config.group, everyone, self.config.replay_fraction,
+                                    self.config.replay_decay_steps)
+        first = trainer.accelerator.process_index * groups
+        return counts[first:first + groups]
 
     def _account(self, samples: list[EpisodeSample]) -> None:
         on_policy = [s for s in samples if not s.facts.get("replayed")]
