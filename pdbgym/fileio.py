@@ -1,4 +1,5 @@
-"""Atomic file writes: a reader sees the old file or the new one, never a half-written one."""
+"""Atomic file writes: a reader sees the old file or the new one, never a half-written one; JSONL logs
+grow by whole lines."""
 
 from __future__ import annotations
 
@@ -66,3 +67,14 @@ def json_safe(data: Any) -> Any:
 def write_json_atomic(path: Path, data: Any, *, indent: int = 1, sort_keys: bool = False) -> None:
     """Write ``data`` as JSON to ``path`` atomically."""
     write_text_atomic(path, json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n")
+
+
+def append_jsonl(path: Path, rows: list[Any], *, sort_keys: bool = False) -> None:
+    """Append ``rows`` to the JSONL log ``path`` in one write of whole lines, flushed to disk: a crash leaves
+    whole lines, or a cut last line that readers of these logs skip."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        handle.write("".join(json.dumps(row, sort_keys=sort_keys) + "\n" for row in rows))
+        handle.flush()
+        os.fsync(handle.fileno())

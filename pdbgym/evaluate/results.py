@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import write_json_atomic
+from pdbgym.fileio import append_jsonl, write_json_atomic
 
 CONFIG_FILE = "campaign.json"
 EPISODES_FILE = "episodes.jsonl"
@@ -131,10 +130,4 @@ class ResultsStore:
         return {r.key for r in self.rows()}
 
     def append(self, rows: Iterable[EpisodeRow]) -> None:
-        payload = "".join(json.dumps(asdict(r)) + "\n" for r in rows)
-        path = self.out_dir / EPISODES_FILE
-        # One write of whole lines, flushed to disk: a crash leaves whole lines or a cut last line.
-        with open(path, "a") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_jsonl(self.out_dir / EPISODES_FILE, [asdict(r) for r in rows])

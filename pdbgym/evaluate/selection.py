@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.stats import winners_curse_inflation
+from pdbgym.fileio import append_jsonl
 from pdbgym.paths import pdbgym_home
 
 
@@ -53,11 +53,7 @@ class SelectionLedger:
         return found
 
     def record(self, selection: Selection) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as fh:
-            fh.write(json.dumps(asdict(selection)) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_jsonl(self.path, [asdict(selection)])
 
     def selections_of(self, model: str, task_ids: list[str]) -> list[Selection]:
         """Earlier selections that chose ``model`` on exactly this task set."""

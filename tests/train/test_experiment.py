@@ -12,7 +12,7 @@ from homefixtures import fresh_home
 
 from pdbgym.episode_defaults import GRPO_TEMPERATURE
 from pdbgym.train.experiment.config import ExperimentError, load_experiment
-from pdbgym.train.experiment.report import learning_check
+from pdbgym.train.experiment.report import learning_check, task_paired_check
 
 REPO_FILE = Path(__file__).resolve().parents[2] / "experiments" / "smollm2-ladder.toml"
 
@@ -39,6 +39,8 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     assert state["stages"]["oracle"]["train"]["solved"] == state["stages"]["split"]["train"]  # the oracle solves all
     # GRPO's rollouts decoded real episodes from a merged copy of the policy (train/grpo/merged.py)
     assert json.loads((out / "grpo" / "grpo_run.json").read_text())["rollout_weights"] == "merged"
+    outcomes = [json.loads(line) for line in (out / "grpo" / "outcomes.jsonl").read_text().splitlines()]
+    assert [o["step"] for o in outcomes] == [1, 2] and all(len(o["episodes"]) == 2 for o in outcomes)
     report = (out / "report.md").read_text()
     for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
                     "## Stop at peak", "| grpo |", "| sft - base |",
@@ -102,6 +104,35 @@ def test_the_learning_check_compares_the_last_quarter_of_steps_with_the_first():
     flat = learning_check([{"episodes/solve_rate": 0.25, "episodes/replayed": 2}] * 8, per_step=8)
     assert flat["diff"] == 0 and not flat["learned"] and flat["episodes"] == [12, 12]
     assert flat["first"] == pytest.approx(4 / 12)  # 2 of the 6 played episodes a step (0.25 x 6, rounded)
+
+
+def test_the_task_paired_check_compares_each_task_with_itself():
+    """Early steps drew mostly easy tasks and late steps mostly hard ones, while every task's own solve rate
+    rose: the pooled steps move 8 points, each task against itself shows the whole rise."""
+    def group(task: str, solved: int, replayed: bool = False) -> list[dict]:
+        return [{"task": task, "solved": i < solved, "replayed": replayed} for i in range(4)]
+
+    easy, hard = [f"e{i}" for i in range(8)], [f"h{i}" for i in range(8)]
+    early = [sum((group(t, 3) for t in easy), []) + sum((group(t, 0) for t in hard[:4]), []),
+             sum((group(t, 3) for t in easy), []) + sum((group(t, 0) for t in hard[4:]), []) + group("e0", 4, True)]
+    late = [sum((group(t, 1 if t < "h4" else 2) for t in hard), []) + sum((group(t, 4) for t in easy[:4]), []),
+            sum((group(t, 1 if t < "h4" else 2) for t in hard), []) + sum((group(t, 4) for t in easy[4:]), [])]
+    middle = group("e1", 0) + group("h0", 4)  # an odd step count: the middle step is left out
+    rows = [{"step": step, "episodes": episodes} for step, episodes in
+            enumerate([*early, middle, *late], start=1)]
+    pooled = [sum(e["solved"] for r in half for e in r["episodes"] if not e["replayed"]) / 96
+              for half in (rows[:2], rows[3:])]
+    assert pooled == pytest.approx([48 / 96, 56 / 96])  # the steps pooled: 8 points
+    rows[-1]["episodes"] += group("only-late", 4)  # played in one half only: not paired
+    check = task_paired_check(rows)
+    assert check["steps_per_half"] == 2 and check["tasks"] == 16 and check["episodes"] == [96, 96]
+    assert check["first"] == pytest.approx(6 / 16) and check["last"] == pytest.approx(11 / 16)
+    assert check["diff"] == pytest.approx(5 / 16) and check["ci"][0] > 0.2 and check["learned"]  # 31 points
+    # no rise on the same tasks: no learning, whatever the mix
+    flat = [{"step": s, "episodes": group("a", 2) + group("b", 3)} for s in (1, 2, 3, 4)]
+    assert task_paired_check(flat)["diff"] == 0 and not task_paired_check(flat)["learned"]
+    assert task_paired_check(flat[:1]) is None  # one step has no halves
+    assert task_paired_check([{"step": 1, "episodes": group("a", 2)}, {"step": 2, "episodes": group("b", 2)}]) is None
 
 
 def test_grpo_steps_count_each_rung_and_the_report_pools_them():

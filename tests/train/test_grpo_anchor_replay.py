@@ -59,6 +59,15 @@ def test_grpo_run_mixes_the_anchor_and_replays_solved_examples(tmp_path, monkeyp
         assert row["bc/nll"] > 0
     expected = sum(sum(replayed_per_group(step, 8, 2, 0.5, 4)) for step in range(4))  # 2 groups a step
     assert rows[-1]["episodes/replayed_total"] == expected > 0
+    # outcomes.jsonl: every episode of every step, by task, the replayed ones marked as such
+    outcomes = [json.loads(line) for line in (tmp_path / "run" / "outcomes.jsonl").read_text().splitlines()]
+    assert [o["step"] for o in outcomes] == [r["step"] for r in rows] == [1, 2, 3, 4]
+    for outcome, row in zip(outcomes, rows, strict=True):
+        assert len(outcome["episodes"]) == 16 and {e["task"] for e in outcome["episodes"]} <= {"toy__0", "toy__1"}
+        replayed = [e for e in outcome["episodes"] if e["replayed"]]
+        assert len(replayed) == row["episodes/replayed"] and all(e["solved"] for e in replayed)
+        played = [e["solved"] for e in outcome["episodes"] if not e["replayed"]]
+        assert sum(played) / len(played) == pytest.approx(row["episodes/solve_rate"])
 
 
 def test_a_corpus_from_another_tokenizer_is_refused(tmp_path, monkeypatch, tiny_model_dir):

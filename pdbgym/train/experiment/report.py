@@ -1,7 +1,8 @@
 """The experiment's one report (``OUT/report.md``), from the run folder alone.
 
 Sections: the GRPO steps (reward and on-policy solve rate per step, the last quarter of steps against
-the first with a 95% CI of the difference), the val gates (every checkpoint's val pass@1), the held-out
+the first with a 95% CI of the difference, and each task against itself across the two halves of the
+steps), the val gates (every checkpoint's val pass@1), the held-out
 table (pass@1 and pass@k per arm with task-clustered CIs, valid tool-call rate, KL to the oracle), the
 paired comparisons GRPO - SFT and SFT - base, and the stop-at-peak check: the chosen checkpoint's val
 score next to its held-out score, and how much choosing on val inflated it.
@@ -16,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from pdbgym.evaluate.results import ResultsStore
-from pdbgym.evaluate.stats import clustered_proportion, estimate_mean, newcombe_from, wilson_interval
+from pdbgym.evaluate.stats import (
+    clustered_proportion,
+    estimate_mean,
+    newcombe_from,
+    paired_comparison,
+    wilson_interval,
+)
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
@@ -24,6 +31,7 @@ from pdbgym.train.experiment.config import ExperimentConfig
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
 from pdbgym.train.grpo.report import read_jsonl
+from pdbgym.train.grpo.trainer import OUTCOMES_FILE
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -65,6 +73,39 @@ def learning_check(rows: list[dict[str, Any]], per_step: int) -> dict[str, Any] 
     return {"first": first, "last": last, "steps_per_quarter": quarter, "episodes": [e_first, e_last],
             "effective": [round(n_first, 1), round(n_last, 1)], "diff": last - first, "ci": [low, high],
             "learned": low > 0}
+
+
+def task_paired_check(outcomes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The later half of the GRPO steps against the earlier half, each task against itself.
+
+    A step draws its tasks afresh, so a step's solve rate moves with how hard its tasks are, and the
+    quarter check (``learning_check``) must take every step as one cluster. Here each task played
+    on-policy in both halves (``outcomes.jsonl``) gives its solve rate in each half; the mean of the
+    per-task differences gets a task-clustered 95% CI (``paired_comparison``, as the held-out arms are
+    compared), and the difference it could detect at 80% power. With an odd number of steps the middle
+    one is left out. None when fewer than two tasks were played in both halves.
+    """
+    steps = sorted({int(row["step"]) for row in outcomes})
+    half = len(steps) // 2
+    if half < 1:
+        return None
+    early, late = set(steps[:half]), set(steps[len(steps) - half:])
+    played: dict[str, tuple[list[int], list[int]]] = {}
+    for row in outcomes:
+        step = int(row["step"])
+        for episode in row.get("episodes", []):
+            if not episode.get("replayed") and step in early | late:
+                played.setdefault(episode["task"], ([], []))[step in late].append(int(bool(episode["solved"])))
+    both = {task: halves for task, halves in played.items() if halves[0] and halves[1]}
+    if len(both) < 2:
+        return None
+    before = np.array([sum(h[0]) / len(h[0]) for h in both.values()])
+    after = np.array([sum(h[1]) / len(h[1]) for h in both.values()])
+    paired = paired_comparison(after, before)
+    return {"steps_per_half": half, "tasks": len(both), "first": float(before.mean()), "last": float(after.mean()),
+            "episodes": [sum(len(h[0]) for h in both.values()), sum(len(h[1]) for h in both.values())],
+            "diff": paired.mean_diff, "ci": [paired.ci_low, paired.ci_high],
+            "detectable": paired.min_detectable_diff, "learned": paired.ci_low > 0}
 
 
 def by_rung(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -168,6 +209,15 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
                      f"episodes, worth {check['effective'][1]:g} and {check['effective'][0]:g} independent ones with "
                      f"steps as clusters), difference {pct(check['diff'])} [{pct(check['ci'][0])}, "
                      f"{pct(check['ci'][1])}] (95%, Newcombe); {verdict}.")
+    paired = task_paired_check(read_jsonl(out / "grpo" / OUTCOMES_FILE)[0])
+    if paired is not None:
+        verdict = "the CI excludes no change: GRPO raised the solve rate on the same tasks" if paired["learned"] else \
+            "the CI includes no change"
+        notes.append(f"Each task against itself: the last {paired['steps_per_half']} step(s) against the first, on the "
+                     f"{paired['tasks']} tasks played on-policy in both halves ({paired['episodes'][1]} and "
+                     f"{paired['episodes'][0]} episodes): {pct(paired['last'])} vs {pct(paired['first'])}, difference "
+                     f"{pct(paired['diff'])} [{pct(paired['ci'][0])}, {pct(paired['ci'][1])}] (95%, tasks as clusters; "
+                     f"{pct(paired['detectable'])} detectable at 80% power); {verdict}.")
     lines += md_bullets(notes) + [""]
     ladder = grpo_rungs(rows)
     if ladder:

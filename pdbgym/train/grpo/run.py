@@ -4,6 +4,7 @@ Output folder::
 
     checkpoints/checkpoint-N/   TRL checkpoints (adapter, optimizer, RNG, trainer state, recipe state)
     steps.jsonl                 one line per optimizer step: reward terms, KL, beta, turn budget, BC terms
+    outcomes.jsonl              one line per optimizer step: each episode's task, outcome, replayed or not
     gates.jsonl                 val pass@1 / pass@k (CIs over tasks) of every checkpoint
     adapter/                    the chosen delta (PEFT DoRA folder), registered with its parent
     grpo_run.json               recipe, parent, chosen checkpoint, store id
@@ -30,7 +31,7 @@ from pdbgym.train.checkpoints import (
 from pdbgym.train.grpo.build import build
 from pdbgym.train.grpo.choose import RUN_FILE, finish_run
 from pdbgym.train.grpo.config import GRPORunConfig
-from pdbgym.train.grpo.trainer import RANKS_DIR, RECIPE_STATE_FILE, STEPS_FILE
+from pdbgym.train.grpo.trainer import OUTCOMES_FILE, RANKS_DIR, RECIPE_STATE_FILE, STEPS_FILE
 
 
 def _checkpoint_to_resume(config: GRPORunConfig, main: bool = True) -> str | None:
@@ -43,7 +44,7 @@ def _checkpoint_to_resume(config: GRPORunConfig, main: bool = True) -> str | Non
             raise PdbgymError(f"--resume: {folder} holds no checkpoint to resume from; run without --resume")
         if main:
             saved = checkpoint_step(last)
-            for log in [config.out / STEPS_FILE, *sorted((config.out / RANKS_DIR).glob("rank-*.jsonl"))]:
+            for log in [config.out / STEPS_FILE, config.out / OUTCOMES_FILE, *sorted((config.out / RANKS_DIR).glob("rank-*.jsonl"))]:
                 forget_steps_after(log, saved)
         return last
     if last is not None or (config.out / STEPS_FILE).exists():

@@ -30,7 +30,7 @@ from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.env import DebugEnv, EnvConfig
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import write_json_atomic
+from pdbgym.fileio import append_jsonl, write_json_atomic
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.train import seams
 from pdbgym.train.gradguard import GradientGuard, guard_callback
@@ -275,6 +275,8 @@ class PdbgymRollout:
             self.recipe.replay_next = self.replay.positions()
         step_facts = [EpisodeSample([], [], [], [], facts) for rank_facts, _ in everyone for facts in rank_facts]
         self._account(step_facts)
+        if trainer.accelerator.is_main_process:
+            append_jsonl(self.config.out / OUTCOMES_FILE, [step_outcomes(step + 1, step_facts)])
         for key, value in episode_metrics(step_facts, self._rung).items():
             seams.append_metric(trainer, key, value)
         self._log_rank(trainer, step, len(samples), step_facts, budget)
@@ -325,10 +327,16 @@ class PdbgymRollout:
                "next_turn_budget": self.curriculum.budget(step + 1), "beta": float(trainer.beta),
                "replay_next": self.recipe.replay_next,
                **{k: v for k, v in self.recipe.to_dict().items() if k.endswith("_total")}}
-        path = self.config.out / RANKS_DIR / f"rank-{rank}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as handle:
-            handle.write(json.dumps(row, sort_keys=True) + "\n")
+        append_jsonl(self.config.out / RANKS_DIR / f"rank-{rank}.jsonl", [row], sort_keys=True)
+
+
+def step_outcomes(step: int, facts: list[EpisodeSample]) -> dict[str, Any]:
+    """A step's row of ``outcomes.jsonl``: every episode of the step (all processes'), its task, whether its
+    final tests passed, whether it was replayed from the corpus, and how it ended. The per-step metrics
+    pool tasks; these rows let a report compare a task with itself across steps."""
+    return {"step": step, "episodes": [
+        {"task": s.facts["instance_id"], "solved": bool(s.facts["final_test_passed"]),
+         "replayed": bool(s.facts.get("replayed")), "reason": s.facts.get("termination_reason")} for s in facts]}
 
 
 def _runs(prompts: list[str]) -> list[list[str]]:
@@ -373,10 +381,7 @@ class StepLogCallback:
         if "reward" not in logs:
             return
         row = {"step": step, **{k: v for k, v in logs.items() if isinstance(v, int | float | str)}}
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(row, sort_keys=True) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_jsonl(self.path, [row], sort_keys=True)
         if self.on_log is not None:
             self.on_log(row)
 
@@ -462,4 +467,5 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
 
 GATES_FILE = "gates.jsonl"
 STEPS_FILE = "steps.jsonl"
+OUTCOMES_FILE = "outcomes.jsonl"  # one row per step: every episode's task and outcome (step_outcomes)
 RANKS_DIR = "ranks"  # several processes: ranks/rank-R.jsonl, each rank's view of every step

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.adapters.store import Store
+from pdbgym.fileio import append_jsonl
 from pdbgym.interrupts import Interrupted
 from pdbgym.train import seams
 from pdbgym.train.checkpoints import (
@@ -95,8 +96,7 @@ def _progress_callback(metrics_path: Path, on_log: LogHook | None, rows: list[di
                 return
             row = log_row(state.global_step, logs or {})
             self.rows.append(row)
-            with open(metrics_path, "a") as handle:
-                handle.write(json.dumps(row) + "\n")
+            append_jsonl(metrics_path, [row])
             if on_log is not None:
                 on_log(row, int(state.max_steps))
 
