@@ -201,22 +201,23 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     skipped = skipped_steps(rows)
     if skipped:
         notes.append(nonfinite_warning(skipped, (run.get("nonfinite") or {}).get("stopped_at")) + ".")
+    def rise(c: dict[str, Any]) -> str:
+        return f"{pct(c['last'])} vs {pct(c['first'])}, difference {pct(c['diff'])} [{pct(c['ci'][0])}, {pct(c['ci'][1])}]"
+
     if check is not None:
         verdict = "the CI excludes no change: GRPO raised the on-policy solve rate" if check["learned"] else \
             "the CI includes no change: this run does not show learning"
-        notes.append(f"On-policy solve rate, last {check['steps_per_quarter']} step(s) against the first: "
-                     f"{pct(check['last'])} vs {pct(check['first'])} ({check['episodes'][1]} and {check['episodes'][0]} "
-                     f"episodes, worth {check['effective'][1]:g} and {check['effective'][0]:g} independent ones with "
-                     f"steps as clusters), difference {pct(check['diff'])} [{pct(check['ci'][0])}, "
-                     f"{pct(check['ci'][1])}] (95%, Newcombe); {verdict}.")
+        notes.append(f"On-policy solve rate, last {check['steps_per_quarter']} step(s) against the first "
+                     f"({check['episodes'][1]} and {check['episodes'][0]} episodes, worth {check['effective'][1]:g} and "
+                     f"{check['effective'][0]:g} independent ones with steps as clusters): {rise(check)} (95%, "
+                     f"Newcombe); {verdict}.")
     paired = task_paired_check(read_jsonl(out / "grpo" / OUTCOMES_FILE)[0])
     if paired is not None:
         verdict = "the CI excludes no change: GRPO raised the solve rate on the same tasks" if paired["learned"] else \
             "the CI includes no change"
         notes.append(f"Each task against itself: the last {paired['steps_per_half']} step(s) against the first, on the "
                      f"{paired['tasks']} tasks played on-policy in both halves ({paired['episodes'][1]} and "
-                     f"{paired['episodes'][0]} episodes): {pct(paired['last'])} vs {pct(paired['first'])}, difference "
-                     f"{pct(paired['diff'])} [{pct(paired['ci'][0])}, {pct(paired['ci'][1])}] (95%, tasks as clusters; "
+                     f"{paired['episodes'][0]} episodes): {rise(paired)} (95%, tasks as clusters; "
                      f"{pct(paired['detectable'])} detectable at 80% power); {verdict}.")
     lines += md_bullets(notes) + [""]
     ladder = grpo_rungs(rows)

@@ -330,13 +330,13 @@ class PdbgymRollout:
         append_jsonl(self.config.out / RANKS_DIR / f"rank-{rank}.jsonl", [row], sort_keys=True)
 
 
-def step_outcomes(step: int, facts: list[EpisodeSample]) -> dict[str, Any]:
+def step_outcomes(step: int, samples: list[EpisodeSample]) -> dict[str, Any]:
     """A step's row of ``outcomes.jsonl``: every episode of the step (all processes'), its task, whether its
     final tests passed, whether it was replayed from the corpus, and how it ended. The per-step metrics
     pool tasks; these rows let a report compare a task with itself across steps."""
     return {"step": step, "episodes": [
         {"task": s.facts["instance_id"], "solved": bool(s.facts["final_test_passed"]),
-         "replayed": bool(s.facts.get("replayed")), "reason": s.facts.get("termination_reason")} for s in facts]}
+         "replayed": bool(s.facts.get("replayed")), "reason": s.facts.get("termination_reason")} for s in samples]}
 
 
 def _runs(prompts: list[str]) -> list[list[str]]:
