@@ -75,7 +75,7 @@ def learning_check(rows: list[dict[str, Any]], per_step: int) -> dict[str, Any] 
             "learned": low > 0}
 
 
-def task_paired_check(outcomes: list[dict[str, Any]]) -> dict[str, Any] | None:
+def task_paired_check(outcomes: list[dict[str, Any]], share: float = 0.5) -> dict[str, Any] | None:
     """The later half of the GRPO steps against the earlier half, each task against itself.
 
     A step draws its tasks afresh, so a step's solve rate moves with how hard its tasks are, and the
@@ -83,10 +83,12 @@ def task_paired_check(outcomes: list[dict[str, Any]]) -> dict[str, Any] | None:
     on-policy in both halves (``outcomes.jsonl``) gives its solve rate in each half; the mean of the
     per-task differences gets a task-clustered 95% CI (``paired_comparison``, as the held-out arms are
     compared), and the difference it could detect at 80% power. With an odd number of steps the middle
-    one is left out. None when fewer than two tasks were played in both halves.
+    one is left out. None when fewer than two tasks were played in both halves. ``share`` < 0.5 compares
+    the first and last ``share`` of the steps instead: fewer tasks are paired, and at a quarter the
+    interval is too narrow (``bench/learning_check_power.py``), so the report uses halves.
     """
     steps = sorted({int(row["step"]) for row in outcomes})
-    half = len(steps) // 2
+    half = min(len(steps) // 2, int(len(steps) * share))
     if half < 1:
         return None
     early, late = set(steps[:half]), set(steps[len(steps) - half:])
