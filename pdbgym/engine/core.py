@@ -171,6 +171,9 @@ class EngineStats:
     busy_seconds: float = 0.0
     prefill_seconds: float = 0.0
     draw_seconds: float = 0.0  # sampling and bookkeeping, host round trip included
+    step_seconds: float = 0.0  # decode steps: their inputs set and the forward (or graph replay) launched
+    keep_seconds: float = 0.0  # ended rows' caches kept for their episodes' next turns
+    admit_seconds: float = 0.0  # rows joining a static session, less their prefill, draw and kept caches
     row_steps: int = 0  # sum over decode steps of the rows that were live
     compiles: list[dict[str, Any]] = field(default_factory=list)
 
@@ -179,7 +182,8 @@ class EngineStats:
                 "prefills": self.prefills, "prefill_tokens": self.prefill_tokens,
                 "reused_tokens": self.reused_tokens, "batches": self.batches,
                 "busy_seconds": round(self.busy_seconds, 3), "prefill_seconds": round(self.prefill_seconds, 3),
-                "draw_seconds": round(self.draw_seconds, 3),
+                "draw_seconds": round(self.draw_seconds, 3), "step_seconds": round(self.step_seconds, 3),
+                "keep_seconds": round(self.keep_seconds, 3), "admit_seconds": round(self.admit_seconds, 3),
                 "mean_live_rows": round(self.row_steps / self.decode_steps, 2) if self.decode_steps else 0.0,
                 "compiles": list(self.compiles)}
 
@@ -588,12 +592,14 @@ class LocalEngine:
             return
         if len(rows) > 1 and not self._joinable(cache):
             return
+        started = time.perf_counter()
         for i, row in enumerate(rows):
             ids = list(row.request.prompt_ids) + row.ids[:-1]
             start = width - len(row.request.prompt_ids)
             kept = cache if len(rows) == 1 else cut_row(cache, model, i, start, start + len(ids))
             self._prefixes.insert(0, _Prefix(ids, kept, cache_bytes(kept)))
         self._trim_prefixes(len(rows))
+        self.stats.keep_seconds += time.perf_counter() - started
 
     def _joinable(self, cache: Any) -> bool:
         """Whether batched rows' caches can be cut and joined by position, learnt from the first ``cache``
@@ -621,11 +627,13 @@ class LocalEngine:
         the last, the positions ``[end - len, end)`` of its slot) for its episode's next turn."""
         if not self.settings.reuse_prefix or row.finish == "cancelled":
             return
+        started = time.perf_counter()
         ids = list(row.request.prompt_ids) + row.ids[:-1]
         kept = cut_row(shape.cache, model, row.slot, end - len(ids), end)
         self._joinable(kept)  # a static session's joiners with kept rows are joined by position
         self._prefixes.insert(0, _Prefix(ids, kept, cache_bytes(kept)))
         self._trim_prefixes(0)  # within prefix_bytes: a static session may hold many long rows
+        self.stats.keep_seconds += time.perf_counter() - started
 
     def _dynamic_round(self, model: Any, rows: list[_Row], release_early: bool = True) -> None:
         """Decode ``rows`` together to their ends. With ``release_early`` a row that ends goes back to its
@@ -637,11 +645,13 @@ class LocalEngine:
         while any(r.finish is None for r in rows):
             if release_early:
                 self._release()  # rows that ended go back to their episodes while the others decode
+            started = time.perf_counter()
             feed = torch.tensor([[r.ids[-1] if r.finish is None else self.pad_id] for r in rows],
                                 dtype=torch.long, device=self.device)
             positions = torch.tensor([[r.position - 1] for r in rows], dtype=torch.long, device=self.device)
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)], dim=1)
             logits = self._forward(model, feed, mask, positions, cache)
+            self.stats.step_seconds += time.perf_counter() - started
             self.stats.decode_steps += 1
             live = [r for r in rows if r.finish is None]
             self.stats.row_steps += len(live)
@@ -697,11 +707,13 @@ class LocalEngine:
             active = [r for r in occupied if r is not None]
             if not active:
                 return
+            started = time.perf_counter()
             for row in active:
                 shape.input_ids[row.slot, 0] = row.ids[-1]
                 shape.positions[row.slot, 0] = row.position - 1
             shape.mask[:, 0, 0, head] = True
             logits = self._decode(model, shape, head)
+            self.stats.step_seconds += time.perf_counter() - started
             head += 1
             self.stats.decode_steps += 1
             self.stats.row_steps += len(active)
@@ -727,6 +739,8 @@ class LocalEngine:
         """Prefill ``rows`` and place them in free slots right-aligned below ``head``; draw their first id."""
         if not rows:
             return
+        started = time.perf_counter()
+        inside = self.stats.prefill_seconds + self.stats.draw_seconds + self.stats.keep_seconds
         free = [i for i, r in enumerate(occupied) if r is None]
         for row, slot in zip(rows, free, strict=False):
             row.slot = slot
@@ -742,6 +756,8 @@ class LocalEngine:
             if row.finish is not None:
                 self._keep_static(model, shape, row, head)
                 occupied[row.slot] = None
+        inside = self.stats.prefill_seconds + self.stats.draw_seconds + self.stats.keep_seconds - inside
+        self.stats.admit_seconds += time.perf_counter() - started - inside
 
     def _decode(self, model: Any, shape: _Static, head: int) -> torch.Tensor:
         """One decode step of every slot at ``head``: the shape's CUDA graph replayed (captured on first

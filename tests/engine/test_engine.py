@@ -274,6 +274,20 @@ def test_a_static_session_keeps_each_ended_row_so_its_episodes_next_turn_prefill
     assert reusing.stats.reused_tokens - before == len(mixed[0].prompt_ids) - 1 - 1
 
 
+def test_a_batchs_seconds_split_into_disjoint_parts_within_its_busy_time(model):
+    """prefill, draw, decode steps, kept caches and static admission are timed apart: none is counted in
+    another, so together they fit inside the batches' busy seconds."""
+    for static in (True, False):
+        engine = LocalEngine(model, {STOP}, 0, EngineSettings(static=static, min_length=64))
+        first = [EngineRequest(list(range(1, 5 + 7 * i)), 6, temperature=0.9, seed=i) for i in range(3)]
+        engine.generate(next_turns(first, engine.generate(first), [40, 41]))
+        engine.close()  # a batch's busy seconds are added when it ends, after its last result went out
+        stats = engine.stats.to_dict()
+        parts = ("prefill_seconds", "draw_seconds", "step_seconds", "keep_seconds", "admit_seconds")
+        assert all(stats[part] > 0 for part in parts[:4]) and (stats["admit_seconds"] > 0) == static
+        assert sum(stats[part] for part in parts) <= stats["busy_seconds"] + 1e-3, stats
+
+
 def test_kept_caches_stay_within_the_byte_budget_but_a_whole_round_is_kept_for_its_next_turn(model):
     first = [EngineRequest(list(range(1, 9 + i)), 3, seed=i) for i in range(6)]
     reused = {}

@@ -252,7 +252,8 @@ def episode_metrics(samples: Sequence[EpisodeSample], rungs: Callable[[str], int
 ENGINE_METRICS = (("busy_seconds", "engine/busy_s"), ("prefill_seconds", "engine/prefill_s"),
                   ("draw_seconds", "engine/draw_s"), ("decode_steps", "engine/decode_steps"),
                   ("batches", "engine/sessions"), ("prefill_tokens", "engine/prefill_tokens"),
-                  ("prefills", "engine/prefills"))
+                  ("prefills", "engine/prefills"), ("step_seconds", "engine/step_s"),
+                  ("keep_seconds", "engine/keep_s"), ("admit_seconds", "engine/admit_s"))
 
 
 def engine_metrics(before: EngineStats | None, after: EngineStats) -> dict[str, float]:
@@ -260,7 +261,11 @@ def engine_metrics(before: EngineStats | None, after: EngineStats) -> dict[str, 
 
     ``engine/busy_s``: seconds inside batches (decoding, prefilling, drawing), of which
     ``engine/prefill_s`` prefilling (``engine/prefills`` forward passes of ``engine/prefill_tokens`` ids)
-    and ``engine/draw_s`` sampling and bookkeeping; ``engine/sessions``:
+    and ``engine/draw_s`` sampling and bookkeeping (its host round trip waits for the step's kernels),
+    ``engine/step_s`` setting decode steps' inputs and launching them, ``engine/keep_s`` keeping ended
+    rows' caches for their next turns, ``engine/admit_s`` placing rows that join a static session (less
+    their prefill, draw and kept caches); the rest of ``engine/busy_s`` is the loop's own bookkeeping;
+    ``engine/sessions``:
     static sessions or dynamic rounds started; ``engine/live_rows``: mean rows live per decode step (how
     full the batch ran).
     """
