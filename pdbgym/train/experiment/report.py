@@ -203,6 +203,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     skipped = skipped_steps(rows)
     if skipped:
         notes.append(nonfinite_warning(skipped, (run.get("nonfinite") or {}).get("stopped_at")) + ".")
+
     def rise(c: dict[str, Any]) -> str:
         return f"{pct(c['last'])} vs {pct(c['first'])}, difference {pct(c['diff'])} [{pct(c['ci'][0])}, {pct(c['ci'][1])}]"
 
