@@ -49,3 +49,26 @@ def test_kill_then_resume_continues_the_step_sequence(tmp_path):
     error = min(max(before["kl"] / 0.05 - 1, -0.2), 0.2)
     assert after["beta"] == pytest.approx(before["beta"] * (1 + error / 5), rel=1e-6)
     assert json.loads((out / "grpo_run.json").read_text())["steps"] == STEPS
+
+
+def test_a_resume_drops_every_log_row_after_the_checkpoint_it_resumes_from(tmp_path):
+    """A killed run logged steps 4 and 5 after its last complete checkpoint (3): --resume plays them again,
+    so their rows go from steps.jsonl, outcomes.jsonl and every rank's log; a half-written checkpoint-4
+    (no trainer state) is not resumed from."""
+    from pdbgym.train.grpo.config import GRPORunConfig
+    from pdbgym.train.grpo.run import _checkpoint_to_resume
+    from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE
+
+    out = tmp_path / "run"
+    for step, files in ((3, ("trainer_state.json", RECIPE_STATE_FILE)), (4, (RECIPE_STATE_FILE,))):
+        for name in files:
+            (out / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True, exist_ok=True)
+            (out / "checkpoints" / f"checkpoint-{step}" / name).write_text("{}")
+    logs = [out / "steps.jsonl", out / "outcomes.jsonl", out / "ranks" / "rank-0.jsonl", out / "ranks" / "rank-1.jsonl"]
+    for log in logs:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("".join(json.dumps({"step": step, "episodes": []}) + "\n" for step in range(1, 6)))
+    config = GRPORunConfig(policy="p", tasks="t", out=out, resume=True)
+    assert _checkpoint_to_resume(config) == str(out / "checkpoints" / "checkpoint-3")
+    for log in logs:
+        assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2, 3], log

@@ -92,12 +92,15 @@ def task_paired_check(outcomes: list[dict[str, Any]], share: float = 0.5) -> dic
     if half < 1:
         return None
     early, late = set(steps[:half]), set(steps[len(steps) - half:])
-    played: dict[str, tuple[list[int], list[int]]] = {}
+    played: dict[str, tuple[list[int], list[int]]] = {}  # task -> (early outcomes, late outcomes)
     for row in outcomes:
         step = int(row["step"])
+        if step not in early and step not in late:
+            continue
         for episode in row.get("episodes", []):
-            if not episode.get("replayed") and step in early | late:
-                played.setdefault(episode["task"], ([], []))[step in late].append(int(bool(episode["solved"])))
+            if not episode.get("replayed"):
+                half_of = played.setdefault(episode["task"], ([], []))[1 if step in late else 0]
+                half_of.append(int(bool(episode["solved"])))
     both = {task: halves for task, halves in played.items() if halves[0] and halves[1]}
     if len(both) < 2:
         return None
@@ -196,13 +199,14 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     check = learning_check(rows, per_step)
     notes = [f"{run.get('reward_signal_steps', 0)} of {len(rows)} steps had reward spread (a group whose episodes "
              "scored differently)."]
+    stopped_at = (run.get("nonfinite") or {}).get("stopped_at")
     if rows and len(rows) < config.grpo.steps:
         cap = f" (the {config.grpo.max_minutes:g}-minute cap)" if config.grpo.max_minutes else ""
-        cap = " (non-finite gradients, steps in a row)" if (run.get("nonfinite") or {}).get("stopped_at") else cap
+        cap = " (non-finite gradients, steps in a row)" if stopped_at else cap
         notes.append(f"Training stopped after {len(rows)} of {config.grpo.steps} steps{cap}.")
     skipped = skipped_steps(rows)
     if skipped:
-        notes.append(nonfinite_warning(skipped, (run.get("nonfinite") or {}).get("stopped_at")) + ".")
+        notes.append(nonfinite_warning(skipped, stopped_at) + ".")
 
     def rise(c: dict[str, Any]) -> str:
         return f"{pct(c['last'])} vs {pct(c['first'])}, difference {pct(c['diff'])} [{pct(c['ci'][0])}, {pct(c['ci'][1])}]"

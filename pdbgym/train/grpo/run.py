@@ -44,7 +44,8 @@ def _checkpoint_to_resume(config: GRPORunConfig, main: bool = True) -> str | Non
             raise PdbgymError(f"--resume: {folder} holds no checkpoint to resume from; run without --resume")
         if main:
             saved = checkpoint_step(last)
-            for log in [config.out / STEPS_FILE, config.out / OUTCOMES_FILE, *sorted((config.out / RANKS_DIR).glob("rank-*.jsonl"))]:
+            ranks = sorted((config.out / RANKS_DIR).glob("rank-*.jsonl"))
+            for log in [config.out / STEPS_FILE, config.out / OUTCOMES_FILE, *ranks]:
                 forget_steps_after(log, saved)
         return last
     if last is not None or (config.out / STEPS_FILE).exists():
