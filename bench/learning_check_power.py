@@ -24,14 +24,21 @@ import numpy as np
 from pdbgym.train.experiment.report import learning_check, task_paired_check
 
 
-def simulate(seed: int, tasks: int, steps: int, per_step: int, group: int, rise: float) -> tuple[dict, dict]:
+def simulate(seed: int, tasks: int, steps: int, per_step: int, group: int, rise: float,
+             epochs: bool = False) -> tuple[dict, dict, dict]:
     rng = np.random.default_rng(seed)
     base = np.linspace(0.05, 0.95, tasks)
     rng.shuffle(base)
-    outcomes, rows = [], []
+    outcomes, rows, order = [], [], []
     for step in range(steps):
         episodes = []
-        for task in rng.choice(tasks, per_step, replace=False):
+        if epochs:  # TRL's sampler: a fresh permutation each epoch, per_step tasks a step, the rest dropped
+            if len(order) < per_step:
+                order = list(rng.permutation(tasks))
+            drawn, order = order[:per_step], order[per_step:]
+        else:
+            drawn = rng.choice(tasks, per_step, replace=False)
+        for task in drawn:
             rate = min(1.0, base[task] + rise * step / max(1, steps - 1))
             episodes += [{"task": f"t{task}", "solved": bool(rng.random() < rate), "replayed": False}
                          for _ in range(group)]
@@ -49,10 +56,14 @@ def main() -> None:
     parser.add_argument("--per-step", type=int, default=8)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--rise", type=float, default=0.15)
+    parser.add_argument("--epochs", action="store_true",
+                        help="draw tasks epoch by epoch (TRL's sampler) instead of afresh each step")
     args = parser.parse_args()
-    results = [simulate(seed, args.tasks, args.steps, args.per_step, args.group, args.rise) for seed in range(args.runs)]
+    results = [simulate(seed, args.tasks, args.steps, args.per_step, args.group, args.rise, args.epochs)
+               for seed in range(args.runs)]
     print(f"{args.runs} simulated runs: {args.tasks} tasks, {args.steps} steps of {args.per_step} tasks x G = "
-          f"{args.group}, per-task solve rate rising by {args.rise:g} over the run")
+          f"{args.group} ({'epochs' if args.epochs else 'drawn afresh'}), per-task solve rate rising by "
+          f"{args.rise:g} over the run")
     widths = {}
     for name, index in (("quarter check, steps as clusters (baseline)", 0), ("each task against itself, halves", 1),
                         ("each task against itself, quarters", 2)):

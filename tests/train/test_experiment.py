@@ -41,6 +41,10 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     assert json.loads((out / "grpo" / "grpo_run.json").read_text())["rollout_weights"] == "merged"
     outcomes = [json.loads(line) for line in (out / "grpo" / "outcomes.jsonl").read_text().splitlines()]
     assert [o["step"] for o in outcomes] == [1, 2] and all(len(o["episodes"]) == 2 for o in outcomes)
+    # GRPO played the [quick.grpo] tasks = 2 picked from the train split, and no other task
+    picked = sorted(p.name for p in (out / "tasks" / "grpo").iterdir())
+    assert len(picked) == 2 and set(picked) <= {p.name for p in (out / "tasks" / "train").iterdir()}
+    assert {e["task"] for o in outcomes for e in o["episodes"]} <= set(picked)
     report = (out / "report.md").read_text()
     for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
                     "## Stop at peak", "| grpo |", "| sft - base |",
@@ -85,6 +89,29 @@ def test_the_repository_file_loads_and_settings_errors_are_named(tmp_path):
         load_experiment(bad)
     with pytest.raises(ExperimentError, match="no such experiment file"):
         load_experiment(tmp_path / "missing.toml")
+    bad.write_text('name = "x"\n[tasks]\nfamilies = { ladder0 = 2 }\n[grpo]\ntasks = 3\ntasks_per_step = 4\n')
+    with pytest.raises(ExperimentError, match="tasks = 3 must be 0"):
+        load_experiment(bad)
+
+
+def test_the_repository_experiment_makes_each_quarter_of_grpo_steps_one_epoch_of_its_tasks():
+    """The learning check pairs each task across the first and last quarter of the steps; the file's
+    numbers make each quarter exactly one epoch of TRL's sampler, so every task is in both."""
+    g = load_experiment(REPO_FILE).grpo
+    epoch_steps, remainder = divmod(g.tasks, g.tasks_per_step)
+    assert remainder == 0 and g.steps == 4 * epoch_steps
+
+
+def test_grpo_tasks_are_picked_by_rung_the_same_way_every_time():
+    from pdbgym.train.experiment.run import pick_by_rung
+
+    rungs = {f"a{i:02d}": 0 for i in range(30)} | {f"b{i:02d}": 1 for i in range(10)}
+    picked = pick_by_rung(rungs, 8, seed=0)
+    assert picked == sorted(picked) == pick_by_rung(rungs, 8, seed=0) != pick_by_rung(rungs, 8, seed=1)
+    assert sum(t.startswith("a") for t in picked) == 6 and sum(t.startswith("b") for t in picked) == 2
+    assert len(pick_by_rung(rungs, 7, seed=0)) == 7 and pick_by_rung(rungs, 40, seed=3) == sorted(rungs)
+    with pytest.raises(ExperimentError, match="exceeds the 40 train task"):
+        pick_by_rung(rungs, 41, seed=0)
 
 
 def test_the_learning_check_compares_the_last_quarter_of_steps_with_the_first():
@@ -132,7 +159,29 @@ def test_the_task_paired_check_compares_each_task_with_itself():
     flat = [{"step": s, "episodes": group("a", 2) + group("b", 3)} for s in (1, 2, 3, 4)]
     assert task_paired_check(flat)["diff"] == 0 and not task_paired_check(flat)["learned"]
     assert task_paired_check(flat[:1]) is None  # one step has no halves
+    assert task_paired_check(rows)["played"] == [16, 17]  # tasks played in each half
     assert task_paired_check([{"step": 1, "episodes": group("a", 2)}, {"step": 2, "episodes": group("b", 2)}]) is None
+
+
+def test_quarters_of_whole_epochs_pair_every_task():
+    """TRL's sampler deals every task once an epoch: with four epochs of steps each quarter holds every
+    task once, so the quarter check pairs them all; tasks drawn afresh pair only some."""
+    import random
+
+    rng, tasks = random.Random(0), [f"t{i}" for i in range(8)]
+
+    def run(order: list[list[str]]) -> list[dict]:
+        return [{"step": step, "episodes": [{"task": t, "solved": rng.random() < 0.5, "replayed": False}
+                                            for t in drawn for _ in range(2)]} for step, drawn in enumerate(order, 1)]
+
+    epochs = []
+    for _ in range(4):
+        epoch = rng.sample(tasks, 8)
+        epochs += [epoch[:4], epoch[4:]]
+    check = task_paired_check(run(epochs), 0.25)
+    assert check["steps_per_half"] == 2 and check["tasks"] == 8 and check["played"] == [8, 8]
+    fresh = task_paired_check(run([rng.sample(tasks, 4) for _ in range(8)]), 0.25)
+    assert fresh["tasks"] < 8 and fresh["played"] != [8, 8]  # this seed's draw: some tasks in one quarter only
 
 
 def test_grpo_steps_count_each_rung_and_the_report_pools_them():

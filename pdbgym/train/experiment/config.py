@@ -66,6 +66,7 @@ class GRPOSettings:
     replay_fraction: float = 0.25
     anchor_weight: float = 0.1
     max_minutes: float = 0.0  # minutes of GRPO steps in all, across resumed invocations (0: no cap)
+    tasks: int = 0  # train tasks GRPO plays, a seeded pick stratified by rung (0: all of the train split)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,9 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
     bad_k = [k for k in config.eval.k if not 1 <= k <= config.eval.runs]
     if bad_k:
         raise ExperimentError(f"{path}: [eval] k = {bad_k} needs 1 <= k <= runs ({config.eval.runs})")
+    if config.grpo.tasks and not config.grpo.tasks_per_step <= config.grpo.tasks:
+        raise ExperimentError(f"{path}: [grpo] tasks = {config.grpo.tasks} must be 0 (the whole train split) or at "
+                              f"least tasks_per_step ({config.grpo.tasks_per_step})")
     if config.eval.temperature < 0:
         raise ExperimentError(f"{path}: [eval] temperature = {config.eval.temperature} must be >= 0 (0: greedy)")
     return config

@@ -8,8 +8,9 @@ that hold their own progress resume inside: cache builds, GRPO, the evaluation c
    ``OUT/tasks/{train,val,test}``;
 3. ``oracle``: scripted-oracle caches on the train split (the SFT data) and on the test split (for KL);
 4. ``sft``: the token-exact corpus of the solved train episodes, then SFT of the base (``NAME-sft``);
-5. ``grpo``: GRPO from the SFT model on the train split, replay seed and BC anchor from the corpus,
-   every ``save_steps`` checkpoint gated on the val split; the val-best one is chosen (``NAME-grpo``);
+5. ``grpo``: GRPO from the SFT model on the train split (or ``[grpo] tasks`` of its tasks, copied into
+   ``OUT/tasks/grpo``), replay seed and BC anchor from the corpus, every ``save_steps`` checkpoint gated
+   on the val split; the val-best one is chosen (``NAME-grpo``);
 6. ``eval``: base, SFT, GRPO and the oracle on the held-out test split (pass@1 and pass@k with
    task-clustered CIs, paired comparisons), valid-call rates, KL to the oracle;
 7. ``report``: ``OUT/report.md`` (``experiment.report``).
@@ -21,6 +22,7 @@ never mixes two experiments.
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -185,7 +187,7 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
         shutil.rmtree(out / "grpo", ignore_errors=True)
     cap = grpo_minutes_left(g.max_minutes, out / "grpo", last)
     record = train_grpo(GRPORunConfig(
-        policy=f"{config.name}-sft", tasks=str(out / "tasks" / "train"), out=out / "grpo", group=g.group,
+        policy=f"{config.name}-sft", tasks=str(_grpo_tasks(config, out)), out=out / "grpo", group=g.group,
         tasks_per_step=g.tasks_per_step, steps=g.steps, seed=config.seed, lr=g.lr,
         max_new_tokens=config.episodes.max_new_tokens, max_context_tokens=config.episodes.max_context_tokens,
         budget_start=config.episodes.turn_budget, budget_end=config.episodes.turn_budget, curriculum="fixed",
@@ -198,6 +200,38 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
     if record.get("paused"):
         return None
     return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"], "steps": record["steps"]}
+
+
+def _grpo_tasks(config: ExperimentConfig, out: Path) -> Path:
+    """The folder of tasks GRPO plays: the train split, or ``[grpo] tasks`` of them in ``OUT/tasks/grpo``."""
+    train = out / "tasks" / "train"
+    if not config.grpo.tasks:
+        return train
+    items = load_splits(out / "splits.json").get("train", [])
+    ids = pick_by_rung({item["instance_id"]: int(item.get("rung", 0)) for item in items}, config.grpo.tasks,
+                       config.seed)
+    folder = out / "tasks" / "grpo"
+    shutil.rmtree(folder, ignore_errors=True)  # the pick is a function of the settings: a resume redoes it alike
+    for instance_id in ids:
+        shutil.copytree(train / instance_id, folder / instance_id, symlinks=True)
+    return folder
+
+
+def pick_by_rung(rungs: dict[str, int], count: int, seed: int) -> list[str]:
+    """``count`` of the tasks (instance id -> rung), each rung's share its share of the tasks (largest
+    remainders), drawn within a rung by ``seed``; sorted."""
+    if count > len(rungs):
+        raise ExperimentError(f"[grpo] tasks = {count} exceeds the {len(rungs)} train task(s); lower it, or give "
+                              "[tasks] more tasks")
+    levels: dict[int, list[str]] = {}
+    for instance_id, level in sorted(rungs.items()):
+        levels.setdefault(level, []).append(instance_id)
+    exact = {level: count * len(ids) / len(rungs) for level, ids in levels.items()}
+    share = {level: int(value) for level, value in exact.items()}
+    for level in sorted(exact, key=lambda lv: (share[lv] - exact[lv], lv))[:count - sum(share.values())]:
+        share[level] += 1
+    rng = random.Random(seed)
+    return sorted(instance_id for level, ids in levels.items() for instance_id in rng.sample(ids, share[level]))
 
 
 def grpo_minutes_left(max_minutes: float, folder: Path, last: str | None) -> float:
