@@ -18,7 +18,7 @@ from pdbgym.sandbox.cgroup import CommandCgroup
 from pdbgym.sandbox.environment import sandbox_env
 from pdbgym.sandbox.limits import Limits, RunResult
 from pdbgym.sandbox.output import BoundedOutput
-from pdbgym.sandbox.process import child_setup, kill_tree, register_command, rlimits_for
+from pdbgym.sandbox.process import confine, gated, kill_tree, register_command, rlimits_for
 from pdbgym.sandbox.pty_process import READ_CHUNK_BYTES, PtyProcess
 
 # After the command exits, output still buffered in the pipe is read for at most this long; a
@@ -180,14 +180,17 @@ class Sandbox(ABC):
     ) -> tuple[subprocess.Popen, CommandCgroup | None]:
         # Without read-only paths, wrap is called as before, so a backend written for three arguments works.
         wrapped = self.wrap(argv, workspace, limits, readonly) if readonly else self.wrap(argv, workspace, limits)
+        argv_gated = gated(wrapped, env, workspace)  # FileNotFoundError for a missing program, before any cgroup
         cgroup = CommandCgroup.create(limits.max_processes, limits.tree_memory_limit)
         cgroup_fds = cgroup.open_procs_fds() if cgroup is not None else []
+        popen = None
         try:
-            popen = subprocess.Popen(
-                wrapped, cwd=workspace, env=env, start_new_session=True, pass_fds=pass_fds,
-                preexec_fn=child_setup(rlimits_for(limits, cgroup), cgroup_fds), **stdio,  # type: ignore[call-overload]
-            )
+            popen = subprocess.Popen(argv_gated, cwd=workspace, env=env, start_new_session=True, pass_fds=pass_fds,
+                                     **stdio)  # type: ignore[call-overload]
+            confine(popen, rlimits_for(limits, cgroup), cgroup_fds)
         except BaseException:
+            if popen is not None and popen.returncode is None:
+                kill_tree(popen, None)
             if cgroup is not None:
                 cgroup.remove()
             raise

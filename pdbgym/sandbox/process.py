@@ -1,15 +1,18 @@
-"""Starting a confined child (rlimits, cgroup, new session) and ending its whole process tree."""
+"""Starting a confined child (rlimits, cgroup, new session; behind a gate, without fork()) and ending its
+whole process tree."""
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
+from pdbgym.errors import SandboxError
 from pdbgym.sandbox.cgroup import CommandCgroup
 from pdbgym.sandbox.limits import Limits
 
@@ -29,7 +32,7 @@ def count_tasks_of_uid(uid: int) -> int:
 
 
 def rlimits_for(limits: Limits, cgroup: CommandCgroup | None) -> list[tuple[int, int]]:
-    """(resource, value) pairs applied as both soft and hard limit in the child."""
+    """(resource, value) pairs applied to the child as both its soft and its hard limit (``confine``)."""
     pairs = [
         (resource.RLIMIT_CPU, int(limits.cpu_time_s)),
         (resource.RLIMIT_AS, int(limits.memory_bytes)),
@@ -41,18 +44,45 @@ def rlimits_for(limits: Limits, cgroup: CommandCgroup | None) -> list[tuple[int,
     return pairs
 
 
-def child_setup(rlimits: list[tuple[int, int]], cgroup_fds: list[int]) -> Callable[[], None]:
-    """The preexec function: join the cgroups, then lower the limits. Only async-signal-safe calls."""
+# The gate every confined command starts behind: a shell that stops itself, and once continued execs the
+# command. Confining a process needs code in the child before exec; a ``preexec_fn`` would do it, but it
+# makes ``subprocess`` fork() the whole parent while holding the GIL (its page tables copied: milliseconds
+# for a trainer holding gigabytes, every thread stalled meanwhile), where without one it uses vfork() and
+# lets go of the GIL. So the parent confines the stopped gate from outside (``confine``) and continues it.
+GATE = 'kill -STOP $$ && exec "$@"'
+GATE_NAME = "pdbgym-gate"
 
-    def setup() -> None:
-        for fd in cgroup_fds:
-            os.write(fd, b"0")  # "0" means the writing process in cgroup.procs
-        for which, value in rlimits:
-            soft, hard = resource.getrlimit(which)
-            capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(which, (capped, capped))
 
-    return setup
+def gated(argv: list[str], env: dict[str, str], cwd: Path) -> list[str]:
+    """``argv`` behind the gate. The program is looked up first (on ``env``'s PATH, or from ``cwd`` when
+    it names a path, as subprocess would), so a missing one still raises ``FileNotFoundError`` here
+    rather than failing in the gate."""
+    program = argv[0]
+    if os.sep in program:
+        path = os.path.join(cwd, program)
+        found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    return ["/bin/sh", "-c", GATE, GATE_NAME, *argv]
+
+
+def confine(popen: subprocess.Popen, rlimits: list[tuple[int, int]], cgroup_fds: list[int]) -> None:
+    """Wait for the gated child to stop, move it into the cgroups, lower its limits (each capped at the
+    hard limit it inherited), then continue it into the command. Nothing of the command runs before."""
+    pid, status = os.waitpid(popen.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):  # the gate ended without stopping: report its exit, never continue it
+        popen.returncode = os.waitstatus_to_exitcode(status)
+        raise SandboxError(f"the sandbox gate (/bin/sh) exited with {popen.returncode} before the command "
+                           "started; check that /bin/sh is a POSIX shell")
+    for fd in cgroup_fds:
+        os.write(fd, str(pid).encode())
+    for which, value in rlimits:
+        _, hard = resource.getrlimit(which)  # the child's own: it inherited this process's limits
+        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.prlimit(pid, which, (capped, capped))
+    os.kill(pid, signal.SIGCONT)
 
 
 def descendants(pid: int) -> list[int]:
