@@ -185,9 +185,10 @@ class Sandbox(ABC):
         cgroup_fds = cgroup.open_procs_fds() if cgroup is not None else []
         popen = None
         try:
+            rlimits = rlimits_for(limits, cgroup)  # before the child exists: RLIMIT_NPROC counts the tasks without it
             popen = subprocess.Popen(argv_gated, cwd=workspace, env=env, start_new_session=True, pass_fds=pass_fds,
                                      **stdio)  # type: ignore[call-overload]
-            confine(popen, rlimits_for(limits, cgroup), cgroup_fds)
+            confine(popen, rlimits, cgroup_fds)
         except BaseException:
             if popen is not None and popen.returncode is None:
                 kill_tree(popen, None)
