@@ -140,12 +140,16 @@ def _split(config: ExperimentConfig, out: Path) -> dict[str, Any]:
         if not ids:
             raise ExperimentError(f"the {name} split is empty ({len(by_id)} tasks); give more tasks or other "
                                   "[split] fractions")
-        folder = out / "tasks" / name
-        shutil.rmtree(folder, ignore_errors=True)
-        for instance_id in ids:
-            shutil.copytree(by_id[instance_id].path, folder / instance_id, symlinks=True)
+        _write_task_folder(out / "tasks" / name, {instance_id: by_id[instance_id].path for instance_id in ids})
         sizes[name] = len(ids)
     return sizes
+
+
+def _write_task_folder(folder: Path, tasks: dict[str, Path]) -> None:
+    """``folder`` afresh, holding a copy of each task folder under its instance id (links copied as links)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    for instance_id, path in tasks.items():
+        shutil.copytree(path, folder / instance_id, symlinks=True)
 
 
 def _oracle(config: ExperimentConfig, out: Path, workers: int) -> dict[str, Any]:
@@ -211,9 +215,7 @@ def _grpo_tasks(config: ExperimentConfig, out: Path) -> Path:
     ids = pick_by_rung({item["instance_id"]: int(item.get("rung", 0)) for item in items}, config.grpo.tasks,
                        config.seed)
     folder = out / "tasks" / "grpo"
-    shutil.rmtree(folder, ignore_errors=True)  # the pick is a function of the settings: a resume redoes it alike
-    for instance_id in ids:
-        shutil.copytree(train / instance_id, folder / instance_id, symlinks=True)
+    _write_task_folder(folder, {instance_id: train / instance_id for instance_id in ids})  # a resume: the same pick
     return folder
 
 
