@@ -91,11 +91,15 @@ def check_reportable(models: list[str], task_ids: list[str], *, force: bool,
 
 
 def record_selection(split: str, task_ids: list[str], scores: dict[str, float], score_se: float,
-                     ledger: SelectionLedger | None = None) -> Selection:
-    """Choose the argmax of ``scores`` and write the choice to the ledger."""
+                     ledger: SelectionLedger | None = None, chosen: str | None = None) -> Selection:
+    """Write a choice among ``scores`` to the ledger: ``chosen``, or by default their argmax (the first
+    of equal scores). A choice by another rule is recorded all the same, since any choice made on a task
+    set makes a later score of the chosen one on that set biased."""
     if not scores:
         raise PdbgymError("no candidate scores to select from")
-    chosen = max(scores, key=lambda m: scores[m])
+    if chosen is not None and chosen not in scores:
+        raise PdbgymError(f"the chosen candidate {chosen!r} is not among the scored ones {sorted(scores)}")
+    chosen = chosen if chosen is not None else max(scores, key=lambda m: scores[m])
     selection = Selection(task_set_id(task_ids), split, sorted(scores), chosen, dict(scores), score_se, time.time())
     (ledger or SelectionLedger()).record(selection)
     return selection

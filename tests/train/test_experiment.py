@@ -49,7 +49,8 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
                     "## Stop at peak", "| grpo |", "| sft - base |",
                     "## Held-out pass@1 by rung of the task ladder", "Wrong-site fixation: no held-out task",
-                    "### On-policy solve rate by rung of the task ladder", "Model arms sample at T = 1 "):
+                    "### On-policy solve rate by rung of the task ladder", "Model arms sample at T = 1 ",
+                    "## SFT strength (chosen on val)", "| chosen |"):
         assert section in report, section
     summary = json.loads((out / "eval-summary.json").read_text())
     assert set(summary["arms"]) == {"base", "sft", "grpo", "oracle"} and summary["arms"]["oracle"]["solved"] > 0
@@ -92,6 +93,35 @@ def test_the_repository_file_loads_and_settings_errors_are_named(tmp_path):
     bad.write_text('name = "x"\n[tasks]\nfamilies = { ladder0 = 2 }\n[grpo]\ntasks = 3\ntasks_per_step = 4\n')
     with pytest.raises(ExperimentError, match="tasks = 3 must be 0"):
         load_experiment(bad)
+    for sft, error in (("steps = 8\ncandidates = [8, 16]", "not both"), ("candidates = [8, 8]", "distinct"),
+                       ("candidates = [0, 4]", "distinct step counts >= 1"), ("candidates = 8", "a list"),
+                       ("candidates = [8]\ntarget = 1.0", "target = 1.0 must lie in")):
+        bad.write_text(f'name = "x"\n[tasks]\nfamilies = {{ ladder0 = 2 }}\n[sft]\n{sft}\n')
+        with pytest.raises(ExperimentError, match=error):
+            load_experiment(bad)
+
+
+def test_the_sft_start_nearest_the_target_is_chosen_and_ties_take_more_steps():
+    from pdbgym.train.experiment.run import nearest_to_target
+
+    assert nearest_to_target({8: 0.1, 16: 0.45, 32: 0.7, 64: 0.85}, 0.5) == 16
+    assert nearest_to_target({8: 0.3, 16: 0.7}, 0.5) == 16  # equally far: the stronger model
+    assert nearest_to_target({8: 0.0, 16: 0.0}, 0.5) == 16
+    assert nearest_to_target({8: 0.2, 64: 0.95}, 0.9) == 64
+
+
+def test_a_selection_by_another_rule_than_the_argmax_is_recorded_as_made(tmp_path):
+    from pdbgym.errors import PdbgymError
+    from pdbgym.evaluate.selection import SelectionLedger, check_reportable, record_selection
+
+    ledger = SelectionLedger(tmp_path / "ledger.jsonl")
+    made = record_selection("val", ["t1", "t2"], {"a": 0.9, "b": 0.5}, 0.1, ledger, chosen="b")
+    assert made.chosen == "b" and [e.chosen for e in ledger.entries()] == ["b"]
+    with pytest.raises(PdbgymError, match="refusing to report"):  # b was chosen on {t1, t2}: reporting it there is refused
+        check_reportable(["b"], ["t2", "t1"], force=False, ledger=ledger)
+    assert not check_reportable(["a"], ["t1", "t2"], force=False, ledger=ledger)
+    with pytest.raises(PdbgymError, match="'c' is not among"):
+        record_selection("val", ["t1"], {"a": 0.9}, 0.1, ledger, chosen="c")
 
 
 def test_the_repository_experiment_makes_each_quarter_of_grpo_steps_one_epoch_of_its_tasks():
@@ -236,6 +266,18 @@ def test_a_time_budget_pauses_grpo_at_a_checkpoint_and_the_next_invocation_resum
     assert said == ["[tasks] not started: the 1e-09-minute budget (--minutes) is spent; run again to go on"]
     assert (out / "report.md").is_file() and not (out / "experiment.json").exists()  # no stage ran
     run_module.run_experiment(config, out, say=said.append, until="sft")
+    # the SFT stage trained each [quick.sft] candidate, played each on val, chose one and recorded the choice
+    choice = json.loads((out / "sft" / "choice.json").read_text())
+    names = {"smollm2-ladder-sft-s1", "smollm2-ladder-sft-s2"}
+    assert {c["name"] for c in choice["candidates"].values()} == names <= set(Store(out / "adapters").names())
+    assert choice["chosen"] == f"smollm2-ladder-sft-s{choice['steps']}" == run_module.sft_name(config, out)
+    ledger = [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
+    assert [(e["split"], e["chosen"], sorted(e["candidates"])) for e in ledger] == [("val", choice["chosen"], sorted(names))]
+    # rerun after a kill that followed the choice: nothing is trained, played or recorded again
+    kept = {p: p.stat().st_mtime_ns for p in (out / "sft").rglob("*") if p.is_file()}
+    run_module._sft(config, out, "cpu", 2)
+    assert {p: p.stat().st_mtime_ns for p in (out / "sft").rglob("*") if p.is_file()} == kept
+    assert len((out / "ledger.jsonl").read_text().splitlines()) == 1
     # a GRPO folder with no complete checkpoint (a kill in the first step) is started over, not refused
     (out / "grpo" / "checkpoints" / "checkpoint-1").mkdir(parents=True)
     (out / "grpo" / "steps.jsonl").write_text('{"step": 1}\n')
@@ -255,6 +297,7 @@ def test_a_time_budget_pauses_grpo_at_a_checkpoint_and_the_next_invocation_resum
     run_module.run_experiment(config, out, say=said.append, until="grpo")
     stages = json.loads((out / "experiment.json").read_text())["stages"]
     assert stages["grpo"]["steps"] == 2 and "[grpo] started" in said
+    assert json.loads((out / "grpo" / "grpo_run.json").read_text())["policy"] == choice["chosen"]  # GRPO's start
     assert [json.loads(line)["step"] for line in (out / "grpo" / "steps.jsonl").read_text().splitlines()] == [1, 2]
     assert "smollm2-ladder-grpo" in Store(out / "adapters").names()
 

@@ -2,7 +2,8 @@
 
 Tables: ``[tasks]`` (``families``: family name -> count, ``suites``: suites or folders), ``[split]``
 (``val``, ``test`` fractions; groups are source modules, stratified by rung), ``[episodes]``
-(``turn_budget``, ``max_new_tokens``, ``max_context_tokens``), ``[sft]``, ``[grpo]``, ``[eval]``; top
+(``turn_budget``, ``max_new_tokens``, ``max_context_tokens``), ``[sft]`` (``steps``, or ``candidates``
+chosen on val by ``target``), ``[grpo]``, ``[eval]``; top
 level ``version`` (1), ``name``, ``base`` (``embedded`` or a model folder) and ``seed``. ``[quick]``
 holds the same tables with tiny counts; ``--quick`` lays them over the rest. Unknown keys are refused
 by name, so a typo never silently falls back to a default.
@@ -21,6 +22,7 @@ from pdbgym.episode_defaults import GRPO_TEMPERATURE
 from pdbgym.errors import PdbgymError
 
 VERSION = 1
+SFT_CHOICE_FILE = "choice.json"  # OUT/sft/choice.json: each [sft] candidate's val pass@1 and the one chosen
 
 
 class ExperimentError(PdbgymError):
@@ -52,6 +54,13 @@ class SFTSettings:
     lr: float = 5e-4
     rank: int = 16
     max_tokens: int = 2048
+    # How strong an SFT model GRPO starts from, chosen on val: one SFT run per step count in ``candidates``
+    # (none: one run of ``steps``), each played ``val_runs`` times a val task at the eval temperature; the
+    # one whose val pass@1 is nearest ``target`` is GRPO's start and the SFT arm (ties: more steps). A model
+    # that solves every task leaves GRPO no reward spread and no room to rise; one that solves none, no signal.
+    candidates: list[int] = field(default_factory=list)
+    target: float = 0.5
+    val_runs: int = 3
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,8 @@ def _table(where: str, cls: type, values: Any, base: Any) -> Any:
     unknown = sorted(set(values) - known)
     if unknown:
         raise ExperimentError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    if cls is SFTSettings and {"steps", "candidates"} <= set(values):
+        raise ExperimentError(f"{where}: give steps (one SFT run) or candidates (several, one chosen on val), not both")
     return replace(base, **values)
 
 
@@ -151,6 +162,13 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
     if config.grpo.tasks and not config.grpo.tasks_per_step <= config.grpo.tasks:
         raise ExperimentError(f"{path}: [grpo] tasks = {config.grpo.tasks} must be 0 (the whole train split) or at "
                               f"least tasks_per_step ({config.grpo.tasks_per_step})")
+    sft = config.sft
+    if not isinstance(sft.candidates, list) or any(not isinstance(n, int) or n < 1 for n in sft.candidates) or len(set(sft.candidates)) < len(sft.candidates):
+        raise ExperimentError(f"{path}: [sft] candidates = {sft.candidates!r} must be a list of distinct step counts "
+                              ">= 1")
+    if sft.candidates and not (0 < sft.target < 1 and sft.val_runs >= 1):
+        raise ExperimentError(f"{path}: [sft] target = {sft.target} must lie in (0, 1) and val_runs = {sft.val_runs} "
+                              "be >= 1")
     if config.eval.temperature < 0:
         raise ExperimentError(f"{path}: [eval] temperature = {config.eval.temperature} must be >= 0 (0: greedy)")
     return config

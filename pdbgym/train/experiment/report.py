@@ -27,11 +27,12 @@ from pdbgym.evaluate.stats import (
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
-from pdbgym.train.experiment.config import ExperimentConfig
+from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
 from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.trainer import OUTCOMES_FILE
+from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -158,6 +159,23 @@ def grpo_rungs(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return table
 
 
+def sft_choice_lines(out: Path) -> list[str]:
+    """The SFT-strength section: each candidate's val pass@1 and the one chosen (none without candidates)."""
+    choice = _load(out / "sft" / SFT_CHOICE_FILE)
+    if not choice:
+        return []
+    rows = []
+    for steps, c in sorted(choice["candidates"].items(), key=lambda item: int(item[0])):
+        record = _load(out / "sft" / f"steps-{steps}" / ADAPTER_DIR / TRAIN_RECORD)
+        rows.append([steps, fmt(record.get("best_val_loss"), ".4f"), _ci(c["pass@1"]),
+                     "chosen" if c["name"] == choice["chosen"] else ""])
+    return ["## SFT strength (chosen on val)", ""] + md_table(
+        ["SFT steps", "best val loss", f"val pass@1 [95% CI] ({choice['val_runs']} run{'s' if choice['val_runs'] != 1 else ''} a task)", ""], rows) + [""] + \
+        md_bullets([f"GRPO starts from the SFT model whose val pass@1 is nearest {pct(choice['target'])}: "
+                    f"`{choice['chosen']}` ({choice['steps']} steps), also the held-out SFT arm. The choice used the "
+                    "val split only, and is recorded in the experiment's selection ledger."]) + [""]
+
+
 def _ci(block: dict[str, Any] | None) -> str:
     if not block:
         return "-"
@@ -191,6 +209,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     lines += ["## Stages", ""] + md_table(["stage", "seconds", "facts"], [
         [name, facts.get("seconds"), json.dumps({k: v for k, v in facts.items() if k != "seconds"})]
         for name, facts in state.get("stages", {}).items()]) + [""]
+    lines += sft_choice_lines(out)
     lines += ["## GRPO steps", ""] + md_table(
         ["step", "reward", "on-policy solve rate", "replayed", "KL", "beta", "seconds (rollouts)",
          "an episode's seconds: turns / sandbox", "engine seconds: busy (prefill)", "rows a decode step"], [

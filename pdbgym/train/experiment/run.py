@@ -7,8 +7,10 @@ that hold their own progress resume inside: cache builds, GRPO, the evaluation c
 2. ``split``: ``OUT/splits.json``, train / val / test by source module, stratified by rung, copied into
    ``OUT/tasks/{train,val,test}``;
 3. ``oracle``: scripted-oracle caches on the train split (the SFT data) and on the test split (for KL);
-4. ``sft``: the token-exact corpus of the solved train episodes, then SFT of the base (``NAME-sft``);
-5. ``grpo``: GRPO from the SFT model on the train split (or ``[grpo] tasks`` of its tasks, copied into
+4. ``sft``: the token-exact corpus of the solved train episodes, then SFT of the base (``NAME-sft``), or
+   one SFT run per ``[sft] candidates`` step count (``NAME-sft-sN``), each played on the val split, the
+   one whose val pass@1 is nearest ``[sft] target`` chosen (``OUT/sft/choice.json``);
+5. ``grpo``: GRPO from the (chosen) SFT model on the train split (or ``[grpo] tasks`` of its tasks, copied into
    ``OUT/tasks/grpo``), replay seed and BC anchor from the corpus, every ``save_steps`` checkpoint gated
    on the val split; the val-best one is chosen (``NAME-grpo``);
 6. ``eval``: base, SFT, GRPO and the oracle on the held-out test split (pass@1 and pass@k with
@@ -34,6 +36,7 @@ from pdbgym.adapters.store import Store
 from pdbgym.agent.build import CacheBuildConfig, build_cache
 from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
+from pdbgym.evaluate.selection import SelectionLedger, record_selection, task_set_id
 from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.families import write_family
 from pdbgym.tasks.splits import load_splits, make_splits, write_splits
@@ -41,7 +44,7 @@ from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.checkpoints import checkpoint_step, last_complete_checkpoint
 from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
 from pdbgym.train.demo.report import oracle_kl, tool_call_validity
-from pdbgym.train.experiment.config import ExperimentConfig, ExperimentError
+from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig, ExperimentError
 from pdbgym.train.experiment.report import write_experiment_report
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.report import read_jsonl
@@ -52,6 +55,7 @@ from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
 from pdbgym.train.sft.trainer import train_sft
 
 STATE_FILE = "experiment.json"
+LEDGER_FILE = "ledger.jsonl"  # the experiment's selection ledger: the SFT choice and GRPO's checkpoint choice
 STAGES = ("tasks", "split", "oracle", "sft", "grpo", "eval", "report")
 Say = Callable[[str], None]
 
@@ -94,7 +98,7 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
 
     steps: dict[str, Callable[[], dict[str, Any] | None]] = {
         "tasks": lambda: _tasks(config, out), "split": lambda: _split(config, out),
-        "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device),
+        "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device, workers),
         "grpo": lambda: _grpo(config, out, device, left()), "eval": lambda: _eval(config, out, device, workers),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
     wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
@@ -163,7 +167,7 @@ def _oracle(config: ExperimentConfig, out: Path, workers: int) -> dict[str, Any]
     return facts
 
 
-def _sft(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]:
+def _sft(config: ExperimentConfig, out: Path, device: str, workers: int) -> dict[str, Any]:
     corpus = out / "corpus"
     if not (corpus / MANIFEST_FILE).is_file():
         build_corpus(CorpusConfig(caches=[out / "caches" / "oracle-train"], out=corpus, solved_only=True,
@@ -172,15 +176,80 @@ def _sft(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]:
     if not built["examples_kept"]:
         raise ExperimentError(f"the oracle solved no train task within {config.sft.max_tokens} ids "
                               f"({built['dropped']}); raise [sft] max_tokens")
-    if not (out / "sft" / ADAPTER_DIR / TRAIN_RECORD).is_file():
-        shutil.rmtree(out / "sft", ignore_errors=True)  # a killed run's checkpoints: SFT is short, start over
-        train_sft(SFTTrainConfig(base=config.base, data=corpus, out=out / "sft", seed=config.seed,
-                                 rank=config.sft.rank, use_dora=False, lr=config.sft.lr, effective_batch=1,
-                                 max_steps=config.sft.steps, max_length=config.sft.max_tokens,
-                                 max_tokens_per_example=config.sft.max_tokens, val_fraction=0.2,
-                                 eval_steps=max(1, config.sft.steps // 4), device=device,
-                                 name=f"{config.name}-sft", store=out / "adapters", report=True))
+    if config.sft.candidates:
+        return {"examples": built["examples_kept"], **_sft_choice(config, out, device, workers)}
+    _train_sft(config, out, device, config.sft.steps, out / "sft", f"{config.name}-sft")
     return {"examples": built["examples_kept"]}
+
+
+def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, folder: Path, name: str) -> None:
+    """One SFT run of ``steps`` steps into ``folder``, registered as ``name``; a finished one is kept."""
+    if (folder / ADAPTER_DIR / TRAIN_RECORD).is_file():
+        return
+    shutil.rmtree(folder, ignore_errors=True)  # a killed run's checkpoints: SFT is short, start over
+    train_sft(SFTTrainConfig(base=config.base, data=out / "corpus", out=folder, seed=config.seed,
+                             rank=config.sft.rank, use_dora=False, lr=config.sft.lr, effective_batch=1,
+                             max_steps=steps, max_length=config.sft.max_tokens,
+                             max_tokens_per_example=config.sft.max_tokens, val_fraction=0.2,
+                             eval_steps=max(1, steps // 4), device=device, name=name, store=out / "adapters",
+                             report=True))
+
+
+def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int) -> dict[str, Any]:
+    """One SFT run per ``[sft] candidates`` step count, each played on the val split at the eval
+    temperature; the one whose val pass@1 is nearest ``[sft] target`` is chosen (``OUT/sft/choice.json``)
+    and the choice recorded in the experiment's selection ledger. Finished runs, played episodes and a
+    made choice are kept across a kill."""
+    folder, s = out / "sft", config.sft
+    path = folder / SFT_CHOICE_FILE
+    if not path.is_file():
+        names = {steps: f"{config.name}-sft-s{steps}" for steps in s.candidates}
+        for steps, name in names.items():
+            _train_sft(config, out, device, steps, folder / f"steps-{steps}", name)
+        store = Store(out / "adapters")
+        run_evaluation(EvalConfig(
+            arms=[f"s{steps}={materialize_ref(name, store)}" for steps, name in names.items()],
+            tasks=str(out / "tasks" / "val"), runs=s.val_runs, out=folder / "val-eval",
+            turn_budget=config.episodes.turn_budget, max_new_tokens=config.episodes.max_new_tokens,
+            max_context_tokens=config.episodes.max_context_tokens, seed=config.seed,
+            temperature=config.eval.temperature, executor=ExecutorConfig(workers=workers),
+            json_out=folder / "val-summary.json", device=device, title=f"{config.name}: SFT strength on val"))
+        arms = json.loads((folder / "val-summary.json").read_text())["arms"]
+        scores = {steps: arms[f"s{steps}"]["pass@1"] for steps in names}
+        chosen = nearest_to_target({steps: block["mean"] for steps, block in scores.items()}, s.target)
+        write_json_atomic(path, {"target": s.target, "chosen": names[chosen], "steps": chosen,
+                                 "val_runs": s.val_runs, "val_tasks": arms[f"s{chosen}"]["pass@1"].get("n_tasks"),
+                                 "candidates": {str(steps): {"name": names[steps], "pass@1": scores[steps]}
+                                                for steps in names}})
+    choice = json.loads(path.read_text())
+    _record_sft_choice(out, choice)
+    return {"chosen": choice["chosen"], "steps": choice["steps"],
+            "val_pass@1": {steps: round(c["pass@1"]["mean"], 4) for steps, c in choice["candidates"].items()}}
+
+
+def nearest_to_target(scores: dict[int, float], target: float) -> int:
+    """The step count whose score is nearest ``target``; of equal distances, the most steps."""
+    return min(scores, key=lambda steps: (abs(scores[steps] - target), -steps))
+
+
+def _record_sft_choice(out: Path, choice: dict[str, Any]) -> None:
+    """The SFT choice in the experiment's ledger, once (a rerun after a kill finds it there)."""
+    candidates = choice["candidates"].values()
+    scores = {c["name"]: float(c["pass@1"]["mean"]) for c in candidates}
+    ses = [float(se) for c in candidates if (se := c["pass@1"].get("se")) is not None and se == se]
+    ledger = SelectionLedger(out / LEDGER_FILE)
+    val = [item["instance_id"] for item in load_splits(out / "splits.json").get("val", [])]
+    if not any(e.task_set == task_set_id(val) and e.chosen == choice["chosen"] and e.scores == scores
+               for e in ledger.entries()):
+        record_selection("val", val, scores, sum(ses) / len(ses) if ses else 0.0, ledger, chosen=choice["chosen"])
+
+
+def sft_name(config: ExperimentConfig, out: Path) -> str:
+    """The adapter-store name of the SFT model GRPO starts from and the held-out SFT arm plays."""
+    path = out / "sft" / SFT_CHOICE_FILE
+    if config.sft.candidates and path.is_file():
+        return str(json.loads(path.read_text())["chosen"])
+    return f"{config.name}-sft"
 
 
 def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float) -> dict[str, Any] | None:
@@ -191,7 +260,7 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
         shutil.rmtree(out / "grpo", ignore_errors=True)
     cap = grpo_minutes_left(g.max_minutes, out / "grpo", last)
     record = train_grpo(GRPORunConfig(
-        policy=f"{config.name}-sft", tasks=str(_grpo_tasks(config, out)), out=out / "grpo", group=g.group,
+        policy=sft_name(config, out), tasks=str(_grpo_tasks(config, out)), out=out / "grpo", group=g.group,
         tasks_per_step=g.tasks_per_step, steps=g.steps, seed=config.seed, lr=g.lr,
         max_new_tokens=config.episodes.max_new_tokens, max_context_tokens=config.episodes.max_context_tokens,
         budget_start=config.episodes.turn_budget, budget_end=config.episodes.turn_budget, curriculum="fixed",
@@ -199,7 +268,7 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
         replay_fraction=g.replay_fraction, save_steps=g.save_steps, max_minutes=cap,
         pause_after_minutes=0.0 if minutes_left == float("inf") else max(minutes_left, 1e-3),
         val_tasks=str(out / "tasks" / "val"), val_runs=g.val_runs, val_k=g.val_k, store=out / "adapters",
-        ledger=out / "ledger.jsonl", name=f"{config.name}-grpo", device=device, resume=last is not None,
+        ledger=out / LEDGER_FILE, name=f"{config.name}-grpo", device=device, resume=last is not None,
         register_without_signal=True))
     if record.get("paused"):
         return None
@@ -249,7 +318,7 @@ def grpo_minutes_left(max_minutes: float, folder: Path, last: str | None) -> flo
 
 def arms_of(config: ExperimentConfig, out: Path) -> dict[str, str]:
     store = Store(out / "adapters")
-    return {"base": config.base, "sft": str(materialize_ref(f"{config.name}-sft", store)),
+    return {"base": config.base, "sft": str(materialize_ref(sft_name(config, out), store)),
             "grpo": str(materialize_ref(f"{config.name}-grpo", store)), "oracle": "scripted"}
 
 
