@@ -110,6 +110,24 @@ def test_the_sft_start_nearest_the_target_is_chosen_and_ties_take_more_steps():
     assert nearest_to_target({8: 0.2, 64: 0.95}, 0.9) == 64
 
 
+def test_the_report_warns_when_no_sft_candidate_brackets_the_target(tmp_path):
+    from pdbgym.train.experiment.report import sft_choice_lines
+
+    def lines(scores: dict[int, float]) -> str:
+        (tmp_path / "sft").mkdir(exist_ok=True)
+        (tmp_path / "sft" / "choice.json").write_text(json.dumps({
+            "target": 0.5, "chosen": f"x-sft-s{max(scores)}", "steps": max(scores), "val_runs": 1,
+            "candidates": {str(n): {"name": f"x-sft-s{n}", "pass@1": {"mean": v, "ci": [0.0, 1.0]}}
+                           for n, v in scores.items()}}))
+        return "\n".join(sft_choice_lines(tmp_path))
+
+    assert "No candidate solved a val episode" in lines({8: 0.0, 16: 0.0})
+    assert "Every candidate solved every val episode" in lines({8: 1.0, 16: 1.0})
+    bracketing = lines({8: 0.0, 16: 0.6})
+    assert "| 16 | n/a | 60.0% [0.0%, 100.0%] | chosen |" in bracketing and "No candidate" not in bracketing
+    assert not sft_choice_lines(tmp_path / "elsewhere")  # a single SFT run: no section
+
+
 def test_a_selection_by_another_rule_than_the_argmax_is_recorded_as_made(tmp_path):
     from pdbgym.errors import PdbgymError
     from pdbgym.evaluate.selection import SelectionLedger, check_reportable, record_selection

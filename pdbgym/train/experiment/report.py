@@ -173,7 +173,20 @@ def sft_choice_lines(out: Path) -> list[str]:
         ["SFT steps", "best val loss", f"val pass@1 [95% CI] ({choice['val_runs']} run{'s' if choice['val_runs'] != 1 else ''} a task)", ""], rows) + [""] + \
         md_bullets([f"GRPO starts from the SFT model whose val pass@1 is nearest {pct(choice['target'])}: "
                     f"`{choice['chosen']}` ({choice['steps']} steps), also the held-out SFT arm. The choice used the "
-                    "val split only, and is recorded in the experiment's selection ledger."]) + [""]
+                    "val split only, and is recorded in the experiment's selection ledger.",
+                    *_sft_choice_warning(choice)]) + [""]
+
+
+def _sft_choice_warning(choice: dict[str, Any]) -> list[str]:
+    """A line when no candidate brackets the target: every one solved no val episode, or every one all."""
+    scores = {c["pass@1"]["mean"] for c in choice["candidates"].values()}
+    if scores == {0.0}:
+        return ["No candidate solved a val episode, so GRPO is likely to see no reward spread: give [sft] "
+                "candidates more steps."]
+    if scores == {1.0}:
+        return ["Every candidate solved every val episode, so GRPO is likely to see no reward spread and has no room "
+                "to rise: give [sft] candidates fewer steps, or harder tasks."]
+    return []
 
 
 def _ci(block: dict[str, Any] | None) -> str:
