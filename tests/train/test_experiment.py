@@ -101,13 +101,16 @@ def test_the_repository_file_loads_and_settings_errors_are_named(tmp_path):
             load_experiment(bad)
 
 
-def test_the_sft_start_nearest_the_target_is_chosen_and_ties_take_more_steps():
-    from pdbgym.train.experiment.run import nearest_to_target
+def test_the_sft_start_nearest_the_target_is_chosen_and_ties_take_more_steps(tmp_path):
+    from pdbgym.train.experiment.run import nearest_to_target, sft_name
 
     assert nearest_to_target({8: 0.1, 16: 0.45, 32: 0.7, 64: 0.85}, 0.5) == 16
     assert nearest_to_target({8: 0.3, 16: 0.7}, 0.5) == 16  # equally far: the stronger model
     assert nearest_to_target({8: 0.0, 16: 0.0}, 0.5) == 16
     assert nearest_to_target({8: 0.2, 64: 0.95}, 0.9) == 64
+    # GRPO and the evaluation ask which SFT model was chosen; before the sft stage chose one, that is an error
+    with pytest.raises(ExperimentError, match="choice.json is missing: the sft stage chooses"):
+        sft_name(load_experiment(REPO_FILE), tmp_path)
 
 
 def test_the_report_warns_when_no_sft_candidate_brackets_the_target(tmp_path):

@@ -169,8 +169,9 @@ def sft_choice_lines(out: Path) -> list[str]:
         record = _load(out / "sft" / f"steps-{steps}" / ADAPTER_DIR / TRAIN_RECORD)
         rows.append([steps, fmt(record.get("best_val_loss"), ".4f"), _ci(c["pass@1"]),
                      "chosen" if c["name"] == choice["chosen"] else ""])
+    runs = f"{choice['val_runs']} run{'s' if choice['val_runs'] != 1 else ''} a task"
     return ["## SFT strength (chosen on val)", ""] + md_table(
-        ["SFT steps", "best val loss", f"val pass@1 [95% CI] ({choice['val_runs']} run{'s' if choice['val_runs'] != 1 else ''} a task)", ""], rows) + [""] + \
+        ["SFT steps", "best val loss", f"val pass@1 [95% CI] ({runs})", ""], rows) + [""] + \
         md_bullets([f"GRPO starts from the SFT model whose val pass@1 is nearest {pct(choice['target'])}: "
                     f"`{choice['chosen']}` ({choice['steps']} steps), also the held-out SFT arm. The choice used the "
                     "val split only, and is recorded in the experiment's selection ledger.",

@@ -246,10 +246,13 @@ def _record_sft_choice(out: Path, choice: dict[str, Any]) -> None:
 
 def sft_name(config: ExperimentConfig, out: Path) -> str:
     """The adapter-store name of the SFT model GRPO starts from and the held-out SFT arm plays."""
+    if not config.sft.candidates:
+        return f"{config.name}-sft"
     path = out / "sft" / SFT_CHOICE_FILE
-    if config.sft.candidates and path.is_file():
-        return str(json.loads(path.read_text())["chosen"])
-    return f"{config.name}-sft"
+    if not path.is_file():
+        raise ExperimentError(f"{path} is missing: the sft stage chooses among [sft] candidates before GRPO and the "
+                              "evaluation can start; run the experiment without --until, or from the sft stage")
+    return str(json.loads(path.read_text())["chosen"])
 
 
 def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float) -> dict[str, Any] | None:
