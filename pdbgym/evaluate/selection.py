@@ -91,15 +91,23 @@ def check_reportable(models: list[str], task_ids: list[str], *, force: bool,
 
 
 def record_selection(split: str, task_ids: list[str], scores: dict[str, float], score_se: float,
-                     ledger: SelectionLedger | None = None, chosen: str | None = None) -> Selection:
+                     ledger: SelectionLedger | None = None, chosen: str | None = None, once: bool = False) -> Selection:
     """Write a choice among ``scores`` to the ledger: ``chosen``, or by default their argmax (the first
     of equal scores). A choice by another rule is recorded all the same, since any choice made on a task
-    set makes a later score of the chosen one on that set biased."""
+    set makes a later score of the chosen one on that set biased. With ``once``, a choice the ledger
+    already holds (same split, task set, chosen one and scores) is not written again: a run resumed after
+    a kill that followed its recording records it once."""
     if not scores:
         raise PdbgymError("no candidate scores to select from")
     if chosen is not None and chosen not in scores:
         raise PdbgymError(f"the chosen candidate {chosen!r} is not among the scored ones {sorted(scores)}")
     chosen = chosen if chosen is not None else max(scores, key=lambda m: scores[m])
-    selection = Selection(task_set_id(task_ids), split, sorted(scores), chosen, dict(scores), score_se, time.time())
-    (ledger or SelectionLedger()).record(selection)
+    ledger = ledger or SelectionLedger()
+    task_set = task_set_id(task_ids)
+    if once:
+        for earlier in ledger.entries():
+            if (earlier.split, earlier.task_set, earlier.chosen, earlier.scores) == (split, task_set, chosen, scores):
+                return earlier
+    selection = Selection(task_set, split, sorted(scores), chosen, dict(scores), score_se, time.time())
+    ledger.record(selection)
     return selection

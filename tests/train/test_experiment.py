@@ -141,6 +141,10 @@ def test_a_selection_by_another_rule_than_the_argmax_is_recorded_as_made(tmp_pat
     with pytest.raises(PdbgymError, match="refusing to report"):  # b was chosen on {t1, t2}: reporting it there is refused
         check_reportable(["b"], ["t2", "t1"], force=False, ledger=ledger)
     assert not check_reportable(["a"], ["t1", "t2"], force=False, ledger=ledger)
+    again = record_selection("val", ["t2", "t1"], {"a": 0.9, "b": 0.5}, 0.1, ledger, chosen="b", once=True)
+    assert again == made and len(ledger.entries()) == 1  # the same choice, recorded once
+    record_selection("val", ["t1", "t2"], {"a": 0.9, "b": 0.5}, 0.1, ledger, once=True)  # another choice: a
+    assert [e.chosen for e in ledger.entries()] == ["b", "a"]
     with pytest.raises(PdbgymError, match="'c' is not among"):
         record_selection("val", ["t1"], {"a": 0.9}, 0.1, ledger, chosen="c")
 

@@ -163,8 +163,9 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
         raise ExperimentError(f"{path}: [grpo] tasks = {config.grpo.tasks} must be 0 (the whole train split) or at "
                               f"least tasks_per_step ({config.grpo.tasks_per_step})")
     sft = config.sft
-    counts = sft.candidates if isinstance(sft.candidates, list) else [0]
-    if any(not isinstance(n, int) or n < 1 for n in counts) or len(set(counts)) < len(counts):
+    counts = sft.candidates
+    if not isinstance(counts, list) or any(not isinstance(n, int) or n < 1 for n in counts) \
+            or len(set(counts)) < len(counts):
         raise ExperimentError(f"{path}: [sft] candidates = {sft.candidates!r} must be a list of distinct step counts "
                               ">= 1")
     if sft.candidates and not (0 < sft.target < 1 and sft.val_runs >= 1):

@@ -32,7 +32,6 @@ from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
 from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.trainer import OUTCOMES_FILE
-from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -166,8 +165,7 @@ def sft_choice_lines(out: Path) -> list[str]:
         return []
     rows = []
     for steps, c in sorted(choice["candidates"].items(), key=lambda item: int(item[0])):
-        record = _load(out / "sft" / f"steps-{steps}" / ADAPTER_DIR / TRAIN_RECORD)
-        rows.append([steps, fmt(record.get("best_val_loss"), ".4f"), _ci(c["pass@1"]),
+        rows.append([steps, fmt(c.get("best_val_loss"), ".4f"), _ci(c["pass@1"]),
                      "chosen" if c["name"] == choice["chosen"] else ""])
     runs = f"{choice['val_runs']} run{'s' if choice['val_runs'] != 1 else ''} a task"
     return ["## SFT strength (chosen on val)", ""] + md_table(

@@ -36,7 +36,7 @@ from pdbgym.adapters.store import Store
 from pdbgym.agent.build import CacheBuildConfig, build_cache
 from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
-from pdbgym.evaluate.selection import SelectionLedger, record_selection, task_set_id
+from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.families import write_family
 from pdbgym.tasks.splits import load_splits, make_splits, write_splits
@@ -217,10 +217,12 @@ def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int) 
         arms = json.loads((folder / "val-summary.json").read_text())["arms"]
         scores = {steps: arms[f"s{steps}"]["pass@1"] for steps in names}
         chosen = nearest_to_target({steps: block["mean"] for steps, block in scores.items()}, s.target)
+        losses = {steps: json.loads((folder / f"steps-{steps}" / ADAPTER_DIR / TRAIN_RECORD).read_text())
+                  .get("best_val_loss") for steps in names}
         write_json_atomic(path, {"target": s.target, "chosen": names[chosen], "steps": chosen,
                                  "val_runs": s.val_runs, "val_tasks": arms[f"s{chosen}"]["pass@1"].get("n_tasks"),
-                                 "candidates": {str(steps): {"name": names[steps], "pass@1": scores[steps]}
-                                                for steps in names}})
+                                 "candidates": {str(steps): {"name": names[steps], "pass@1": scores[steps],
+                                                             "best_val_loss": losses[steps]} for steps in names}})
     choice = json.loads(path.read_text())
     _record_sft_choice(out, choice)
     return {"chosen": choice["chosen"], "steps": choice["steps"],
@@ -237,11 +239,9 @@ def _record_sft_choice(out: Path, choice: dict[str, Any]) -> None:
     candidates = choice["candidates"].values()
     scores = {c["name"]: float(c["pass@1"]["mean"]) for c in candidates}
     ses = [float(se) for c in candidates if (se := c["pass@1"].get("se")) is not None and se == se]
-    ledger = SelectionLedger(out / LEDGER_FILE)
     val = [item["instance_id"] for item in load_splits(out / "splits.json").get("val", [])]
-    if not any(e.task_set == task_set_id(val) and e.chosen == choice["chosen"] and e.scores == scores
-               for e in ledger.entries()):
-        record_selection("val", val, scores, sum(ses) / len(ses) if ses else 0.0, ledger, chosen=choice["chosen"])
+    record_selection("val", val, scores, sum(ses) / len(ses) if ses else 0.0, SelectionLedger(out / LEDGER_FILE),
+                     chosen=choice["chosen"], once=True)
 
 
 def sft_name(config: ExperimentConfig, out: Path) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.adapters.operations import load_recipe, register_path
-from pdbgym.evaluate.selection import SelectionLedger, record_selection, task_set_id
+from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import write_json_atomic
 from pdbgym.train.report import write_training_report
 from pdbgym.train.sft.base import BaseModel
@@ -109,11 +109,7 @@ def record_loss_selection(config: SFTTrainConfig, name: str, rows: list[dict[str
     a later report of this adapter on these tasks is still refused, with no inflation estimate."""
     scores = {(name if int(r["step"]) == best_step else f"{name}@step{r['step']}"): -float(r["eval_loss"])
               for r in rows if "eval_loss" in r}
-    ledger = SelectionLedger(config.ledger)
-    done = [e for e in ledger.entries() if e.split == SELECTION_SPLIT and e.task_set == task_set_id(val_tasks)
-            and e.chosen == name and e.scores == scores]
-    if not done:  # a resumed run that recorded it before its kill records it once
-        record_selection(SELECTION_SPLIT, val_tasks, scores, 0.0, ledger)
+    record_selection(SELECTION_SPLIT, val_tasks, scores, 0.0, SelectionLedger(config.ledger), once=True)
 
 
 def _summary(result: SFTResult, record: dict[str, Any]) -> dict[str, Any]:
