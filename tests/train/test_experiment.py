@@ -149,11 +149,12 @@ def test_a_selection_by_another_rule_than_the_argmax_is_recorded_as_made(tmp_pat
         record_selection("val", ["t1"], {"a": 0.9}, 0.1, ledger, chosen="c")
 
 
-def test_the_repository_experiment_puts_every_task_in_the_first_and_last_quarter_of_grpo_steps():
+@pytest.mark.parametrize("name", ["smollm2-ladder.toml", "smollm2-ladder-short.toml"])
+def test_the_repository_experiments_put_every_task_in_the_first_and_last_quarter_of_grpo_steps(name):
     """The learning check pairs each task across the first and last quarter of the steps. TRL's sampler
     deals every task once an epoch, epochs starting at step 1, so the first quarter holds a whole epoch
     when it is at least an epoch long, and the last quarter does too when the steps end on an epoch."""
-    g = load_experiment(REPO_FILE).grpo
+    g = load_experiment(REPO_FILE.with_name(name)).grpo
     epoch_steps, remainder = divmod(g.tasks, g.tasks_per_step)
     assert remainder == 0 and g.steps % epoch_steps == 0 and g.steps // 4 >= epoch_steps
 
