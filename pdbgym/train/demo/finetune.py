@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ from pdbgym.adapters.stacked import materialize_ref
 from pdbgym.adapters.store import Store
 from pdbgym.train.demo.config import DemoConfig
 from pdbgym.train.sft.config import SFTTrainConfig
-from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
+from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD, read_train_record
 from pdbgym.train.sft.trainer import train_sft
 
 ADAPTER_NAME = "demo-sft"
@@ -40,7 +39,7 @@ def train_demo_sft(config: DemoConfig, on_log: Callable[[dict[str, Any], int], N
                                  max_tokens_per_example=config.sft_tokens, val_fraction=0.2,
                                  eval_steps=max(1, config.sft_steps // 4), device="cpu", name=ADAPTER_NAME,
                                  store=Path(config.out) / "adapters", report=True), on_log=on_log)
-    return json.loads((out / ADAPTER_DIR / TRAIN_RECORD).read_text())
+    return read_train_record(out)
 
 
 def sft_model_folder(config: DemoConfig) -> Path:

@@ -51,7 +51,7 @@ from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE, STEPS_FILE
 from pdbgym.train.sft.config import SFTTrainConfig
-from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD
+from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD, read_train_record
 from pdbgym.train.sft.trainer import train_sft
 
 STATE_FILE = "experiment.json"
@@ -217,8 +217,7 @@ def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int) 
         arms = json.loads((folder / "val-summary.json").read_text())["arms"]
         scores = {steps: arms[f"s{steps}"]["pass@1"] for steps in names}
         chosen = nearest_to_target({steps: block["mean"] for steps, block in scores.items()}, s.target)
-        losses = {steps: json.loads((folder / f"steps-{steps}" / ADAPTER_DIR / TRAIN_RECORD).read_text())
-                  .get("best_val_loss") for steps in names}
+        losses = {steps: read_train_record(folder / f"steps-{steps}").get("best_val_loss") for steps in names}
         write_json_atomic(path, {"target": s.target, "chosen": names[chosen], "steps": chosen,
                                  "val_runs": s.val_runs, "val_tasks": arms[f"s{chosen}"]["pass@1"].get("n_tasks"),
                                  "candidates": {str(steps): {"name": names[steps], "pass@1": scores[steps],

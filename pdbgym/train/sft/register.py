@@ -4,7 +4,6 @@ choice in the selection ledger, and the run's report. ``register_adapter`` serve
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from pdbgym.fileio import write_json_atomic
 from pdbgym.train.report import write_training_report
 from pdbgym.train.sft.base import BaseModel
 from pdbgym.train.sft.config import SFTTrainConfig
-from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD, read_rows
+from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD, read_rows, read_train_record
 
 SELECTION_SPLIT = "sft-val"
 
@@ -55,7 +54,7 @@ def record_run(config: SFTTrainConfig, store: Any, name: str, result: SFTResult,
 
 def finished_result(config: SFTTrainConfig, out: Path) -> SFTResult:
     """The result of a run that finished before (``--resume`` of it changes nothing)."""
-    record = json.loads((out / ADAPTER_DIR / TRAIN_RECORD).read_text())
+    record = read_train_record(out)
     result = SFTResult(out, out / ADAPTER_DIR, record.get("store_id"), record.get("name"), record["base"]["parent_id"],
                        record["best_val_loss"], record["best_step"], record["steps"], record["tensor_count"],
                        read_rows(out))

@@ -44,6 +44,11 @@ _RUN_ENTRIES = (RUN_FILE, CHECKPOINTS_DIR, METRICS_FILE, ADAPTER_DIR, TENSORBOAR
 _REPORT_GLOBS = ("training_report.*", "train_*.png")
 
 
+def read_train_record(out: Path) -> dict[str, Any]:
+    """The record a finished SFT run in ``out`` wrote last (its best val loss and step, steps, store id)."""
+    return json.loads((out / ADAPTER_DIR / TRAIN_RECORD).read_text())
+
+
 @dataclass
 class Start:
     """Where training starts: a checkpoint to resume (None: step 0) and the rows logged up to it."""
