@@ -249,7 +249,8 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
 
     if check is not None:
         verdict = "the CI excludes no change: GRPO raised the on-policy solve rate" if check["learned"] else \
-            "the CI includes no change: this run does not show learning"
+            "the CI includes no change by this check, which moves with the mix of tasks each step drew (the checks of each " \
+            "task against itself below take the mix out)"
         notes.append(f"On-policy solve rate, last {check['steps_per_quarter']} step(s) against the first "
                      f"({check['episodes'][1]} and {check['episodes'][0]} episodes, worth {check['effective'][1]:g} and "
                      f"{check['effective'][0]:g} independent ones with steps as clusters): {rise(check)} (95%, "
