@@ -12,14 +12,14 @@ from pdbgym.adapters.stacked import materialize_ref
 from pdbgym.adapters.store import Store
 from pdbgym.train.demo.config import DemoConfig
 from pdbgym.train.sft.config import SFTTrainConfig
-from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD, read_train_record
+from pdbgym.train.sft.resume import is_finished, read_train_record
 from pdbgym.train.sft.trainer import train_sft
 
 ADAPTER_NAME = "demo-sft"
 
 
 def sft_done(config: DemoConfig) -> bool:
-    return (Path(config.out) / "sft" / ADAPTER_DIR / TRAIN_RECORD).is_file()
+    return is_finished(Path(config.out) / "sft")
 
 
 def train_demo_sft(config: DemoConfig, on_log: Callable[[dict[str, Any], int], None]) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE, STEPS_FILE
 from pdbgym.train.sft.config import SFTTrainConfig
-from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD, read_train_record
+from pdbgym.train.sft.resume import is_finished, read_train_record
 from pdbgym.train.sft.trainer import train_sft
 
 STATE_FILE = "experiment.json"
@@ -184,7 +184,7 @@ def _sft(config: ExperimentConfig, out: Path, device: str, workers: int) -> dict
 
 def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, folder: Path, name: str) -> None:
     """One SFT run of ``steps`` steps into ``folder``, registered as ``name``; a finished one is kept."""
-    if (folder / ADAPTER_DIR / TRAIN_RECORD).is_file():
+    if is_finished(folder):
         return
     shutil.rmtree(folder, ignore_errors=True)  # a killed run's checkpoints: SFT is short, start over
     train_sft(SFTTrainConfig(base=config.base, data=out / "corpus", out=folder, seed=config.seed,
