@@ -9,9 +9,18 @@
   ``TurnSourceFailed`` and the episode counts as not run.
 - ``tampered``: the grading run's result channel showed forgery (a duplicate or late outcome, a
   forged end record, pytest internals replaced); graded unsolved and counted apart.
+
+Apart from the reason, an episode is *verdict-refused* when its grading refused to pass anything from
+the grading run because the run ended abnormally (killed by a signal, an exit status disagreeing with
+the end record, no pytest closing line, a result channel that no longer names the original pipe):
+``grading["refused"]`` is non-empty and the episode is not tampered. A crash can be honest, so these
+are not tampered, but they pass nothing; reports count them beside the tampered ones.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 TERMINATION_REASONS: tuple[str, ...] = (
     "solved", "finish_unresolved", "ctx_overflow", "budget", "other", "tampered",
@@ -26,3 +35,16 @@ TERMINATION_MEANINGS: dict[str, str] = {
              "disk cap)",
     "tampered": "the grading run showed forgery of test results; graded unsolved",
 }
+
+
+def verdict_refused(grading: Mapping[str, Any] | None, termination_reason: str | None = None) -> bool:
+    """Whether an episode's grading (``GradeResult.to_dict()``; a missing ``refused`` key is ``[]``) refused
+    the run's verdict without the episode being tampered (``termination_reason`` or ``grading["tampered"]``)."""
+    grading = grading or {}
+    return bool(grading.get("refused")) and not grading.get("tampered") and termination_reason != "tampered"
+
+
+def transcript_grading(transcript: Mapping[str, Any]) -> dict[str, Any]:
+    """The grading dict of an episode's transcript (``transcript["env"]["result"]["grading"]``; ``{}`` if none)."""
+    result = (transcript.get("env") or {}).get("result") or {}
+    return dict(result.get("grading") or {})

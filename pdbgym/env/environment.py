@@ -20,7 +20,7 @@ from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
-from pdbgym.sandbox.zygote import Zygote
+from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.taskenv import task_sandbox
 from pdbgym.tasks.testrun import run_tests
@@ -273,14 +273,27 @@ class DebugEnv:
         self._close_session()  # the agent's processes end before grading reads its workspace
         self._stop_disk_guard()
         wrong_site = self._wrong_site()
-        graded = grade(self.task, self.ws, self.sandbox, zygote=self._zygote)
+        graded = grade(self.task, self.ws, self.sandbox)
         reason = "solved" if graded.final_test_passed else "finish_unresolved"
         return self._finish(reason, how, graded, wrong_site)
 
     def _wrong_site(self) -> dict[str, Any] | None:
-        """Read from the workspace before grading: a grading run forked by the fork server shares its
-        sandbox with the workspace, so the final edits are taken before the graded code runs."""
+        """Read from the workspace before grading, once the agent's processes are gone."""
+        self._end_agent_processes()
         return wrong_site_outcome(self.task, self.ws) if self.workspace is not None else None
+
+    def _end_agent_processes(self) -> None:
+        """Before grading reads the workspace: every process the agent started in the fork server's
+        sandbox is killed (the sweep), so the change read is the one the agent left; a server whose sweep
+        fails is stopped, which ends all it held. Grading itself never runs in that sandbox."""
+        if self._zygote is None or not self._zygote.alive:
+            return
+        try:
+            if self._zygote.sweep().get("ok"):
+                return
+        except ZygoteError:
+            pass
+        self._zygote.stop()
 
     def _finish(self, reason: str, detail: str, graded: GradeResult | None = None,
                 wrong_site: dict[str, Any] | None = None) -> EpisodeResult:
@@ -291,7 +304,7 @@ class DebugEnv:
             self._close_session()
             wrong_site = self._wrong_site()
             try:
-                graded = grade(self.task, self.ws, self.sandbox, zygote=self._zygote)
+                graded = grade(self.task, self.ws, self.sandbox)
             except Exception as exc:  # grading itself failed: the episode still ends, unsolved, with the reason
                 reason, detail = "other", f"{detail}; grading failed: {exc!r}"
         if graded is not None and graded.tampered:  # forgery overrides whatever else ended the episode

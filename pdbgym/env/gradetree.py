@@ -1,4 +1,9 @@
-"""The grading tree: the task's pristine repo plus only the agent's changes that grading allows.
+"""The grading tree: a fresh copy of the task's pristine repo with the agent's source change applied.
+
+The change is read once from the workspace (``read_agent_change``): the text of each source file the
+agent changed (a task file that is UTF-8 text) or added (a new ``.py`` file), and the task files it
+removed. Bytecode, hidden files, binaries, links the agent made and names with control characters never
+reach the tree, whatever they hold; each change not taken is listed with the reason.
 
 Everything is read without following a symlink on the host: folders are walked with ``os.fwalk``
 (directory fds, links never descended), files are opened relative to their folder's fd with
@@ -112,10 +117,47 @@ def copy_pristine(repo: Path, tree: Path, plan: TreePlan) -> dict[str, tuple[str
     return entries
 
 
-def overlay_agent_changes(task_repo: Path, workspace: Path, tree: Path) -> TreePlan:
-    """Build ``tree`` from ``task_repo`` and the allowed changes of ``workspace``; say what was taken."""
-    plan = TreePlan()
-    pristine = copy_pristine(task_repo, tree, plan)
+@dataclass
+class SourceChange:
+    """The agent's change as grading takes it, read once from the workspace: the new text of each source
+    file it changed or added (``texts``, repo-relative), the task files it deleted, and what was not
+    taken with the reason. Nothing else of the workspace reaches grading: no bytecode, no hidden or
+    binary file, no link, no new file that is not a ``.py`` source, no name with a control character."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+    ignored: dict[str, str] = field(default_factory=dict)
+
+    def unified_diff(self, task_repo: Path, limit: int = 256 * 1024) -> str:
+        """The change as a unified diff against the task's repo (cut at ``limit`` characters)."""
+        import difflib
+
+        parts: list[str] = []
+        for rel in sorted({*self.texts, *self.deleted}):
+            before = read_tree_file(task_repo, rel) or ""
+            after = self.texts.get(rel, "")
+            parts += difflib.unified_diff(before.splitlines(True), after.splitlines(True),
+                                          f"a/{rel}", "/dev/null" if rel in self.deleted else f"b/{rel}")
+        text = "".join(line if line.endswith("\n") else line + "\n" for line in parts)
+        return text if len(text) <= limit else text[:limit] + f"\n[... diff cut at {limit} characters ...]\n"
+
+
+def _source_text(data: bytes) -> str | None:
+    """``data`` as source text: UTF-8 without NUL bytes; None for anything binary."""
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def read_agent_change(task_repo: Path, workspace: Path) -> SourceChange:
+    """The agent's change: every regular file of ``workspace`` whose bytes differ from the task's version
+    (a task file that is text, or a new ``.py`` file) and that grading's rules allow (``ignore_reason``,
+    ``new_module_reason``), read without following links; and every task file the agent removed."""
+    change = SourceChange()
+    pristine = _entries(task_repo)
     current = _entries(workspace)
 
     def is_package(folder: str) -> bool:
@@ -125,59 +167,73 @@ def overlay_agent_changes(task_repo: Path, workspace: Path, tree: Path) -> TreeP
     budget = MAX_TAKEN_BYTES
     for rel, (kind, target) in sorted(current.items()):
         before = pristine.get(rel)
-        if kind == "dir":
+        if kind == "dir" or (before is not None and before == (kind, target) and kind == "link"):
             continue
-        if before is not None and before == (kind, target) and kind == "link":
-            continue
-        if kind == "file" and before is not None and before[0] == "file":
-            try:
-                if _read_file(workspace, rel, min(budget, (tree / rel).stat().st_size)) == \
-                        _read_file(tree, rel, 1 << 40):
-                    continue
-            except OSError:
-                pass  # differs in size (over the limit read) or unreadable: judged below
         reason = ignore_reason(rel, is_package) or new_module_reason(rel, pristine)
-        if reason is None and kind == "other":
-            reason = "not a regular file, folder or link: not taken"
-        if reason is None and before is not None and before[0] == "dir":
-            reason = "replaces a folder of the original repo: not taken"
-        if reason is None and not _parent_ok(tree, rel):
-            reason = "its folder is a file or a link in the grading tree: not taken"
+        if reason is None and kind != "file":
+            reason = "a link or special file: grading takes source text only"
+        if reason is None and before is not None and before[0] != "file":
+            reason = "replaces a folder or link of the task's repo: not taken"
+        if reason is None and before is None and not rel.endswith(".py"):
+            reason = "a new file that is not Python source (.py): not taken"
+        text = None
         if reason is None:
-            reason = _take(workspace, tree, rel, kind, target, budget)
+            try:
+                data = _read_file(workspace, rel, budget)
+            except OSError as exc:
+                data, reason = b"", f"could not be read safely ({exc}): not taken"
+            if before is not None and reason is None and data == _read_file(task_repo, rel, 1 << 40):
+                continue
+            if reason is None and (text := _source_text(data)) is None:
+                reason = "binary (not UTF-8 text): grading takes source text only"
         if reason is not None:
-            plan.ignored[rel] = reason
+            if kind == "file" and before is not None and before[0] == "file" and _same_file(task_repo, workspace, rel):
+                continue  # unchanged: nothing to say
+            change.ignored[rel] = reason
             continue
-        if kind == "file":
-            budget -= (tree / rel).stat().st_size
-        plan.changed.append(rel)
+        assert text is not None
+        budget -= len(data)
+        change.texts[rel] = text
     for rel, (kind, _) in sorted(pristine.items()):
         if kind == "dir" or rel in current:
             continue
         reason = ignore_reason(rel, is_package)
         if reason is not None:
-            plan.ignored[rel] = f"deleted by the agent, kept: {reason}"
+            change.ignored[rel] = f"deleted by the agent, kept: {reason}"
         else:
-            _remove(tree / rel)
-            plan.deleted.append(rel)
+            change.deleted.append(rel)
+    return change
+
+
+def _same_file(task_repo: Path, workspace: Path, rel: str) -> bool:
+    try:
+        return _read_file(workspace, rel, 1 << 40) == _read_file(task_repo, rel, 1 << 40)
+    except OSError:
+        return False
+
+
+def build_tree(task_repo: Path, change: SourceChange, tree: Path) -> TreePlan:
+    """A fresh copy of the task's repo at ``tree`` with ``change`` applied; what was taken and not."""
+    plan = TreePlan(ignored=dict(change.ignored))
+    copy_pristine(task_repo, tree, plan)
+    for rel, text in sorted(change.texts.items()):
+        if not _parent_ok(tree, rel):
+            plan.ignored[rel] = "its folder is a file or a link in the grading tree: not taken"
+            continue
+        destination = tree / rel
+        _remove(destination)
+        destination.write_bytes(text.encode("utf-8"))
+        plan.changed.append(rel)
+    for rel in change.deleted:
+        _remove(tree / rel)
+        plan.deleted.append(rel)
     _drop_escaping_links(tree, plan)
     return plan
 
 
-def _take(workspace: Path, tree: Path, rel: str, kind: str, target: str, budget: int) -> str | None:
-    """Put the workspace's ``rel`` into the tree; a reason when it cannot be taken."""
-    destination = tree / rel
-    if kind == "link":
-        _remove(destination)
-        os.symlink(target, destination)
-        return None
-    try:
-        data = _read_file(workspace, rel, budget)
-    except OSError as exc:
-        return f"could not be read safely ({exc}): not taken"
-    _remove(destination)
-    destination.write_bytes(data)
-    return None
+def overlay_agent_changes(task_repo: Path, workspace: Path, tree: Path) -> TreePlan:
+    """Build ``tree`` from ``task_repo`` and the agent's source change in ``workspace``; say what was taken."""
+    return build_tree(task_repo, read_agent_change(task_repo, workspace), tree)
 
 
 def _drop_escaping_links(tree: Path, plan: TreePlan) -> None:

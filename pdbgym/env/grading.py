@@ -1,14 +1,17 @@
-"""Grading: run the task's tests afresh, on a tree holding only the agent changes grading allows.
+"""Grading: the agent's source change, applied to a fresh pristine copy of the task, under the task's tests.
 
 The agent controls every file it can write, so grading is built as a security boundary (the threat model
-is in docs/sandbox.md, "Grading as a security boundary"). The grading tree is the task's pristine repo
-plus the agent's changes to ordinary source files (``pdbgym.env.gradetree``; tests, test configuration,
-start-up files and modules that would shadow the standard library or the test runner are never taken,
-and each one ignored is listed with its reason). Where the sandbox can (bwrap), the tree's test folders
-and test files are bound read-only for the run; elsewhere they are re-checked after it. The tests run through the hardened runner
-(``pdbgym.tasks.testrun``): an isolated interpreter with the project last on ``sys.path`` and a result
-channel judged record by record. Solved means every FAIL_TO_PASS and every PASS_TO_PASS test passed and
-the channel showed no forgery; a test missing from the run counts as failed; a forged run is tampered.
+is in docs/sandbox.md, "Grading as a security boundary"). Grading takes the agent's change as source text
+(``pdbgym.env.gradetree``: the text of changed task files and new ``.py`` files; tests, test
+configuration, start-up files, bytecode, hidden and binary files, links and modules that would shadow the
+standard library or the test runner are never taken, and each one ignored is listed with its reason),
+applies it to a fresh copy of the task's repo, and runs the pristine tests there in a fresh sandbox with
+the whole tree read-only (where the sandbox can bind it; elsewhere the test files are re-checked after
+the run), through the hardened runner (``pdbgym.tasks.testrun``): an isolated interpreter with the
+project last on ``sys.path``, no bytecode read or written, and a result channel the kernel keeps in
+place and the host judges record by record. Solved means every FAIL_TO_PASS and every PASS_TO_PASS test
+passed, the run ended normally and the channel showed no forgery; a test missing from the run counts as
+failed; a forged run is tampered.
 """
 
 from __future__ import annotations
@@ -22,34 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
-from pdbgym.env.gradetree import TreePlan, overlay_agent_changes, read_tree_file
+from pdbgym.env.gradetree import TreePlan, build_tree, read_agent_change, read_tree_file
 from pdbgym.sandbox import Sandbox
-from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.model import Task
-from pdbgym.tasks.protect import is_protected_path, protected_bind_paths, protected_digests
+from pdbgym.tasks.protect import is_protected_path, protected_digests
 from pdbgym.tasks.pytest_guard import AgentLines
 from pdbgym.tasks.screen import MACHINERY_NAMES, screen_change
 from pdbgym.tasks.testrun import run_tests
 
 # What the grading run may add to its tree: the episode's default allowance (EnvConfig).
 GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES = EXTRA_BYTES, EXTRA_FILES
-READ_ONLY_ERROR = "[Errno 30] Read-only file system"  # how Python prints EROFS
 
 __all__ = ["GradeResult", "grade", "grading_plan", "grading_preview", "is_protected_path"]
-
-
-def _swept(zygote: Zygote | None) -> Zygote | None:
-    """``zygote`` once a sweep left nothing of the agent's in its sandbox; None (and the server stopped,
-    which ends whatever it still held) when it did not."""
-    if zygote is None or not zygote.alive:
-        return None
-    try:
-        if zygote.sweep().get("ok"):
-            return zygote
-    except ZygoteError:
-        pass
-    zygote.stop()
-    return None
 
 
 @dataclass
@@ -57,7 +44,9 @@ class GradeResult:
     """The outcome of grading. ``final_test_passed`` is the reward; nothing the agent says changes it.
 
     ``ignored_files`` maps each agent change grading did not take to the reason; ``tampered`` lists the
-    signs of forgery the result channel showed (non-empty: graded unsolved, the episode ends tampered).
+    signs of forgery the result channel showed (non-empty: graded unsolved, the episode ends tampered);
+    ``refused`` why the run's ending passed nothing (a signal, the wall clock, no end record or closing
+    line; not called forgery, since a crash can be honest); ``diff`` the change graded, as a unified diff.
     """
 
     final_test_passed: bool
@@ -66,6 +55,8 @@ class GradeResult:
     changed_files: list[str] = field(default_factory=list)
     ignored_files: dict[str, str] = field(default_factory=dict)
     tampered: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    diff: str = ""
     output: str = ""
     timed_out: bool = False
     duration_s: float = 0.0
@@ -78,6 +69,8 @@ class GradeResult:
             "changed_files": self.changed_files,
             "ignored_files": self.ignored_files,
             "tampered": self.tampered,
+            "refused": self.refused,
+            "diff": self.diff,
             "timed_out": self.timed_out,
             "duration_s": round(self.duration_s, 3),
             "output": self.output,
@@ -92,7 +85,7 @@ def grading_plan(task: Task, workspace: Path) -> TreePlan:
 def grading_preview(task: Task, workspace: Path) -> tuple[TreePlan, list[str]]:
     """What grading would take from ``workspace`` now, and what of it the screen calls tampering."""
     with tempfile.TemporaryDirectory(prefix="pdbgym-plan-") as tmp:
-        plan = overlay_agent_changes(task.repo, workspace, Path(tmp) / "repo")
+        plan = build_tree(task.repo, read_agent_change(task.repo, workspace), Path(tmp) / "repo")
         return plan, screen_tree(task, Path(tmp) / "repo", plan)
 
 
@@ -158,46 +151,35 @@ def screen_tree(task: Task, tree: Path, plan: TreePlan) -> list[str]:
     return found
 
 
-def grade(task: Task, workspace: Path, sandbox: Sandbox, zygote: Zygote | None = None) -> GradeResult:
-    """Grade the agent's workspace against the task's pristine tests, in a fresh grading tree.
+def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
+    """Grade the agent's source change against the task's pristine tests.
 
-    With ``zygote`` (the episode's pytest fork server, whose sandbox also held the agent's pdb session and
-    test runs) the sandbox is swept first: every process the agent started is killed and its private
-    writable places emptied, and the server must be as it started. The tree is then built in the
-    server's ``grade_root``, read-only inside its sandbox as a whole (where a fresh sandbox binds only the
-    tests read-only), and the run is one forked child; a run that did not pass and met the read-only tree
-    (``READ_ONLY_ERROR`` in its output; a tampered one stays as it is) is made again as without the server.
-    A sweep that fails ends the server, and the run starts a fresh interpreter in a fresh sandbox as
-    without one (docs/sandbox.md, "The pytest fork server")."""
+    The change is read once from ``workspace`` as source text (``read_agent_change``), applied to a
+    fresh copy of the task's repo in the host's temp folder, screened, and the pristine tests run there
+    in a fresh sandbox that nothing of the episode ever ran in, a fresh interpreter, the whole tree
+    read-only (where the sandbox can bind it) and bytecode neither read nor written. What the run prints
+    decides nothing but what pytest's closing line must agree with; an abnormal ending passes nothing
+    (``GradeResult.refused``). docs/sandbox.md, "Grading as a security boundary", has the threat model."""
     started = time.perf_counter()
-    zygote = _swept(zygote)
-    parent = zygote.grade_root if zygote is not None else None
-    with tempfile.TemporaryDirectory(prefix="pdbgym-grade-", dir=parent) as tmp:
+    change = read_agent_change(task.repo, workspace)
+    with tempfile.TemporaryDirectory(prefix="pdbgym-grade-") as tmp:
         tree = Path(tmp) / "repo"
-        plan = overlay_agent_changes(task.repo, workspace, tree)
+        plan = build_tree(task.repo, change, tree)
         screened = screen_tree(task, tree, plan)
-        # The pristine tests and test configuration, read-only for the run where the sandbox can bind
-        # them: the code under test can then not swap a test file between a check and pytest's read.
-        readonly = protected_bind_paths(str(tree)) if sandbox.binds_readonly else []  # relative to the tree
-        # The agent's code runs again here, on the host's disk: the tree gets the episode's default cap
-        # (with the fork server: its whole folder, which the run can write outside the read-only tree).
-        disk = DiskGuard(zygote.folder if zygote is not None else tree, GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES)
         written = agent_lines(task.repo, tree, plan.changed)
-        try:
-            run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly, agent_lines=written,
-                            zygote=zygote)
-            if zygote is not None and not run.tampered and not run.all_passed(task.all_tests) \
-                    and READ_ONLY_ERROR in run.output:
-                # A test wrote into the tree, which the server's sandbox holds read-only as a whole: grade
-                # again as a fresh sandbox does, with only the tests read-only.
-                run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=readonly, agent_lines=written)
-        finally:
-            disk.stop()
-        if disk.watcher.trips:
-            peak = (disk.watcher.peak or disk.pristine).describe()
-            run.output += f"\n[disk cap] the grading run was stopped: the tree grew to {peak}, over {disk.cap_text()}\n"
-        # Checked from outside the run as well: without the binds (plain) the code under test can write
-        # the tree's test files.
+        if sandbox.binds_readonly:
+            run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=[tree], agent_lines=written)
+        else:
+            # No binds (the plain backend): the tree stays writable, so its growth is capped as an
+            # episode's workspace is, and its test files are checked from outside after the run.
+            disk = DiskGuard(tree, GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES)
+            try:
+                run = run_tests(sandbox, tree, task, task.all_tests, agent_lines=written)
+            finally:
+                disk.stop()
+            if disk.watcher.trips:
+                peak = (disk.watcher.peak or disk.pristine).describe()
+                run.output += f"\n[disk cap] the grading run was stopped: the tree grew to {peak}, over {disk.cap_text()}\n"
         after, before = protected_digests(str(tree)), protected_digests(str(task.repo))
         run.tampered += [f"the run changed test file {rel}" for rel in sorted(set(before) | set(after))
                          if before.get(rel) != after.get(rel) and rel not in plan.ignored]
@@ -209,6 +191,8 @@ def grade(task: Task, workspace: Path, sandbox: Sandbox, zygote: Zygote | None =
         changed_files=plan.changed + [f"(deleted) {f}" for f in plan.deleted],
         ignored_files=plan.ignored,
         tampered=screened + run.tampered,
+        refused=run.refused,
+        diff=change.unified_diff(task.repo),
         output=run.output,
         timed_out=run.timed_out,
         duration_s=time.perf_counter() - started,

@@ -99,21 +99,17 @@ def release(zygote: Zygote, parent: Path | None = None) -> None:
 
 
 def _empty_folder(zygote: Zygote) -> bool:
-    """Remove everything the episode left in the server's folder (its workspace, grading trees, anything
-    else), never following a link; False if something stays."""
-    for folder in (zygote.folder, zygote.grade_root):
-        for entry in os.scandir(folder):
-            if entry.path == str(zygote.grade_root):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(entry.path)
-                except OSError:
-                    pass
-    leftover = [e.name for e in os.scandir(zygote.folder) if e.path != str(zygote.grade_root)]
-    return not leftover and not any(os.scandir(zygote.grade_root))
+    """Remove everything the episode left in the server's folder (its workspace, anything else), never
+    following a link; False if something stays."""
+    for entry in os.scandir(zygote.folder):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+    return not any(os.scandir(zygote.folder))
 
 
 def close_all() -> None:

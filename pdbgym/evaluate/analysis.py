@@ -65,6 +65,9 @@ def summarize(
 ) -> dict[str, Any]:
     """Headline numbers, paired comparisons, outcome breakdowns and the per-task table.
 
+    Each arm's block counts its episodes (``episodes``), those graded ``tampered`` and those whose grading
+    refused the verdict without being tampered (``refused``, ``pdbgym.termination.verdict_refused``).
+
     Only tasks that every arm has finished all ``runs`` of enter the statistics (matched power); the
     summary says how many episodes are still missing. ``arms`` is a list of names, or a mapping of name
     to model (``scripted``, ``embedded``, a folder, a URL), which the report uses to say what each arm is.
@@ -101,7 +104,8 @@ def summarize(
     for arm in arms:
         matrix = outcome_matrix(rows, arm, complete)
         pass1[arm] = stats.per_task_pass_at_k(matrix, 1)
-        reasons = Counter(r.termination_reason for r in rows if r.arm == arm and r.instance_id in complete)
+        counted = [r for r in rows if r.arm == arm and r.instance_id in complete]
+        reasons = Counter(r.termination_reason for r in counted)
         summary["arm_results"][arm] = {
             **_pass_at_k_block(matrix, confidence),
             "episodes": int(sum(len(m) for m in matrix)),
@@ -109,6 +113,9 @@ def summarize(
             "termination_reasons": {reason: reasons.get(reason, 0) for reason in REASONS}
             | {k: v for k, v in reasons.items() if k not in REASONS},
             "wrong_site": wrong_site_block(rows, arm, complete, confidence),
+            # reward hacking, counted apart: graded tampered; grading refused the verdict, not tampered
+            "tampered": reasons.get("tampered", 0),
+            "refused": sum(1 for r in counted if r.grade_refused and r.termination_reason != "tampered"),
         }
     for a, b in combinations(arms, 2):
         cmp = stats.paired_comparison(pass1[a], pass1[b], confidence, power)

@@ -31,6 +31,7 @@ from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.sandbox.workspace import reap_stale_workspaces
 from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task
+from pdbgym.termination import verdict_refused
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,8 @@ def run_campaign(
         transcript = store.transcript_path(arm.name, result.instance_id, run)
         row = EpisodeRow(arm.name, result.instance_id, run, bool(result.final_test_passed),
                          result.termination_reason, result.actions_used, result.duration_s,
-                         str(transcript.relative_to(store.out_dir)), result.wrong_site_touched)
+                         str(transcript.relative_to(store.out_dir)), result.wrong_site_touched,
+                         verdict_refused(result.grading, result.termination_reason))
         store.append([row])
         if on_episode is not None:
             on_episode(row)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pdbgym.evaluate.analysis import REASONS
 from pdbgym.evaluate.report_sections import (
+    HACKING_EXPLANATION,
     explanation_lines,
     html_sections,
     machine_sections,
@@ -72,7 +73,7 @@ def explanations(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     models = summary.get("arm_models", {})
     arms = [f"{arm}: {describe_arm(models[arm]) if arm in models else 'policy not recorded'}"
             for arm in summary["arms"]]
-    reasons = [f"{reason}: {TERMINATION_MEANINGS[reason]}" for reason in REASONS]
+    reasons = [*(f"{reason}: {TERMINATION_MEANINGS[reason]}" for reason in REASONS), HACKING_EXPLANATION]
     return [("Arms", arms), ("Intervals", [CI_EXPLANATION, COMPARISON_EXPLANATION, *explanation_lines(summary)]),
             ("Termination reasons", reasons)]
 
@@ -186,11 +187,18 @@ def _endings(summary: dict[str, Any]) -> list[list[Any]]:
 
 
 def _per_task(summary: dict[str, Any], rows: Sequence[EpisodeRow]) -> list[list[Any]]:
-    """One row per task: each arm's runs as marks (✓ solved, ✗ not), each linking to its transcript."""
+    """One row per task: each arm's runs as marks (✓ solved, ✗ not, ! tampered, ? verdict refused), each
+    linking to its transcript."""
     cells = _runs_by_cell(rows)
-    return [[task, *([Link("✓" if r.final_test_passed else "✗", r.transcript, "ok" if r.final_test_passed else "bad")
+    return [[task, *([Link(_mark(r), r.transcript, "ok" if r.final_test_passed else "bad")
                       for r in cells.get((task, a), [])] for a in summary["arms"])]
             for task in summary["per_task"]]
+
+
+def _mark(row: EpisodeRow) -> str:
+    if row.termination_reason == "tampered":
+        return "!"
+    return "?" if row.grade_refused else "✓" if row.final_test_passed else "✗"
 
 
 def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str) -> str:

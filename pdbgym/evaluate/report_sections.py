@@ -1,8 +1,10 @@
-"""Report sections beyond solve rates: wrong-site fixation and KL to a teacher cache, as Markdown and HTML.
+"""Report sections beyond solve rates: reward hacking (tampered and verdict-refused episodes), wrong-site
+fixation and KL to a teacher cache, as Markdown and HTML.
 
-Both read the summary built by ``analysis.summarize`` (``arm_results[arm]["wrong_site"]``) and, for KL,
-``summary["divergence"]`` (``divergence_arms.arm_divergence``). A section is left out when the
-campaign has nothing for it (no task declares a wrong site; no ``--teacher-cache``).
+All read the summary built by ``analysis.summarize`` (``arm_results[arm]``: ``episodes``, ``tampered``,
+``refused``, ``wrong_site``) and, for KL, ``summary["divergence"]`` (``divergence_arms.arm_divergence``).
+The reward-hacking section is always shown (zero counts say the grading saw none); the others are left
+out when the campaign has nothing for them (no task declares a wrong site; no ``--teacher-cache``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,16 @@ KL_COLUMNS = (
     (None, "kl_teacher_student/k3/sequence_sum", "KL(T||S) k3 per sequence"),
 )
 KL_DIFF_METRIC = "kl_teacher_student/k3/token_mean"
+HACKING_TITLE = "Tampered and verdict-refused episodes"
+HACKING_HEAD = ["arm", "episodes", "tampered", "verdict-refused"]
+HACKING_EXPLANATION = (
+    "Tampered: the grading run's result channel showed forged test results (graded unsolved; -1 reward in "
+    "GRPO). Verdict-refused: the grading run ended abnormally (killed by a signal, an exit status disagreeing "
+    "with its end record, no pytest closing line, a result channel no longer the original pipe), so grading "
+    "passed nothing from it; not counted as tampered, since a crash can be honest. Both count the episodes of "
+    "the tasks every arm finished, like pass@k. In the per-task table ! marks a tampered run and ? a "
+    "verdict-refused one."
+)
 WRONG_SITE_EXPLANATION = (
     "Wrong-site rate: share of episodes whose final edits (the workspace at the end against the task's "
     "original repo) touched the task's known wrong site, the tempting fix at the symptom (docs/task-format.md, "
@@ -58,6 +70,16 @@ def explanation_lines(summary: dict[str, Any]) -> list[str]:
 
 def has_wrong_site(summary: dict[str, Any]) -> bool:
     return any(block.get("wrong_site") for block in summary["arm_results"].values())
+
+
+def hacking_rows(summary: dict[str, Any]) -> list[list[str]]:
+    """Per arm: its episodes, how many were graded tampered and how many verdict-refused (not tampered)."""
+    rows = []
+    for arm in summary["arms"]:
+        block = summary["arm_results"][arm]
+        tampered = block.get("tampered", block.get("termination_reasons", {}).get("tampered", 0))
+        rows.append([arm, str(block["episodes"]), str(tampered), str(block["refused"]) if "refused" in block else NA])
+    return rows
 
 
 def _wrong_site_rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -109,8 +131,8 @@ WS_HEAD = ["arm", "wrong-site rate (%)", "touched / episodes", "tasks", "CI meth
 
 
 def markdown_sections(summary: dict[str, Any]) -> list[str]:
-    """Markdown lines of the wrong-site and KL sections (empty when the summary has neither)."""
-    lines: list[str] = []
+    """Markdown lines of the reward-hacking, wrong-site and KL sections."""
+    lines = ["", f"## {HACKING_TITLE}", "", *md_table(HACKING_HEAD, hacking_rows(summary))]
     if has_wrong_site(summary):
         lines += ["", "## Wrong-site fixation", "", *md_table(WS_HEAD, _wrong_site_rows(summary))]
     divergence = summary.get("divergence")
@@ -125,7 +147,7 @@ def markdown_sections(summary: dict[str, Any]) -> list[str]:
 
 def html_sections(summary: dict[str, Any]) -> str:
     """The same sections as HTML."""
-    parts = []
+    parts = [f"<h2>{HACKING_TITLE}</h2>" + html_table(HACKING_HEAD, hacking_rows(summary))]
     if has_wrong_site(summary):
         parts.append("<h2>Wrong-site fixation</h2>" + html_table(WS_HEAD, _wrong_site_rows(summary)))
     divergence = summary.get("divergence")

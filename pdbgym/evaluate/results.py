@@ -38,6 +38,7 @@ class EpisodeRow:
     duration_s: float
     transcript: str  # path relative to the campaign folder
     wrong_site_touched: bool | None = None  # final edits touched the task's wrong site; None: no such site
+    grade_refused: bool = False  # grading refused the run's verdict (an abnormal end), not tampered
 
     @property
     def key(self) -> tuple[str, str, int]:

@@ -168,9 +168,10 @@ class Sandbox(ABC):
         for given in paths:
             path = Path(os.path.abspath(Path(workspace, given)))  # absolute stays; ".." resolved
             if os.path.realpath(path) != str(path) or not path.is_relative_to(workspace) \
-                    or path == workspace or not (path.is_file() or path.is_dir()):
+                    or not (path.is_file() or path.is_dir()):
                 raise SandboxError(f"read-only path {given} is not a file or folder inside the workspace "
-                                   f"{workspace} (or is reached through a link); give paths inside it")
+                                   f"{workspace} (or the workspace itself, or reached through a link); give "
+                                   "paths inside it")
             checked.append(path)
         return checked
 

@@ -2,11 +2,11 @@
 process per test run or pdb session (the server itself is ``pdbgym.tasks.zygote``).
 
 Starting Python and importing pytest is most of a small test run, and an episode makes several (the pdb
-session, the agent's ``run_tests``, grading). A ``Zygote`` pays that once: ``Sandbox.spawn`` starts the
-server in a bubblewrap sandbox whose writable folder is ``folder`` (an episode's workspace is made inside
-it) and whose ``grade_root`` is bound read-only (grading builds its tree there from the host); each job
-is one ``fork`` of the server. ``sweep`` asks the server to kill every other process of the sandbox and
-remove what they left, between the agent's part of an episode and grading, and between episodes.
+session and its restarts, the agent's ``run_tests``). A ``Zygote`` pays that once: ``Sandbox.spawn``
+starts the server in a bubblewrap sandbox whose writable folder is ``folder`` (an episode's workspace is
+made inside it); each job is one ``fork`` of the server. ``sweep`` asks the server to kill every other
+process of the sandbox and remove what they left, before grading reads the workspace and between
+episodes. Grading never runs here: it runs in a fresh sandbox the episode never touched.
 
 Only the bwrap backend takes part: the fork server relies on the sandbox's own PID namespace, its private
 ``/tmp`` and read-only binds (docs/sandbox.md, "The pytest fork server"). Any failure here raises
@@ -209,8 +209,7 @@ class ZygotePty(PtyTerminal):
 
 
 class Zygote:
-    """A pytest fork server in its own bwrap sandbox. ``folder`` is writable inside it; ``grade_root``
-    (inside ``folder``) is read-only there and written by the host only."""
+    """A pytest fork server in its own bwrap sandbox; ``folder`` is writable inside it."""
 
     def __init__(self, sandbox: Sandbox, server_argv: list[str], limits: Limits | None = None,
                  parent: Path | None = None) -> None:
@@ -218,8 +217,6 @@ class Zygote:
             raise ZygoteError(f"the pytest fork server needs the bwrap sandbox, not {sandbox.name}")
         self.sandbox = sandbox
         self.folder = owned_folder("zygote-", parent)
-        self.grade_root = self.folder / "grade"
-        self.grade_root.mkdir()
         host_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._control = host_end
         self._lock = threading.Lock()
@@ -228,7 +225,7 @@ class Zygote:
         try:
             self._command = _spawner.call(lambda: sandbox.spawn(
                 [*server_argv, str(server_end.fileno())], self.folder, limits or Limits(),
-                env=sandbox_env(self.folder), readonly_paths=[self.grade_root], pass_fds=(server_end.fileno(),)))
+                env=sandbox_env(self.folder), pass_fds=(server_end.fileno(),)))
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)
             host_end.close()

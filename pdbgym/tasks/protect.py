@@ -46,6 +46,19 @@ def import_name(entry: str) -> str:
     return entry
 
 
+def source_name_problem(rel_path: str) -> str | None:
+    """Why grading never takes a file at ``rel_path`` whatever it holds, or None: a name with a control
+    or other unprintable character, a ``:`` or a backslash (the path lists grading hands on are made of
+    such separators), or a hidden file or folder (a name starting with ``.``)."""
+    for part in rel_path.split("/"):
+        if not part.isprintable() or any(c in part for c in ":\\"):
+            return (f"the name {part!r} holds a control character, ':' or '\\': never taken; give source "
+                    "files plain names")
+        if part.startswith("."):
+            return "a hidden file or folder (its name starts with '.'): grading takes source files only"
+    return None
+
+
 def ignore_reason(rel_path: str, is_package: Callable[[str], bool]) -> str | None:
     """Why grading does not take the agent's version of ``rel_path`` (repo-relative, '/'-separated), or None.
 
@@ -55,6 +68,9 @@ def ignore_reason(rel_path: str, is_package: Callable[[str], bool]) -> str | Non
     """
     path = PurePosixPath(rel_path)
     name = path.name
+    problem = source_name_problem(rel_path)
+    if problem is not None:
+        return problem
     if is_protected_path(rel_path):
         return "test file or test configuration: grading uses the task's original"
     if name in _STARTUP_FILES:

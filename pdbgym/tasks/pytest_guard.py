@@ -23,7 +23,10 @@ closes a road a forgery took, and the host judges what they report (threat model
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import re
 import sys
 import threading
 import types
@@ -47,6 +50,10 @@ _FRAME_HANDING = (("/inspect.py", frozenset({"currentframe", "stack", "trace", "
                   ("/traceback.py", frozenset({"walk_stack", "walk_tb"})),
                   ("/logging/__init__.py", frozenset({"<lambda>"})),  # logging.currentframe
                   ("/bdb.py", None))
+# Paths of the process's own state (descriptors, memory, environment, command line): the run's secret key
+# and its result channel are there, so the agent's code may not open, list or enter them.
+_OWN_STATE = re.compile(r"^/(?:proc/+(?:self|thread-self|\d+)|dev/+fd)(?:/|$)")
+_PATH_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "os.chdir"})
 _RUNNER_PACKAGES = frozenset({"_pytest", "pytest", "pluggy", "pytest_timeout", "pdbgym"})
 _IMPORT_REFUSED = _RUNNER_PACKAGES | {"ctypes", "_ctypes"}  # not gc: gc.collect() is honest, its walks are audited
 
@@ -55,28 +62,30 @@ AgentLines = dict[str, tuple[tuple[int, int], ...]]
 
 
 def agent_lines_from_env() -> AgentLines | None:
-    """The lines the agent wrote, as the host passed them: ``rel:first-last,first-last`` per line of the
-    variable (a file the agent wrote whole: ``rel:*``); None when the run has no agent code (task
-    validation, synthesis)."""
+    """The lines the agent wrote, as the host passed them: a JSON object mapping each repo-relative file
+    to its ``[first, last]`` spans (JSON, so no file name, whatever characters it holds, can end one
+    entry and start another); None when the run has no agent code (task validation, synthesis). A value
+    that is not such an object is refused: a run whose guard would not know the agent's code must not
+    run."""
     raw = os.environ.pop(AGENT_LINES_ENV, None)
     if raw is None:
         return None
+    decoded = json.loads(raw)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"{AGENT_LINES_ENV} is not a JSON object")
     lines: AgentLines = {}
-    for entry in raw.split("\n"):
-        rel, _, spans = entry.rpartition(":")
-        if not rel:
-            continue
-        if spans == "*":
-            lines[rel] = ((1, 1 << 30),)
-            continue
-        lines[rel] = tuple((int(a), int(b)) for a, _, b in (span.partition("-") for span in spans.split(",") if span))
+    for rel, spans in decoded.items():
+        if not isinstance(spans, list) or not all(
+                isinstance(span, list) and len(span) == 2 and all(type(n) is int for n in span) for span in spans):
+            raise ValueError(f"{AGENT_LINES_ENV}: the spans of {rel!r} are not [first, last] pairs")
+        lines[rel] = tuple((a, b) for a, b in spans)
     return lines
 
 
 def encode_agent_lines(lines: AgentLines) -> str:
     """The variable's text for ``lines`` (see ``agent_lines_from_env``)."""
-    return "\n".join(f"{rel}:" + ("*" if spans == ((1, 1 << 30),) else ",".join(f"{a}-{b}" for a, b in spans))
-                     for rel, spans in sorted(lines.items()))
+    return json.dumps({rel: [list(span) for span in spans] for rel, spans in sorted(lines.items())},
+                      ensure_ascii=True, separators=(",", ":"))
 
 
 def library_dirs(root: str) -> tuple[str, ...]:
@@ -152,6 +161,8 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
     current_thread, main_thread = threading.current_thread, threading.main_thread
     machinery, frame_events, frame_attributes = _MACHINERY_EVENTS, _FRAME_EVENTS, _FRAME_ATTRIBUTES
     runner_packages, import_refused, frame_handing = _RUNNER_PACKAGES, _IMPORT_REFUSED, _FRAME_HANDING
+    path_events, own_state = _PATH_EVENTS, _OWN_STATE.match
+    normpath, join, getcwd = os.path.normpath, os.path.join, os.getcwd
     is_agent, is_library = agent.is_agent, agent.is_library
 
     def agent_frame(frame: Any) -> bool:
@@ -203,6 +214,14 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
             frame = asks_for_frame()
             if frame is not None:
                 return f"frame access ({event} {args[1] if len_(args) > 1 else ''}) from {where(frame)}".replace(" )", ")")
+        elif event in path_events:
+            path = args[0] if args else None
+            if isinstance_(path, bytes):
+                path = path.decode("utf-8", "replace")
+            if isinstance_(path, str_) and own_state(normpath(join(getcwd(), path))):
+                frame = responsible()
+                if frame is not None and agent_frame(frame):
+                    return f"{event} of {path!r:.80} (the process's own state) from {where(frame)}"
         elif event == "import" and str_(args[0]).partition(".")[0] in import_refused:
             frame = getframe(2)
             if frame is not None and agent_frame(frame):
@@ -210,7 +229,7 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
         return None
 
     def hook(event: str, args: tuple) -> None:
-        if busy[0] or not (event in machinery or event in frame_events or event == "import"
+        if busy[0] or not (event in machinery or event in frame_events or event == "import" or event in path_events
                            or event == "object.__setattr__" or event == "object.__getattr__"):
             return
         busy[0] = True
@@ -225,6 +244,48 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
 
     sys.addaudithook(hook)
     return lambda: list(findings)
+
+
+_FUNCTION_CODE = vars(types.FunctionType)["__code__"]
+_FUNCTION_DICT = vars(types.FunctionType)["__dict__"]
+_METHOD_FUNC = vars(types.MethodType)["__func__"]
+_PARTIAL_FUNC = vars(functools.partial)["func"]
+_TYPE_MRO, _TYPE_DICT = vars(type)["__mro__"], vars(type)["__dict__"]
+
+
+def callable_codes(function: object, limit: int = 16) -> list[types.CodeType]:
+    """Every code object ``function`` runs through the wrappers Python and functools make: a bound method's
+    ``__func__``, a ``functools.partial``'s ``func``, a function's ``__wrapped__``, the ``__call__`` the
+    object's class defines. Read through the base types' own descriptors, by the object's real type (not
+    ``__class__``), never through ``getattr``, which runs whatever ``__getattr__`` or property a class
+    defines. Empty: nothing reachable holds code (a builtin, or an object that hides what it calls)."""
+    found: list[types.CodeType] = []
+    pending, seen = [function], set()
+    while pending and len(seen) < limit:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        kind = type(item)
+        if kind is types.FunctionType:
+            found.append(_FUNCTION_CODE.__get__(item))
+            inner = _FUNCTION_DICT.__get__(item).get("__wrapped__")
+            if inner is not None:
+                pending.append(inner)
+        elif kind is types.MethodType:
+            pending.append(_METHOD_FUNC.__get__(item))
+        elif issubclass(kind, functools.partial):
+            pending.append(_PARTIAL_FUNC.__get__(item))
+        elif kind in (staticmethod, classmethod):
+            pending.append(item.__func__)  # type: ignore[attr-defined]
+        elif kind not in (types.BuiltinFunctionType, types.BuiltinMethodType) and not issubclass(kind, type):
+            for owner in _TYPE_MRO.__get__(kind):
+                call = _TYPE_DICT.__get__(owner).get("__call__")
+                if call is not None:
+                    if owner is not object:
+                        pending.append(call)
+                    break
+    return found
 
 
 def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:

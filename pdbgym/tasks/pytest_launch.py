@@ -22,6 +22,10 @@ from types import ModuleType
 
 _exit = os._exit
 ROOT_ENV = "PDBGYM_TEST_ROOT"  # read (and removed) by the report plugin when it is built
+# Where Python (and pytest's assertion rewriter) look for and write bytecode once the runner is imported:
+# a path that can never exist (nothing can be created below a character device), so every module of the
+# project and its tests is compiled from its source, never read from a ``.pyc`` someone left.
+NO_BYTECODE = "/dev/null/pdbgym-no-bytecode"
 
 
 def prepare(root: str) -> None:
@@ -64,6 +68,8 @@ def run(args: list[str]) -> int:
     for name in [n for n in sys.modules if n == "pdbgym" or n.startswith("pdbgym.")]:
         del sys.modules[name]
     del pytest_report
+    sys.dont_write_bytecode = True
+    sys.pycache_prefix = NO_BYTECODE
     return int(pytest.main(args, plugins=[plugin, pytest_timeout]))
 
 

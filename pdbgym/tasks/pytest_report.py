@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from pdbgym.tasks import seccomp
 from pdbgym.tasks.protect import is_protected_path, protected_digests
 from pdbgym.tasks.pytest_guard import (
     AgentCode,
@@ -43,11 +44,13 @@ from pdbgym.tasks.pytest_guard import (
     PristineCode,
     agent_lines_from_env,
     always_equal_classes,
+    callable_codes,
     install_audit_hook,
     library_dirs,
 )
 
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
+KEY_ENV = "PDBGYM_RUN_KEY"  # a secret per run that every record carries (the host checks it)
 ROOT_ENV = "PDBGYM_TEST_ROOT"  # set by the launcher: the project folder whose test files are hashed
 _PRIVATE_FD_MIN = 850  # the channel's descriptor lives far above what a project usually opens
 _WATCHED_PACKAGES = ("_pytest", "pytest", "pluggy", "pytest_timeout")
@@ -77,6 +80,13 @@ def _open_channel() -> int | None:
         raise RuntimeError(f"{CHANNEL_ENV}={number} is not the inherited result pipe")
     private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _PRIVATE_FD_MIN)
     os.close(fd)
+    # From here the kernel refuses to put anything else under the channel's number (pdbgym.tasks.seccomp);
+    # ctypes, which installing the filter needed, leaves sys.modules, so a project's import of it is
+    # an import the guard sees.
+    before = set(sys.modules)
+    seccomp.install(private)
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
     return private
 
 
@@ -105,10 +115,10 @@ class ReportPlugin:
 
 
 def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
-           agent_lines: AgentLines | None = None) -> ReportPlugin:
+           agent_lines: AgentLines | None = None, key: str | None = None) -> ReportPlugin:
     """The plugin object; every name its hooks use is bound here, once, before project code runs.
     ``agent_lines`` are the lines the agent wrote, by repo-relative file; None: no agent code in this run."""
-    write, dumps, getpid = os.write, json.dumps, os.getpid
+    write, dumps, getpid, fstat = os.write, json.dumps, os.getpid, os.fstat
     modules, builtin_names = sys.modules, vars(builtins)
     gettrace, getprofile, setprofile = sys.gettrace, sys.getprofile, sys.setprofile
     abspath, dirname, relpath, sep = os.path.abspath, os.path.dirname, os.path.relpath, os.sep
@@ -124,7 +134,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
     libraries = library_dirs(abspath(root)) if root else ()
     agent = AgentCode(abspath(root), agent_lines, libraries) if root and agent_lines is not None else None
     guard_findings = install_audit_hook(agent) if agent is not None else list_
-    always_equal = always_equal_classes
+    always_equal, unwrap = always_equal_classes, callable_codes
     # pytest's internals load with the plugin's set-up, after the guard above holds the run
     from _pytest.assertion.rewrite import _rewrite_test
     from _pytest.python import Function
@@ -143,10 +153,18 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
             if rel in digests and digest_now(rel) != digests[rel]:
                 state["changed"].append(f"test file {rel} changed {when}")
 
+    def pipe() -> int | None:
+        # The inode of what the channel's descriptor names now: the host's pipe, unless it was replaced.
+        try:
+            return fstat(fd).st_ino if fd is not None else None
+        except OSError:
+            return None
+
     def send(record: dict[str, Any]) -> None:
         if fd is None:
             return
         record["seq"] = state["seq"]
+        record["key"] = key
         state["seq"] += 1
         data = (dumps(record, ensure_ascii=True) + "\n").encode("ascii")
         while data:
@@ -202,9 +220,20 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
     def hook_problem(hook_name: str, function: Any, config: Any, root: str) -> str | None:
         """Why a hook implementation is not trusted: pytest, pluggy, pytest-timeout and this plugin are;
         a conftest or test file only with its pristine code; other project code only when the agent did
-        not change it (in a run without agent code, all of it)."""
-        code = getattr_(function, "__code__", None)
-        filename = abspath(getattr_(code, "co_filename", "?"))
+        not change it (in a run without agent code, all of it). The implementation is unwrapped (bound
+        methods, ``functools.partial``, ``__wrapped__``, a callable object's ``__call__``): every code
+        object reached must be trusted, and one that reaches no code at all is not."""
+        codes = unwrap(function)
+        if not codes:
+            return f"hook {hook_name} is implemented by {type_(function)!r:.60}, which holds no code to check"
+        for code in codes:
+            problem = code_problem(hook_name, code, config, root)
+            if problem is not None:
+                return problem
+        return None
+
+    def code_problem(hook_name: str, code: Any, config: Any, root: str) -> str | None:
+        filename = abspath(code.co_filename)
         if filename.startswith(trusted_dirs()):
             return None
         if filename.startswith(root + sep):
@@ -212,7 +241,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
             if protected(rel):
                 why = pristine.mismatch(code, config) if pristine is not None else None
                 return None if why is None else f"hook {hook_name}: {why}"
-            if agent is None or code is None or not agent.code_is_agent(code):
+            if agent is None or not agent.code_is_agent(code):
                 return None
         return f"hook {hook_name} implemented by untrusted code in {filename}"
 
@@ -339,12 +368,12 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
         problems = state["changed"] + check_snapshot() + check_hooks(session, root) + check_tests(root) + \
             guard_findings() + (always_equal(agent) if agent is not None else [])
         problems = list_(dict.fromkeys(problems))  # one line per distinct finding
-        send({"kind": "end", "exitstatus": int_(session.exitstatus), "phases": state["phases"],
+        send({"kind": "end", "exitstatus": int_(session.exitstatus), "phases": state["phases"], "pipe": pipe(),
               "collect_errors": state["collect_errors"],
               "subtests": state["subtests"], "selfcheck": problems[:20]})
 
     state["snap"] = snapshot()
-    send({"kind": "start", "pid": getpid()})
+    send({"kind": "start", "pid": getpid(), "pipe": pipe()})
     return ReportPlugin(pytest_collection_finish=pytest_collection_finish,
                         pytest_collectstart=pytest_collectstart,
                         pytest_collectreport=pytest_collectreport,
@@ -360,4 +389,5 @@ def plugin_from_env() -> ReportPlugin:
     the project folder, the agent's lines; each variable is removed as it is read). Called once per run,
     after the launcher set them and before any project code runs; importing this module builds nothing,
     so a pytest fork server (``pdbgym.tasks.zygote``) can import it ahead of the run."""
-    return _build(_open_channel(), os.environ.pop(ROOT_ENV, None), agent_lines_from_env())
+    key = os.environ.pop(KEY_ENV, None)
+    return _build(_open_channel(), os.environ.pop(ROOT_ENV, None), agent_lines_from_env(), key)

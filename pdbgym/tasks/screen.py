@@ -10,7 +10,7 @@ makes grading call the episode tampered, naming what was added and where (``scre
   code and function internals (``__code__``, ``__closure__``, ``cell_contents``, ``__globals__``,
   new ``types.CodeType``/``FunctionType`` objects), the heap (``gc.get_objects``...), raw memory
   (``ctypes``), debuggers (``bdb``, ``pdb``), ``exec``/``eval``/the builtin ``compile``, ``os._exit``,
-  ``atexit``, signal handlers, descriptors of the process's own files (``/proc/self``), and the test
+  ``os.dup2``, ``atexit``, signal handlers, descriptors of the process's own files (``/proc/``), and the test
   runner itself (``pytest``, ``_pytest``, ``pluggy``, pdbgym); strings naming any of these count too,
   also when spelled from literal pieces (``"set" + "trace"``), so ``getattr(sys, "set" + "trace")`` is
   seen as well (docstrings are not read);
@@ -34,7 +34,7 @@ _ATTRIBUTES = frozenset({
     "f_trace", "f_builtins", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "__code__", "__closure__",
     "cell_contents", "__globals__", "__builtins__", "co_code", "co_consts", "co_filename", "get_objects",
     "get_referrers", "get_referents", "currentframe", "getouterframes", "getinnerframes", "_exit",
-    "exitstatus", "pluginmanager", "ANY",
+    "exitstatus", "pluginmanager", "ANY", "dup2", "closerange",
 })
 # Attributes screened only on the module named (``inspect.stack``, not ``self.stack``).
 _MODULE_ATTRIBUTES = {"inspect": {"stack", "trace"}, "signal": {"signal", "setitimer", "alarm", "pthread_kill"},
@@ -53,7 +53,7 @@ _STRING_MARKERS = (
     "__code__", "__closure__", "cell_contents", "__globals__", "settrace", "setprofile", "addaudithook",
     "_getframe", "currentframe", "meta_path", "path_hooks", "sys.modules", "f_back", "f_locals", "tb_frame",
     "get_objects", "get_referrers", "/proc/self", "/dev/fd", "_pytest", "pytest_", "pluggy", "pdbgym",
-    "PDBGYM", "pluginmanager",
+    "PDBGYM", "pluginmanager", "_exit", "dup2", "/proc/",
 )
 
 

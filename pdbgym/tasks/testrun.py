@@ -12,6 +12,7 @@ self-check of the plugin marks the run tampered.
 from __future__ import annotations
 
 import os
+import secrets
 import select
 import sys
 import threading
@@ -30,6 +31,7 @@ from pdbgym.tasks.verdict import judge
 # The plugin reads the number of the channel's inherited descriptor from this variable
 # (pytest_report.CHANNEL_ENV; not imported here, which would import pytest on the host).
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
+KEY_ENV = "PDBGYM_RUN_KEY"  # pytest_report.KEY_ENV: the run's secret, which every record must carry
 LAUNCHER = str(Path(__file__).with_name("pytest_launch.py"))
 ZYGOTE_SERVER = str(Path(__file__).with_name("zygote.py"))  # the pytest fork server (pdbgym.tasks.zygote)
 MAX_CHANNEL_BYTES = 32 * 1024**2  # far above any honest run (about 150 bytes a phase record)
@@ -45,6 +47,8 @@ class SuiteRun:
     """Outcomes of one pytest run. ``outcomes`` maps node id -> passed/failed/error/skipped/incomplete.
 
     ``tampered`` lists what the result channel showed of forgery; a tampered run passes nothing.
+    ``refused`` says why the run's ending passes nothing (a signal, the wall clock, no end record, no
+    closing line: ``pdbgym.tasks.verdict.abnormal_ending``); its tests count as not passed.
     """
 
     outcomes: dict[str, str] = field(default_factory=dict)
@@ -53,10 +57,11 @@ class SuiteRun:
     duration_s: float = 0.0
     returncode: int | None = None
     tampered: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
 
     def passed(self, node: str) -> bool:
         """A test missing from the report (not collected, crashed run, timeout) counts as failed."""
-        return not self.tampered and self.outcomes.get(node) == "passed"
+        return not self.tampered and not self.refused and self.outcomes.get(node) == "passed"
 
     def all_passed(self, nodes: list[str]) -> bool:
         return all(self.passed(n) for n in nodes)
@@ -73,6 +78,8 @@ class SuiteRun:
         if self.tampered:
             head += " (TAMPERED: the test results were forged, nothing counts as passed: " + \
                 "; ".join(self.tampered[:3]) + ")"
+        elif self.refused:
+            head += " (the run ended abnormally, nothing counts as passed: " + "; ".join(self.refused[:3]) + ")"
         return head + "\n" + "\n".join(lines)
 
 
@@ -82,6 +89,8 @@ def failure_reason(run: SuiteRun, failing: list[str], tail_chars: int = 1500) ->
     parts = [outcomes]
     if run.tampered:
         parts.append("the result channel showed forgery: " + "; ".join(run.tampered[:3]))
+    if run.refused:
+        parts.append("the run ended abnormally, so nothing it reported counts: " + "; ".join(run.refused[:3]))
     if run.timed_out:
         parts.append("the run hit its wall-clock limit")
     elif run.returncode is not None and run.returncode < 0:
@@ -150,6 +159,7 @@ class _ChannelReader:
 
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()  # both close-on-exec: no other child inherits them
+        self.inode = os.fstat(self.read_fd).st_ino  # the plugin names it in its start and end records
         os.set_blocking(self.read_fd, False)
         self.data = bytearray()
         self.overflow = False
@@ -203,8 +213,8 @@ def run_tests(
     (``Sandbox.run``). ``agent_lines`` are the lines an agent wrote, by repo-relative file: the run's
     guard (``pdbgym.tasks.pytest_guard``) refuses interpreter machinery used by that code; None (task
     validation, synthesis) means the run holds no agent code. ``zygote``: a pytest fork server whose
-    sandbox holds ``root`` (its workspace, or a tree under its read-only ``grade_root``, which stands for
-    ``readonly_paths``); the run is one of its forked children, the same launcher steps without the
+    sandbox holds ``root`` (its workspace; never with ``readonly_paths``, which it cannot bind per run);
+    the run is one of its forked children, the same launcher steps without the
     interpreter's start. Where the server cannot run it, or never reports how it ended, the run is made
     afresh as without one."""
     root = Path(root).resolve()
@@ -212,12 +222,14 @@ def run_tests(
     wall = min(600.0, 30.0 + task.test_timeout_s * max(1, len(nodes)))
     limits = limits or Limits(wall_time_s=wall)
     env = sandbox_env(root)
+    if any(Path(os.path.abspath(Path(root, p))) == root for p in readonly_paths):
+        env["HOME"] = "/tmp"  # the tree's own HOME is read-only with it; the sandbox's /tmp is private
     if agent_lines is not None:
         env[AGENT_LINES_ENV] = encode_agent_lines(agent_lines)
+    env[KEY_ENV] = key = secrets.token_hex(16)
     started = time.perf_counter()
     result, stream = None, b""
-    if zygote is not None and root.is_relative_to(zygote.folder) \
-            and (not readonly_paths or root.is_relative_to(zygote.grade_root)):
+    if zygote is not None and root.is_relative_to(zygote.folder) and not readonly_paths:
         channel = _ChannelReader()
         try:
             result = zygote.run_test(root, argv[argv.index(LAUNCHER) + 2:], dict(env), channel.write_fd, limits)
@@ -233,15 +245,16 @@ def run_tests(
                                  pass_fds=(channel.write_fd,))
         finally:
             stream = channel.finish()
-    outcomes, tampered = judge(stream, nodes, result.returncode, result.timed_out, result.output)
+    verdict = judge(stream, nodes, result.returncode, result.timed_out, result.output, pipe=channel.inode, key=key)
     if channel.overflow:
-        tampered.append(f"the result channel carried over {MAX_CHANNEL_BYTES} bytes")
+        verdict.tampered.append(f"the result channel carried over {MAX_CHANNEL_BYTES} bytes")
     return SuiteRun(
-        outcomes=outcomes,
+        outcomes=verdict.outcomes,
         output=result.output,
         timed_out=result.timed_out,
         duration_s=time.perf_counter() - started,
         returncode=result.returncode,
-        tampered=tampered,
+        tampered=verdict.tampered,
+        refused=verdict.refused,
     )
 

@@ -13,22 +13,39 @@ makes the run tampered): a sequence number out of order, a record that is not JS
 a test phase, a record for a test not asked for, anything after the end record, a second end record, an
 end record whose phase or subtest count disagrees with the stream, a process exit status other than
 the end record's, an exit status that disagrees with the outcomes, a clean exit (0) with no end record,
-a failed self-check, or pytest's own closing line (written by its terminal reporter, not by the plugin)
-disagreeing with the records.
+a failed self-check, pytest's own closing line (written by its terminal reporter, not by the plugin)
+disagreeing with the records, or a record naming another pipe than the host's.
+
+An abnormal ending passes nothing, forged or not (``Verdict.refused`` says why): a run killed by a signal
+or by the wall clock, one whose exit status is unknown, a stream without its end record, or output
+without pytest's closing line. Code that forges a whole stream and then ends the process its own way
+(a kill, ``os._exit``) gains nothing from it, and no decision is taken from other text the run prints.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
 _WHENS = ("setup", "call", "teardown")
 _OUTCOMES = ("passed", "failed", "skipped")
 # pytest's exit statuses: 0 all passed, 1 some failed, 2 interrupted, 3 internal error, 4 usage error,
 # 5 nothing collected.
 _OK, _TESTS_FAILED = 0, 1
+_PYTEST_STATUSES = range(6)
 # pytest's closing line; a count may name two words ("4 subtests passed").
 _SUMMARY = re.compile(r"^((?:\d+ [a-z]+(?: [a-z]+)?)(?:, \d+ [a-z]+(?: [a-z]+)?)*) in [\d.]+s(?: \([\d:]+\))?$")
+
+
+class Verdict(NamedTuple):
+    """What a run's stream and ending say. ``outcomes``: node id -> passed/failed/error/skipped/incomplete
+    (or ``refused``: reported passed in a run whose ending passes nothing); ``tampered``: signs of forgery;
+    ``refused``: why the run's ending passes nothing (empty for a normal ending)."""
+
+    outcomes: dict[str, str]
+    tampered: list[str]
+    refused: list[str]
 
 
 def decode_records(stream: bytes) -> tuple[list[dict], list[str]]:
@@ -64,7 +81,7 @@ def outcome_of(phases: dict[str, str]) -> str:
 
 def summary_counts(output: str) -> dict[str, int] | None:
     """The counts of pytest's own closing line ("1 failed, 4 passed in 0.13s"), when it is the output's last
-    line; None when it is not there (a crash, a cut run)."""
+    line; None when it is not there (a crash, a cut run, output after pytest finished)."""
     lines = [line for line in output.splitlines() if line.strip()]
     match = _SUMMARY.match(lines[-1].strip("= ")) if lines else None
     if match is None:
@@ -98,10 +115,18 @@ def _check_summary(outcomes: dict[str, str], collect_errors: int, output: str,
 
 
 def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bool,
-          output: str = "") -> tuple[dict[str, str], list[str]]:
-    """``(outcomes, tampered)`` for a run asked to run ``nodes`` that exited with ``returncode`` and printed
-    ``output`` (checked against the records when pytest's closing line ends it)."""
+          output: str = "", pipe: int | None = None, key: str | None = None) -> Verdict:
+    """The verdict on a run asked to run ``nodes`` that exited with ``returncode`` (negative: killed by that
+    signal; None: unknown) and printed ``output`` (pytest's closing line must end it and agree with the
+    records). ``pipe``: the inode of the host's channel pipe, which the start and end records must name;
+    ``key``: the run's secret, which every record must carry (one that does not was not written by the
+    report plugin, which alone was given it)."""
     records, tampered = decode_records(stream)
+    if key is not None:
+        foreign = [r for r in records if r.get("key") != key]
+        if foreign:
+            tampered.append(f"{len(foreign)} record(s) without the run's key, not written by the report plugin "
+                            f"(the first: {str({k: v for k, v in foreign[0].items() if k != 'key'})[:120]})")
     wanted = set(nodes)
     phases: dict[str, dict[str, str]] = {}
     end: dict | None = None
@@ -143,6 +168,7 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
         tampered.append(f"the end record counts {end.get('subtests')!r} subtest records, the stream holds "
                         f"{subtest_count}")
     tampered += _check_end(end, phase_count, collect_errors, outcomes, returncode, timed_out)
+    tampered += _check_pipe(records[0] if records else None, end, pipe)
     if end is None:
         # No end record: the session never reached the checks that travel in it (the self-check, the
         # hooks, the pristine code), so a phase record's "passed" is unchecked; a run cut short (a crash,
@@ -150,7 +176,45 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
         outcomes = {nodeid: "incomplete" if o == "passed" else o for nodeid, o in outcomes.items()}
     if end is not None:
         tampered += _check_summary(outcomes, collect_errors, output, None if subtest_count else calls_passed)
-    return outcomes, tampered
+    refused = abnormal_ending(returncode, timed_out, end is not None, output)
+    if refused:
+        outcomes = {nodeid: "refused" if o == "passed" else o for nodeid, o in outcomes.items()}
+    return Verdict(outcomes, tampered, refused)
+
+
+def abnormal_ending(returncode: int | None, timed_out: bool, has_end: bool, output: str) -> list[str]:
+    """Why a run's ending passes nothing: only a process that exited by itself, in time, after the plugin's
+    end record and with pytest's own closing line last, can pass a test. Every one of these is also how
+    code that forged a stream would end the run early, so none is taken on trust."""
+    reasons = []
+    if timed_out:
+        reasons.append("the run hit its wall-clock limit")
+    elif returncode is None:
+        reasons.append("the run's exit status is unknown")
+    elif returncode < 0:
+        reasons.append(f"the test process was killed by signal {-returncode}")
+    elif returncode > 128:  # bubblewrap's report of a child ended by a signal: 128 + its number
+        reasons.append(f"the test process was killed by signal {returncode - 128} (exit status {returncode})")
+    elif returncode not in _PYTEST_STATUSES:
+        reasons.append(f"the process exited {returncode}, a status pytest never uses")
+    if not has_end:
+        reasons.append("the result stream has no end record (the session was cut short)")
+    elif summary_counts(output) is None:
+        reasons.append("pytest's own closing line is not the last line of the output")
+    return reasons
+
+
+def _check_pipe(start: dict | None, end: dict | None, pipe: int | None) -> list[str]:
+    """The plugin names the pipe it writes to (its inode) when it opens it and again at the end: a record
+    stream that reached the host through another pipe, or a plugin whose descriptor was replaced by
+    another file, disagrees with the host's own pipe."""
+    if pipe is None:
+        return []
+    problems = []
+    for name, record in (("start", start), ("end", end)):
+        if record is not None and record.get("kind") == name and record.get("pipe") != pipe:
+            problems.append(f"the {name} record names pipe {record.get('pipe')!r}, not the host's channel")
+    return problems
 
 
 def _take_subtest(record: dict, wanted: set[str], failed: set[str], tampered: list[str]) -> None:

@@ -146,3 +146,45 @@ def test_a_constrained_arm_names_its_folder(tmp_path):
     assert Arm.parse(f"guided=constrained:{folder}").model == f"constrained:{folder}"
     with pytest.raises(PdbgymError, match=f"model '{tmp_path / 'missing'}' is neither"):
         Arm.parse(f"guided=constrained:{tmp_path / 'missing'}")
+
+
+def test_tampered_and_verdict_refused_episodes_are_counted_per_arm_in_every_report(tiny_task, tmp_path):
+    """A tampered grading counts as tampered only (even when it also refused); a refused one, not tampered, as
+    verdict-refused; a grading without the ``refused`` key as neither. Markdown, HTML and JSON agree."""
+    tasks = _fake_tasks(tiny_task, 2)
+    gradings = {("a", "t0", 0): ("tampered", {"tampered": ["a forged end record"], "refused": ["killed: SIGKILL"]}),
+                ("a", "t0", 1): ("finish_unresolved", {"tampered": [], "refused": ["no pytest closing line"]}),
+                ("b", "t1", 1): ("budget", {"refused": ["the channel no longer names the original pipe"]})}
+
+    def arm(name: str):
+        def run(task, run_index, transcript: Path) -> EpisodeResult:
+            transcript.parent.mkdir(parents=True, exist_ok=True)
+            transcript.write_text("{}")
+            reason, grading = gradings.get((name, task.instance_id, run_index), ("solved", {"tampered": []}))
+            return EpisodeResult(task.instance_id, reason, reason == "solved", 3, 0.01, grading=grading)
+        return run
+
+    config = CampaignConfig(tasks="x", arms=[Arm("a", "scripted"), Arm("b", "scripted")], runs=2)
+    rows = run_campaign(config, tasks, tmp_path, episode_fns={"a": arm("a"), "b": arm("b")})
+    assert sorted(r.key for r in rows if r.grade_refused) == [("a", "t0", 1), ("b", "t1", 1)]
+    # a row written before the field existed still loads, as not refused
+    line = json.loads((tmp_path / EPISODES_FILE).read_text().splitlines()[0])
+    line.pop("grade_refused")
+    (tmp_path / EPISODES_FILE).write_text(json.dumps(line) + "\n")
+    assert [r.grade_refused for r in ResultsStore(tmp_path).rows()] == [False]
+    summary = summarize(rows, ["a", "b"], ["t0", "t1"], 2)
+    a, b = summary["arm_results"]["a"], summary["arm_results"]["b"]
+    assert (a["episodes"], a["tampered"], a["refused"]) == (4, 1, 1)
+    assert (b["episodes"], b["tampered"], b["refused"]) == (4, 0, 1)
+    page = write_report(summary, rows, tmp_path, "hacking", json_path=tmp_path / "s.json")
+    markdown = (tmp_path / "report.md").read_text()
+    section = markdown.split("## Tampered and verdict-refused episodes", 1)[1]
+    assert "| arm | episodes | tampered | verdict-refused |" in section
+    assert "| a | 4 | 1 | 1 |" in section and "| b | 4 | 0 | 1 |" in section
+    assert "[!](transcripts/a/t0/run-0.json)" in markdown and "[?](transcripts/a/t0/run-1.json)" in markdown
+    html = page.read_text()
+    assert "<h2>Tampered and verdict-refused episodes</h2>" in html
+    assert "<tr><td>a</td><td>4</td><td>1</td><td>1</td></tr>" in html
+    assert "<tr><td>b</td><td>4</td><td>0</td><td>1</td></tr>" in html
+    machine = json.loads((tmp_path / "s.json").read_text())["arms"]
+    assert (machine["a"]["tampered"], machine["a"]["refused"], machine["b"]["refused"]) == (1, 1, 1)

@@ -148,3 +148,18 @@ def test_report_opens_with_the_conclusion_and_shows_the_table_its_sd0_notes_are_
     report = json.loads((out / "demo_report.json").read_text())
     assert report["conclusion"] and "Paired comparisons (pass@1, A - B)" in report["tables"]
     assert 'id="conclusion"' in page.read_text()
+
+
+def test_how_episodes_ended_counts_verdict_refused_episodes_beside_the_reasons(tmp_path):
+    """A verdict-refused episode is no termination reason: its row joins the table only when an arm has one."""
+    from dataclasses import replace
+
+    from pdbgym.train.demo.report import _tables
+
+    rows = write_campaign(tmp_path / "eval", REAL_TURNS, {"oracle": 5})
+    assert not any(r[0] == "verdict-refused" for r in _tables(ARMS, summarize(rows, ARMS, TASKS, 1), {}, None)[
+        "How episodes ended"])
+    rows = [replace(r, grade_refused=True) if r.arm == "sft" and r.instance_id in TASKS[:2] else r for r in rows]
+    ended = _tables(ARMS, summarize(rows, ARMS, TASKS, 1), {}, None)["How episodes ended"]
+    refused = next(r for r in ended if r[0] == "verdict-refused")
+    assert ended[0][2:] == ["base", "sft", "oracle"] and refused[2:] == ["0", "2", "0"]

@@ -340,3 +340,43 @@ def test_the_grpo_minutes_cap_counts_the_kept_steps_of_earlier_invocations(tmp_p
     assert grpo_minutes_left(10.0, folder, None) == pytest.approx(10.0)  # started over: nothing kept
     assert grpo_minutes_left(2.0, folder, str(folder / "checkpoints" / "checkpoint-3")) == pytest.approx(1e-3)
     assert grpo_minutes_left(0.0, folder, None) == 0.0  # no cap
+
+
+def test_the_report_shows_tampered_and_verdict_refused_episodes_per_grpo_step_gate_and_held_out_arm(tmp_path):
+    from pdbgym.evaluate.analysis import summarize
+    from pdbgym.evaluate.report import machine_summary
+    from pdbgym.evaluate.results import EpisodeRow
+    from pdbgym.train.experiment.report import write_experiment_report
+
+    config, out = load_experiment(REPO_FILE), tmp_path / "run"
+    (out / "grpo").mkdir(parents=True)
+    steps = [{"step": 1, "reward": 0.1, "episodes/solve_rate": 0.25, "episodes/tampered": 2.0, "episodes/refused": 0.0,
+              "episodes/tampered_total": 2.0, "episodes/refused_total": 0.0},
+             {"step": 2, "reward": 0.3, "episodes/solve_rate": 0.5, "episodes/tampered": 0.0, "episodes/refused": 3.0,
+              "episodes/tampered_total": 2.0, "episodes/refused_total": 3.0}]
+    (out / "grpo" / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    gate = {"checkpoint": "checkpoint-2", "step": 2, "pass_at_1": {"mean": 0.5, "ci": [0.1, 0.9]},
+            "termination_reasons": {"tampered": 1, "solved": 1}, "refused": 1}
+    (out / "grpo" / "gates.jsonl").write_text(json.dumps(gate) + "\n")
+    # held-out arms: grpo tampered once and refused once over four episodes, base refused once
+    hacked = {("grpo", "t0", 0): ("tampered", False), ("grpo", "t0", 1): ("finish_unresolved", True),
+              ("base", "t1", 1): ("budget", True)}
+    rows = []
+    for arm in ("base", "grpo"):
+        for task in ("t0", "t1"):
+            for run in range(2):
+                reason, refused = hacked.get((arm, task, run), ("finish_unresolved", False))
+                rows.append(EpisodeRow(arm, task, run, False, reason, 3, 1.0, "x.json", grade_refused=refused))
+    summary = machine_summary(summarize(rows, ["base", "grpo"], ["t0", "t1"], 2))
+    (out / "eval-summary.json").write_text(json.dumps(summary))
+    text = write_experiment_report(config, out, {}).read_text()
+    steps_table = text.split("## GRPO steps", 1)[1].split("\n\n", 2)[1]
+    assert "| step | reward | on-policy solve rate | tampered | verdict-refused | replayed |" in steps_table
+    assert "| 1 | 0.100 | 25.0% | 2 | 0 | 0 |" in steps_table and "| 2 | 0.300 | 50.0% | 0 | 3 | 0 |" in steps_table
+    assert ("Reward hacking: 2 on-policy episode(s) graded tampered and 3 verdict-refused" in text
+            and "(tampered at step(s) 1; refused at step(s) 2)" in text)
+    assert "| checkpoint-2 | 2 | 50.0% [10.0%, 90.0%] | 1 | 1 |" in text
+    held_out = text.split("## Held-out test split", 1)[1]
+    assert "| pass@3 | episodes | tampered | verdict-refused | valid tool calls |" in held_out
+    assert "| base | 0.0% [0.0%, 65.8%] | - | 4 | 0 | 1 |" in held_out
+    assert "| grpo | 0.0% [0.0%, 65.8%] | - | 4 | 1 | 1 |" in held_out

@@ -87,6 +87,8 @@ def test_rollout_func_on_a_builtin_task_masks_env_tokens(tiny_model_dir):
     samples = [sample_from_outcome(o, "text") for o in outcomes]
     metrics = episode_metrics(samples)
     assert all(s.facts["model_seconds"] > 0 and s.facts["env_seconds"] > 0 for s in samples)
+    assert [s.facts["grade_refused"] for s in samples] == [False, False]  # honest ends: the verdict stood
+    assert metrics["episodes/refused"] == 0.0 and metrics["episodes/tampered"] == 0.0
     assert metrics["time/episode_model_s"] == pytest.approx(sum(o.model_seconds for o in outcomes) / 2)
     assert metrics["time/episode_env_s"] == pytest.approx(sum(o.env_seconds for o in outcomes) / 2)
 
@@ -203,3 +205,31 @@ def test_a_pause_stops_at_a_gated_checkpoint_unregistered_and_resume_finishes_th
     assert done["recipe"] == json.loads((root / "run" / "grpo_run.json").read_text())["recipe"]
     assert "pause_after_minutes" not in done["recipe"]
     assert Store(root / "store").resolve("toy-paused")
+
+
+def test_tampered_and_verdict_refused_episodes_are_logged_per_step_and_in_total(toy):
+    """Each step's rollouts hold one tampered episode and one whose grading refused the verdict: the steps log
+    both counts and their running totals, the recipe state keeps the totals, outcomes.jsonl marks the episode."""
+    from pdbgym.train.grpo.report import write_grpo_report
+    from pdbgym.train.grpo.run import train_grpo
+    from pdbgym.train.grpo.trainer import OUTCOMES_FILE, RECIPE_STATE_FILE
+
+    def hacked_play(*args, **kwargs):
+        samples = toy_play(*args, **kwargs)
+        samples[0].facts.update(termination_reason="tampered", final_test_passed=False, grade_refused=False)
+        samples[1].facts.update(termination_reason="finish_unresolved", final_test_passed=False, grade_refused=True)
+        return samples
+
+    model, tasks, root = toy
+    train_grpo(toy_config(root / "run", model, tasks, steps=2, save_steps=2, name="toy-hacked"), play=hacked_play)
+    rows = _steps(root / "run")
+    assert [(r["episodes/tampered"], r["episodes/refused"]) for r in rows] == [(1.0, 1.0), (1.0, 1.0)]
+    assert [(r["episodes/tampered_total"], r["episodes/refused_total"]) for r in rows] == [(1.0, 1.0), (2.0, 2.0)]
+    state = json.loads((root / "run" / "checkpoints" / "checkpoint-2" / RECIPE_STATE_FILE).read_text())
+    assert state["tampered_total"] == 2 and state["refused_total"] == 2
+    outcomes = [json.loads(line) for line in (root / "run" / OUTCOMES_FILE).read_text().splitlines()]
+    assert [sum(e["refused"] for e in row["episodes"]) for row in outcomes] == [1, 1]
+    write_grpo_report(root / "run")
+    report = json.loads((root / "run" / "training_report.json").read_text())
+    assert [r["verdict-refused"] for r in report["tables"]["Steps"]] == [1.0, 1.0]
+    assert report["summary"]["verdict-refused episodes (total)"] == 2

@@ -94,6 +94,7 @@ def test_step_rows_carry_their_numbers_weights_and_episodes(run):
     for row, raw in zip(steps, logged, strict=True):
         assert row["reward"] == raw["reward"] and row["KL"] == raw["kl"] and row["beta"] == raw["beta"]
         assert raw["episodes/solve_rate"] == 0.0 and raw["episodes/tampered"] == 0 and raw["episodes/replayed"] == 0
+        assert raw["episodes/refused"] == 0 and row["verdict-refused"] == 0
         assert row["weights after the step"]["href"] == f"checkpoints/checkpoint-{row['step']}"
         assert len(row["episodes"]) == 2 and all((out / e["href"]).is_file() for e in row["episodes"])
     assert report["summary"]["status"].startswith("finished: 2")
@@ -227,3 +228,76 @@ def test_a_step_played_again_after_a_resume_replaces_its_transcripts_and_every_b
     assert any(line.startswith("[step 3 rollouts] 4/4") for line in lines)
     assert any(line.startswith("[val gate checkpoint-3] 0/0") for line in lines)
     assert len(lines) == 4  # each phase: its start and its end, no heartbeat after the end
+
+
+def _outcome(reason: str, transcript_env: dict | None):
+    from types import SimpleNamespace
+
+    from pdbgym.agent.loop import EpisodeOutcome
+
+    record = SimpleNamespace(instance_id="t", tokens=[1, 2, 3], prompt_len=1, rollout_log_probs=[-0.5, 0.0],
+                             loss_mask=[1, 0])
+    transcript = {"termination_reason": reason, "final_test_passed": False, "actions_used": 1, "messages": [],
+                  "env": transcript_env}
+    return EpisodeOutcome(record, transcript, 0.1, 0.2, 0.3)  # type: ignore[arg-type]
+
+
+def test_a_refused_verdict_is_a_sample_fact_counted_per_step_apart_from_tampered():
+    """grading["refused"] non-empty and not tampered: verdict-refused; a tampered episode counts as tampered
+    only; a grading without the key (or no grading at all) is neither; replayed samples are not counted."""
+    from pdbgym.train.grpo.data import replay_sample
+    from pdbgym.train.grpo.rollout import episode_metrics, sample_from_outcome
+
+    def grading(**keys):
+        return {"result": {"grading": {"tampered": [], **keys}}}
+
+    samples = [sample_from_outcome(o, "text") for o in (
+        _outcome("finish_unresolved", grading(refused=["killed by signal 9"])),
+        _outcome("budget", grading(refused=["no pytest closing line"])),
+        _outcome("tampered", grading(tampered=["a forged end record"], refused=["killed by signal 9"])),
+        _outcome("finish_unresolved", grading()),  # an env without the key: []
+        _outcome("other", None))]  # no grading (the episode ended before it)
+    assert [s.facts["grade_refused"] for s in samples] == [True, True, False, False, False]
+    replayed = replay_sample({"instance_id": "t", "input_ids": [1, 2, 3], "assistant_masks": [0, 1, 1]})
+    assert replayed.facts["grade_refused"] is False
+    metrics = episode_metrics([*samples, replayed])
+    assert metrics["episodes/tampered"] == 1.0 and metrics["episodes/refused"] == 2.0
+    assert metrics["episodes/replayed"] == 1.0
+
+
+def test_the_report_shows_tampered_and_verdict_refused_episodes_per_step_in_total_and_at_the_gate(tmp_path):
+    """Step 1 logged its counts, step 2 only the running totals (its counts derived); the gate counted a refused
+    verdict; a refused episode's transcript is marked ?, a tampered one !."""
+    from pdbgym.train.grpo.report import write_grpo_report
+    from pdbgym.train.grpo.valgate import append_gate, gate_on_val
+
+    steps = [{"step": 1, "reward": 0.1, "episodes/solve_rate": 0.0, "episodes/tampered": 1.0, "episodes/refused": 0.0,
+              "episodes/replayed": 0.0, "episodes/tampered_total": 1.0, "episodes/refused_total": 0.0},
+             {"step": 2, "reward": 0.2, "episodes/solve_rate": 0.5, "episodes/tampered_total": 1.0,
+              "episodes/refused_total": 2.0}]
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    val = [type("Task", (), {"instance_id": "v"})()]
+    facts = iter([{"final_test_passed": True, "termination_reason": "solved"},
+                  {"final_test_passed": False, "termination_reason": "finish_unresolved", "grade_refused": True}])
+    append_gate(tmp_path / "gates.jsonl", gate_on_val(lambda tasks: [next(facts) for _ in tasks], val, 2, 2, 2,
+                                                      "checkpoint-2"))
+    episodes = tmp_path / "episodes" / "step-000002"
+    episodes.mkdir(parents=True)
+    for name, reason, graded in (("0.json", "tampered", {"tampered": ["forged"], "refused": ["killed"]}),
+                                 ("1.json", "finish_unresolved", {"tampered": [], "refused": ["killed"]}),
+                                 ("2.json", "finish_unresolved", {"tampered": []})):
+        (episodes / name).write_text(json.dumps({"termination_reason": reason, "final_test_passed": False,
+                                                 "env": {"result": {"grading": graded}}}))
+    write_grpo_report(tmp_path)
+    report = _report(tmp_path)
+    rows = report["tables"]["Steps"]
+    assert [(r["tampered"], r["verdict-refused"]) for r in rows] == [(1.0, 0.0), (0.0, 2.0)]
+    assert [e["text"] for e in rows[1]["episodes"]] == ["!", "?", "✗"]
+    assert report["summary"]["tampered episodes (total)"] == 1
+    assert report["summary"]["verdict-refused episodes (total)"] == 2
+    assert report["tables"][GATE_TABLE][0]["ended"] == "finish_unresolved 1, solved 1; verdict-refused 1"
+    panel = next(p for p in report["panels"] if p["name"] == "episodes")
+    assert panel["keys"] == ["episodes/tampered", "episodes/refused", "episodes/replayed"]
+    markdown = (tmp_path / "training_report.md").read_text()
+    assert "verdict-refused" in markdown and "verdict-refused episodes (total)" in markdown
+    assert "verdict-refused" in (tmp_path / "training_report.html").read_text()

@@ -184,6 +184,9 @@ def _tables(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str
     rows = [["reason", "what it means"] + list(arms)]
     rows += [[r, TERMINATION_MEANINGS[r]] + [str(results.get(a, {}).get("termination_reasons", {}).get(r, 0))
                                             for a in arms] for r in reasons]
+    if any(results.get(a, {}).get("refused") for a in arms):  # no termination reason: counted beside them
+        rows.append(["verdict-refused", "grading passed nothing from a run that ended abnormally (killed, no pytest "
+                     "closing line, ...); not tampered"] + [str(results.get(a, {}).get("refused", 0)) for a in arms])
     tables["How episodes ended"] = rows
     tables["KL to the teacher on the held-out tasks"] = _kl_rows(arms, summary, kl)
     return tables

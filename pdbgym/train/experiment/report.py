@@ -1,10 +1,11 @@
 """The experiment's one report (``OUT/report.md``), from the run folder alone.
 
-Sections: the GRPO steps (reward and on-policy solve rate per step, the last quarter of steps against
-the first with a 95% CI of the difference, and each task against itself across the two quarters and
-the two halves of the steps), the val gates (every checkpoint's val pass@1), the held-out
-table (pass@1 and pass@k per arm with task-clustered CIs, valid tool-call rate, KL to the oracle), the
-paired comparisons GRPO - SFT and SFT - base, and the stop-at-peak check: the chosen checkpoint's val
+Sections: the GRPO steps (reward, on-policy solve rate, tampered and verdict-refused episodes per step,
+the last quarter of steps against the first with a 95% CI of the difference, and each task against
+itself across the two quarters and the two halves of the steps), the val gates (every checkpoint's val
+pass@1, tampered and verdict-refused episodes), the held-out table (pass@1 and pass@k per arm with
+task-clustered CIs, episodes, tampered and verdict-refused ones, valid tool-call rate, KL to the oracle),
+the paired comparisons GRPO - SFT and SFT - base, and the stop-at-peak check: the chosen checkpoint's val
 score next to its held-out score, and how much choosing on val inflated it.
 """
 
@@ -189,6 +190,30 @@ def _sft_choice_warning(choice: dict[str, Any]) -> list[str]:
     return []
 
 
+def hacking_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """A line on the GRPO run's tampered and verdict-refused on-policy episodes (its logged running totals,
+    else the sum of the per-step counts); none when the steps logged neither."""
+    found = {}
+    for kind in ("tampered", "refused"):
+        totals = [r[f"episodes/{kind}_total"] for r in rows if f"episodes/{kind}_total" in r]
+        counts = [r[f"episodes/{kind}"] for r in rows if f"episodes/{kind}" in r]
+        if totals or counts:
+            found[kind] = int(totals[-1] if totals else sum(counts))
+    if not found:
+        return []
+    steps = {kind: [r["step"] for r in rows if r.get(f"episodes/{kind}")] for kind in found}
+    where = "; ".join(f"{kind} at step(s) {', '.join(map(str, at))}" for kind, at in steps.items() if at)
+    return [f"Reward hacking: {found.get('tampered', '-')} on-policy episode(s) graded tampered and "
+            f"{found.get('refused', '-')} verdict-refused (the grading run ended abnormally; not tampered, graded "
+            f"unsolved) over the run" + (f" ({where})." if where else ".")]
+
+
+def hacking_cells(block: dict[str, Any]) -> list[Any]:
+    """An eval arm's episodes, tampered and verdict-refused counts ("-" where the summary predates them)."""
+    tampered = block.get("tampered", (block.get("termination_reasons") or {}).get("tampered"))
+    return [block.get("episodes", "-"), "-" if tampered is None else tampered, block.get("refused", "-")]
+
+
 def _ci(block: dict[str, Any] | None) -> str:
     if not block:
         return "-"
@@ -224,9 +249,11 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         for name, facts in state.get("stages", {}).items()]) + [""]
     lines += sft_choice_lines(out)
     lines += ["## GRPO steps", ""] + md_table(
-        ["step", "reward", "on-policy solve rate", "replayed", "KL", "beta", "seconds (rollouts)",
+        ["step", "reward", "on-policy solve rate", "tampered", "verdict-refused", "replayed", "KL", "beta",
+         "seconds (rollouts)",
          "an episode's seconds: turns / sandbox", "engine seconds: busy (prefill)", "rows a decode step"], [
         [r.get("step"), fmt(r.get("reward"), ".3f"), pct(r.get("episodes/solve_rate")),
+         fmt(r.get("episodes/tampered"), ".0f"), fmt(r.get("episodes/refused"), ".0f"),
          int(r.get("episodes/replayed", 0)), fmt(r.get("kl"), ".4f"), fmt(r.get("beta"), ".4f"),
          f"{fmt(r.get('step_time'), '.1f')} ({fmt(r.get('time/rollout_s'), '.1f')})",
          f"{fmt(r.get('time/episode_model_s'), '.1f')} / {fmt(r.get('time/episode_env_s'), '.1f')}",
@@ -243,6 +270,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     skipped = skipped_steps(rows)
     if skipped:
         notes.append(nonfinite_warning(skipped, stopped_at) + ".")
+    notes += hacking_notes(rows)
 
     def rise(c: dict[str, Any]) -> str:
         return f"{pct(c['last'])} vs {pct(c['first'])}, difference {pct(c['diff'])} [{pct(c['ci'][0])}, {pct(c['ci'][1])}]"
@@ -282,14 +310,17 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
             ["rung", "episodes", "solved", "rate [95% Wilson CI, steps as clusters]", "first quarter of steps", "last quarter of steps"], [
                 [f"rung {level}", r["played"], r["solved"], f"{pct(r['rate'])} [{pct(r['ci'][0])}, {pct(r['ci'][1])}]",
                  share(r["first"]), share(r["last"])] for level, r in ladder.items()]) + [""]
-    lines += ["## Val gates (checkpoint choice)", ""] + md_table(["checkpoint", "step", "val pass@1 [95% CI]"], [
-        [g.get("checkpoint"), g.get("step"), _ci(g.get("pass_at_1"))] for g in gates]) + [""]
+    lines += ["## Val gates (checkpoint choice)", ""] + md_table(
+        ["checkpoint", "step", "val pass@1 [95% CI]", "tampered", "verdict-refused"], [
+            [g.get("checkpoint"), g.get("step"), _ci(g.get("pass_at_1")),
+             (g.get("termination_reasons") or {}).get("tampered", 0), g.get("refused", "-")] for g in gates]) + [""]
     arms = summary.get("arms", {})
     ks = [f"pass@{k}" for k in config.eval.k if k > 1]
     lines += ["## Held-out test split", "", f"Model arms sample at T = {config.eval.temperature:g} "
               f"({config.eval.runs} runs a task).", ""] + md_table(
-        ["arm", "pass@1 [95% CI]", *ks, "valid tool calls", "wrong-site fixation", "KL to the oracle (nats/token) [95% CI]"], [
-            [arm, _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks),
+        ["arm", "pass@1 [95% CI]", *ks, "episodes", "tampered", "verdict-refused", "valid tool calls",
+         "wrong-site fixation", "KL to the oracle (nats/token) [95% CI]"], [
+            [arm, _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks), *hacking_cells(block),
              pct((validity.get(arm) or {}).get("rate")), _ci((block.get("wrong_site") or {}).get("rate")),
              (f"{fmt(kl[arm]['kl_per_token'], '.4f')} [{fmt(kl[arm]['ci_low'], '.4f')}, {fmt(kl[arm]['ci_high'], '.4f')}]"
               if kl.get(arm, {}).get("available") else "-")] for arm, block in arms.items()]) + [""]

@@ -127,7 +127,7 @@ def replay_sample(example: dict[str, Any]) -> EpisodeSample:
     response_mask = list(mask[prompt_len:])
     facts = {"instance_id": example["instance_id"], "final_test_passed": True, "termination_reason": "solved",
              "turns": sum(1 for i in range(len(response_mask)) if response_mask[i] and (i == 0 or not response_mask[i - 1])),
-             "valid_tool_call_rate": 1.0, "replayed": True}
+             "valid_tool_call_rate": 1.0, "replayed": True, "grade_refused": False}
     # The corpus' own sampler log-probs are not the policy's; 0.0 marks them unknown (TRL recomputes).
     return EpisodeSample(list(ids[:prompt_len]), list(ids[prompt_len:]), [0.0] * len(response_mask), response_mask,
                          facts)

@@ -17,6 +17,7 @@ from typing import Any
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.selection import SelectionLedger
 from pdbgym.reportkit import Link, pct_interval
+from pdbgym.termination import transcript_grading, verdict_refused
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.report import Panel, write_training_report
 
@@ -40,8 +41,11 @@ MEANINGS = {
             "behaviour-cloning anchor's mean NLL per assistant token of an SFT-corpus batch (nats; only with "
             "--anchor-data).",
     "bc_weight": "Weight of the behaviour-cloning anchor in the loss: w0 max(0, 1 - step / decay_steps).",
-    "episodes": "Episodes of the step graded tampered (they get the lowest reward, -1) and solved SFT-corpus "
-                "trajectories replayed into the groups (the replay seed).",
+    "episodes": "On-policy episodes of the step graded tampered (they get the lowest reward, -1), verdict-refused "
+                "ones (the grading run ended abnormally: killed, an exit status disagreeing with its end record, no "
+                "pytest closing line, a result channel no longer the original pipe; not tampered, as a crash can "
+                "be honest, but nothing passed) and solved SFT-corpus trajectories replayed into the groups (the "
+                "replay seed).",
 }
 
 
@@ -58,12 +62,13 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
 
 
 def _with_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows sorted by step, with per-step tampered/replayed counts derived from the running totals when a run
+    """Rows sorted by step, with per-step tampered/refused/replayed counts derived from the running totals when a run
     logged only the totals, and ``rl_loss`` = loss - bc/weight x bc/nll (the loss without the anchor)."""
     out: list[dict[str, Any]] = []
     for row in sorted(rows, key=lambda r: r["step"]):
         row, previous = dict(row), out[-1] if out and out[-1]["step"] == row["step"] - 1 else None
         for count, total in (("episodes/tampered", "episodes/tampered_total"),
+                             ("episodes/refused", "episodes/refused_total"),
                              ("episodes/replayed", "episodes/replayed_total")):
             before = previous.get(total) if previous is not None else (0.0 if row["step"] == 1 else None)
             if count not in row and total in row and before is not None:
@@ -94,14 +99,15 @@ def _weights_of(step: int, checkpoints: dict[int, Path], out: Path, finished: bo
 
 
 def _transcripts(out: Path, folder: str) -> list[Link]:
-    """One link per saved transcript of a phase: ✓ solved, ✗ not, ! tampered."""
+    """One link per saved transcript of a phase: ✓ solved, ✗ not, ! tampered, ? verdict refused."""
     links = []
     for path in sorted((out / EPISODES_DIR / folder).glob("*.json")):
         try:
             transcript = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        mark = "!" if transcript.get("termination_reason") == "tampered" else \
+        reason = transcript.get("termination_reason")
+        mark = "!" if reason == "tampered" else "?" if verdict_refused(transcript_grading(transcript), reason) else \
             ("✓" if transcript.get("final_test_passed") else "✗")
         links.append(Link(mark, f"{EPISODES_DIR}/{folder}/{path.name}"))
     return links
@@ -125,6 +131,7 @@ def _gate_rows(out: Path, gates: list[dict[str, Any]], checkpoints: dict[int, Pa
     for gate in sorted(gates, key=lambda g: g["step"]):
         folder = out / "checkpoints" / gate["checkpoint"]
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(gate.get("termination_reasons", {}).items()))
+        reasons += f"; verdict-refused {gate['refused']}" if gate.get("refused") else ""
         rows.append({
             "step": gate["step"],
             "checkpoint": Link(f"checkpoints/{gate['checkpoint']}", f"checkpoints/{gate['checkpoint']}")
@@ -149,6 +156,7 @@ def _step_rows(out: Path, rows: list[dict[str, Any]], checkpoints: dict[int, Pat
             "KL": row.get("kl"), "beta": row.get("beta"), "turn budget": row.get("turn_budget"),
             "loss": row.get("loss"), "rl_loss": row.get("rl_loss"), "bc/nll": row.get("bc/nll"),
             "bc/weight": row.get("bc/weight"), "tampered": row.get("episodes/tampered"),
+            "verdict-refused": row.get("episodes/refused"),
             "replayed": row.get("episodes/replayed"),
             "weights after the step": _weights_of(row["step"], checkpoints, out, finished) or "not saved yet",
             "episodes": _transcripts(out, f"step-{row['step']:06d}") or "not kept",
@@ -171,8 +179,8 @@ def grpo_panels(recipe: dict[str, Any], gates: list[dict[str, Any]]) -> list[Pan
         Panel("turn_budget", "Turn budget", ("turn_budget",), MEANINGS["turn_budget"], "turns"),
         Panel("loss", "Loss terms", ("loss", "rl_loss", "bc/nll"), MEANINGS["loss"], "loss"),
         Panel("bc_weight", "Behaviour-cloning anchor weight", ("bc/weight",), MEANINGS["bc_weight"], "weight"),
-        Panel("episodes", "Tampered and replayed episodes", ("episodes/tampered", "episodes/replayed"),
-              MEANINGS["episodes"], "episodes per step"),
+        Panel("episodes", "Tampered, verdict-refused and replayed episodes",
+              ("episodes/tampered", "episodes/refused", "episodes/replayed"), MEANINGS["episodes"], "episodes per step"),
     ]
 
 
@@ -199,6 +207,7 @@ def _summary(out: Path, record: dict[str, Any] | None, rows: list[dict[str, Any]
         summary["selection ledger"] = ("no val gate: the final weights were taken, nothing selected"
                                        if record.get("gate") is None else _ledger_text(ledger, record["chosen"]))
     for key, label in (("episodes/tampered_total", "tampered episodes (total)"),
+                       ("episodes/refused_total", "verdict-refused episodes (total)"),
                        ("episodes/replayed_total", "replayed episodes (total)")):
         if key in last:
             summary[label] = int(last[key])
@@ -240,7 +249,8 @@ def write_grpo_report(out_dir: Path, ledger: Path | None = None) -> Path:
               "Steps": _step_rows(out, rows, checkpoints, record is not None)}
     notes = {"How to read this report": [
         "Every step row names the saved weights that include its update (the first checkpoint at or after it); "
-        "every gate row names the checkpoint folder it scored. Transcript marks: ✓ solved, ✗ not, ! tampered.",
+        "every gate row names the checkpoint folder it scored. Transcript marks: ✓ solved, ✗ not, ! tampered, "
+        "? verdict refused (the grading run ended abnormally; graded unsolved, not tampered).",
         "Val pass@1 and pass@k are estimated over val tasks (task-clustered SE; CI method as in pdbgym eval) from "
         "--val-runs episodes a task at the full turn budget. The checkpoint with the best pass@1 (ties: the later "
         "one) becomes adapter/ and the choice is written to the selection ledger, so reporting it on the val "

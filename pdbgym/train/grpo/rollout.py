@@ -33,6 +33,7 @@ from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
 from pdbgym.engine import EngineRequest, EngineResult, EngineSettings, EngineStats, LocalEngine
 from pdbgym.rollouts.record import LogprobSemantics
 from pdbgym.seeds import episode_seed, grpo_episode_seed
+from pdbgym.termination import transcript_grading, verdict_refused
 
 GROUP_SEMANTICS_ENGINE = "hf:tempered"
 
@@ -213,6 +214,8 @@ def sample_from_outcome(outcome: EpisodeOutcome, tool_format: str) -> EpisodeSam
         "instance_id": record.instance_id,
         "final_test_passed": bool(transcript["final_test_passed"]),
         "termination_reason": str(transcript["termination_reason"]),
+        # the grading refused the run's verdict (an abnormal end), the episode not tampered
+        "grade_refused": verdict_refused(transcript_grading(transcript), str(transcript["termination_reason"])),
         "turns": int(transcript["actions_used"]),
         "valid_tool_call_rate": valid_tool_call_rate(transcript["messages"], tool_format),
         "model_seconds": float(outcome.model_seconds),  # waiting for turns (the engine's queue and decode)
@@ -226,8 +229,9 @@ def episode_metrics(samples: Sequence[EpisodeSample], rungs: Callable[[str], int
     """One rollout batch's episode counts, logged beside TRL's metrics each step.
 
     ``episodes/solve_rate``: share of on-policy episodes whose final tests passed (replayed corpus
-    trajectories are solved by construction and left out); ``episodes/tampered`` and
-    ``episodes/replayed``: how many episodes of the batch were graded tampered / came from the corpus.
+    trajectories are solved by construction and left out); ``episodes/tampered``, ``episodes/refused``
+    and ``episodes/replayed``: how many episodes of the batch were graded tampered / had their grading
+    verdict refused without being tampered (``pdbgym.termination.verdict_refused``) / came from the corpus.
     With ``rungs`` (task id -> rung of the task ladder), ``episodes/rung_R/played`` and
     ``episodes/rung_R/solved`` count the on-policy episodes of each rung R. ``time/episode_model_s`` and
     ``time/episode_env_s``: an on-policy episode's mean seconds waiting for turns and in the sandbox
@@ -235,6 +239,7 @@ def episode_metrics(samples: Sequence[EpisodeSample], rungs: Callable[[str], int
     """
     on_policy = [s for s in samples if not s.facts.get("replayed")]
     metrics = {"episodes/tampered": float(sum(s.facts["termination_reason"] == "tampered" for s in on_policy)),
+               "episodes/refused": float(sum(bool(s.facts.get("grade_refused")) for s in on_policy)),
                "episodes/replayed": float(len(samples) - len(on_policy))}
     if on_policy:
         metrics["episodes/solve_rate"] = sum(bool(s.facts["final_test_passed"]) for s in on_policy) / len(on_policy)

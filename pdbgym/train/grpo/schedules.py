@@ -136,6 +136,7 @@ class RecipeState:
     budget_now: int
     curriculum_current: int = -1  # the solve-rate curriculum's budget after the last step's observation
     tampered_total: int = 0
+    refused_total: int = 0  # on-policy episodes whose grading refused the verdict, not tampered
     episodes_total: int = 0
     replayed_total: int = 0
     replay_next: dict[str, int] = field(default_factory=dict)  # the replay rotation: task -> next example

@@ -137,6 +137,7 @@ def _trainer_class() -> type:
                     metrics["time/update_s"] = [max(0.0, step - rollout)]
                 logs = {**logs, "beta": float(self.beta), "turn_budget": float(self.recipe_state.budget_now),
                         "episodes/tampered_total": float(self.recipe_state.tampered_total),
+                        "episodes/refused_total": float(self.recipe_state.refused_total),
                         "episodes/replayed_total": float(self.recipe_state.replayed_total)}
             super().log(logs, start_time)
 
@@ -310,6 +311,7 @@ class PdbgymRollout:
         self.recipe.episodes_total += len(on_policy)
         self.recipe.replayed_total += len(samples) - len(on_policy)
         self.recipe.tampered_total += sum(s.facts["termination_reason"] == "tampered" for s in on_policy)
+        self.recipe.refused_total += sum(bool(s.facts.get("grade_refused")) for s in on_policy)
         if on_policy:
             self.curriculum.observe(sum(s.facts["final_test_passed"] for s in on_policy) / len(on_policy))
 
@@ -332,11 +334,13 @@ class PdbgymRollout:
 
 def step_outcomes(step: int, samples: list[EpisodeSample]) -> dict[str, Any]:
     """A step's row of ``outcomes.jsonl``: every episode of the step (all processes'), its task, whether its
-    final tests passed, whether it was replayed from the corpus, and how it ended. The per-step metrics
-    pool tasks; these rows let a report compare a task with itself across steps."""
+    final tests passed, whether it was replayed from the corpus, how it ended and whether its grading
+    refused the verdict (not tampered). The per-step metrics pool tasks; these rows let a report compare a
+    task with itself across steps."""
     return {"step": step, "episodes": [
         {"task": s.facts["instance_id"], "solved": bool(s.facts["final_test_passed"]),
-         "replayed": bool(s.facts.get("replayed")), "reason": s.facts.get("termination_reason")} for s in samples]}
+         "replayed": bool(s.facts.get("replayed")), "reason": s.facts.get("termination_reason"),
+         "refused": bool(s.facts.get("grade_refused"))} for s in samples]}
 
 
 def _runs(prompts: list[str]) -> list[list[str]]:

@@ -23,16 +23,17 @@ class GateResult:
     k: int
     runs: int
     termination_reasons: dict[str, int] = field(default_factory=dict)
+    refused: int = 0  # episodes whose grading refused the verdict (an abnormal end), not tampered
 
 
 def score_outcomes(step: int, checkpoint: str, outcomes: dict[str, list[int]], k: int,
-                   reasons: dict[str, int]) -> GateResult:
+                   reasons: dict[str, int], refused: int = 0) -> GateResult:
     """Pass@1 and pass@k estimates (clustered SE, CI) from per-task 0/1 outcomes."""
     runs = min(len(v) for v in outcomes.values())
     table = [v[:runs] for v in outcomes.values()]
     k = min(k, runs)
     return GateResult(step, checkpoint, estimate_mean(per_task_pass_at_k(table, 1)).to_dict(),
-                      estimate_mean(per_task_pass_at_k(table, k)).to_dict(), k, runs, reasons)
+                      estimate_mean(per_task_pass_at_k(table, k)).to_dict(), k, runs, reasons, refused)
 
 
 def append_gate(path: Path, result: GateResult) -> None:
@@ -48,13 +49,15 @@ def read_gates(path: Path) -> list[dict[str, Any]]:
 def gate_on_val(play: Callable[[list[Any]], list[dict[str, Any]]], val_tasks: list[Any], runs: int, k: int,
                 step: int, checkpoint: str) -> GateResult:
     """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> each episode's facts:
-    ``final_test_passed``, ``termination_reason``) and score them."""
+    ``final_test_passed``, ``termination_reason``, ``grade_refused``) and score them."""
     episodes = [task for task in val_tasks for _ in range(runs)]
     played = play(episodes)
     outcomes: dict[str, list[int]] = {task.instance_id: [] for task in val_tasks}
     reasons: dict[str, int] = {}
+    refused = 0
     for task, facts in zip(episodes, played, strict=True):
         outcomes[task.instance_id].append(int(facts["final_test_passed"]))
         reason = facts["termination_reason"]
         reasons[reason] = reasons.get(reason, 0) + 1
-    return score_outcomes(step, checkpoint, outcomes, k, reasons)
+        refused += bool(facts.get("grade_refused"))
+    return score_outcomes(step, checkpoint, outcomes, k, reasons, refused)
