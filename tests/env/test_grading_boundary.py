@@ -38,10 +38,15 @@ def _honest(call_b: str = "passed", status: int = 0) -> list[dict]:
             {"kind": "end", "exitstatus": status, "phases": 6, "selfcheck": []}]
 
 
+PASSED_2 = "..\n2 passed in 0.01s\n"
+FAILED_1 = ".F\n1 failed, 1 passed in 0.01s\n"
+
+
 def test_an_honest_stream_is_judged_by_its_phases():
-    assert judge(_stream(*_honest()), NODES, 0, False) == ({"t.py::a": "passed", "t.py::b": "passed"}, [])
-    outcomes, tampered = judge(_stream(*_honest("failed", 1)), NODES, 1, False)
-    assert outcomes["t.py::b"] == "failed" and not tampered
+    assert judge(_stream(*_honest()), NODES, 0, False, PASSED_2) == \
+        ({"t.py::a": "passed", "t.py::b": "passed"}, [], [])
+    outcomes, tampered, refused = judge(_stream(*_honest("failed", 1)), NODES, 1, False, FAILED_1)
+    assert outcomes["t.py::b"] == "failed" and not tampered and not refused
 
 
 @pytest.mark.parametrize("forge, why", [
@@ -54,7 +59,7 @@ def test_an_honest_stream_is_judged_by_its_phases():
     (lambda r: r + [r[-1]], "after the end record"),
 ])
 def test_forged_streams_are_tampered(forge, why):
-    _, tampered = judge(_stream(*forge(_honest())), NODES, 0, False)
+    _, tampered, _ = judge(_stream(*forge(_honest())), NODES, 0, False, PASSED_2)
     assert any(why in t for t in tampered), tampered
 
 
@@ -65,8 +70,9 @@ def test_sequence_numbers_status_and_a_cut_session_are_checked():
     assert any("exited 0" in t for t in judge(_stream(*_honest()), NODES, 0, False)[1]) is False
     assert any("process exited 0" in t for t in judge(_stream(*_honest("failed", 1)), NODES, 0, False)[1])
     assert any("without its end record" in t for t in judge(_stream(*records[:-1]), NODES, 0, False)[1])
-    # Killed by the wall clock or a signal: incomplete, not forged.
-    assert judge(_stream(*records[:3]), NODES, -9, True)[1] == []
+    # Killed by the wall clock or a signal: refused (nothing passes), not forged.
+    cut = judge(_stream(*records[:3]), NODES, -9, True)
+    assert cut.tampered == [] and cut.refused and "passed" not in cut.outcomes.values()
     assert judge(b"not json\n", NODES, 1, False)[1]
 
 
@@ -130,12 +136,12 @@ def test_grading_tree_copies_no_link_out_and_says_what_it_left(tmp_path):
     (ws / "conftest.py").write_text("raise SystemExit\n")
     tree = tmp_path / "tree"
     plan = overlay_agent_changes(repo, ws, tree)
-    assert plan.changed == ["pkg/alias.py", "pkg/mod.py", "pkg/new.py"]
-    assert (tree / "pkg" / "mod.py").read_text() == "X = 2\n" and os.readlink(tree / "pkg" / "alias.py") == "mod.py"
+    assert plan.changed == ["pkg/mod.py", "pkg/new.py"]  # source text only: no link the agent made
+    assert (tree / "pkg" / "mod.py").read_text() == "X = 2\n" and not (tree / "pkg" / "alias.py").exists()
     assert (tree / "tests" / "test_m.py").is_file() and not (tree / "conftest.py").exists()
     assert not (tree / "etc").exists() and not (tree / "pkg" / "data.txt").exists()
-    assert set(plan.ignored) == {"etc", "pkg/data.txt", "pkg/pipe", "tests/test_m.py", "conftest.py"}
-    assert "outside the project" in plan.ignored["pkg/data.txt"]
+    assert set(plan.ignored) == {"etc", "pkg/alias.py", "pkg/data.txt", "pkg/pipe", "tests/test_m.py", "conftest.py"}
+    assert "source text only" in plan.ignored["pkg/data.txt"] and "outside the project" in plan.ignored["etc"]
     assert not any("HOST ONLY" in p.read_text() for p in tree.rglob("*") if p.is_file() and not p.is_symlink())
 
 
@@ -221,10 +227,13 @@ def test_records_must_agree_with_pytests_own_summary():
     honest = _stream(*_honest("failed", 1))
     assert judge(honest, NODES, 1, False, "F.\n1 failed, 1 passed in 0.10s\n")[1] == []
     forged = _stream(*_honest("passed", 0))
-    _, tampered = judge(forged, NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
+    _, tampered, _ = judge(forged, NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
     assert any("summary says 1 failed" in t for t in tampered)
     # A line printed by a test is not pytest's summary unless it is the last one.
     assert judge(forged, NODES, 0, False, "1 failed in 0.1s\nmore\n2 passed in 0.10s\n")[1] == []
+    # Without pytest's closing line last, nothing passes, whatever the records say.
+    cut = judge(_stream(*_honest()), NODES, 0, False, "..\n2 passed in 0.10s\nprinted after pytest\n")
+    assert cut.refused and cut.outcomes == {"t.py::a": "refused", "t.py::b": "refused"}
 
 
 @needs_bwrap
@@ -296,7 +305,7 @@ def test_a_collection_error_is_an_honest_failure_and_its_count_is_checked():
     collect = {"kind": "collect", "nodeid": "t.py", "outcome": "failed"}
     stream = [{"kind": "start"}, collect, {"kind": "end", "exitstatus": 2, "phases": 0, "collect_errors": 1,
                                             "selfcheck": []}]
-    outcomes, tampered = judge(_stream(*stream), NODES, 2, False, "E\n1 error in 0.05s\n")
+    outcomes, tampered, _ = judge(_stream(*stream), NODES, 2, False, "E\n1 error in 0.05s\n")
     assert outcomes == {} and tampered == []  # both tests missing: graded failed, nothing forged
     hidden = stream[:1] + stream[2:]  # the summary's error with no record of it
     assert any("summary says 1 failed or errored" in t for t in judge(_stream(*hidden), NODES, 2, False,
@@ -314,7 +323,7 @@ def test_a_forged_collect_record_cannot_explain_a_failure_away():
     collect = {"kind": "collect", "nodeid": "t.py", "outcome": "failed"}
     records = _honest()
     forged = records[:-1] + [collect, records[-1] | {"collect_errors": 1}]
-    _, tampered = judge(_stream(*forged), NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
+    _, tampered, _ = judge(_stream(*forged), NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
     assert any("collection error(s) recorded, yet 6 test phase(s) ran" in t for t in tampered), tampered
 
 
@@ -349,5 +358,5 @@ def test_pytests_passed_count_must_equal_the_records():
     """A forger that prints a closing line after the real one must get the passed count exactly right."""
     honest = _stream(*_honest("passed", 0))
     assert judge(honest, NODES, 0, False, "..\n2 passed in 0.10s\n")[1] == []
-    _, tampered = judge(honest, NODES, 0, False, "..\n3 passed in 0.10s\n")
+    _, tampered, _ = judge(honest, NODES, 0, False, "..\n3 passed in 0.10s\n")
     assert any("summary says 3 passed, the records say 2" in t for t in tampered)

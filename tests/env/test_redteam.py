@@ -451,12 +451,14 @@ def test_symlinks_out_of_the_workspace_never_reach_grading(task, sandbox, tmp_pa
     graded = _graded(task, sandbox, links)
     assert not graded.final_test_passed
     for rel in ("logstats/leak.py", "etc_copy", "logstats/up"):
-        assert "outside the project" in graded.ignored_files[rel]
+        assert "source text only" in graded.ignored_files[rel]
     assert "HOST-SECRET-7f3a" not in graded.output
 
 
 @needs_bwrap
-def test_links_inside_the_workspace_are_kept(task, sandbox):
+def test_links_the_agent_makes_are_listed_not_taken(task, sandbox):
+    """Grading takes the agent's change as source text: a link it made, even one inside the project, is
+    listed with the reason and the task's file stays as it was."""
     def fix_through_a_link(ws: Path) -> None:
         from pdbgym.tasks.patches import apply_patch
 
@@ -465,8 +467,9 @@ def test_links_inside_the_workspace_are_kept(task, sandbox):
         os.symlink("report_impl.py", ws / "logstats" / "report.py")
 
     graded = _graded(task, sandbox, fix_through_a_link)
-    assert graded.final_test_passed, graded.output[-2000:]
-    assert "logstats/report.py" in graded.changed_files
+    assert not graded.final_test_passed
+    assert "source text only" in graded.ignored_files["logstats/report.py"]
+    assert "logstats/report_impl.py" in graded.changed_files
 
 
 @needs_bwrap

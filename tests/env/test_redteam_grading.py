@@ -394,7 +394,9 @@ def test_a_fix_in_a_file_whose_own_code_takes_frames_is_not_refused(sandbox, tmp
 @pytest.mark.parametrize("target", ["calc/helper.py", "calc/late.py"])
 def test_code_the_agent_writes_while_the_tests_run_is_the_agents(sandbox, tmp_path, target):
     """A module written at run time (new, or a pristine one rewritten before its first import) and then
-    imported is the agent's code: its ctime is not the one seen before the run, whatever its name."""
+    imported is the agent's code: its ctime is not the one seen before the run, whatever its name. Under
+    bubblewrap the grading tree is read-only and the write itself fails; this layer is tested where the
+    tree is writable (the plain backend)."""
     from pdbgym.tasks.patches import apply_patch
 
     task = _frames_task(tmp_path)
@@ -408,9 +410,11 @@ def test_code_the_agent_writes_while_the_tests_run_is_the_agents(sandbox, tmp_pa
                 _out.write("{body}")
             from calc import {Path(target).stem}
         ''')
-        graded = grade(task, ws.path, sandbox)
+        graded = grade(task, ws.path, get_sandbox("plain"))
+        read_only = grade(task, ws.path, sandbox)
     assert not graded.final_test_passed
     assert any("sys.setprofile from /" in why and target in why for why in graded.tampered), graded.tampered
+    assert not read_only.final_test_passed and "Read-only file system" in read_only.output
 
 
 @needs_bwrap
@@ -434,7 +438,8 @@ def test_an_always_equal_value_the_screen_cannot_read_is_caught_at_the_end_of_th
 
 @needs_bwrap
 def test_the_grading_run_has_a_disk_cap_too(sandbox, monkeypatch):
-    """S11 in grading: the agent's code runs again in the grading tree, on the host's disk; past the
+    """S11 in grading: the agent's code runs again in the grading tree, on the host's disk. Under bubblewrap
+    the tree is read-only and nothing is written to it; where it is writable (the plain backend), past the
     tree's cap the run is stopped (the fix is graded on what finished, here nothing)."""
     import pdbgym.env.grading as grading
 
@@ -448,9 +453,11 @@ def test_the_grading_run_has_a_disk_cap_too(sandbox, monkeypatch):
                     _out.write(b"x" * (20 * 1024**2))
                 _time.sleep(0.2)
         ''')
-        graded = grading.grade(task, ws.path, sandbox)
+        graded = grading.grade(task, ws.path, get_sandbox("plain"))
+        read_only = grading.grade(task, ws.path, sandbox)
     assert not graded.final_test_passed
     assert "[disk cap] the grading run was stopped" in graded.output, graded.output[-800:]
+    assert not read_only.final_test_passed and "Read-only file system" in read_only.output
 
 
 @needs_bwrap

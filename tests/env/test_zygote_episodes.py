@@ -1,9 +1,9 @@
-"""Episodes and grading through the pytest fork server (``EnvConfig.zygote``, the default under bwrap).
+"""Episodes with the pytest fork server (``EnvConfig.zygote``, the default under bwrap).
 
-Grading forks from the server that also held the agent's pdb session and test runs, so: every red-team
-attack graded through it ends as it does in a fresh sandbox (never solved); honest fixes grade as in a
-fresh sandbox; what the agent's session started or left is gone before grading reads the workspace; and
-the next episode on the same server finds nothing of the last one.
+The server holds the agent's pdb session and test runs; grading never forks from it, it runs in a fresh
+sandbox with the whole tree read-only. So: every red-team attack made in an episode's workspace beside the
+server ends unsolved; what the agent's session started is gone before grading reads the workspace; and the
+next episode on the same server finds nothing of the last one.
 """
 
 from __future__ import annotations
@@ -43,21 +43,22 @@ def task():
     return next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
 
 
-def _graded_through(zygote: Zygote, task, attack):
-    """Grade ``attack``'s workspace through the server; the grading run must have been one of its children."""
+def _graded_beside(zygote: Zygote, task, attack):
+    """Grade ``attack``'s workspace, made in the server's folder as an episode's is: grading must not fork
+    from the server (it runs in a fresh sandbox the episode never touched)."""
     before = zygote.jobs_run
     with Workspace.create(task.repo, zygote.folder) as ws:
         attack(ws.path)
-        graded = grade(task, ws.path, get_sandbox("bwrap"), zygote=zygote)
-    assert zygote.jobs_run == before + 1, "grading did not fork from the server"
+        graded = grade(task, ws.path, get_sandbox("bwrap"))
+    assert zygote.jobs_run == before, "grading forked from the episode's server"
     return graded
 
 
 @needs_bwrap
 @pytest.mark.parametrize("name", [*GRADING_ATTACKS, *RUN_ATTACKS])
-def test_every_red_team_attack_graded_through_the_server_is_not_solved(zygote, task, name):
+def test_every_red_team_attack_in_a_server_episode_is_not_solved(zygote, task, name):
     attack, expected = GRADING_ATTACKS[name] if name in GRADING_ATTACKS else (RUN_ATTACKS[name], "")
-    graded = _graded_through(zygote, task, attack)
+    graded = _graded_beside(zygote, task, attack)
     assert not graded.final_test_passed, f"{name}: graded solved\n{graded.output[-2000:]}"
     if expected == "tampered":
         assert graded.tampered, (name, graded.fail_to_pass, graded.output[-1500:])
@@ -68,10 +69,10 @@ def test_every_red_team_attack_graded_through_the_server_is_not_solved(zygote, t
 
 
 @needs_bwrap
-def test_the_tree_is_read_only_as_a_whole_for_a_grading_run_forked_by_the_server(zygote, task):
-    """The server's sandbox cannot gain per-tree binds: its grading root is read-only throughout, which
-    covers the test files the fresh sandbox binds read-only (every swap refused, nothing flagged)."""
-    graded = _graded_through(zygote, task, swap_tests_from_a_thread)
+def test_the_grading_tree_is_read_only_as_a_whole(zygote, task):
+    """Every swap of a test file, folder or the tree itself is refused (EROFS), and nothing is flagged: the
+    write simply cannot happen."""
+    graded = _graded_beside(zygote, task, swap_tests_from_a_thread)
     assert not graded.final_test_passed and not graded.tampered, graded.tampered
     assert graded.fail_to_pass[FAILING] == "failed", (graded.fail_to_pass, graded.output[-1500:])
     for move in ("write", "rename", "move-folder"):
@@ -79,41 +80,32 @@ def test_the_tree_is_read_only_as_a_whole_for_a_grading_run_forked_by_the_server
 
 
 @needs_bwrap
-def test_reference_fixes_grade_the_same_through_the_server_as_in_a_fresh_sandbox(zygote):
-    """Every built-in task, unfixed and fixed: the same outcome for every test either way."""
-    sandbox = get_sandbox("bwrap")
-    for task in resolve_tasks("builtin"):
-        for fixed in (False, True):
-            results = []
-            for server in (zygote, None):
-                with Workspace.create(task.repo, server.folder if server else None) as ws:
-                    if fixed:
-                        apply_patch(ws.path, task.patch)
-                    results.append(grade(task, ws.path, sandbox, zygote=server))
-            forked, fresh = results
-            assert (forked.fail_to_pass, forked.pass_to_pass) == (fresh.fail_to_pass, fresh.pass_to_pass), \
-                (task.instance_id, fixed, forked.output[-1500:], fresh.output[-1500:])
-            assert forked.final_test_passed == fixed and not forked.tampered, (task.instance_id, forked.tampered)
-
-
-@needs_bwrap
-def test_a_task_whose_tests_write_into_the_project_grades_as_in_a_fresh_sandbox(zygote, tmp_path):
-    """The server's grade root is read-only as a whole; a test that writes into the project (which a fresh
-    sandbox allows outside test folders) meets EROFS there, and the run is graded again as a fresh sandbox
-    grades it: the reference fix solves the task, the bug does not."""
+def test_a_task_whose_tests_write_into_the_project_fails_that_test_under_grading(zygote, tmp_path):
+    """The grading tree is read-only as a whole: a test that writes into the project (tests should write to
+    ``tmp_path``) fails there, once; no second run is chosen from what the run printed."""
     root = make_task(tmp_path / "writer")
     test = root / "repo" / "tests" / "test_ops.py"
     test.write_text(test.read_text() + "\n\ndef test_writes_a_report():\n"
                     "    open('report.txt', 'w').write(str(add(1, 1)))\n")
     task = load_task(root)
     task.PASS_TO_PASS.append("tests/test_ops.py::test_writes_a_report")
-    for fixed in (False, True):
-        with Workspace.create(task.repo, zygote.folder) as ws:
-            if fixed:
-                apply_patch(ws.path, task.patch)
-            graded = grade(task, ws.path, get_sandbox("bwrap"), zygote=zygote)
-        assert graded.final_test_passed == fixed and not graded.tampered, graded.output[-1500:]
-        assert graded.pass_to_pass["tests/test_ops.py::test_writes_a_report"] == "passed", graded.output[-1500:]
+    graded = _graded_beside(zygote, task, lambda ws: apply_patch(ws, task.patch))
+    assert not graded.final_test_passed and not graded.tampered and not graded.refused, graded.output[-1500:]
+    assert graded.pass_to_pass["tests/test_ops.py::test_writes_a_report"] == "failed", graded.output[-1500:]
+    assert "Read-only file system" in graded.output and graded.output.count(" passed in ") == 1
+
+
+@needs_bwrap
+def test_an_episode_on_the_server_grades_in_a_fresh_sandbox(tiny_task):
+    with DebugEnv(tiny_task, EnvConfig(sandbox="bwrap")) as env:
+        env.reset()
+        server = env._zygote
+        assert server is not None
+        env.step(Action("edit", {"path": "calc/ops.py", "start": 6, "end": 6, "new_text": "    return a - b\n"}))
+        before = server.jobs_run
+        _, done, info = env.step(Action("submit"))
+        assert done and info["final_test_passed"], env.result
+        assert server.jobs_run == before, "grading forked from the episode's server"
 
 
 LITTER = ("!import os, subprocess, sys; open('/tmp/litter', 'w').write('x'); open('/dev/shm/litter', 'w').write('x'); "
