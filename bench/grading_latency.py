@@ -1,7 +1,7 @@
 """Grading latency: the hardened grader against a plain one, on a built-in task with its reference fix.
 
-The hardened grader (``pdbgym.env.grading.grade``) builds the grading tree without following links,
-starts an isolated interpreter through ``pdbgym.tasks.pytest_launch`` and judges the streamed records.
+The hardened grader (``pdbgym.grading.grader.grade``) builds the grading tree without following links,
+starts an isolated interpreter through ``pdbgym.grading.launch`` and judges the streamed records.
 The baseline, measured in the same run and the same sandbox, is the plain way: ``shutil.copytree`` of the
 workspace and ``python -m pytest -p no:cacheprovider -p pytest_timeout -q NODES`` with the repo on
 ``PYTHONPATH`` (outcomes not even read). A third arm prices the read-only binds of the tree's test files
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pdbgym.env.grading import grade
+from pdbgym.grading.grader import grade
 from pdbgym.sandbox import Limits, Sandbox, Workspace, get_sandbox, sandbox_env
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.patches import apply_patch
@@ -47,7 +47,7 @@ def plain_grade(task: Task, workspace: Path, sandbox: Sandbox) -> bool:
 _EARLIER = """
 import json, sys, time
 from pathlib import Path
-from pdbgym.env.grading import grade
+from pdbgym.grading.grader import grade
 from pdbgym.sandbox import get_sandbox
 from pdbgym.tasks.suites import resolve_tasks
 task = next(t for t in resolve_tasks("builtin") if t.instance_id == sys.argv[1])

@@ -5,7 +5,7 @@
 - ``ctx_overflow``: the conversation outgrew the model's context window.
 - ``budget``: the turn budget ran out before the agent submitted.
 - ``other``: anything else (malformed tool calls in a row, an interrupted run, the workspace left over
-  its disk cap: ``pdbgym.env.diskguard``). A failing backend ends no episode: ``run_episode`` raises
+  its disk cap: ``pdbgym.sandbox.diskguard``). A failing backend ends no episode: ``run_episode`` raises
   ``TurnSourceFailed`` and the episode counts as not run.
 - ``tampered``: the grading run's result channel showed forgery (a duplicate or late outcome, a
   forged end record, pytest internals replaced); graded unsolved and counted apart.

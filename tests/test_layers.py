@@ -17,13 +17,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pdbgym"
 
 # Each layer and the layers it may import (besides itself). Top-level modules (errors, fileio, paths,
 # termination, httpjson, nucleus, policyname, defaults, progress, ...) are "base".
-BELOW_ENV = {"tasks", "debugger", "sandbox", "base"}
+BELOW_ENV = {"tasks", "grading", "debugger", "sandbox", "base"}
 BELOW_AGENT = {"env", "rollouts", "engine"} | BELOW_ENV
 ALLOWED: dict[str, set[str]] = {
     "base": set(),
     "sandbox": {"base"},
     "debugger": {"sandbox", "base"},
-    "tasks": {"debugger", "sandbox", "base"},
+    "grading": {"sandbox", "base"},
+    "tasks": {"grading", "debugger", "sandbox", "base"},
     "env": set(BELOW_ENV),
     "rollouts": {"base"},
     "adapters": {"base"},

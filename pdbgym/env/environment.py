@@ -13,17 +13,17 @@ from typing import Any
 
 from pdbgym.debugger import PdbSession
 from pdbgym.env import files, zygotes
-from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
-from pdbgym.env.grading import GradeResult, agent_lines, grade, grading_preview
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
 from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.grading.grader import GradeResult, agent_lines, grade, grading_preview
+from pdbgym.grading.testrun import run_tests
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
+from pdbgym.sandbox.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.taskenv import task_sandbox
-from pdbgym.tasks.testrun import run_tests
 from pdbgym.tasks.wrongsite import wrong_site_outcome
 from pdbgym.termination import TERMINATION_REASONS
 

@@ -58,7 +58,11 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
         },
     },
     "submit": {
-        "description": "Finish: the tests are run afresh on pristine test files and the episode ends.",
+        "description": (
+            "Finish: your change is graded as source text (edits to the project's text files and new .py "
+            "files; bytecode, links, binary or hidden files are not taken) on pristine test files, and the "
+            "episode ends."
+        ),
         "parameters": {"type": "object", "properties": {}, "required": []},
     },
 }

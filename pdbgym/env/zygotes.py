@@ -20,9 +20,9 @@ import threading
 from pathlib import Path
 
 from pdbgym.errors import SandboxError
+from pdbgym.grading.testrun import ZYGOTE_SERVER
 from pdbgym.sandbox import Sandbox
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
-from pdbgym.tasks.testrun import ZYGOTE_SERVER
 
 logger = logging.getLogger(__name__)
 MAX_IDLE = 16  # servers kept waiting for an episode (each an idle interpreter holding pytest: ~35 MB)

@@ -2,7 +2,7 @@
 
 pdbgym's package folder also holds every built-in and regression task (``task.json`` with the reference
 patch, the pristine repo); bound into the sandbox, one pdb ``!`` command could print the answer. So the
-bwrap backend never binds that folder: it binds, at the folder's own path (so ``pytest_launch.LAUNCHER``
+bwrap backend never binds that folder: it binds, at the folder's own path (so ``launch.LAUNCHER``
 and ``import pdbgym`` through an editable install's finder keep working) and wherever a bound folder
 shows it (a site-packages, a prefix, ``/usr``), a copy of the modules started in the sandbox
 (``SANDBOX_ENTRY_POINTS``), every pdbgym module they import (read from their source, so a module the
@@ -31,10 +31,10 @@ from pdbgym.errors import SandboxError
 # needs no package around it; a module started with ``-m`` or loaded by name (``-p``, ``__import__``)
 # needs its packages' ``__init__.py``.
 SANDBOX_ENTRY_POINTS: tuple[tuple[str, bool], ...] = (
-    ("pdbgym.tasks.pytest_launch", True),  # the grading run (tasks/testrun.py)
-    ("pdbgym.tasks.pytest_report", False),  # its report plugin, and what that imports
+    ("pdbgym.grading.launch", True),  # the grading run (grading/testrun.py)
+    ("pdbgym.grading.plugin", False),  # its report plugin, and what that imports
     ("pdbgym.debugger.launcher", True),  # the pdb session (debugger/session.py)
-    ("pdbgym.tasks.zygote", True),  # the episode's pytest fork server (sandbox/zygote.py)
+    ("pdbgym.grading.server", True),  # the episode's pytest fork server (sandbox/zygote.py)
     ("pdbgym.tasks.synth.zygote", False),  # synthesis: the fork server, python -m
     ("pdbgym.tasks.synth.hotserver", False),  # synthesis: the hot server, python -m
     ("pdbgym.tasks.synth.probe", False),  # synthesis: the outcome probe, -p

@@ -1,5 +1,5 @@
 """The host side of a pytest fork server ("zygote"): one long-lived sandbox whose warm interpreter forks a
-process per test run or pdb session (the server itself is ``pdbgym.tasks.zygote``).
+process per test run or pdb session (the server itself is ``pdbgym.grading.server``).
 
 Starting Python and importing pytest is most of a small test run, and an episode makes several (the pdb
 session and its restarts, the agent's ``run_tests``). A ``Zygote`` pays that once: ``Sandbox.spawn``
@@ -325,7 +325,7 @@ class Zygote:
 
     def run_test(self, root: Path, args: list[str], env: dict[str, str], channel_fd: int,
                  limits: Limits) -> RunResult:
-        """The hardened run (``pytest_launch.py ROOT ARGS``) in ``root`` as a forked child, with ``env``
+        """The hardened run (``launch.py ROOT ARGS``) in ``root`` as a forked child, with ``env``
         and the result channel's write end ``channel_fd`` (closed here); bounded like ``Sandbox.run``.
         Raises ZygoteError when the server could not run it or never reported how it ended."""
         started = time.monotonic()
@@ -342,7 +342,7 @@ class Zygote:
         if not job.reported:  # stopped, ended, or made to hang by something of the run: never used again
             self.stop()
             raise ZygoteError("the pytest fork server did not report how the run ended")
-        return RunResult(argv=["pytest_launch.py", str(root), *args], returncode=returncode, output=output.text(),
+        return RunResult(argv=["launch.py", str(root), *args], returncode=returncode, output=output.text(),
                          timed_out=timed_out, duration_s=time.monotonic() - started,
                          bytes_total=output.bytes_total, truncated=output.truncated)
 

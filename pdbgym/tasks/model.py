@@ -9,21 +9,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError, TaskFormatError
+from pdbgym.grading.subject import test_command_problem
 from pdbgym.sandbox.pyenv import check_requirements
 
 TASK_FILE = "task.json"
 REPO_DIR = "repo"
 DEFAULT_TEST_COMMAND = "python -m pytest"
-# What ``test_command`` may start with: grading runs pytest itself (``pdbgym.tasks.testrun``) and takes
-# only the options that follow.
-TEST_COMMAND_PREFIXES = (("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("pytest",))
-TEST_COMMAND_SHAPE = "'python -m pytest [options]' (or 'python3 -m pytest [options]', 'pytest [options]')"
 # An instance id names a folder or a file wherever results are written (``<out>/transcripts/<arm>/<id>/``,
 # a task folder under ``--out``, ``<id>.pt`` in a cache): a plain name that cannot climb out of the folder.
 INSTANCE_ID_MAX_CHARS = 200  # leaves room below NAME_MAX (255) for the prefixes and suffixes added to it
@@ -51,19 +47,6 @@ _OPTIONAL: dict[str, type] = {
 }
 
 
-def pytest_options(command: str) -> list[str] | None:
-    """The pytest options of ``command`` when it has the accepted shape (``TEST_COMMAND_SHAPE``), else None
-    (another program, a shell pipeline, unbalanced quotes)."""
-    try:
-        argv = shlex.split(command)
-    except ValueError:
-        return None
-    for prefix in TEST_COMMAND_PREFIXES:
-        if tuple(argv[: len(prefix)]) == prefix:
-            return argv[len(prefix):]
-    return None
-
-
 def instance_id_problem(value: object) -> str | None:
     """Why ``value`` cannot be an instance id (``INSTANCE_ID_RULE``), or None when it can."""
     if not isinstance(value, str):
@@ -71,14 +54,6 @@ def instance_id_problem(value: object) -> str | None:
     if _INSTANCE_ID.fullmatch(value) is None:
         return f"field 'instance_id' must be {INSTANCE_ID_RULE}; got {value[:80]!r}"
     return None
-
-
-def bad_test_command(instance_id: object, command: str) -> str | None:
-    """Why ``command`` cannot be a task's ``test_command`` (naming the task), or None when it can."""
-    if pytest_options(command) is not None:
-        return None
-    return (f"task {instance_id!r}: field 'test_command' must run pytest as {TEST_COMMAND_SHAPE}, got "
-            f"{command!r}; grading starts pytest itself and keeps only the options after it")
 
 
 @dataclass(frozen=True)
@@ -171,7 +146,7 @@ def _check_fields(data: dict[str, Any], where: Path) -> None:
             if absolute:
                 problems.append(f"field '{name}' node ids must be relative to repo/, found {absolute[:3]!r}")
     if isinstance(data.get("test_command"), str) and \
-            (problem := bad_test_command(data.get("instance_id"), data["test_command"])) is not None:
+            (problem := test_command_problem(data.get("instance_id"), data["test_command"])) is not None:
         problems.append(problem)
     if isinstance(data.get("FAIL_TO_PASS"), list) and not data["FAIL_TO_PASS"]:
         problems.append("field 'FAIL_TO_PASS' is empty: a task needs at least one failing test")

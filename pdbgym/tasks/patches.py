@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pdbgym.errors import TaskFormatError
-from pdbgym.tasks.protect import is_protected_path
+from pdbgym.grading.protect import is_protected_path
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 
 from pdbgym.debugger import PdbSession
 from pdbgym.errors import PdbgymError
+from pdbgym.grading.subject import test_command_problem
+from pdbgym.grading.testrun import SuiteRun, failure_reason, run_tests
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.sandbox.workspace import escaping_links
-from pdbgym.tasks.model import Task, bad_test_command
+from pdbgym.tasks.model import Task
 from pdbgym.tasks.patches import PatchEditsTestsError, UnsafePatchError, apply_patch, check_patch
 from pdbgym.tasks.suites import resolve_tasks_lenient
 from pdbgym.tasks.taskenv import task_sandbox
-from pdbgym.tasks.testrun import SuiteRun, failure_reason, run_tests
 from pdbgym.tasks.wrongsite import has_wrong_site_info, wrong_sites
 
 
@@ -140,7 +141,7 @@ def validate_task(task: Task, sandbox: Sandbox | None = None, *, check_debugger:
     started = time.perf_counter()
     sandbox = sandbox or get_sandbox()
     report = ValidationReport(task.instance_id)
-    if (problem := bad_test_command(task.instance_id, task.test_command)) is not None:
+    if (problem := test_command_problem(task.instance_id, task.test_command)) is not None:
         # Loading refuses this; a Task built in code is stopped here, before any run.
         report.checks["test_command_runs_pytest"] = False
         report.problems.append(problem)

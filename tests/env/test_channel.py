@@ -116,8 +116,8 @@ def _wait_for(condition, why: str, timeout_s: float = 60.0) -> None:
 
 def test_the_channel_is_handed_over_not_named(tmp_path):
     """Nothing the run can reach names the channel: the variable holds a descriptor number."""
+    from pdbgym.grading.testrun import run_tests
     from pdbgym.sandbox import get_sandbox
-    from pdbgym.tasks.testrun import run_tests
 
     task = load_task(make_task(tmp_path / "task"))
     (task.repo / "calc" / "__init__.py").write_text(

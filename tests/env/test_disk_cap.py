@@ -103,7 +103,7 @@ def test_bad_cap_settings_are_refused(tiny_task, bad):
 
 
 def test_an_excess_written_while_the_watcher_did_not_poll_is_found_in_the_same_step(tmp_path):
-    from pdbgym.env.diskguard import DiskGuard
+    from pdbgym.sandbox.diskguard import DiskGuard
 
     (tmp_path / "repo.py").write_text("x = 1\n")
     guard = DiskGuard(tmp_path, extra_bytes=16 * 1024**2, extra_files=3000)
@@ -123,7 +123,7 @@ def test_an_excess_written_while_the_watcher_did_not_poll_is_found_in_the_same_s
 
 
 def test_free_space_lost_elsewhere_on_the_filesystem_walks_the_workspace_but_tells_the_agent_nothing(tmp_path):
-    from pdbgym.env.diskguard import DiskGuard
+    from pdbgym.sandbox.diskguard import DiskGuard
 
     (tmp_path / "ws").mkdir()
     guard = DiskGuard(tmp_path / "ws", extra_bytes=16 * 1024**2, extra_files=3000)

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from pdbgym.env import DebugEnv, EnvConfig
-from pdbgym.env.gradetree import overlay_agent_changes
-from pdbgym.env.grading import grade
+from pdbgym.grading.grader import grade
+from pdbgym.grading.protect import ignore_reason
+from pdbgym.grading.tree import overlay_agent_changes
+from pdbgym.grading.verdict import judge
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.tasks.model import load_task
-from pdbgym.tasks.protect import ignore_reason
 from pdbgym.tasks.suites import resolve_tasks
-from pdbgym.tasks.verdict import judge
 from pdbgym.termination import TERMINATION_REASONS
 
 needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="grading runs under bubblewrap here")
@@ -90,7 +90,7 @@ def test_protection_rules():
 
 
 def test_read_only_binds_cover_each_test_folder_whole_and_other_test_files_one_by_one(tmp_path):
-    from pdbgym.tasks.protect import protected_bind_paths
+    from pdbgym.grading.protect import protected_bind_paths
 
     for rel in ("tests/test_a.py", "tests/data/input.txt", "pkg/tests/test_b.py", "pkg/test_c.py", "pkg/conftest.py",
                 "pkg/mod.py", "pyproject.toml", "setup.py", ".sandbox_home/tests/test_d.py", ".git/tests/x"):
@@ -239,7 +239,7 @@ def test_records_must_agree_with_pytests_own_summary():
 @needs_bwrap
 def test_decorated_and_class_tests_are_not_taken_for_forgery(tmp_path):
     """A test wrapped by a library decorator (mock.patch) runs code from outside the project: honest."""
-    from pdbgym.tasks.testrun import run_tests
+    from pdbgym.grading.testrun import run_tests
 
     root = tmp_path / "task"
     repo = root / "repo"
@@ -341,7 +341,7 @@ HONEST_BREAKAGE = {  # edits an agent makes by mistake: each fails the task, non
 def test_source_that_breaks_the_tests_import_is_unsolved_not_tampered(mistake):
     """pytest reports a module that fails to import only in its closing line ("2 errors"), with no test
     phase: without the collect record that line disagreed with the records and graded honest code tampered."""
-    from pdbgym.env.grading import grade
+    from pdbgym.grading.grader import grade
     from pdbgym.sandbox import Workspace, get_sandbox
     from pdbgym.tasks.suites import resolve_tasks
 

@@ -143,7 +143,7 @@ def test_a_config_file_swapped_for_a_fifo_does_not_stall_the_agents_test_run(tmp
     """The agent's ``run_tests`` picks the pytest configuration from its workspace on the host. A sandboxed
     process swaps ``pyproject.toml`` with a FIFO in a loop: a read by name that meets the FIFO would wait
     for a writer that never comes, and the episode with it."""
-    from pdbgym.tasks.testrun import pristine_config
+    from pdbgym.grading.testrun import pristine_config
 
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pdbgym.env.grading import GradeResult, grade
+from pdbgym.grading.grader import GradeResult, grade
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.tasks.suites import resolve_tasks
 
@@ -197,7 +197,7 @@ def patch_the_report_plugin(ws: Path) -> None:
     """Rewrite every record on its way out, then make the session's exit status agree."""
     _append_to_package(ws, """
         import gc, sys
-        _plugin = sys.modules.get("pdbgym.tasks.pytest_report")
+        _plugin = sys.modules.get("pdbgym.grading.plugin")
         if _plugin is not None and hasattr(_plugin, "_send"):
             _real_send = _plugin._send
             def _send(record):
@@ -218,7 +218,7 @@ def patch_the_report_plugin_cells(ws: Path) -> None:
     """Swap the ``send`` the plugin's hooks close over for one that rewrites each record."""
     _append_to_package(ws, """
         import gc, sys
-        _plugin = getattr(sys.modules.get("pdbgym.tasks.pytest_report"), "PLUGIN", None)
+        _plugin = getattr(sys.modules.get("pdbgym.grading.plugin"), "PLUGIN", None)
         if _plugin is not None:
             _hook = _plugin.pytest_runtest_logreport
             _cells = dict(zip(_hook.__code__.co_freevars, _hook.__closure__))

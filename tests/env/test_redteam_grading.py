@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pdbgym.env.grading import GradeResult, grade
+from pdbgym.grading.grader import GradeResult, grade
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.tasks.suites import resolve_tasks
 
@@ -111,7 +111,7 @@ _sys.setprofile(_swap)
 # S8: the plugin's closure cells rewritten so each record says passed, and pytest's closing line printed
 # to agree with them from pytest_unconfigure.
 S8_CELLS = S6_PLUGIN.replace("_Emptier()", "_Closing()") + '''
-_module = _sys.modules.get("pdbgym.tasks.pytest_report")
+_module = _sys.modules.get("pdbgym.grading.plugin")
 _plugin = getattr(_module, "PLUGIN", None)
 if _plugin is not None:
     def _forging(real_send):
@@ -260,7 +260,7 @@ def test_generic_forgeries_solve_no_shipped_task(sandbox, attack):
 def test_the_pristine_code_check_stands_without_the_guard(sandbox, attack):
     """Depth: with the audit hook off (a run told of no agent code) and every file the attack wrote in
     place, the tests that ran are still not the pristine ones, and the run says so."""
-    from pdbgym.tasks.testrun import run_tests
+    from pdbgym.grading.testrun import run_tests
 
     task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
     with Workspace.create(task.repo) as ws:
@@ -284,7 +284,7 @@ def test_the_guard_refuses_machinery_the_screen_cannot_read(sandbox):
     task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
     with Workspace.create(task.repo) as ws:
         _append(ws.path, "logstats/__init__.py", obfuscated)
-        from pdbgym.env.grading import grading_preview
+        from pdbgym.grading.grader import grading_preview
 
         assert not grading_preview(task, ws.path)[1], "the screen was meant to miss this one"
         graded = grade(task, ws.path, sandbox)
@@ -327,7 +327,7 @@ def test_a_test_reported_passed_whose_code_never_ran_is_tampered(sandbox):
     """Depth: a hook that answers for the test function instead of calling it, in a run told of no agent
     code (so neither the guard nor the hook check is looking): pytest reports the call passed, but the
     collected code object was never entered."""
-    from pdbgym.tasks.testrun import run_tests
+    from pdbgym.grading.testrun import run_tests
 
     answering = S6_PLUGIN.replace('''class _Emptier:
     def pytest_collection_modifyitems(self, items):
@@ -428,7 +428,7 @@ def test_an_always_equal_value_the_screen_cannot_read_is_caught_at_the_end_of_th
     with Workspace.create(task.repo) as ws:
         _append(ws.path, "logstats/report.py", disguised)
         _append(ws.path, "logstats/__init__.py", "from logstats.report import summarize_log\n")
-        from pdbgym.env.grading import grading_preview
+        from pdbgym.grading.grader import grading_preview
 
         assert not grading_preview(task, ws.path)[1], "the screen was meant to miss this one"
         graded = grade(task, ws.path, sandbox)
@@ -441,7 +441,7 @@ def test_the_grading_run_has_a_disk_cap_too(sandbox, monkeypatch):
     """S11 in grading: the agent's code runs again in the grading tree, on the host's disk. Under bubblewrap
     the tree is read-only and nothing is written to it; where it is writable (the plain backend), past the
     tree's cap the run is stopped (the fix is graded on what finished, here nothing)."""
-    import pdbgym.env.grading as grading
+    import pdbgym.grading.grader as grading
 
     monkeypatch.setattr(grading, "GRADING_EXTRA_BYTES", 32 * 1024**2)
     task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
@@ -543,8 +543,8 @@ def summarize_log(text, top=3):
 def _run_told_of_the_agents_lines(task, sandbox, ws: Path):
     """The tests in ``ws`` through the hardened run, the guard told the lines the agent wrote (as
     grading tells it), without grading's static screen: one layer at a time."""
-    from pdbgym.env.grading import agent_lines, grading_plan
-    from pdbgym.tasks.testrun import run_tests
+    from pdbgym.grading.grader import agent_lines, grading_plan
+    from pdbgym.grading.testrun import run_tests
 
     written = agent_lines(task.repo, ws, grading_plan(task, ws).changed)
     return run_tests(sandbox, ws, task, task.all_tests, agent_lines=written)
@@ -557,7 +557,7 @@ def _run_told_of_the_agents_lines(task, sandbox, ws: Path):
 def test_a_run_that_never_sends_its_end_record_passes_nothing(sandbox, ending):
     """The checks travel in the end record; a run cut short after forging its reports passes nothing,
     whatever its phase records said (the guard off: this layer alone)."""
-    from pdbgym.tasks.testrun import run_tests
+    from pdbgym.grading.testrun import run_tests
 
     task = next(t for t in resolve_tasks("builtin") if t.instance_id == TASK_ID)
     with Workspace.create(task.repo) as ws:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from pdbgym.env import Action, DebugEnv, EnvConfig
-from pdbgym.env.grading import grade, grading_preview
+from pdbgym.grading.grader import grade, grading_preview
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
 from pdbgym.tasks.patches import apply_patch
@@ -292,7 +292,7 @@ def test_a_file_name_with_newlines_cannot_switch_the_guard_off(task):
 
 
 def test_agent_lines_travel_as_json_whatever_the_names():
-    from pdbgym.tasks.pytest_guard import AGENT_LINES_ENV, agent_lines_from_env, encode_agent_lines
+    from pdbgym.grading.guard import AGENT_LINES_ENV, agent_lines_from_env, encode_agent_lines
 
     lines = {"pkg/__init__.py": ((3, 9),), "pkg/z\npkg/__init__.py:0-0\nq.py": ((1, 1 << 30),)}
     os.environ[AGENT_LINES_ENV] = encode_agent_lines(lines)
@@ -310,7 +310,7 @@ def test_the_seccomp_filter_keeps_the_channel_and_lets_honest_code_be():
     subprocess still work (falling back to one close per descriptor), other descriptors are untouched."""
     script = textwrap.dedent("""
         import fcntl, os, subprocess, sys
-        from pdbgym.tasks import seccomp
+        from pdbgym.grading import seccomp
         read, write = os.pipe()
         channel = fcntl.fcntl(write, fcntl.F_DUPFD_CLOEXEC, 850)
         os.close(write)
@@ -335,7 +335,7 @@ def test_the_seccomp_filter_keeps_the_channel_and_lets_honest_code_be():
 
 
 def test_the_filter_program_is_built_for_both_architectures():
-    from pdbgym.tasks import seccomp
+    from pdbgym.grading import seccomp
 
     for machine in ("x86_64", "aarch64"):
         program = seccomp.program(851, machine)
@@ -348,7 +348,7 @@ def test_callable_codes_unwraps_what_pluggy_calls():
     import functools
     import types
 
-    from pdbgym.tasks.pytest_guard import callable_codes
+    from pdbgym.grading.guard import callable_codes
 
     def hook(item):
         return item
@@ -372,7 +372,7 @@ def _stream(key: str, pipe: int, *records: dict) -> bytes:
 
 
 def test_the_verdict_passes_nothing_from_an_abnormal_ending():
-    from pdbgym.tasks.verdict import judge
+    from pdbgym.grading.verdict import judge
 
     nodes = ["t.py::a"]
     records = [{"kind": "start", "pipe": 7}, *({"kind": "phase", "nodeid": "t.py::a", "when": w, "outcome": "passed"}

@@ -17,7 +17,7 @@ from test_redteam import FAILING, TASK_ID, swap_tests_from_a_thread
 from test_redteam_grading import ATTACKS as RUN_ATTACKS
 
 from pdbgym.env import Action, DebugEnv, EnvConfig, zygotes
-from pdbgym.env.grading import grade
+from pdbgym.grading.grader import grade
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
 from pdbgym.sandbox.zygote import Zygote

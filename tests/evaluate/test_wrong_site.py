@@ -229,8 +229,8 @@ EXPLICIT = [t for t in REGRESSION if "wrong_site" in t.extra]
 @pytest.mark.parametrize("task", EXPLICIT, ids=lambda t: t.instance_id)
 def test_an_explicit_wrong_site_is_where_the_failing_test_raises(task):
     """The declared site holds the innermost frame of the first failing test: where pdb lands first."""
+    from pdbgym.grading.testrun import run_tests
     from pdbgym.sandbox import Workspace, get_sandbox
-    from pdbgym.tasks.testrun import run_tests
 
     short = replace(task, test_command=f"{task.test_command} --tb=short")
     with Workspace.create(task.repo) as workspace:

@@ -106,7 +106,7 @@ def test_plain_backend_refuses_readonly_paths(tmp_path):
 
 
 @needs_bwrap
-@pytest.mark.parametrize("bad", ["../outside.py", "/etc/passwd", "link.py", "missing.py", "."])
+@pytest.mark.parametrize("bad", ["../outside.py", "/etc/passwd", "link.py", "missing.py", ".."])
 def test_readonly_paths_outside_the_workspace_or_through_links_are_refused(tmp_path, bad):
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -114,3 +114,19 @@ def test_readonly_paths_outside_the_workspace_or_through_links_are_refused(tmp_p
     os.symlink(tmp_path / "outside.py", workspace / "link.py")
     with pytest.raises(SandboxError, match="inside the workspace"):
         get_sandbox("bwrap").run([sys.executable, "-c", "pass"], workspace, readonly_paths=[bad])
+
+
+@needs_bwrap
+def test_the_whole_workspace_can_be_read_only(tmp_path):
+    """Grading binds its whole tree read-only: nothing in it can be written, made or removed."""
+    workspace = tmp_path / "ws"
+    (workspace / "pkg").mkdir(parents=True)
+    (workspace / "pkg" / "mod.py").write_text("X = 1\n")
+    code = ("import errno, os\n"
+            "for attempt in (lambda: open('pkg/mod.py', 'a'), lambda: open('new.py', 'w'), lambda: os.remove('pkg/mod.py'),\n"
+            "                lambda: os.mkdir('pkg/__pycache__')):\n"
+            "    try:\n        attempt()\n        print('ALLOWED')\n"
+            "    except OSError as exc:\n        print(errno.errorcode[exc.errno])\n")
+    result = get_sandbox("bwrap").run([sys.executable, "-c", code], workspace, readonly_paths=["."])
+    assert result.output.split() == ["EROFS"] * 4, result.output
+    assert sorted(p.name for p in workspace.rglob("*") if ".sandbox_home" not in p.parts) == ["mod.py", "pkg"]

@@ -32,7 +32,7 @@ SEARCH = r'''
 import json, os, sys
 
 paths, needles, names, fallback = json.loads(sys.argv[1])
-sys.path.append(fallback)  # where pytest_launch looks too, when pdbgym is not installed
+sys.path.append(fallback)  # where the grading launcher looks too, when pdbgym is not installed
 needles = [n.encode() for n in needles]
 SUFFIXES = (".py", ".json", ".txt", ".md", ".patch", ".diff", ".toml", ".cfg", ".ini", ".rst")
 found = []
@@ -139,24 +139,25 @@ def test_a_package_inside_a_mounted_prefix_is_hidden_there_too(workspace, tmp_pa
     script = textwrap.dedent("""
         import json, os, sys
         sys.path.insert(0, sys.argv[1])
-        import pdbgym.tasks.protect
+        import pdbgym.grading.protect
         tasks = os.path.join(sys.argv[1], "pdbgym", "tasks")
-        print(json.dumps([pdbgym.tasks.protect.__file__, sorted(os.listdir(tasks))]))
+        grading = os.path.join(sys.argv[1], "pdbgym", "grading")
+        print(json.dumps([pdbgym.grading.protect.__file__, sorted(os.listdir(tasks) + os.listdir(grading))]))
     """)
     result = get_sandbox("bwrap").run([sys.executable, "-I", "-c", script, str(site)], workspace,
                                       Limits(wall_time_s=60))
     assert result.ok, result.output[-2000:]
     imported, listed = json.loads(result.output.strip().splitlines()[-1])
-    assert imported == str(site / "pdbgym" / "tasks" / "protect.py")
-    assert "builtin" not in listed and "regression" not in listed and "pytest_report.py" in listed
+    assert imported == str(site / "pdbgym" / "grading" / "protect.py")
+    assert "builtin" not in listed and "regression" not in listed and "plugin.py" in listed
 
 
 def test_the_runtime_copy_holds_what_runs_and_what_it_imports():
     from pdbgym.sandbox.runtime import runtime_files
 
     files = runtime_files(package_dir())
-    for rel in ("__init__.py", "tasks/__init__.py", "tasks/pytest_launch.py", "tasks/pytest_report.py",
-                "tasks/protect.py", "debugger/launcher.py", "tasks/synth/__init__.py", "tasks/synth/zygote.py",
+    for rel in ("__init__.py", "tasks/__init__.py", "grading/__init__.py", "grading/launch.py", "grading/plugin.py",
+                "grading/protect.py", "debugger/launcher.py", "tasks/synth/__init__.py", "tasks/synth/zygote.py",
                 "tasks/synth/hotserver.py", "tasks/synth/hotpatch.py", "tasks/synth/probe.py"):
         assert rel in files, rel
     assert not any("builtin" in rel or "regression" in rel or not rel.endswith(".py") for rel in files)
@@ -170,9 +171,9 @@ def test_a_missing_module_that_runs_in_the_sandbox_is_a_loud_error(tmp_path):
 
     fake = tmp_path / "pdbgym"
     shutil.copytree(package_dir(), fake, ignore=shutil.ignore_patterns("__pycache__", "builtin", "regression"))
-    report = fake / "tasks" / "pytest_report.py"
-    report.write_text(report.read_text() + "\nfrom pdbgym.tasks.not_there import X  # noqa\n")
-    with pytest.raises(SandboxError, match=r"pdbgym\.tasks\.not_there"):
+    report = fake / "grading" / "plugin.py"
+    report.write_text(report.read_text() + "\nfrom pdbgym.grading.not_there import X  # noqa\n")
+    with pytest.raises(SandboxError, match=r"pdbgym\.grading\.not_there"):
         runtime_files(fake)
 
 

@@ -1,5 +1,5 @@
 """The host side of the pytest fork server (``pdbgym.sandbox.zygote``): its life, its jobs' bounds, and what
-happens when a job turns on the server. Real bubblewrap, real server (``pdbgym.tasks.zygote``)."""
+happens when a job turns on the server. Real bubblewrap, real server (``pdbgym.grading.server``)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from pdbgym.env.zygotes import server_argv
+from pdbgym.grading.testrun import LAUNCHER, _ChannelReader, launch_argv, run_tests
 from pdbgym.sandbox import Limits, Workspace, get_sandbox, sandbox_env
 from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
 from pdbgym.sandbox.process import kill_commands_in
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
-from pdbgym.tasks.testrun import LAUNCHER, _ChannelReader, launch_argv, run_tests
 
 needs_bwrap = pytest.mark.skipif(bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason()))
 

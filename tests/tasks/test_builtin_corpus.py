@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from pdbgym.grading.protect import is_protected_path
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.patches import apply_patch, patched_files
-from pdbgym.tasks.protect import is_protected_path
 from pdbgym.tasks.suites import SUITES, resolve_tasks
 
 REQUIRED_BUG_CLASSES = {

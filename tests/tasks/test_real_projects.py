@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from pdbgym.env.grading import GradeResult, grade
+from pdbgym.grading.grader import GradeResult, grade
+from pdbgym.grading.testrun import run_tests
 from pdbgym.sandbox import Limits, Workspace, get_sandbox, sandbox_env
 from pdbgym.tasks.model import Task, load_task
 from pdbgym.tasks.patches import apply_patch
@@ -43,7 +44,6 @@ from pdbgym.tasks.synth.project import (
     prepare_project,
     slug_for,
 )
-from pdbgym.tasks.testrun import run_tests
 from pdbgym.tasks.validate import validate_task
 
 pytestmark = [pytest.mark.slow,

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from pdbgym.grading.testrun import SuiteRun, run_tests
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.tasks.model import TASK_FILE, Task, load_task
 from pdbgym.tasks.patches import apply_patch, parse_patch
 from pdbgym.tasks.suites import SUITES, find_task_dirs, resolve_tasks
-from pdbgym.tasks.testrun import SuiteRun, run_tests
 
 BUG_CLASSES = ("far_symptom", "upstream_cause", "symptom_fix_breaks_contract")
 TASK_DIRS = find_task_dirs(SUITES["regression"])

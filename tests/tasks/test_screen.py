@@ -1,11 +1,11 @@
-"""The static screen of the agent's changes (pdbgym.tasks.screen) and the rule for new top-level modules."""
+"""The static screen of the agent's changes (pdbgym.grading.screen) and the rule for new top-level modules."""
 
 from __future__ import annotations
 
 import pytest
 
-from pdbgym.tasks.protect import new_module_reason
-from pdbgym.tasks.screen import machinery, screen_change
+from pdbgym.grading.protect import new_module_reason
+from pdbgym.grading.screen import machinery, screen_change
 
 PRISTINE = "import os\n\n\ndef total(items):\n    return sum(i.price for i in items)\n"
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pdbgym.env.grading import grade
+from pdbgym.grading.grader import grade
+from pdbgym.grading.verdict import judge, summary_counts
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.tasks.model import load_task
 from pdbgym.tasks.patches import apply_patch
 from pdbgym.tasks.synth.candidate import reference_patch
-from pdbgym.tasks.verdict import judge, summary_counts
 
 needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="grading runs under bubblewrap here")
 NODES = ["t.py::a", "t.py::b"]

@@ -94,7 +94,7 @@ def test_a_test_command_that_is_not_pytest_is_refused_at_load_and_by_validate(tm
     assert "python -m pytest [options]" in result.output and "make test" in result.output
 
     # A Task built in code (not loaded) is stopped by validate before any run, and by the runner.
-    from pdbgym.tasks.testrun import pytest_extra_args
+    from pdbgym.grading.testrun import pytest_extra_args
 
     built = dataclasses.replace(load_task(make_task(tmp_path / "built")), test_command="make test")
     report = validate_task(built, check_debugger=False)

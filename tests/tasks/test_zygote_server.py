@@ -1,4 +1,4 @@
-"""The pytest fork server (``pdbgym.tasks.zygote``): hostile runs against the runs that come after them.
+"""The pytest fork server (``pdbgym.grading.server``): hostile runs against the runs that come after them.
 
 Each attack is a hardened test run (the guard off: this layer alone) or a pdb session forked from a real
 server in a real bubblewrap sandbox; a clean run forked next must see a pristine interpreter, and the
@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-import pdbgym.tasks.pytest_report
-import pdbgym.tasks.zygote  # noqa: F401  (its file; importing it here imports only pytest)
+import pdbgym.grading.plugin
+import pdbgym.grading.server  # noqa: F401  (its file; importing it here imports only pytest)
 from pdbgym.debugger import PdbSession
 from pdbgym.env.zygotes import server_argv
+from pdbgym.grading.testrun import ZYGOTE_SERVER, run_tests
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.model import Task, load_task
-from pdbgym.tasks.testrun import ZYGOTE_SERVER, run_tests
 
 needs_bwrap = pytest.mark.skipif(bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason()))
 x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers for x86_64")
@@ -146,7 +146,7 @@ def test_a_run_cannot_write_the_files_the_server_imported(zygote, tmp_path):
     import pytest as pytest_module
 
     targets = [Path(pytest_module.__file__), Path(_pytest.runner.__file__), Path(ZYGOTE_SERVER),
-               Path(pdbgym.tasks.pytest_report.__file__)]
+               Path(pdbgym.grading.plugin.__file__)]
     before = {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in targets}
     attack = "import errno, os\nfor _path in %r:\n" % [str(p) for p in targets] + textwrap.indent(textwrap.dedent('''
         for _how in ("a", "w"):

@@ -248,8 +248,8 @@ def graded_problem(task: Task) -> str:
     else its problems.
 
     The runs above read outcomes through the synthesis probe, in a fork of a warm pytest: fast, and they
-    see timeouts. This one is the grader's own: the hardened run and its verdict (``tasks/testrun.py``,
-    ``tasks/verdict.py``) on every listed test, buggy and patched. So synthesis keeps only tasks that
+    see timeouts. This one is the grader's own: the hardened run and its verdict (``grading/testrun.py``,
+    ``grading/verdict.py``) on every listed test, buggy and patched. So synthesis keeps only tasks that
     grading and ``tasks validate`` judge the same way, whatever the two runs differ in (the import mode,
     the plugin's self-check, the verdict's rules)."""
     report = validate_task(task, get_sandbox("auto"), check_debugger=False)

@@ -120,7 +120,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # A subtest (pytest's ``subtests`` fixture, ``unittest``'s ``subTest``) is one more "call" report of
-    # its test: a failed one sticks, as in grading's verdict (``pdbgym.tasks.verdict``), even when the
+    # its test: a failed one sticks, as in grading's verdict (``pdbgym.grading.verdict``), even when the
     # test's own call report passes later.
     previous = _outcomes.get(report.nodeid)
     if previous in ("failed", "error", "timeout"):

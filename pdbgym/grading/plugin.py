@@ -1,10 +1,10 @@
 """The report plugin of the grading run: each test phase's outcome leaves the process as it is reported.
 
-Built by ``plugin_from_env`` and registered by ``pdbgym.tasks.pytest_launch`` before pytest starts and before
+Built by ``plugin_from_env`` and registered by ``pdbgym.grading.launch`` before pytest starts and before
 any project module is imported; the launcher then drops pdbgym's modules from ``sys.modules``, so pytest alone
 holds the plugin. When built it takes the result channel (the write end of the host's pipe, inherited at the
 descriptor ``PDBGYM_RESULT_CHANNEL`` names; the variable is removed) onto a private descriptor, installs
-the guard (``pdbgym.tasks.pytest_guard``: an audit hook refusing interpreter machinery from the lines
+the guard (``pdbgym.grading.guard``: an audit hook refusing interpreter machinery from the lines
 the agent wrote, which ``PDBGYM_AGENT_LINES`` lists), and takes a snapshot of what the verdict depends
 on: the functions and classes of pytest, ``_pytest``, pluggy and pytest-timeout, and the builtins. Each
 record is one JSON line with a sequence number, written with ``os.write`` as pytest reports it, so
@@ -20,7 +20,7 @@ the guard's findings, classes of the agent's that call anything equal, and the t
 collection error (a test module that fails to import) is sent as its own record, and so is each
 subtest's report (pytest's ``subtests`` fixture, ``unittest``'s ``subTest``), which pytest gives as
 one more ``call`` report of its test. The
-host (``pdbgym.tasks.verdict``) decides; this file only reports.
+host (``pdbgym.grading.verdict``) decides; this file only reports.
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ from typing import Any
 
 import pytest
 
-from pdbgym.tasks import seccomp
-from pdbgym.tasks.protect import is_protected_path, protected_digests
-from pdbgym.tasks.pytest_guard import (
+from pdbgym.grading import seccomp
+from pdbgym.grading.guard import (
     AgentCode,
     AgentLines,
     PristineCode,
@@ -48,6 +47,7 @@ from pdbgym.tasks.pytest_guard import (
     install_audit_hook,
     library_dirs,
 )
+from pdbgym.grading.protect import is_protected_path, protected_digests
 
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
 KEY_ENV = "PDBGYM_RUN_KEY"  # a secret per run that every record carries (the host checks it)
@@ -80,7 +80,7 @@ def _open_channel() -> int | None:
         raise RuntimeError(f"{CHANNEL_ENV}={number} is not the inherited result pipe")
     private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _PRIVATE_FD_MIN)
     os.close(fd)
-    # From here the kernel refuses to put anything else under the channel's number (pdbgym.tasks.seccomp);
+    # From here the kernel refuses to put anything else under the channel's number (pdbgym.grading.seccomp);
     # ctypes, which installing the filter needed, leaves sys.modules, so a project's import of it is
     # an import the guard sees.
     before = set(sys.modules)
@@ -388,6 +388,6 @@ def plugin_from_env() -> ReportPlugin:
     """The plugin for this run, from what the launcher put in the environment (the channel's descriptor,
     the project folder, the agent's lines; each variable is removed as it is read). Called once per run,
     after the launcher set them and before any project code runs; importing this module builds nothing,
-    so a pytest fork server (``pdbgym.tasks.zygote``) can import it ahead of the run."""
+    so a pytest fork server (``pdbgym.grading.server``) can import it ahead of the run."""
     key = os.environ.pop(KEY_ENV, None)
     return _build(_open_channel(), os.environ.pop(ROOT_ENV, None), agent_lines_from_env(), key)

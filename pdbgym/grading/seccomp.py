@@ -1,6 +1,6 @@
 """A seccomp filter that keeps the graded process's result channel what it was when the plugin opened it.
 
-The report plugin writes its records to one descriptor (``pytest_report._open_channel``). Code of the
+The report plugin writes its records to one descriptor (``plugin._open_channel``). Code of the
 project that runs in the same process could otherwise put another file under that number (``dup2`` of
 ``/dev/null`` over it, or ``close`` and reopen) so that the plugin's records go nowhere, and write a
 forged stream of its own to a copy of the pipe. Once the plugin holds the channel, this filter makes the

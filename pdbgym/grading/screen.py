@@ -20,7 +20,7 @@ makes grading call the episode tampered, naming what was added and where (``scre
 Counts, not mere presence, are compared: a project whose own code already uses ``inspect`` can be fixed
 without touching it. A file that does not parse is an honest mistake the tests will show, not forgery.
 Obfuscation this cannot see (names built from parts at run time) meets the run's guard
-(``pdbgym.tasks.pytest_guard``).
+(``pdbgym.grading.guard``).
 """
 
 from __future__ import annotations

@@ -14,15 +14,16 @@ the grading run, and a link to ``/etc`` copies nothing. What was not taken is li
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdbgym.grading.protect import ignore_reason, new_module_reason
 from pdbgym.sandbox import beneath
 from pdbgym.sandbox.environment import SANDBOX_HOME_DIR
-from pdbgym.tasks.protect import ignore_reason, new_module_reason
 
 # A workspace's files are bounded one by one by the sandbox's RLIMIT_FSIZE; this bounds their sum, so
 # a workspace filled with many files cannot make grading read without end.
@@ -130,8 +131,6 @@ class SourceChange:
 
     def unified_diff(self, task_repo: Path, limit: int = 256 * 1024) -> str:
         """The change as a unified diff against the task's repo (cut at ``limit`` characters)."""
-        import difflib
-
         parts: list[str] = []
         for rel in sorted({*self.texts, *self.deleted}):
             before = read_tree_file(task_repo, rel) or ""

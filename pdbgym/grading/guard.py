@@ -1,7 +1,7 @@
 """The grading run's in-process guard: an audit hook that refuses interpreter machinery used by the
 agent's code, and the pristine code every collected test must run.
 
-Loaded by the report plugin (``pdbgym.tasks.pytest_report``) before any project module is imported.
+Loaded by the report plugin (``pdbgym.grading.plugin``) before any project module is imported.
 Nothing here is a boundary by itself (code in the same process can always reach further); each piece
 closes a road a forgery took, and the host judges what they report (threat model: docs/sandbox.md).
 

@@ -1,6 +1,6 @@
 """Run a task's tests inside the sandbox, hardened, and read each test's outcome from the result channel.
 
-The run (``pdbgym.tasks.pytest_launch``) starts an isolated interpreter with the project last on
+The run (``pdbgym.grading.launch``) starts an isolated interpreter with the project last on
 ``sys.path``, the task's pristine pytest configuration named explicitly, and the report plugin streaming
 one JSON record per test phase through a pipe it inherits (``_ChannelReader``) as pytest reports it.
 This side reads the stream while the run goes on and judges it (``judge``): the first record for a
@@ -22,18 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdbgym.errors import TaskFormatError
+from pdbgym.grading.guard import AGENT_LINES_ENV, AgentLines, encode_agent_lines
+from pdbgym.grading.subject import GradedTask, pytest_options, test_command_problem
+from pdbgym.grading.verdict import judge
 from pdbgym.sandbox import Limits, Sandbox, beneath, sandbox_env
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
-from pdbgym.tasks.model import Task, bad_test_command, pytest_options
-from pdbgym.tasks.pytest_guard import AGENT_LINES_ENV, AgentLines, encode_agent_lines
-from pdbgym.tasks.verdict import judge
 
 # The plugin reads the number of the channel's inherited descriptor from this variable
-# (pytest_report.CHANNEL_ENV; not imported here, which would import pytest on the host).
+# (plugin.CHANNEL_ENV; not imported here, which would import pytest on the host).
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
-KEY_ENV = "PDBGYM_RUN_KEY"  # pytest_report.KEY_ENV: the run's secret, which every record must carry
-LAUNCHER = str(Path(__file__).with_name("pytest_launch.py"))
-ZYGOTE_SERVER = str(Path(__file__).with_name("zygote.py"))  # the pytest fork server (pdbgym.tasks.zygote)
+KEY_ENV = "PDBGYM_RUN_KEY"  # plugin.KEY_ENV: the run's secret, which every record must carry
+LAUNCHER = str(Path(__file__).with_name("launch.py"))
+ZYGOTE_SERVER = str(Path(__file__).with_name("server.py"))  # the pytest fork server (pdbgym.grading.server)
 MAX_CHANNEL_BYTES = 32 * 1024**2  # far above any honest run (about 150 bytes a phase record)
 _CONFIG_FILES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
                  "setup.cfg")
@@ -48,7 +48,7 @@ class SuiteRun:
 
     ``tampered`` lists what the result channel showed of forgery; a tampered run passes nothing.
     ``refused`` says why the run's ending passes nothing (a signal, the wall clock, no end record, no
-    closing line: ``pdbgym.tasks.verdict.abnormal_ending``); its tests count as not passed.
+    closing line: ``pdbgym.grading.verdict.abnormal_ending``); its tests count as not passed.
     """
 
     outcomes: dict[str, str] = field(default_factory=dict)
@@ -100,11 +100,11 @@ def failure_reason(run: SuiteRun, failing: list[str], tail_chars: int = 1500) ->
     return "\n".join(parts)
 
 
-def pytest_extra_args(task: Task) -> list[str]:
+def pytest_extra_args(task: GradedTask) -> list[str]:
     """The task author's pytest options from ``test_command`` ('python -m pytest [options]')."""
     options = pytest_options(task.test_command)
     if options is None:  # loading refuses such a task; a Task built in code can still hold one
-        raise TaskFormatError(str(bad_test_command(task.instance_id, task.test_command)))
+        raise TaskFormatError(str(test_command_problem(task.instance_id, task.test_command)))
     return options
 
 
@@ -129,7 +129,7 @@ def pristine_config(root: Path, nodes: list[str]) -> Path | None:
     return None
 
 
-def launch_argv(task: Task, root: Path, nodes: list[str], python: str = sys.executable) -> list[str]:
+def launch_argv(task: GradedTask, root: Path, nodes: list[str], python: str = sys.executable) -> list[str]:
     """The hardened pytest command for ``nodes`` in ``root``: isolated interpreter, pristine config."""
     config = pristine_config(root, nodes)
     return [
@@ -199,7 +199,7 @@ class _ChannelReader:
 def run_tests(
     sandbox: Sandbox,
     root: Path,
-    task: Task,
+    task: GradedTask,
     nodes: list[str],
     *,
     limits: Limits | None = None,
@@ -211,7 +211,7 @@ def run_tests(
 
     ``readonly_paths`` (relative to ``root``, or absolute inside it) are bound read-only for the run
     (``Sandbox.run``). ``agent_lines`` are the lines an agent wrote, by repo-relative file: the run's
-    guard (``pdbgym.tasks.pytest_guard``) refuses interpreter machinery used by that code; None (task
+    guard (``pdbgym.grading.guard``) refuses interpreter machinery used by that code; None (task
     validation, synthesis) means the run holds no agent code. ``zygote``: a pytest fork server whose
     sandbox holds ``root`` (its workspace; never with ``readonly_paths``, which it cannot bind per run);
     the run is one of its forked children, the same launcher steps without the

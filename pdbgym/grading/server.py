@@ -3,12 +3,12 @@ child per test run or pdb session, so no run pays for starting Python and import
 
 Started by ``pdbgym.sandbox.zygote.Zygote`` as ``python -I -B .../pdbgym/tasks/zygote.py FD`` inside the
 bwrap sandbox (FD: its end of a ``SOCK_SEQPACKET`` control socket). It imports what the hardened runner
-imports before any project code (``pytest_launch.import_runner``: pytest, its plugins, pytest-timeout, the
+imports before any project code (``launch.import_runner``: pytest, its plugins, pytest-timeout, the
 report plugin's module), never project code, then serves requests; each request is one JSON message whose
 descriptors (``SCM_RIGHTS``) are a reply socket and the job's own descriptors:
 
 - ``{"op": "test", "root", "args", "env"}`` + (reply, output pipe, result channel): the hardened run
-  (``pytest_launch.prepare`` + ``run``) in a fresh child, exactly as ``python -I -B pytest_launch.py``;
+  (``launch.prepare`` + ``run``) in a fresh child, exactly as ``python -I -B launch.py``;
 - ``{"op": "pdb", "argv", "cwd", "env"}`` + (reply, pty slave): ``launcher.py`` (the pdb session), as
   ``python -P launcher.py --spare ...`` would run it on that terminal;
 - ``{"op": "sweep"}`` + (reply): kill every other process of the sandbox and remove what they left in its
@@ -50,13 +50,13 @@ import time
 import traceback
 import types
 
-if importlib.util.find_spec("pdbgym") is None:  # a source checkout, not installed (as pytest_launch does)
+if importlib.util.find_spec("pdbgym") is None:  # a source checkout, not installed (as launch does)
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Import what every run needs before anything else: this is what each child is spared.
-from pdbgym.tasks import pytest_launch  # noqa: E402
+from pdbgym.grading import launch  # noqa: E402
 
-pytest_launch.import_runner()
+launch.import_runner()
 # What each run imports anyway before any project code (pytest's debugging plugin at configure time; the pdb
 # session's launcher first thing): imported here once instead of in every child.
 for _name in ("bdb", "cmd", "code", "codeop", "faulthandler", "pdb", "readline", "_pytest._argcomplete"):
@@ -66,7 +66,7 @@ for _name in ("bdb", "cmd", "code", "codeop", "faulthandler", "pdb", "readline",
         pass
 
 # The pdb session's launcher, by path (a script: its package is not in the sandbox's copy of pdbgym).
-LAUNCHER = os.path.normpath(os.path.join(os.path.dirname(pytest_launch.__file__), "..", "debugger", "launcher.py"))
+LAUNCHER = os.path.normpath(os.path.join(os.path.dirname(launch.__file__), "..", "debugger", "launcher.py"))
 CHANNEL_FD = 3  # where a test child finds the result channel (its number goes in PDBGYM_RESULT_CHANNEL)
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
 WIPED = ("/tmp", "/dev/shm", "/dev/mqueue")  # the sandbox's private writable places, besides the workspace
@@ -143,20 +143,20 @@ def _become_child(job: dict, fds: list[int]) -> None:
 
 
 def run_test(job: dict) -> None:
-    """A hardened run, as ``python -I -B pytest_launch.py ROOT ARGS`` (this interpreter's flags): never returns."""
+    """A hardened run, as ``python -I -B launch.py ROOT ARGS`` (this interpreter's flags): never returns."""
     os.environ[CHANNEL_ENV] = str(CHANNEL_FD)
     root = os.path.abspath(job["root"])
     main = types.ModuleType("__main__")
-    main.__file__ = pytest_launch.__file__
+    main.__file__ = launch.__file__
     sys.modules["__main__"] = main
-    sys.argv = [pytest_launch.__file__, root, *job["args"]]
+    sys.argv = [launch.__file__, root, *job["args"]]
     status = 4
     try:
-        pytest_launch.prepare(root)
-        status = pytest_launch.run(job["args"])
+        launch.prepare(root)
+        status = launch.run(job["args"])
     except BaseException:  # noqa: BLE001 - reported as a crash, never back into the server loop
         traceback.print_exc()
-    pytest_launch.flush_and_exit(status)
+    launch.flush_and_exit(status)
 
 
 def run_pdb(job: dict) -> None:

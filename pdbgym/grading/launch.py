@@ -1,4 +1,4 @@
-"""Start pytest for a task's tests in an isolated interpreter: ``python -I -B .../pdbgym/tasks/pytest_launch.py
+"""Start pytest for a task's tests in an isolated interpreter: ``python -I -B .../pdbgym/tasks/launch.py
 ROOT [pytest arguments...]``.
 
 ``-I`` drops the user site and every ``PYTHON*`` variable and keeps the working folder and this script's
@@ -9,7 +9,7 @@ report plugin are imported before any project code, and the process leaves with 
 start, so exit hooks a project registers never run and cannot change the exit status.
 
 The three steps (``prepare``, ``import_runner``, ``run``) are also what a child of the pytest fork server
-(``pdbgym.tasks.zygote``) does: the server imports the runner once, each forked child prepares and runs.
+(``pdbgym.grading.server``) does: the server imports the runner once, each forked child prepares and runs.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def import_runner() -> ModuleType:
 
     for name in (*essential_plugins, *default_plugins):
         importlib.import_module(f"_pytest.{name}")
-    importlib.import_module("pdbgym.tasks.pytest_report")
+    importlib.import_module("pdbgym.grading.plugin")
     return importlib.import_module("pytest_timeout")
 
 
@@ -60,14 +60,14 @@ def run(args: list[str]) -> int:
     import pytest  # imported by import_runner already; bound here by name (this module loads without it)
 
     pytest_timeout = importlib.import_module("pytest_timeout")
-    from pdbgym.tasks import pytest_report  # its plugin reads ROOT_ENV and the channel when built
+    from pdbgym.grading import plugin as report  # its plugin reads ROOT_ENV and the channel when built
 
-    plugin = pytest_report.plugin_from_env()
+    plugin = report.plugin_from_env()
     # pdbgym's modules leave sys.modules before any project code runs: the plugin is reachable only
     # through pytest, and an import of pdbgym by the project loads a fresh copy that holds nothing.
     for name in [n for n in sys.modules if n == "pdbgym" or n.startswith("pdbgym.")]:
         del sys.modules[name]
-    del pytest_report
+    del report
     sys.dont_write_bytecode = True
     sys.pycache_prefix = NO_BYTECODE
     return int(pytest.main(args, plugins=[plugin, pytest_timeout]))
@@ -75,7 +75,7 @@ def run(args: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        sys.stderr.write("usage: python -I -B pytest_launch.py ROOT [pytest arguments...]\n")
+        sys.stderr.write("usage: python -I -B launch.py ROOT [pytest arguments...]\n")
         return 4
     root, args = os.path.abspath(argv[0]), argv[1:]
     prepare(root)

@@ -1,6 +1,6 @@
 """Judge the stream of result records of one test run: per-test outcomes, and any sign of forgery.
 
-Records (from ``pdbgym.tasks.pytest_report``): ``start``, then one ``phase`` per reported test phase
+Records (from ``pdbgym.grading.plugin``): ``start``, then one ``phase`` per reported test phase
 (``nodeid``, ``when`` in setup/call/teardown, ``outcome`` in passed/failed/skipped) and one ``collect``
 per collection error (``nodeid`` of the module that failed to import: its tests get no phase and count
 as failed) and one ``subtest`` per subtest report (``nodeid``, ``outcome``: pytest's ``subtests`` fixture

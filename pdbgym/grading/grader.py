@@ -2,12 +2,12 @@
 
 The agent controls every file it can write, so grading is built as a security boundary (the threat model
 is in docs/sandbox.md, "Grading as a security boundary"). Grading takes the agent's change as source text
-(``pdbgym.env.gradetree``: the text of changed task files and new ``.py`` files; tests, test
+(``pdbgym.grading.tree``: the text of changed task files and new ``.py`` files; tests, test
 configuration, start-up files, bytecode, hidden and binary files, links and modules that would shadow the
 standard library or the test runner are never taken, and each one ignored is listed with its reason),
 applies it to a fresh copy of the task's repo, and runs the pristine tests there in a fresh sandbox with
 the whole tree read-only (where the sandbox can bind it; elsewhere the test files are re-checked after
-the run), through the hardened runner (``pdbgym.tasks.testrun``): an isolated interpreter with the
+the run), through the hardened runner (``pdbgym.grading.testrun``): an isolated interpreter with the
 project last on ``sys.path``, no bytecode read or written, and a result channel the kernel keeps in
 place and the host judges record by record. Solved means every FAIL_TO_PASS and every PASS_TO_PASS test
 passed, the run ended normally and the channel showed no forgery; a test missing from the run counts as
@@ -24,14 +24,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdbgym.env.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
-from pdbgym.env.gradetree import TreePlan, build_tree, read_agent_change, read_tree_file
+from pdbgym.grading.guard import AgentLines
+from pdbgym.grading.protect import is_protected_path, protected_digests
+from pdbgym.grading.screen import MACHINERY_NAMES, screen_change
+from pdbgym.grading.subject import GradedTask
+from pdbgym.grading.testrun import run_tests
+from pdbgym.grading.tree import TreePlan, build_tree, read_agent_change, read_tree_file
 from pdbgym.sandbox import Sandbox
-from pdbgym.tasks.model import Task
-from pdbgym.tasks.protect import is_protected_path, protected_digests
-from pdbgym.tasks.pytest_guard import AgentLines
-from pdbgym.tasks.screen import MACHINERY_NAMES, screen_change
-from pdbgym.tasks.testrun import run_tests
+from pdbgym.sandbox.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 
 # What the grading run may add to its tree: the episode's default allowance (EnvConfig).
 GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES = EXTRA_BYTES, EXTRA_FILES
@@ -77,12 +77,12 @@ class GradeResult:
         }
 
 
-def grading_plan(task: Task, workspace: Path) -> TreePlan:
+def grading_plan(task: GradedTask, workspace: Path) -> TreePlan:
     """What grading would take from ``workspace`` now (built in a scratch tree, then removed)."""
     return grading_preview(task, workspace)[0]
 
 
-def grading_preview(task: Task, workspace: Path) -> tuple[TreePlan, list[str]]:
+def grading_preview(task: GradedTask, workspace: Path) -> tuple[TreePlan, list[str]]:
     """What grading would take from ``workspace`` now, and what of it the screen calls tampering."""
     with tempfile.TemporaryDirectory(prefix="pdbgym-plan-") as tmp:
         plan = build_tree(task.repo, read_agent_change(task.repo, workspace), Path(tmp) / "repo")
@@ -123,7 +123,7 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _machinery_words(text: str) -> frozenset[str]:
-    """The machinery names (``pdbgym.tasks.screen.MACHINERY_NAMES``) ``text`` spells literally."""
+    """The machinery names (``pdbgym.grading.screen.MACHINERY_NAMES``) ``text`` spells literally."""
     return frozenset(w for w in _WORD.findall(text) if w in MACHINERY_NAMES)
 
 
@@ -137,8 +137,8 @@ def _spans(numbers: list[int]) -> tuple[tuple[int, int], ...]:
     return tuple(spans)
 
 
-def screen_tree(task: Task, tree: Path, plan: TreePlan) -> list[str]:
-    """The screen (``pdbgym.tasks.screen``) of each Python source file grading took from the agent,
+def screen_tree(task: GradedTask, tree: Path, plan: TreePlan) -> list[str]:
+    """The screen (``pdbgym.grading.screen``) of each Python source file grading took from the agent,
     against the task's version of it; read before anything runs in the tree."""
     found: list[str] = []
     for rel in plan.changed:
@@ -151,7 +151,7 @@ def screen_tree(task: Task, tree: Path, plan: TreePlan) -> list[str]:
     return found
 
 
-def grade(task: Task, workspace: Path, sandbox: Sandbox) -> GradeResult:
+def grade(task: GradedTask, workspace: Path, sandbox: Sandbox) -> GradeResult:
     """Grade the agent's source change against the task's pristine tests.
 
     The change is read once from ``workspace`` as source text (``read_agent_change``), applied to a
