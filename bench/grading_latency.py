@@ -47,7 +47,10 @@ def plain_grade(task: Task, workspace: Path, sandbox: Sandbox) -> bool:
 _EARLIER = """
 import json, sys, time
 from pathlib import Path
-from pdbgym.grading.grader import grade
+try:
+    from pdbgym.grading.grader import grade
+except ImportError:  # a revision from before pdbgym/grading/
+    from pdbgym.env.grading import grade
 from pdbgym.sandbox import get_sandbox
 from pdbgym.tasks.suites import resolve_tasks
 task = next(t for t in resolve_tasks("builtin") if t.instance_id == sys.argv[1])
