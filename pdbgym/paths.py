@@ -2,7 +2,8 @@
 
 Under it: ``adapters/`` (the lineage store), ``models/`` (de-quantized embedded model),
 ``selection-ledger.jsonl`` (which task sets selected which checkpoints), ``envs/`` (task environments,
-``pdbgym.sandbox.pyenv``), ``merged/`` (merged adapter stacks as model folders), ``tokenizers/``.
+``pdbgym.sandbox.pyenv``), ``merged/`` (merged adapter stacks as model folders), ``tokenizers/``,
+``repos/`` (bare clones for imported SWE-bench rows, ``pdbgym.tasks.mirrors``).
 ``pdbgym store`` (``pdbgym.home``) shows them and prunes what is rebuilt on demand.
 """
 

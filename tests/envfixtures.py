@@ -14,7 +14,8 @@ from pdbgym.sandbox import pyenv
 # asks for through FAKE_* variables (a module, a link, a failure with a resolver's message).
 FAKE_INSTALLER = textwrap.dedent('''
     import os, shutil, sys
-    target, requirements = sys.argv[1], open(sys.argv[2]).read().split()
+    target, separator, requirements = sys.argv[1], sys.argv[2], sys.argv[3:]  # as pip gets them: after --
+    assert separator == "--" and requirements, sys.argv
     log = os.environ.get("FAKE_LOG")
     if log:
         open(log, "a").write(" ".join(requirements) + "\\n")
@@ -30,6 +31,12 @@ FAKE_INSTALLER = textwrap.dedent('''
         for name in files:
             os.chmod(os.path.join(root, name), 0o644)
     open(os.path.join(target, "onlyhere.py"), "w").write("THREE = 3\\n")
+    released = os.environ.get("FAKE_RELEASED")  # a released copy of a package, as a dependency would pull in
+    if released:
+        name, _, source = released.partition(":")
+        os.makedirs(os.path.join(target, name))
+        open(os.path.join(target, name, "__init__.py"), "w").write("")
+        open(os.path.join(target, name, "ops.py"), "w").write(source.replace("\\\\n", "\\n"))
     if os.environ.get("FAKE_LINK"):
         os.symlink(os.environ["FAKE_LINK"], os.path.join(target, "onlyhere_link"))
 ''')
@@ -43,5 +50,5 @@ def use_fake_installer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FAKE_RUNNER", str(pyenv.runner_environment()))
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "builds.log"))
     monkeypatch.setattr(pyenv, "installer_command",
-                        lambda target, reqs: ("fake", [sys.executable, str(script), str(target), str(reqs)]))
+                        lambda target, reqs: ("fake", [sys.executable, str(script), str(target), "--", *reqs]))
     return tmp_path / "builds.log"

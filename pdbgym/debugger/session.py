@@ -10,10 +10,12 @@ the session; breakpoints survive restarts, shifted by the edits recorded in betw
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +39,33 @@ INTERRUPT_GRACE_S = 2.0
 STARTUP_TIMEOUT_S = 60.0
 
 
+# Options of a task's test command that cannot run under one pdb session: workers, and reruns.
+_SPREADING_OPTIONS = {"-n", "--numprocesses", "--dist", "--maxprocesses", "--reruns"}  # each takes a value
+_SPREADING_PLUGINS = {"xdist", "rerunfailures"}
+
+
+def session_options(options: Sequence[str]) -> list[str]:
+    """``options`` (a task's pytest options) without those that spread a run over processes (xdist's
+    ``-n``, ``--dist``; ``-p xdist``) or repeat it: under pdb the test runs once, in this process."""
+    kept: list[str] = []
+    given = iter(options)
+    for option in given:
+        name, has_value, _ = option.partition("=")
+        if name in _SPREADING_OPTIONS:
+            if not has_value:
+                next(given, None)
+            continue
+        if option.startswith("-n") and option[2:] and (option[2:].isdigit() or option[2:] in ("auto", "logical")):
+            continue
+        if option == "-p":
+            plugin = next(given, "")
+            if plugin.partition(".")[0] not in _SPREADING_PLUGINS:
+                kept += [option, plugin]
+            continue
+        kept.append(option)
+    return kept
+
+
 class DebuggerError(PdbgymError):
     """The pdb session could not be started or used."""
 
@@ -50,6 +79,7 @@ class PdbReply:
     restarted: bool = False  # the session was restarted (program ended, quit, or interrupt failed)
     program_ended: bool = False  # the debuggee finished (test passed/failed); session restarted
     note: str = ""  # human-readable explanation of the above, for the observation
+    exit_status: int | None = None  # pytest's exit status when the program finished by itself
 
 
 @dataclass
@@ -74,6 +104,8 @@ class PdbSession:
         command_timeout_s: float = 10.0,
         keep_spare: bool = True,
         zygote: Zygote | None = None,
+        pytest_args: Sequence[str] = (),
+        import_roots: Sequence[str] = (),
     ) -> None:
         self.sandbox = sandbox
         self.workspace = Path(workspace).resolve()
@@ -85,6 +117,13 @@ class PdbSession:
         # A pytest fork server whose sandbox holds the workspace: each start is a fork of its warm
         # interpreter (no spare needed); None, or once it fails, a fresh process per start.
         self.zygote = zygote
+        # The task's own pytest options (its ``test_command``: ``-o pythonpath=src``, ``--noconftest``...),
+        # before the session's, so the run under pdb is the run that is graded; options that would spread
+        # the test over workers are left out.
+        self.pytest_args = session_options(pytest_args)
+        # Repo-relative folders the project's code is imported from besides the root (a src layout),
+        # first on the session's path as they are in the graded run.
+        self.import_roots = [str(self.workspace / rel) for rel in import_roots if rel not in ("", ".")]
         test_file = test_node.split("::", 1)[0]
         if not (self.workspace / test_file).is_file():
             raise DebuggerError(
@@ -188,12 +227,15 @@ class PdbSession:
         fork server, when there is one: a child that already has pytest, and so answers as a spare."""
         # breakpoint() in the project stops in this session's debugger, not a nested one.
         env = sandbox_env(self.workspace, {"PYTHONBREAKPOINT": "__main__.breakpoint_hook"})
+        if self.import_roots:
+            env["PYTHONPATH"] = os.pathsep.join([str(self.workspace), *self.import_roots])
+        flags = [*self.pytest_args, *PYTEST_FLAGS, self.test_node]
         if self.zygote is not None:
             try:
-                return self.zygote.spawn_pty(["--spare", *PYTEST_FLAGS, self.test_node], self.workspace, env)
+                return self.zygote.spawn_pty(["--spare", *flags], self.workspace, env)
             except ZygoteError:
                 self.zygote = None  # gone or refusing: fresh processes from now on
-        argv = [self.python, "-P", str(LAUNCHER), *(["--spare"] if spare else []), *PYTEST_FLAGS, self.test_node]
+        argv = [self.python, "-P", str(LAUNCHER), *(["--spare"] if spare else []), *flags]
         return self.sandbox.spawn_pty(argv, self.workspace, self.limits, env)
 
     def _spawn(self, breakpoints: list[Breakpoint], retiring: PtyTerminal | None = None) -> str:
@@ -289,6 +331,7 @@ class PdbSession:
             output=f"{outcome.output}\n{self.last_start_output}" if outcome.output else self.last_start_output,
             interrupted=interrupted, restarted=True, program_ended=why != "pdb quit",
             note=f"{note}{why}; the session was restarted at a fresh first prompt. {restart_note}".strip(),
+            exit_status=record.get("status") if record is not None and isinstance(record.get("status"), int) else None,
         )
 
     def _interrupt(self, output_so_far: str, timeout_s: float) -> PdbReply:

@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.debugger import PdbSession
 from pdbgym.env import files, zygotes
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
 from pdbgym.episode_defaults import EPISODE
@@ -23,7 +22,7 @@ from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.sandbox.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.model import Task
-from pdbgym.tasks.taskenv import task_sandbox
+from pdbgym.tasks.taskenv import task_sandbox, task_session
 from pdbgym.tasks.wrongsite import wrong_site_outcome
 from pdbgym.termination import TERMINATION_REASONS
 
@@ -125,9 +124,8 @@ class DebugEnv:
     def _start_session(self) -> str:
         node = self.task.FAIL_TO_PASS[0]
         try:
-            self.session = PdbSession(
-                self.sandbox, self.ws, node, command_timeout_s=self.config.command_timeout_s, zygote=self._zygote
-            )
+            self.session = task_session(self.task, self.sandbox, self.ws, node,
+                                        command_timeout_s=self.config.command_timeout_s, zygote=self._zygote)
             output = self.session.start()
         except PdbgymError as exc:
             self.session = None

@@ -1,12 +1,15 @@
-"""Start pytest for a task's tests in an isolated interpreter: ``python -I -B .../pdbgym/tasks/launch.py
+"""Start pytest for a task's tests in an isolated interpreter: ``python -I -B .../pdbgym/grading/launch.py
 ROOT [pytest arguments...]``.
 
 ``-I`` drops the user site and every ``PYTHON*`` variable and keeps the working folder and this script's
 folder off ``sys.path``; pdbgym itself is found where it is installed, or else next to this file.
-Here ``ROOT`` (the project) is appended to the END of ``sys.path``, so no project module can shadow the
-standard library, pytest or pdbgym; pytest, every one of its default plugins, pytest-timeout and the
-report plugin are imported before any project code, and the process leaves with ``os._exit`` taken at
-start, so exit hooks a project registers never run and cannot change the exit status.
+While pytest, every one of its default plugins, pytest-timeout and the report plugin are imported,
+``ROOT`` (the project) is at the END of ``sys.path``, so no project module can stand in for them; then,
+before any project code runs, the project's import roots (``pdbgym.grading.layout``: the root, and a
+src layout's or ``package-dir``'s folder) move ahead of the task's environment, after the standard
+library, so the repo's code is what the tests import even when a released copy of the project is
+installed beside it. The process leaves with ``os._exit`` taken at start, so exit hooks a project
+registers never run and cannot change the exit status.
 
 The three steps (``prepare``, ``import_runner``, ``run``) are also what a child of the pytest fork server
 (``pdbgym.grading.server``) does: the server imports the runner once, each forked child prepares and runs.
@@ -62,6 +65,13 @@ def run(args: list[str]) -> int:
     pytest_timeout = importlib.import_module("pytest_timeout")
     from pdbgym.grading import plugin as report  # its plugin reads ROOT_ENV and the channel when built
 
+    root = os.environ.get(ROOT_ENV)
+    if root:
+        # pdbgym is importable only once ``prepare`` set sys.path (this file runs as a script), and the
+        # runner must be imported before the project's folders move ahead of the environment.
+        from pdbgym.grading import layout
+
+        layout.put_first(layout.import_roots(root), sys.path)
     plugin = report.plugin_from_env()
     # pdbgym's modules leave sys.modules before any project code runs: the plugin is reachable only
     # through pytest, and an import of pdbgym by the project loads a fresh copy that holds nothing.

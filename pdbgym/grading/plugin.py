@@ -47,6 +47,7 @@ from pdbgym.grading.guard import (
     install_audit_hook,
     library_dirs,
 )
+from pdbgym.grading.layout import import_roots, project_names
 from pdbgym.grading.protect import is_protected_path, protected_digests
 
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
@@ -140,6 +141,20 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
     from _pytest.python import Function
 
     pristine = PristineCode(abspath(root), protected, _rewrite_test) if root else None
+    roots, module_type = tuple_(r.rstrip(sep) + sep for r in import_roots(root)) if root else (), type_(sys)
+    own_names = project_names([r.rstrip(sep) for r in roots])
+
+    def foreign_modules() -> dict[str, str]:
+        # Project modules imported from elsewhere than the repo (a released copy in the environment):
+        # the tests then ran that copy, not the code under test. Reported, not judged as forgery.
+        found: dict[str, str] = {}
+        for name, module in list_(modules.items()):
+            if type_(module) is not module_type or name.partition(".")[0] not in own_names:
+                continue
+            filename = vars_(module).get("__file__")
+            if isinstance_(filename, str_) and not abspath(filename).startswith(roots):
+                found[name] = filename
+        return dict(list_(found.items())[:20])
 
     def digest_now(rel: str) -> str | None:
         path = join(root or "", rel)
@@ -370,7 +385,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
         problems = list_(dict.fromkeys(problems))  # one line per distinct finding
         send({"kind": "end", "exitstatus": int_(session.exitstatus), "phases": state["phases"], "pipe": pipe(),
               "collect_errors": state["collect_errors"],
-              "subtests": state["subtests"], "selfcheck": problems[:20]})
+              "subtests": state["subtests"], "selfcheck": problems[:20], "foreign": foreign_modules()})
 
     state["snap"] = snapshot()
     send({"kind": "start", "pid": getpid(), "pipe": pipe()})

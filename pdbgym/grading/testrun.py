@@ -58,6 +58,7 @@ class SuiteRun:
     returncode: int | None = None
     tampered: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    foreign: dict[str, str] = field(default_factory=dict)  # project modules imported from outside the repo
 
     def passed(self, node: str) -> bool:
         """A test missing from the report (not collected, crashed run, timeout) counts as failed."""
@@ -256,5 +257,6 @@ def run_tests(
         returncode=result.returncode,
         tampered=verdict.tampered,
         refused=verdict.refused,
+        foreign=verdict.foreign,
     )
 

@@ -41,11 +41,13 @@ _SUMMARY = re.compile(r"^((?:\d+ [a-z]+(?: [a-z]+)?)(?:, \d+ [a-z]+(?: [a-z]+)?)
 class Verdict(NamedTuple):
     """What a run's stream and ending say. ``outcomes``: node id -> passed/failed/error/skipped/incomplete
     (or ``refused``: reported passed in a run whose ending passes nothing); ``tampered``: signs of forgery;
-    ``refused``: why the run's ending passes nothing (empty for a normal ending)."""
+    ``refused``: why the run's ending passes nothing (empty for a normal ending); ``foreign``: the project's
+    modules the run imported from outside the repo (a released copy installed beside it), by name."""
 
     outcomes: dict[str, str]
     tampered: list[str]
     refused: list[str]
+    foreign: dict[str, str] = {}  # project modules the run imported from outside the repo: name -> file
 
 
 def decode_records(stream: bytes) -> tuple[list[dict], list[str]]:
@@ -179,7 +181,8 @@ def judge(stream: bytes, nodes: list[str], returncode: int | None, timed_out: bo
     refused = abnormal_ending(returncode, timed_out, end is not None, output)
     if refused:
         outcomes = {nodeid: "refused" if o == "passed" else o for nodeid, o in outcomes.items()}
-    return Verdict(outcomes, tampered, refused)
+    foreign = end.get("foreign") if end is not None and isinstance(end.get("foreign"), dict) else {}
+    return Verdict(outcomes, tampered, refused, {str(k): str(v) for k, v in foreign.items()})
 
 
 def abnormal_ending(returncode: int | None, timed_out: bool, has_end: bool, output: str) -> list[str]:

@@ -14,6 +14,9 @@ A build runs the installer (``uv`` where it is on PATH, else pip) into a staging
 only (no requirement's code runs on the host while installing), checks the tree (no links, nothing but
 files and folders), makes it read-only, writes ``env.json`` and only then renames the folder to its key:
 a folder named by a key is always whole. Builds of one key wait on each other (a lock file).
+
+Requirements reach the installer as arguments after ``--``, never in a ``-r`` file, where pip and uv
+expand ``${VAR}`` from the host's environment (its value came back in the error); ``$`` and ``===`` are refused.
 """
 
 from __future__ import annotations
@@ -48,7 +51,10 @@ ENV_MOUNT = "/pdbgym-env"  # where the sandbox sees the task's site-packages
 MANIFEST = "env.json"
 SITE_DIR = "site-packages"
 RUNNER_DISTRIBUTIONS = ("pytest", "pytest-timeout")  # what pdbgym's grading run and pdb session import
-PINNED_OPERATORS = ("==", "===")
+PINNED_OPERATORS = ("==",)  # not "===": arbitrary equality pins any string, not a version
+# What pip takes a requirement argument ending in for a local archive file (``_get_url_from_path``).
+ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar", ".tgz", ".tar.gz", ".tbz", ".tar.bz2", ".txz", ".tar.xz", ".tlz",
+                    ".tar.lz", ".tar.lzma")
 STAGING_STALE_S = 3600.0  # a staging folder older than this is a killed build's, removed by prune
 
 
@@ -91,6 +97,10 @@ def requirement_problem(line: object) -> str | None:
         return f"{text[:80]!r} is an installer option, not a requirement; name a package as NAME==VERSION"
     if any(ch in text for ch in "\n\r\0\\"):
         return f"{text[:80]!r} holds a line break, NUL or backslash"
+    if "$" in text:  # installers expand ${VAR} from the host's environment in requirements files
+        return f"{text[:80]!r} holds '$'; environment variables are never expanded here, write NAME==VERSION"
+    if "===" in text:
+        return f"{text[:80]!r} uses '===' (arbitrary equality); write NAME==VERSION with a real version"
     try:
         requirement = Requirement(text)
     except InvalidRequirement as exc:
@@ -100,6 +110,8 @@ def requirement_problem(line: object) -> str | None:
     specs = list(requirement.specifier)
     if len(specs) != 1 or specs[0].operator not in PINNED_OPERATORS or "*" in specs[0].version:
         return f"{text[:80]!r} is not pinned; write {requirement.name}==VERSION"
+    if specs[0].version.lower().endswith(ARCHIVE_SUFFIXES):  # pip reads `x==1+a.zip` as a file in its cwd
+        return f"{text[:80]!r} looks like an archive's file name; write {requirement.name}==VERSION"
     return None
 
 
@@ -295,15 +307,18 @@ def list_environments() -> list[EnvironmentInfo]:
     return [info for info in found if info is not None]
 
 
-def installer_command(target: Path, requirement_file: Path) -> tuple[str, list[str]]:
-    """(installer name, argv): ``uv pip install`` where uv is on PATH, else pip; wheels only, into ``target``."""
+def installer_command(target: Path, requirements: Sequence[str]) -> tuple[str, list[str]]:
+    """(installer name, argv): ``uv pip install`` where uv is on PATH, else pip; wheels only, into ``target``.
+
+    Each requirement is one argument after ``--`` (never a ``-r`` file, whose ``${VAR}`` the installer would
+    expand from the host's environment). pip's own settings (``PIP_INDEX_URL``, ``PIP_FIND_LINKS``,
+    ``PIP_NO_INDEX``, its config files) still apply: they come from the user, not from a task."""
     uv = shutil.which("uv")
     if uv:
         return "uv", [uv, "pip", "install", "--target", str(target), "--python", sys.executable,
-                      "--only-binary", ":all:", "--compile-bytecode", "--no-progress", "-r", str(requirement_file)]
+                      "--only-binary", ":all:", "--compile-bytecode", "--no-progress", "--", *requirements]
     return "pip", [sys.executable, "-m", "pip", "install", "--target", str(target), "--only-binary", ":all:",
-                   "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
-                   "-r", str(requirement_file)]
+                   "--no-input", "--disable-pip-version-check", "--no-warn-script-location", "--", *requirements]
 
 
 def ensure_environment(requirements: Sequence[str], on_line: Callable[[str], None] | None = None,
@@ -332,9 +347,7 @@ def _build(requirements: list[str], key: str, final: Path, on_line: Callable[[st
            timeout_s: float) -> EnvironmentInfo:
     staging = Path(tempfile.mkdtemp(prefix=f".building-{key}-", dir=final.parent))
     try:
-        requirement_file = staging / "requirements.txt"
-        requirement_file.write_text("\n".join([*requirements, *runner_pins()]) + "\n")
-        installer, argv = installer_command(staging / SITE_DIR, requirement_file)
+        installer, argv = installer_command(staging / SITE_DIR, [*requirements, *runner_pins()])
         started = time.monotonic()
         output = _run_installer(argv, on_line, timeout_s)
         if output is not None:
@@ -343,7 +356,6 @@ def _build(requirements: list[str], key: str, final: Path, on_line: Callable[[st
                 f"building the environment of {', '.join(requirements) or 'no requirements'} with {installer} "
                 f"failed{' at ' + ', '.join(named) if named else ''}:\n{output[-3000:].strip()}")
         build_s = time.monotonic() - started
-        requirement_file.unlink()
         size, files = finish_tree(staging / SITE_DIR)
         manifest = {"key": key, "requirements": requirements, "runner": list(runner_pins()), "python": python_tag(),
                     "installer": installer, "build_s": round(build_s, 3), "bytes": size, "files": files,

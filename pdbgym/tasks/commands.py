@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from pdbgym.progress import progress
+from pdbgym.tasks.report import Outcome, print_outcomes, print_whole
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -77,18 +79,6 @@ def ladder_command(
     print_whole(counts, console)
 
 
-def print_whole(renderable: Any, out: Console) -> None:
-    """Print ``renderable`` uncut: on a terminal at its width, else (a pipe, a file) as wide as it needs.
-
-    Piped output has no width to respect, and rich's default of 80 columns would cut table cells.
-    """
-    if out.is_terminal:
-        out.print(renderable)
-        return
-    needed = out.measure(renderable, options=out.options.update_width(10_000)).maximum
-    Console(file=out.file, width=max(out.width, needed), no_color=out.no_color).print(renderable)
-
-
 @app.command("validate")
 def validate_command(
     spec: SpecArg = "builtin",
@@ -108,19 +98,51 @@ def validate_command(
         reports = validate_spec(spec, sandbox=box, workers=workers or None, check_debugger=not no_debugger,
                                 on_done=lambda _r: bars.advance(bar),
                                 on_total=lambda total: bars.update(bar, total=total))
-    failed = [r for r in reports if not r.ok]
     if as_json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
     else:
-        table = Table(title=f"validation of {spec} ({box.name} sandbox)")
-        for column in ("instance_id", "result", "seconds", "problems"):
-            table.add_column(column)
-        for r in reports:
-            table.add_row(r.instance_id, "[green]ok[/]" if r.ok else "[red]FAIL[/]", f"{r.duration_s:.1f}",
-                          "\n".join(r.problems) or "-")
-        console.print(table)
-        console.print(f"{len(reports) - len(failed)}/{len(reports)} tasks valid")
-    if failed:
+        outcomes = [Outcome(r.instance_id, r.ok, "\n".join(r.problems), {"seconds": f"{r.duration_s:.1f}"})
+                    for r in reports]
+        print_outcomes(console, f"validation of {spec} ({box.name} sandbox)", outcomes, what="tasks valid",
+                       detail_column="problems")
+    if any(not r.ok for r in reports):
+        raise typer.Exit(1)
+
+
+def import_swebench_command(
+    jsonl: Annotated[Path, typer.Argument(help="SWE-bench / SWE-Gym / SWE-smith JSONL (FAIL_TO_PASS/PASS_TO_PASS "
+                                               "lists or JSON strings).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder to write task folders into.")],
+    mirrors: Annotated[Path | None, typer.Option(
+        "--mirrors", file_okay=False, exists=True,
+        help="Folder of git repositories (bare or not) at OWNER/NAME, OWNER/NAME.git, OWNER__NAME or "
+             "OWNER__NAME.git, for rows giving 'repo' and 'base_commit'. A repository not found there is "
+             "cloned into $PDBGYM_HOME/repos.")] = None,
+    no_clone: Annotated[bool, typer.Option("--no-clone", help="Never clone: a repository not in --mirrors (or "
+                                                                "the clone cache) fails its rows.")] = False,
+    repos: Annotated[Path | None, typer.Option(
+        "--repos", help="Folder holding <instance_id>/ checkouts for rows without repo_path.")] = None,
+    build_envs: Annotated[bool, typer.Option("--build-envs", help="Build each task's environment now (its "
+                                                                  "'requirements'); a row that fails is reported.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print per-row outcomes as JSON.")] = False,
+) -> None:
+    """Turn SWE-bench-style JSONL rows into task folders; every row is tried, and a table ends the run.
+    Exit status 1 when any row failed."""
+    # the command's code loads when it runs: every other command starts without it
+    from pdbgym.tasks.swebench import import_swebench
+
+    with progress(Console(stderr=True), disable=as_json) as bars:
+        bar = bars.add_task("importing rows", total=None)
+        outcomes = import_swebench(jsonl, out, repos, build_environments=build_envs, mirrors=mirrors,
+                                   clone=not no_clone, on_done=lambda _o: bars.advance(bar))
+    if as_json:
+        print(json.dumps([{"line": o.line, "instance_id": o.instance_id, "task_dir": str(o.task_dir or ""),
+                           "origin": o.origin, "error": o.error} for o in outcomes]))
+    else:
+        rows = [Outcome(o.instance_id, not o.error, o.error or f"{o.task_dir}  (from {o.origin})",
+                        {"line": str(o.line)}) for o in outcomes]
+        print_outcomes(console, f"import of {jsonl} into {out}", rows, what="rows imported", ok_word="imported")
+    if any(o.error for o in outcomes):
         raise typer.Exit(1)
 
 
@@ -131,4 +153,13 @@ def _mount_synthesis() -> None:
     register(app)
 
 
+def _mount_swebench_import() -> None:
+    """``import-swebench`` with --mirrors/--build-envs, in place of the plain one the synthesis commands add
+    (typer keeps the last command of a name, but one entry per name keeps ``--help`` honest)."""
+    app.registered_commands[:] = [c for c in app.registered_commands if c.name != "import-swebench"]
+    app.command("import-swebench", help="Turn SWE-bench-style JSONL rows (repo + base_commit, or a local "
+                                        "checkout) into pdbgym task folders.")(import_swebench_command)
+
+
 _mount_synthesis()
+_mount_swebench_import()

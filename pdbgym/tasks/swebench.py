@@ -1,9 +1,11 @@
 """SWE-bench-style JSONL interchange, so SWE-smith / SWE-Gym / SWE-bench tasks run in pdbgym (and back).
 
 A row holds ``instance_id``, ``patch`` (the reference fix), ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` (JSON
-lists, or JSON-encoded strings of lists as SWE-bench stores them), and ``repo_path``: a local checkout of
-the buggy repository. An optional ``test_patch`` (SWE-bench's tests that expose the bug) is applied to
-the copy. The instance's environment comes from ``requirements`` (a list of pinned ``NAME==VERSION``, or
+lists, or JSON-encoded strings of lists as SWE-bench stores them), and the buggy repository: either
+``repo`` (``owner/name``) and ``base_commit`` as SWE-bench, SWE-Gym and SWE-smith publish them (the tree
+at that commit, from a local mirror or a cached clone: ``pdbgym.tasks.mirrors``), or ``repo_path``, a
+local checkout (or ``<--repos>/<instance_id>``). An optional ``test_patch`` (SWE-bench's tests that expose
+the bug) is applied to the tree. The instance's environment comes from ``requirements`` (a list of pinned ``NAME==VERSION``, or
 their lines as one string) or ``requirements_file`` (a requirements file, relative to the JSONL's folder,
 pinned lines only); it is recorded in task.json and, with ``build_environments``, built at import, so
 an instance whose environment cannot be set up is reported then. Other fields are kept in task.json.
@@ -13,13 +15,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdbgym.errors import PdbgymError
+from pdbgym.errors import PdbgymError, TaskFormatError
 from pdbgym.fileio import write_text_atomic
 from pdbgym.sandbox.pyenv import check_requirements, ensure_environment
+from pdbgym.tasks.mirrors import RepoSource, commit_problem, repo_name_problem
 from pdbgym.tasks.model import REPO_DIR, Task, instance_id_problem, load_task, write_task
 from pdbgym.tasks.patches import apply_patch
 
@@ -39,6 +44,7 @@ class ImportOutcome:
     instance_id: str
     task_dir: Path | None = None
     error: str = ""
+    origin: str = ""  # where repo/ came from: a checkout, or a mirror or clone at a commit
 
 
 def decode_test_list(value: Any, name: str, where: str) -> list[str]:
@@ -53,16 +59,41 @@ def decode_test_list(value: Any, name: str, where: str) -> list[str]:
     return value
 
 
-def _checkout_for(row: dict[str, Any], repos_root: Path | None, where: str) -> Path:
+def _local_checkout(row: dict[str, Any], repos_root: Path | None, where: str) -> Path | None:
+    """The row's local checkout: ``repo_path``, else ``<repos_root>/<instance_id>`` when that exists or the
+    row gives no ``repo``/``base_commit`` to fetch instead; None when the row is to come from git."""
     if row.get("repo_path"):
         path = Path(str(row["repo_path"])).expanduser()
-    elif repos_root is not None:
+    elif repos_root is not None and ((repos_root / str(row["instance_id"])).is_dir() or not _names_commit(row)):
         path = repos_root / str(row["instance_id"])
+    elif _names_commit(row):
+        return None
     else:
-        raise SwebenchError(f"{where}: no 'repo_path' in the row and no --repos folder to look in")
+        raise SwebenchError(f"{where}: no 'repo' and 'base_commit' (as SWE-bench publishes them), no 'repo_path' "
+                            "and no --repos folder; give the row 'repo' and 'base_commit' (and pass --mirrors DIR "
+                            "holding a clone, or let pdbgym clone it) or a 'repo_path'")
     if not path.is_dir():
         raise SwebenchError(f"{where}: repository checkout {path} not found; clone it locally or fix 'repo_path'")
     return path
+
+
+def _names_commit(row: dict[str, Any]) -> bool:
+    return row.get("repo") is not None or row.get("base_commit") is not None
+
+
+def _export_commit(row: dict[str, Any], source: RepoSource, dest: Path, where: str) -> str:
+    """Write the tree of the row's ``base_commit`` of ``repo`` into ``dest``; a line saying from where."""
+    checks = (("repo", repo_name_problem(row.get("repo"))), ("base_commit", commit_problem(row.get("base_commit"))))
+    for name, problem in checks:
+        if name not in row or row[name] is None:
+            raise SwebenchError(f"{where}: field '{name}' is missing; a row fetched from git needs both 'repo' "
+                                "(owner/name) and 'base_commit' (a commit sha)")
+        if problem is not None:
+            raise SwebenchError(f"{where}: field '{name}' {problem}; fix the row (nothing was fetched)")
+    try:
+        return source.export(str(row["repo"]), str(row["base_commit"]), dest)
+    except PdbgymError as exc:
+        raise SwebenchError(f"{where}: field 'repo'/'base_commit': {exc}") from exc
 
 
 def _folder_name(instance_id: Any, where: str) -> str:
@@ -97,13 +128,21 @@ def row_requirements(row: dict[str, Any], base: Path, where: str) -> list[str] |
 
 
 def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = None, where: str = "row",
-                base: Path = Path(".")) -> Path:
-    """Write one row as a task folder under ``out_dir`` (replacing an earlier import of the same id)."""
+                base: Path = Path("."), source: RepoSource | None = None) -> Path:
+    """Write one row as a task folder under ``out_dir`` (replacing an earlier import of the same id).
+    ``source`` finds repositories for rows that name ``repo``/``base_commit`` (default: no mirrors, clone
+    when missing)."""
+    return _row_to_task(row, out_dir, repos_root, where, base, source or RepoSource())[0]
+
+
+def _row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None, where: str, base: Path,
+                 source: RepoSource) -> tuple[Path, str]:
+    """``row_to_task``, also saying where repo/ came from (the import's report shows it)."""
     for name in ("instance_id", "patch", *_LIST_FIELDS):
         if name not in row:
             raise SwebenchError(f"{where}: missing required field '{name}'")
     instance_id = _folder_name(row["instance_id"], where)
-    checkout = _checkout_for(row, repos_root, where)
+    checkout = _local_checkout(row, repos_root, where)
     data = {k: v for k, v in row.items() if k not in _DROPPED_ON_IMPORT and v is not None}
     requirements = row_requirements(row, base, where)
     if requirements is not None:
@@ -114,57 +153,88 @@ def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = No
     staging = out_dir / f".importing-{instance_id}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        shutil.copytree(checkout, staging / REPO_DIR, symlinks=True,
-                        ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache"))
+        if checkout is not None:
+            shutil.copytree(checkout, staging / REPO_DIR, symlinks=True,
+                            ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache"))
+            origin = f"checkout {checkout}"
+        else:
+            origin = _export_commit(row, source, staging / REPO_DIR, where)
         if row.get("test_patch"):
             _apply(staging / REPO_DIR, str(row["test_patch"]), where)
-        write_task(staging, data)
-        load_task(staging)
+        _write_and_load(staging, data, where)
         if final_dir.exists():
             shutil.rmtree(final_dir)
         staging.rename(final_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return final_dir
+    return final_dir, origin
+
+
+def _write_and_load(staging: Path, data: dict[str, Any], where: str) -> None:
+    """task.json written and the folder loaded as a task; a problem is named with the row, not with the
+    staging folder it was found in (a name the user never sees again)."""
+    try:
+        write_task(staging, data)
+        load_task(staging)
+    except TaskFormatError as exc:
+        raise SwebenchError(f"{where}: {str(exc).replace(str(staging), '<task>')}; fix the row") from exc
 
 
 def _apply(repo: Path, patch: str, where: str) -> None:
     try:  # checked, inside the repo, without git's repository discovery (see tasks/patches.py)
         apply_patch(repo, patch)
     except PdbgymError as exc:
-        raise SwebenchError(f"{where}: test_patch does not apply to the checkout: {str(exc)[:300]}") from exc
+        raise SwebenchError(f"{where}: field 'test_patch' does not apply to the repository: {str(exc)[:300]}; "
+                            "check 'base_commit' (the tree the patch was made against)") from exc
 
 
 def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Path | None = None,
-                    build_environments: bool = False) -> list[ImportOutcome]:
+                    build_environments: bool = False, mirrors: str | Path | None = None, clone: bool = True,
+                    on_done: Callable[[ImportOutcome], None] | None = None) -> list[ImportOutcome]:
     """Import every row of ``jsonl``; a bad row is reported in its outcome and never stops the rest.
+    Rows naming ``repo``/``base_commit`` take their tree from ``mirrors`` (``mirror_candidates``) or a
+    clone cached under ``$PDBGYM_HOME/repos`` (made when missing, unless ``clone`` is off).
     With ``build_environments`` each instance's environment is built (or found in the cache) too: one
-    that cannot be is that row's error, and its folder is not kept."""
+    that cannot be is that row's error, and its folder is not kept. ``on_done`` hears each outcome."""
     source = Path(jsonl)
     if not source.is_file():
         raise SwebenchError(f"{source}: no such JSONL file")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    repos = RepoSource(Path(mirrors) if mirrors else None, clone=clone)
     outcomes: list[ImportOutcome] = []
     for number, line in enumerate(source.read_text().splitlines(), start=1):
         if not line.strip():
             continue
-        where = f"{source}:{number}"
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise SwebenchError(f"{where}: a row must be a JSON object")
-            task_dir = row_to_task(row, out, Path(repos_root) if repos_root else None, where, source.parent)
-            if build_environments:
-                _set_up(task_dir, where)
-            outcomes.append(ImportOutcome(number, str(row["instance_id"]), task_dir))
-        except json.JSONDecodeError as exc:
-            outcomes.append(ImportOutcome(number, "", error=f"{where}: not valid JSON ({exc})"))
-        except PdbgymError as exc:
-            outcomes.append(ImportOutcome(number, str(row.get("instance_id", "")), error=str(exc)))
-        except OSError as exc:  # an unreadable checkout or a full disk spoils this row, not the rest
-            outcomes.append(ImportOutcome(number, str(row.get("instance_id", "")), error=f"{where}: {exc}"))
+        outcome = _import_line(line, f"{source}:{number}", number, out, repos_root, repos, build_environments,
+                               source.parent)
+        outcomes.append(outcome)
+        if on_done is not None:
+            on_done(outcome)
     return outcomes
+
+
+def _import_line(line: str, where: str, number: int, out: Path, repos_root: str | Path | None, repos: RepoSource,
+                 build_environments: bool, base: Path) -> ImportOutcome:
+    """One row's outcome; every error names the row by its line and, once known, its instance id."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return ImportOutcome(number, "", error=f"{where}: not valid JSON ({exc})")
+    if not isinstance(row, dict):
+        return ImportOutcome(number, "", error=f"{where}: a row must be a JSON object")
+    instance_id = str(row.get("instance_id", ""))
+    if instance_id:
+        where = f"{where} ({instance_id[:80]})"
+    try:
+        task_dir, origin = _row_to_task(row, out, Path(repos_root) if repos_root else None, where, base, repos)
+        if build_environments:
+            _set_up(task_dir, where)
+        return ImportOutcome(number, instance_id, task_dir, origin=origin)
+    except PdbgymError as exc:
+        return ImportOutcome(number, instance_id, error=str(exc))
+    except (OSError, subprocess.SubprocessError) as exc:  # an unreadable checkout, a full disk, a hung git
+        return ImportOutcome(number, instance_id, error=f"{where}: {exc}")
 
 
 def _set_up(task_dir: Path, where: str) -> None:

@@ -1,4 +1,5 @@
-"""A task's sandbox: the given one with the task's environment mounted (docs/task-format.md, "requirements").
+"""A task's sandbox: the given one with the task's environment mounted (docs/task-format.md, "requirements");
+and a task's pdb session, run as its graded run is (``task_session``).
 
 A task that declares ``requirements`` gets its environment from the cache (``pdbgym.sandbox.pyenv``),
 built first when missing: the only step that reaches the network, on the host, before any command of
@@ -8,8 +9,13 @@ the task runs. A task without them gets the runner environment (pytest alone) un
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+from pdbgym.debugger import PdbSession
 from pdbgym.errors import SandboxError
+from pdbgym.grading.layout import package_folders
+from pdbgym.grading.subject import pytest_options
 from pdbgym.sandbox import Sandbox
 from pdbgym.sandbox.pyenv import EnvironmentInfo, ensure_environment
 from pdbgym.tasks.model import Task
@@ -31,3 +37,12 @@ def task_sandbox(sandbox: Sandbox, task: Task, on_line: Callable[[str], None] | 
     info = task_environment(task, on_line)
     wanted = info.site_packages if info is not None else None
     return sandbox if sandbox.site_packages == wanted else sandbox.with_site_packages(wanted)
+
+
+def task_session(task: Task, sandbox: Sandbox, workspace: Path, node: str | None = None, **options: Any) -> PdbSession:
+    """A pdb session on ``node`` (the task's first FAIL_TO_PASS test) in ``workspace``, started with the
+    task's own pytest options and with its package folders (a src layout) first on the path, as the
+    graded run has them, so ``continue`` reaches the failure the grading run sees."""
+    return PdbSession(sandbox, workspace, node or task.FAIL_TO_PASS[0],
+                      pytest_args=pytest_options(task.test_command) or [],
+                      import_roots=package_folders(str(task.repo)), **options)

@@ -9,12 +9,12 @@ a live pdb session reaches its prompt on the first failing test.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pdbgym.debugger import PdbSession
 from pdbgym.errors import PdbgymError
 from pdbgym.grading.subject import test_command_problem
 from pdbgym.grading.testrun import SuiteRun, failure_reason, run_tests
@@ -23,7 +23,7 @@ from pdbgym.sandbox.workspace import escaping_links
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.patches import PatchEditsTestsError, UnsafePatchError, apply_patch, check_patch
 from pdbgym.tasks.suites import resolve_tasks_lenient
-from pdbgym.tasks.taskenv import task_sandbox
+from pdbgym.tasks.taskenv import task_sandbox, task_session
 from pdbgym.tasks.wrongsite import has_wrong_site_info, wrong_sites
 
 
@@ -73,6 +73,14 @@ def _runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> tuple[Suite
         report.checks["fail_to_pass_fail_before"] = not still_passing
         if still_passing:
             report.problems.append(f"FAIL_TO_PASS test(s) pass on the buggy repo: {still_passing}")
+        report.checks["tests_import_the_repo"] = not before.foreign
+        if before.foreign:
+            shown = ", ".join(f"{name} from {file}" for name, file in sorted(before.foreign.items())[:5])
+            report.problems.append(
+                f"the tests imported the project's code from outside the repo ({shown}): a released copy is "
+                "installed in the task's environment (often pulled in by a test dependency that requires the "
+                "project); drop it from the requirements, or declare the repo's package folder (src layout: "
+                "[tool.setuptools.package-dir] in pyproject.toml) so the repo comes first")
         broken = before.failing(task.PASS_TO_PASS)
         report.checks["pass_to_pass_pass_before"] = not broken
         if broken:
@@ -93,14 +101,29 @@ def _runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> tuple[Suite
 
 
 def _check_debugger(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:
+    """The pdb session starts on the first FAIL_TO_PASS test, and ``continue`` runs it to the failure the
+    graded run sees: pytest under pdb ends with tests failed (status 1), not passed (a copy of the project
+    other than the repo imported), nor an import, collection or plugin error (options the session lacks)."""
+    node = task.FAIL_TO_PASS[0]
     with Workspace.create(task.repo) as ws:
         try:
-            with PdbSession(sandbox, ws.path, task.FAIL_TO_PASS[0]) as session:
+            with task_session(task, sandbox, ws.path, command_timeout_s=30.0 + 2 * task.test_timeout_s) as session:
                 session.start()
-            report.checks["pdb_prompt"] = True
+                report.checks["pdb_prompt"] = True
+                reply = session.send("c")
         except PdbgymError as exc:
             report.checks["pdb_prompt"] = False
-            report.problems.append(f"the pdb session did not reach a prompt on {task.FAIL_TO_PASS[0]}: {exc}")
+            report.problems.append(f"the pdb session did not reach a prompt on {node}: {exc}")
+            return
+    reached = reply.program_ended and reply.exit_status == 1 and "failed" in reply.output
+    report.checks["pdb_reaches_the_failure"] = reached
+    if not reached:
+        what = (f"ended with pytest exit status {reply.exit_status}" if reply.program_ended
+                else "did not finish (interrupted)" if reply.interrupted else "did not finish")
+        report.problems.append(
+            f"continuing {node} under pdb {what}, where the graded run fails it; the session runs the task's "
+            f"test_command options ({task.test_command!r}), so an import or plugin error here means the session "
+            f"needs one it lacks. End of its output:\n{reply.output.strip()[-800:]}")
 
 
 def _check_containment(task: Task, report: ValidationReport) -> bool:
@@ -173,13 +196,18 @@ def validate_tasks(
     check_debugger: bool = True,
     on_done: Callable[[ValidationReport], None] | None = None,
 ) -> list[ValidationReport]:
-    """Validate tasks in parallel (the work is in sandboxed subprocesses, so threads suffice)."""
+    """Validate tasks in parallel (the work is in sandboxed subprocesses, so threads suffice); a task whose
+    validation raises is a failed report, never the end of the others."""
     sandbox = sandbox or get_sandbox()
     task_list = list(tasks)
     workers = workers or max(1, min(len(task_list), os.cpu_count() or 1))
 
     def one(task: Task) -> ValidationReport:
-        report = validate_task(task, sandbox, check_debugger=check_debugger)
+        try:
+            report = validate_task(task, sandbox, check_debugger=check_debugger)
+        except (PdbgymError, OSError, subprocess.SubprocessError) as exc:  # one task's trouble, not the run's
+            report = ValidationReport(task.instance_id, problems=[f"validation stopped: {exc}"],
+                                      checks={"completes": False})
         if on_done is not None:
             on_done(report)
         return report

@@ -44,8 +44,8 @@ FAILED_1 = ".F\n1 failed, 1 passed in 0.01s\n"
 
 def test_an_honest_stream_is_judged_by_its_phases():
     assert judge(_stream(*_honest()), NODES, 0, False, PASSED_2) == \
-        ({"t.py::a": "passed", "t.py::b": "passed"}, [], [])
-    outcomes, tampered, refused = judge(_stream(*_honest("failed", 1)), NODES, 1, False, FAILED_1)
+        ({"t.py::a": "passed", "t.py::b": "passed"}, [], [], {})
+    outcomes, tampered, refused, _ = judge(_stream(*_honest("failed", 1)), NODES, 1, False, FAILED_1)
     assert outcomes["t.py::b"] == "failed" and not tampered and not refused
 
 
@@ -59,7 +59,7 @@ def test_an_honest_stream_is_judged_by_its_phases():
     (lambda r: r + [r[-1]], "after the end record"),
 ])
 def test_forged_streams_are_tampered(forge, why):
-    _, tampered, _ = judge(_stream(*forge(_honest())), NODES, 0, False, PASSED_2)
+    _, tampered, *_ = judge(_stream(*forge(_honest())), NODES, 0, False, PASSED_2)
     assert any(why in t for t in tampered), tampered
 
 
@@ -227,7 +227,7 @@ def test_records_must_agree_with_pytests_own_summary():
     honest = _stream(*_honest("failed", 1))
     assert judge(honest, NODES, 1, False, "F.\n1 failed, 1 passed in 0.10s\n")[1] == []
     forged = _stream(*_honest("passed", 0))
-    _, tampered, _ = judge(forged, NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
+    _, tampered, *_ = judge(forged, NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
     assert any("summary says 1 failed" in t for t in tampered)
     # A line printed by a test is not pytest's summary unless it is the last one.
     assert judge(forged, NODES, 0, False, "1 failed in 0.1s\nmore\n2 passed in 0.10s\n")[1] == []
@@ -305,7 +305,7 @@ def test_a_collection_error_is_an_honest_failure_and_its_count_is_checked():
     collect = {"kind": "collect", "nodeid": "t.py", "outcome": "failed"}
     stream = [{"kind": "start"}, collect, {"kind": "end", "exitstatus": 2, "phases": 0, "collect_errors": 1,
                                             "selfcheck": []}]
-    outcomes, tampered, _ = judge(_stream(*stream), NODES, 2, False, "E\n1 error in 0.05s\n")
+    outcomes, tampered, *_ = judge(_stream(*stream), NODES, 2, False, "E\n1 error in 0.05s\n")
     assert outcomes == {} and tampered == []  # both tests missing: graded failed, nothing forged
     hidden = stream[:1] + stream[2:]  # the summary's error with no record of it
     assert any("summary says 1 failed or errored" in t for t in judge(_stream(*hidden), NODES, 2, False,
@@ -323,7 +323,7 @@ def test_a_forged_collect_record_cannot_explain_a_failure_away():
     collect = {"kind": "collect", "nodeid": "t.py", "outcome": "failed"}
     records = _honest()
     forged = records[:-1] + [collect, records[-1] | {"collect_errors": 1}]
-    _, tampered, _ = judge(_stream(*forged), NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
+    _, tampered, *_ = judge(_stream(*forged), NODES, 0, False, "F.\n1 failed, 1 passed in 0.10s\n")
     assert any("collection error(s) recorded, yet 6 test phase(s) ran" in t for t in tampered), tampered
 
 
@@ -358,5 +358,5 @@ def test_pytests_passed_count_must_equal_the_records():
     """A forger that prints a closing line after the real one must get the passed count exactly right."""
     honest = _stream(*_honest("passed", 0))
     assert judge(honest, NODES, 0, False, "..\n2 passed in 0.10s\n")[1] == []
-    _, tampered, _ = judge(honest, NODES, 0, False, "..\n3 passed in 0.10s\n")
+    _, tampered, *_ = judge(honest, NODES, 0, False, "..\n3 passed in 0.10s\n")
     assert any("summary says 3 passed, the records say 2" in t for t in tampered)

@@ -3,9 +3,12 @@ sandbox seeing the task's packages only (read-only)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,8 @@ def fake_installer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     "evil @ file:///etc", "evil @ https://example.invalid/evil.whl", "./evil", "/etc/passwd", "../evil",
     "-r /etc/shadow", "--index-url http://example.invalid/simple", "-e .", "git+https://example.invalid/x.git",
     "requests", "requests>=2", "requests==2.*", "requests==2.0 ; os_name == 'posix'\nsix==1.0", "",
+    "evil===${HOME}", 'x==1.0; python_version > "${HOME}"', "x===1.0", "x==1.0; os_name == '$HOME'",
+    "x==1.0+evil.zip", "x==1.0+evil.whl",
 ])
 def test_requirements_that_escape_or_float_are_refused(line: str, tmp_path: Path) -> None:
     assert pyenv.requirement_problem(line) is not None
@@ -155,3 +160,87 @@ def test_a_real_environment_builds_from_the_index(tmp_path: Path, monkeypatch: p
         result = _run_in(sandbox, tmp_path, "import six, pytest; print(six.__version__)")
         assert result.returncode == 0 and "1.17.0" in result.output, result.output
     assert os.access(info.path / pyenv.MANIFEST, os.R_OK)
+
+
+# -- host variables: requirements never pass through a requirements file (red-team finding 5) --------------
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ("evil===${HOME}", "'$'"), ('x==1.0; python_version > "${HOME}"', "'$'"), ("x[${HOME}]==1.0", "'$'"),
+    ("evil===1.0", "'==='"), ("x==1.0+evil.tar.gz", "archive"),
+])
+def test_host_variables_and_arbitrary_equality_are_refused_naming_the_fix(line: str, said: str) -> None:
+    problem = pyenv.requirement_problem(line)
+    assert problem is not None and said in problem and line[:20] in problem and "==VERSION" in problem
+    with pytest.raises(EnvironmentBuildError, match="refused requirements"):
+        ensure_environment([line])
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_the_installer_gets_each_requirement_as_an_argument(installer: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``-r`` file (whose ``${VAR}`` the installer expands from the host): each requirement is one argument
+    after ``--``, so not even a requirement starting with a dash could become an option."""
+    monkeypatch.setattr(pyenv.shutil, "which", lambda name, *a, **k: "/usr/bin/uv" if installer == "uv" else None)
+    requirements = ["six==1.17.0", "attrs[tests]==25.1.0; python_version >= '3.8'", "pytest==9.0.0"]
+    name, argv = pyenv.installer_command(tmp_path / "site", requirements)
+    assert name == installer and "-r" not in argv and "--requirement" not in argv
+    assert argv[-len(requirements) - 1:] == ["--", *requirements]
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A pure-Python wheel written by hand (no build tool runs): ``tiny==1.0`` holding ``tiny.py``."""
+    files = {"tiny.py": b"VALUE = 'tiny'\n",
+             "tiny-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tiny\nVersion: 1.0\n",
+             "tiny-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+              for path, data in files.items()]
+    files["tiny-1.0.dist-info/RECORD"] = ("\n".join([*record, "tiny-1.0.dist-info/RECORD,,"]) + "\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "tiny-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as bundle:
+        for path, data in files.items():
+            bundle.writestr(path, data)
+    return wheel
+
+
+@pytest.fixture
+def real_pip_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Builds by the real pip from a local find-links folder (``PIP_NO_INDEX``/``PIP_FIND_LINKS``: the user's
+    own pip settings, which builds keep honouring), without the runner's pins; returns each build's argv."""
+    monkeypatch.setenv("PDBGYM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(_tiny_wheel(tmp_path / "wheels").parent))
+    monkeypatch.setattr(pyenv.shutil, "which", lambda name, *a, **k: None)  # pip, whose settings these are
+    monkeypatch.setattr(pyenv, "runner_pins", lambda: ())
+    seen: list[list[str]] = []
+    real_run = pyenv._run_installer
+
+    def recording(argv: list[str], *args, **kwargs):
+        seen.append(list(argv))
+        return real_run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(pyenv, "_run_installer", recording)
+    return seen
+
+
+def test_a_real_build_passes_requirements_as_arguments(real_pip_offline: list[list[str]]) -> None:
+    info = ensure_environment(["Tiny==1.0"])
+    assert (info.site_packages / "tiny.py").read_text() == "VALUE = 'tiny'\n"
+    [argv] = real_pip_offline
+    assert "-r" not in argv and argv[-2:] == ["--", "tiny==1.0"], argv
+    assert not list(info.path.rglob("requirements*.txt"))
+
+
+def test_a_host_variable_reaching_the_installer_is_not_expanded(real_pip_offline: list[list[str]],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack past the shape check: pip expands ``${VAR}`` in a ``-r`` file, and its "no matching
+    distribution for tiny===<value>" error carried the host's value back. As an argument it stays literal."""
+    monkeypatch.setenv("PDBGYM_RED_TEAM_SECRET", "host-secret-4c1d")
+    final = pyenv.envs_home() / "k"
+    final.parent.mkdir(parents=True)
+    with pytest.raises(EnvironmentBuildError) as caught:
+        pyenv._build(["tiny===${PDBGYM_RED_TEAM_SECRET}"], "k", final, None, 120.0)
+    assert "host-secret-4c1d" not in str(caught.value) and "${PDBGYM_RED_TEAM_SECRET}" in str(caught.value)
+    assert real_pip_offline and not os.path.lexists(final)

@@ -27,7 +27,8 @@ def test_build_list_and_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     rows = json.loads(first.stdout)
     assert len(rows) == 1 and rows[0]["cached"] is False and builds.read_text().count("\n") == 1
     again = runner.invoke(app, ["envs", "build", str(suite / "b"), "--json"])
-    assert json.loads(again.stdout) == [rows[0] | {"cached": True, "build_s": 0.0}]  # no second build
+    assert rows[0]["tasks"] == ["a", "b"] and rows[0]["error"] == ""
+    assert json.loads(again.stdout) == [rows[0] | {"cached": True, "build_s": 0.0, "tasks": ["b"]}]  # no second build
     assert builds.read_text().count("\n") == 1
     other = runner.invoke(app, ["envs", "build", "-r", "onlyhere==2.0"])
     assert other.exit_code == 0 and "built in" in other.stdout, other.output

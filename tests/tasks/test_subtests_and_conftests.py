@@ -46,16 +46,16 @@ def _run(a: list[dict], b: list[dict], status: int, subtests: int) -> list[dict]
 def test_subtests_are_their_own_records_and_a_failed_one_fails_its_test():
     honest = _run(_test("t.py::a", subtests=("passed", "passed")), _test("t.py::b"), 0, 2)
     assert judge(_stream(*honest), NODES, 0, False, "..\n2 passed, 2 subtests passed in 0.01s\n") == \
-        ({"t.py::a": "passed", "t.py::b": "passed"}, [], [])
+        ({"t.py::a": "passed", "t.py::b": "passed"}, [], [], {})
     # unittest's subTest: the test's own call report passes, one subtest failed; pytest exits 1.
     failed = _run(_test("t.py::a", subtests=("passed", "failed", "skipped")), _test("t.py::b"), 1, 3)
-    outcomes, tampered, _ = judge(_stream(*failed), NODES, 1, False, "1 failed, 2 passed, 1 skipped in 0.01s\n")
+    outcomes, tampered, *_ = judge(_stream(*failed), NODES, 1, False, "1 failed, 2 passed, 1 skipped in 0.01s\n")
     assert outcomes == {"t.py::a": "failed", "t.py::b": "passed"} and tampered == []
 
 
 def test_no_subtest_record_makes_a_failing_test_pass():
     forged = _run(_test("t.py::a", call="failed", subtests=("passed",) * 5), _test("t.py::b"), 1, 5)
-    outcomes, tampered, _ = judge(_stream(*forged), NODES, 1, False, "F.\n1 failed, 1 passed in 0.01s\n")
+    outcomes, tampered, *_ = judge(_stream(*forged), NODES, 1, False, "F.\n1 failed, 1 passed in 0.01s\n")
     assert outcomes["t.py::a"] == "failed" and tampered == []
 
 
@@ -67,7 +67,7 @@ def test_no_subtest_record_makes_a_failing_test_pass():
 ])
 def test_forged_subtest_records_are_tampered(forge, why):
     records = forge(_run(_test("t.py::a", subtests=("passed",)), _test("t.py::b"), 0, 1))
-    _, tampered, _ = judge(_stream(*records), NODES, 0, False)
+    _, tampered, *_ = judge(_stream(*records), NODES, 0, False)
     assert any(why in t for t in tampered), tampered
 
 

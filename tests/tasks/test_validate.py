@@ -15,9 +15,9 @@ def test_valid_task_passes_every_check(tiny_task):
     report = validate_task(tiny_task)
     assert report.ok, report.problems
     assert report.checks == {"repo_stays_inside": True, "patch_stays_inside": True, "patch_spares_tests": True,
-                             "fail_to_pass_fail_before": True,
+                             "fail_to_pass_fail_before": True, "tests_import_the_repo": True,
                              "pass_to_pass_pass_before": True, "patch_applies": True,
-                             "all_pass_after_patch": True, "pdb_prompt": True}
+                             "all_pass_after_patch": True, "pdb_prompt": True, "pdb_reaches_the_failure": True}
 
 
 def test_each_broken_task_is_named(tmp_path):

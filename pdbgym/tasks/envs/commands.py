@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pdbgym.errors import PdbgymError
 from pdbgym.progress import progress
+from pdbgym.tasks.report import Outcome, print_outcomes
 
 app = typer.Typer(no_args_is_help=True)
 console = Console()
@@ -47,42 +49,82 @@ def build_command(
     spec: Annotated[str | None, typer.Argument(help="Tasks whose environments to build: a suite, task id or folder")] = None,
     requirement: Annotated[list[str] | None, typer.Option(
         "--requirement", "-r", help="Build the environment of these pinned requirements (NAME==VERSION; repeat)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of lines")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")] = False,
 ) -> None:
-    """Build (or find in the cache) each distinct environment of the tasks or the requirements given."""
+    """Build (or find in the cache) each distinct environment of the tasks or the requirements given.
+
+    Every environment is tried even when one fails; a table of each task (built, cached, or why not) ends
+    the run, and the exit status is 1 when any failed."""
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.sandbox import pyenv
-    from pdbgym.tasks.suites import resolve_tasks
+    from pdbgym.tasks.suites import resolve_tasks_lenient
 
     wanted: dict[str, list[str]] = {}
+    users: dict[str, list[str]] = {}  # environment key -> the tasks (or "-r ...") that need it
+    broken: list[Outcome] = []
+    runner_only: list[Outcome] = []  # nothing to build: listed so the table names every task
     if requirement:
         normalized = pyenv.check_requirements(requirement)
         wanted[pyenv.environment_key(normalized)] = normalized
-    for task in resolve_tasks(spec) if spec else []:
-        if task.requirements:
+        users[pyenv.environment_key(normalized)] = ["-r " + " ".join(normalized)]
+    tasks, unloadable = resolve_tasks_lenient(spec) if spec else ([], [])
+    broken += [Outcome(folder.name, False, str(exc), {"environment": "-"}) for folder, exc in unloadable]
+    for task in tasks:
+        if not task.requirements:
+            runner_only.append(Outcome(task.instance_id, True, "no requirements: the test runner alone",
+                                       {"environment": "-"}))
+            continue
+        try:
             normalized = pyenv.check_requirements(task.requirements, f"task {task.instance_id!r}: ")
-            wanted.setdefault(pyenv.environment_key(normalized), normalized)
-    if not wanted:
+        except PdbgymError as exc:
+            broken.append(Outcome(task.instance_id, False, str(exc), {"environment": "-"}))
+            continue
+        key = pyenv.environment_key(normalized)
+        wanted.setdefault(key, normalized)
+        users.setdefault(key, []).append(task.instance_id)
+    if not wanted and not broken:
         raise typer.BadParameter("nothing to build: give tasks that declare requirements, or --requirement")
     rows = []
     with progress(err_console, disable=as_json) as bars:
         bar = bars.add_task("environments", total=len(wanted))
         for key, requirements in wanted.items():
-            def said(line: str, key: str = key) -> None:
-                bars.update(bar, description=f"{key[:8]}: {line.strip()[:70]}")
-
-            cached = pyenv.read_environment(pyenv.envs_home() / key) is not None
-            info = pyenv.ensure_environment(requirements, on_line=said)
-            rows.append({"key": info.key, "requirements": info.requirements, "bytes": info.bytes, "cached": cached,
-                         "build_s": 0.0 if cached else info.build_s, "path": str(info.path)})
+            rows.append(_build_one(key, requirements, users[key], bars, bar))
             bars.update(bar, advance=1, description="environments")
     if as_json:
-        print(json.dumps(rows, indent=2))
-        return
-    for row in rows:
-        how = "cached" if row["cached"] else f"built in {row['build_s']:.1f} s"
-        console.print(f"{row['key']}  {_mib(row['bytes'])}  {how}  "
-                      f"{escape(' '.join(row['requirements']))}", highlight=False)
+        print(json.dumps(rows + [{"key": "", "requirements": [], "tasks": [b.name], "error": b.detail} for b in broken],
+                         indent=2))
+    else:
+        outcomes = broken + runner_only + [Outcome(user, not row["error"], _said(row), {"environment": row["key"][:12]})
+                             for row in rows for user in row["tasks"]]
+        print_outcomes(console, f"environments of {spec or 'the requirements given'}", outcomes,
+                       what="tasks with their environment", name_column="task")
+    if broken or any(row["error"] for row in rows):
+        raise typer.Exit(1)
+
+
+def _build_one(key: str, requirements: list[str], tasks: list[str], bars: Any, bar: Any) -> dict[str, Any]:
+    """One environment built or found: its row for the report, with the error (installer's words) if any,
+    so the next environment is still tried."""
+    # the command's code loads when it runs: every other command starts without it
+    from pdbgym.sandbox import pyenv
+
+    def said(line: str) -> None:
+        bars.update(bar, description=f"{key[:8]}: {line.strip()[:70]}")
+
+    cached = pyenv.read_environment(pyenv.envs_home() / key) is not None
+    try:
+        info = pyenv.ensure_environment(requirements, on_line=said)
+    except PdbgymError as exc:
+        return {"key": key, "requirements": requirements, "tasks": tasks, "error": str(exc)}
+    return {"key": info.key, "requirements": info.requirements, "bytes": info.bytes, "cached": cached,
+            "build_s": 0.0 if cached else info.build_s, "path": str(info.path), "tasks": tasks, "error": ""}
+
+
+def _said(row: dict[str, Any]) -> str:
+    if row["error"]:
+        return row["error"]
+    how = "cached" if row["cached"] else f"built in {row['build_s']:.1f} s"
+    return f"{how}, {_mib(row['bytes'])}: {' '.join(row['requirements'])}"
 
 
 @app.command("prune")

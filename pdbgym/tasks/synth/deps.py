@@ -26,7 +26,12 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from pdbgym.errors import PdbgymError
-from pdbgym.sandbox.pyenv import RUNNER_DISTRIBUTIONS, runner_distribution_names, runner_pins
+from pdbgym.sandbox.pyenv import (
+    ARCHIVE_SUFFIXES,
+    RUNNER_DISTRIBUTIONS,
+    runner_distribution_names,
+    runner_pins,
+)
 
 TEST_EXTRAS = frozenset({"test", "tests", "testing", "dev", "develop", "development"})
 # Never needed to run a test here: pdbgym's runner brings pytest; the rest measure, lint, document, package.
@@ -183,8 +188,11 @@ def pin_requirements(declared: list[str], project_name: str, timeout_s: float = 
     runner's pins; the runner's own distributions and the project itself left out of the result."""
     if not declared:
         return []
+    # The sdist's requirements as arguments after "--": never options, never in a -r file (whose ${VAR} pip
+    # expands from the host); none pip would read as an archive in its working folder (`name==1+x.zip`).
+    declared = [r for r in declared if not r.lower().endswith(ARCHIVE_SUFFIXES)]
     argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
-            "--only-binary", ":all:", "--disable-pip-version-check", "--no-input", *declared, *runner_pins()]
+            "--only-binary", ":all:", "--disable-pip-version-check", "--no-input", "--", *declared, *runner_pins()]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:

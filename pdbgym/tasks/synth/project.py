@@ -1,5 +1,8 @@
 """Turn a synthesis SOURCE (a local folder or ``pypi:NAME==VERSION``) into a clean, minimal project copy.
 
+A release's sdist is fetched (``fetch.py``) and unpacked (``unpack.py``) without building it: nothing the package ships
+runs on the host (``pip download`` would call its build backend for metadata).
+
 The copy holds what the test suite needs and nothing else: the importable packages (a ``src/``
 layout is flattened so ``python -m pytest`` from the root imports them), top-level modules, the
 folders holding test files (with their data files), root ``conftest.py`` and pytest config files.
@@ -9,20 +12,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
-import tarfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdbgym.errors import PdbgymError
 from pdbgym.tasks.synth.deps import DependencyError, declared_requirements, pin_requirements
-
-
-class SynthSourceError(PdbgymError):
-    """A synthesis source cannot be used (not found, will not download or unpack, has no tests...)."""
-
+from pdbgym.tasks.synth.fetch import SynthSourceError, fetch_sdist  # the error: re-exported
+from pdbgym.tasks.synth.unpack import unpack_sdist
 
 PYPI_PREFIX = "pypi:"
 _PYPI_SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
@@ -57,43 +52,23 @@ def slug_for(label: str) -> str:
 
 
 def download_sdist(spec: str, dest: Path, timeout_s: float = 300.0) -> Path:
-    """Download and unpack the sdist for ``NAME==VERSION``; returns the unpacked project folder."""
+    """Fetch (unless ``dest/download`` already holds it) and unpack the sdist of ``NAME==VERSION``; returns
+    the unpacked project folder. The archive is read from the index, never built (``fetch.py``)."""
     if not _PYPI_SPEC.match(spec):
         raise SynthSourceError(f"'{PYPI_PREFIX}{spec}': expected {PYPI_PREFIX}NAME==VERSION, e.g. pypi:toolz==1.2.0")
     download_dir = dest / "download"
     download_dir.mkdir(parents=True, exist_ok=True)
-    archives = [p for p in download_dir.iterdir() if p.suffix in (".gz", ".zip")]
+    archives = [p for p in download_dir.iterdir()
+                if p.name.endswith((".tar.gz", ".zip")) and not p.name.startswith(".") and p.is_file()]
     if not archives:
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
-                "-d", str(download_dir), spec]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise SynthSourceError(f"pip download {spec} took over {timeout_s:.0f} s; check the network") from exc
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise SynthSourceError(f"pip could not download the sdist of {spec}: {' | '.join(tail)}")
-        archives = [p for p in download_dir.iterdir() if p.suffix in (".gz", ".zip")]
+        name, version = spec.split("==", 1)
+        archives = [fetch_sdist(name, version, download_dir, timeout_s=timeout_s)]
     if len(archives) != 1:
         raise SynthSourceError(f"expected one sdist archive for {spec} in {download_dir}, found {len(archives)}")
-    return _unpack(archives[0], dest / "unpacked")
-
-
-def _unpack(archive: Path, dest: Path) -> Path:
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    try:
-        if archive.suffix == ".zip":
-            with zipfile.ZipFile(archive) as bundle:
-                bundle.extractall(dest)
-        else:
-            with tarfile.open(archive) as bundle:
-                bundle.extractall(dest, filter="data")
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
-        raise SynthSourceError(f"{archive.name}: cannot unpack ({exc})") from exc
-    tops = [p for p in dest.iterdir() if p.is_dir()]
-    return tops[0] if len(tops) == 1 else dest
+    unpacked = dest / "unpacked"
+    if unpacked.exists():
+        shutil.rmtree(unpacked)
+    return unpack_sdist(archives[0], unpacked)
 
 
 def _walk_py(root: Path) -> list[str]:
