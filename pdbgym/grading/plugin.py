@@ -366,8 +366,10 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
         state["config"] = config
 
     @pytest.hookimpl
-    def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> None:
-        # Checked as it arrives: a plugin that unregisters itself before the end is seen here.
+    def pytest_plugin_registered(plugin: Any, manager: Any) -> None:
+        # Checked as it arrives: a plugin that unregisters itself before the end is seen here. (Its name
+        # is asked of the manager: pytest 7's hook has no ``plugin_name`` argument.)
+        plugin_name = manager.get_name(plugin)
         config = state.get("config")
         root_now = abspath(root) if root else ""
         for name in dir(plugin) if plugin is not None else ():

@@ -42,7 +42,9 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from pdbgym.errors import PdbgymError
 from pdbgym.paths import pdbgym_home
@@ -132,6 +134,8 @@ def check_requirements(requirements: Iterable[object], where: str = "") -> list[
     twice = sorted({name for name in unmarked if unmarked.count(name) > 1})
     if twice:
         raise EnvironmentBuildError(f"{where}requirements pin {', '.join(twice)} to more than one version")
+    if (problem := runner_problem(unique)) is not None:
+        raise EnvironmentBuildError(f"{where}{problem}")
     return unique
 
 
@@ -178,9 +182,35 @@ def python_tag() -> str:
     return f"{sys.implementation.name}-{sys.version_info.major}.{sys.version_info.minor}-{sysconfig.get_platform()}"
 
 
+# The pytest versions pdbgym's runner, report plugin and guards work under (tested on 7.4, 8.3 and 9.x).
+SUPPORTED_PYTEST = SpecifierSet(">=7.0,<10")
+
+
+def runner_pins_for(requirements: Sequence[str]) -> tuple[str, ...]:
+    """The runner pins a build adds to ``requirements``: pdbgym's versions of pytest and pytest-timeout,
+    except where the task pins one itself (a project whose conftest needs pytest 8: its own pytest runs
+    its tests, and no pin of pdbgym's conflicts with it)."""
+    own = {canonicalize_name(Requirement(r).name) for r in requirements}
+    return tuple(pin for pin in runner_pins() if canonicalize_name(Requirement(pin).name) not in own)
+
+
+def runner_problem(requirements: Sequence[str]) -> str | None:
+    """Why the task's own pin of pytest cannot run pdbgym's runner (outside ``SUPPORTED_PYTEST``), or None."""
+    for line in requirements:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) != "pytest":
+            continue
+        version = next(iter(requirement.specifier)).version
+        if Version(version) not in SUPPORTED_PYTEST:
+            return (f"{line!r}: pdbgym's test runner works with pytest 7.x to 9.x (>=7.0,<10); pin a "
+                    "pytest in that range, or leave pytest out to get pdbgym's own")
+    return None
+
+
 def environment_key(requirements: Sequence[str]) -> str:
     """The cache key of an environment: requirements (normalized), runner pins and interpreter."""
-    spec = {"requirements": check_requirements(requirements), "runner": list(runner_pins()), "python": python_tag()}
+    normalized = check_requirements(requirements)
+    spec = {"requirements": normalized, "runner": list(runner_pins_for(normalized)), "python": python_tag()}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -347,7 +377,7 @@ def _build(requirements: list[str], key: str, final: Path, on_line: Callable[[st
            timeout_s: float) -> EnvironmentInfo:
     staging = Path(tempfile.mkdtemp(prefix=f".building-{key}-", dir=final.parent))
     try:
-        installer, argv = installer_command(staging / SITE_DIR, [*requirements, *runner_pins()])
+        installer, argv = installer_command(staging / SITE_DIR, [*requirements, *runner_pins_for(requirements)])
         started = time.monotonic()
         output = _run_installer(argv, on_line, timeout_s)
         if output is not None:
@@ -357,7 +387,8 @@ def _build(requirements: list[str], key: str, final: Path, on_line: Callable[[st
                 f"failed{' at ' + ', '.join(named) if named else ''}:\n{output[-3000:].strip()}")
         build_s = time.monotonic() - started
         size, files = finish_tree(staging / SITE_DIR)
-        manifest = {"key": key, "requirements": requirements, "runner": list(runner_pins()), "python": python_tag(),
+        manifest = {"key": key, "requirements": requirements, "runner": list(runner_pins_for(requirements)),
+                    "python": python_tag(),
                     "installer": installer, "build_s": round(build_s, 3), "bytes": size, "files": files,
                     "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
