@@ -154,9 +154,7 @@ def _mount_synthesis() -> None:
 
 
 def _mount_swebench_import() -> None:
-    """``import-swebench`` with --mirrors/--build-envs, in place of the plain one the synthesis commands add
-    (typer keeps the last command of a name, but one entry per name keeps ``--help`` honest)."""
-    app.registered_commands[:] = [c for c in app.registered_commands if c.name != "import-swebench"]
+    """``import-swebench``: rows as published (repo + base_commit) or with a local checkout."""
     app.command("import-swebench", help="Turn SWE-bench-style JSONL rows (repo + base_commit, or a local "
                                         "checkout) into pdbgym task folders.")(import_swebench_command)
 

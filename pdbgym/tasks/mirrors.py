@@ -79,7 +79,8 @@ def _git(git_dir: Path, *args: str, timeout: float = 600.0) -> subprocess.Comple
 
 
 def _said(proc: subprocess.CompletedProcess[bytes]) -> str:
-    return proc.stderr.decode(errors="replace").strip()[-400:] or f"exit status {proc.returncode}"
+    said = " ".join(proc.stderr.decode(errors="replace").split())  # one line: it goes into a table cell
+    return said[-400:] or f"exit status {proc.returncode}"
 
 
 def mirror_candidates(mirrors: Path, repo: str) -> list[Path]:
@@ -136,8 +137,9 @@ class RepoSource:
             full = export_tree(objects, commit, dest)
         except MissingCommitError:
             if not cached:
-                raise MirrorError(f"commit {commit} is not in the mirror at {origin}; fetch it there "
-                                  f"(git --git-dir={origin} fetch --all) or fix 'base_commit'") from None
+                raise MirrorError(f"commit {commit} is not in the mirror at {origin}; fetch it into that clone "
+                                  "(git fetch, with the branch or pull request that holds it) or fix 'base_commit'"
+                                  ) from None
             _fetch(objects.parent, repo, commit)
             shutil.rmtree(dest, ignore_errors=True)
             full = export_tree(objects, commit, dest)
@@ -224,6 +226,8 @@ def export_tree(objects: Path, commit: str, dest: Path) -> str:
         (git_dir / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = true\n")
         (git_dir / "objects" / "info" / "alternates").write_text(f"{objects}\n")
         resolved = _git(git_dir, "rev-parse", "--verify", f"{commit}^{{commit}}")
+        if resolved.returncode != 0 and "ambiguous" in _said(resolved):
+            raise MirrorError(f"the abbreviated commit {commit} names several objects; give the full sha")
         if resolved.returncode != 0:
             raise MissingCommitError(f"commit {commit} not found ({_said(resolved)})")
         full = resolved.stdout.decode().strip()

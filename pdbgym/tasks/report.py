@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+REPORT_WIDTH = 200  # piped reports: reasons of several hundred characters fold rather than make 600-column lines
+
 
 @dataclass
 class Outcome:
@@ -43,14 +45,15 @@ def outcome_table(title: str, outcomes: Sequence[Outcome], *, name_column: str =
 def print_outcomes(out: Console, title: str, outcomes: Sequence[Outcome], *, what: str, **table_options: Any) -> int:
     """Print the table and a closing count (``3/4 tasks valid``); returns how many failed."""
     failed = sum(not o.ok for o in outcomes)
-    print_whole(outcome_table(title, outcomes, **table_options), out)
+    print_whole(outcome_table(title, outcomes, **table_options), out, widest=REPORT_WIDTH)
     out.print(f"{len(outcomes) - failed}/{len(outcomes)} {what}" + (f", {failed} failed" if failed else ""),
               highlight=False)
     return failed
 
 
-def print_whole(renderable: Any, out: Console) -> None:
-    """Print ``renderable`` uncut: on a terminal at its width, else (a pipe, a file) as wide as it needs.
+def print_whole(renderable: Any, out: Console, widest: int | None = None) -> None:
+    """Print ``renderable`` uncut: on a terminal at its width, else (a pipe, a file) as wide as it needs,
+    up to ``widest`` columns when given (then long texts fold onto more lines; ids never wrap).
 
     Piped output has no width to respect, and rich's default of 80 columns would cut table cells.
     """
@@ -58,4 +61,5 @@ def print_whole(renderable: Any, out: Console) -> None:
         out.print(renderable)
         return
     needed = out.measure(renderable, options=out.options.update_width(10_000)).maximum
-    Console(file=out.file, width=max(out.width, needed), no_color=out.no_color).print(renderable)
+    width = max(out.width, needed if widest is None else min(needed, widest))
+    Console(file=out.file, width=width, no_color=out.no_color).print(renderable)

@@ -45,3 +45,24 @@ def test_build_refuses_a_requirement_that_is_not_pinned(tmp_path: Path, monkeypa
     use_fake_installer(tmp_path, monkeypatch)
     result = CliRunner().invoke(app, ["envs", "build", "-r", "six @ file:///etc"])
     assert result.exit_code != 0 and "URL or path" in str(result.exception), result.output
+
+
+def test_build_goes_on_past_a_failure_and_ends_with_a_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_fake_installer(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_FAIL_ON", "nosuchpkg")
+    suite = tmp_path / "suite"
+    make_task(suite / "a", instance_id="fails", requirements=["nosuchpkg==1.0"])  # tried first
+    make_task(suite / "b", instance_id="builds", requirements=["onlyhere==1.0"])
+    make_task(suite / "c", instance_id="plain")
+    (suite / "d").mkdir()
+    (suite / "d" / "task.json").write_text("{}")  # does not load: a row of its own
+    result = CliRunner().invoke(app, ["envs", "build", str(suite)])
+    assert result.exit_code == 1, result.output
+    lines = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("│ ") and line.split()[1]}
+    assert "FAIL" in lines["fails"] and "nosuchpkg" in result.stdout
+    assert "ok" in lines["builds"] and "built in" in lines["builds"]
+    assert "ok" in lines["plain"] and "FAIL" in lines["d"]
+    assert "2/4 tasks with their environment, 2 failed" in result.stdout
+    assert [e.requirements for e in list_environments()] == [["onlyhere==1.0"]]
+    rows = json.loads(CliRunner().invoke(app, ["envs", "build", str(suite), "--json"]).stdout)
+    assert {r["tasks"][0]: bool(r["error"]) for r in rows} == {"fails": True, "builds": False, "d": True}

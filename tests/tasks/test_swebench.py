@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import typer
 from typer.testing import CliRunner
 
+from pdbgym.cli import app
 from pdbgym.tasks.model import load_task, write_task
 from pdbgym.tasks.swebench import export_swebench, import_swebench
-from pdbgym.tasks.synth.commands import register
 
 PATCH = ("diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n"
          " def add(a, b):\n-    return a - b\n+    return a + b\n")
@@ -70,13 +69,11 @@ def test_import_accepts_plain_lists_applies_test_patch_and_reports_bad_rows(tmp_
 
 def test_cli_round_trip(tmp_path: Path) -> None:
     _task(tmp_path / "in")
-    app = typer.Typer()
-    register(app)
     runner = CliRunner()
     jsonl = tmp_path / "x.jsonl"
-    assert runner.invoke(app, ["export-swebench", str(tmp_path / "in"), "--out", str(jsonl), "--lists"]).exit_code == 0
+    assert runner.invoke(app, ["tasks", "export-swebench", str(tmp_path / "in"), "--out", str(jsonl), "--lists"]).exit_code == 0
     assert json.loads(jsonl.read_text())["PASS_TO_PASS"] == ["test_calc.py::test_zero"]
-    result = runner.invoke(app, ["import-swebench", str(jsonl), "--out", str(tmp_path / "out"), "--json"])
+    result = runner.invoke(app, ["tasks", "import-swebench", str(jsonl), "--out", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)[0]["error"] == ""
 

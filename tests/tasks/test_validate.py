@@ -101,3 +101,21 @@ def test_a_test_command_that_is_not_pytest_is_refused_at_load_and_by_validate(tm
     assert report.checks == {"test_command_runs_pytest": False} and "make test" in report.problems[0]
     with pytest_module.raises(TaskFormatError, match="python -m pytest"):
         pytest_extra_args(built)
+
+
+def test_a_task_whose_validation_raises_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
+    import pdbgym.tasks.validate as validate
+
+    real = validate.validate_task
+
+    def flaky(task, *args, **kwargs):
+        if task.instance_id == "breaks":
+            raise OSError("disk full")
+        return real(task, *args, **kwargs)
+
+    monkeypatch.setattr(validate, "validate_task", flaky)
+    make_task(tmp_path / "a", instance_id="breaks")
+    make_task(tmp_path / "b", instance_id="fine")
+    result = CliRunner().invoke(app, ["tasks", "validate", str(tmp_path), "--no-debugger", "--workers", "1"])
+    assert result.exit_code == 1, result.output
+    assert "validation stopped: disk full" in result.stdout and "1/2 tasks valid, 1 failed" in result.stdout

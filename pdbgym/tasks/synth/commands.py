@@ -16,14 +16,13 @@ console = Console()
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``synth``, ``split``, ``check-splits``, ``import-swebench`` and ``export-swebench`` to ``app``."""
+    """Add ``synth``, ``split``, ``family``, ``check-splits`` and ``export-swebench`` to ``app`` (``import-swebench``
+    is ``pdbgym.tasks.commands``')."""
     app.command("synth", help="Synthesize validated bug tasks from a project folder or pypi:NAME==VERSION.")(synth_command)
     app.command("split", help="Split a folder of tasks into train/val/test without group leakage.")(split_command)
     app.command("family", help="Write a generated task family (the task ladder's low rungs).")(family_command)
     app.command("check-splits", help="Refuse a split file whose splits overlap (exit 1 naming the overlaps).")(
         check_splits_command)
-    app.command("import-swebench", help="Turn SWE-bench-style JSONL rows into pdbgym task folders.")(
-        import_swebench_command)
     app.command("export-swebench", help="Write tasks as SWE-bench-style JSONL.")(export_swebench_command)
 
 
@@ -179,28 +178,6 @@ def check_splits_command(
     else:
         console.print(f"[green]{split_file}: splits are disjoint[/] (ids, repo content, buggy files, functions)")
     if overlaps:
-        raise typer.Exit(1)
-
-
-def import_swebench_command(
-    jsonl: Annotated[Path, typer.Argument(help="SWE-bench-style JSONL (FAIL_TO_PASS/PASS_TO_PASS lists or JSON strings).")],
-    out: Annotated[Path, typer.Option("--out", help="Folder to write task folders into.")],
-    repos: Annotated[Path, typer.Option("--repos", help="Folder holding <instance_id>/ checkouts for rows without repo_path.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print per-row outcomes as JSON.")] = False,
-) -> None:
-    # the command's code loads when it runs: every other command starts without it
-    from pdbgym.tasks.swebench import import_swebench
-
-    outcomes = import_swebench(jsonl, out, repos)
-    failed = [o for o in outcomes if o.error]
-    if as_json:
-        print(json.dumps([{"line": o.line, "instance_id": o.instance_id, "task_dir": str(o.task_dir or ""),
-                           "error": o.error} for o in outcomes]))
-    else:
-        console.print(f"imported {len(outcomes) - len(failed)} of {len(outcomes)} rows into {out}")
-        for outcome in failed:
-            console.print(f"  [red]skipped[/] {outcome.error}")
-    if outcomes and len(failed) == len(outcomes):
         raise typer.Exit(1)
 
 
