@@ -145,6 +145,7 @@ def launch_argv(task: GradedTask, root: Path, nodes: list[str], python: str = sy
         # that the file-size limit would cut (a test printing 200 MB must not fail a correct fix).
         "-s",
         "-q",
+        "--color=no",  # after the config's addopts, which may ask for colours: the closing line stays plain
         *nodes,
     ]
 

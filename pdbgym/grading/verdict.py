@@ -35,6 +35,7 @@ _OUTCOMES = ("passed", "failed", "skipped")
 _OK, _TESTS_FAILED = 0, 1
 _PYTEST_STATUSES = range(6)
 # pytest's closing line; a count may name two words ("4 subtests passed").
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # colours a project's addopts may turn on (--color=yes)
 _SUMMARY = re.compile(r"^((?:\d+ [a-z]+(?: [a-z]+)?)(?:, \d+ [a-z]+(?: [a-z]+)?)*) in [\d.]+s(?: \([\d:]+\))?$")
 
 
@@ -84,7 +85,7 @@ def outcome_of(phases: dict[str, str]) -> str:
 def summary_counts(output: str) -> dict[str, int] | None:
     """The counts of pytest's own closing line ("1 failed, 4 passed in 0.13s"), when it is the output's last
     line; None when it is not there (a crash, a cut run, output after pytest finished)."""
-    lines = [line for line in output.splitlines() if line.strip()]
+    lines = [_ANSI.sub("", line) for line in output.splitlines() if line.strip()]
     match = _SUMMARY.match(lines[-1].strip("= ")) if lines else None
     if match is None:
         return None

@@ -385,6 +385,9 @@ def test_the_verdict_passes_nothing_from_an_abnormal_ending():
     assert killed.outcomes == {"t.py::a": "refused"} and "signal 9" in killed.refused[0]
     silent = judge(_stream("k", 7, *records), nodes, 0, False, ".\n", pipe=7, key="k")
     assert silent.outcomes == {"t.py::a": "refused"} and "closing line" in silent.refused[0]
+    coloured = judge(_stream("k", 7, *records), nodes, 0, False, ".\n\x1b[32m\x1b[1m1 passed\x1b[0m in 0.01s\n",
+                     pipe=7, key="k")  # a project's addopts asking for colours is honest
+    assert coloured.outcomes == {"t.py::a": "passed"} and not coloured.refused
     late = judge(_stream("k", 7, *records), nodes, 0, True, closing, pipe=7, key="k")
     assert late.refused and late.outcomes["t.py::a"] == "refused"
     foreign = judge(_stream("k", 7, *records) + _stream("guess", 7, *records)[:0], nodes, 0, False, closing,
