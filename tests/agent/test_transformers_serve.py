@@ -131,3 +131,57 @@ def test_eval_with_a_server_arm_reports_its_episodes(served, tiny_task, tmp_path
     assert arm["episodes"] == 1 and sum(arm["termination_reasons"].values()) == 1
     assert 0.0 <= arm["pass@1"]["ci"][0] < arm["pass@1"]["ci"][1] <= 1.0
     assert Path(tmp_path / "campaign" / "report.html").is_file()
+
+
+def _published_row(tmp_path: Path) -> Path:
+    """A row as SWE-bench publishes it (repo + base_commit, test_patch), its repository as a local mirror."""
+    work = tmp_path / "mirrors" / "acme" / "calc"
+    (work / "calc").mkdir(parents=True)
+    (work / "tests").mkdir()
+    (work / "calc" / "__init__.py").write_text("")
+    (work / "calc" / "ops.py").write_text("def sub(a, b):\n    return a + b\n")
+    (work / "tests" / "test_ops.py").write_text("from calc.ops import sub\n")
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", "buggy")
+    (work / "calc" / "ops.py").write_text("def sub(a, b):\n    return a - b\n")
+    (work / "tests" / "test_ops.py").write_text("from calc.ops import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n")
+    git("commit", "-q", "-am", "fix")
+    row = {"instance_id": "acme__calc-1", "repo": "acme/calc", "base_commit": git("rev-parse", "HEAD^").strip(),
+           "patch": git("diff", "HEAD^", "HEAD", "--", "calc"), "test_patch": git("diff", "HEAD^", "HEAD", "--", "tests"),
+           "FAIL_TO_PASS": json.dumps(["tests/test_ops.py::test_sub"]), "PASS_TO_PASS": "[]", "version": "0.1",
+           "environment_setup_commit": git("rev-parse", "HEAD").strip(), "problem_statement": "sub adds"}
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text(json.dumps(row) + "\n")
+    return jsonl
+
+
+def test_the_seed_loop_runs_on_a_published_instance(served, tmp_path, smol_tokenizer, monkeypatch):
+    """Import a row as published through --mirrors, validate it, build a teacher cache from the server and
+    evaluate the server on it: every record and episode carries the instance's id."""
+    from pdbgym.rollouts.cache import read_cache
+
+    url, _ = served
+    monkeypatch.setenv("PDBGYM_GIT_BASE_URL", f"file://{tmp_path}/no-such-remote")
+    tasks = tmp_path / "tasks"
+    _cli("tasks", "import-swebench", str(_published_row(tmp_path)), "--out", str(tasks),
+         "--mirrors", str(tmp_path / "mirrors"))
+    _cli("tasks", "validate", str(tasks))
+    cache = tmp_path / "cache"
+    _cli("cache", "build", "--policy", url, "--out", str(cache), "--tasks", str(tasks), "--runs", "2",
+         "--max-new-tokens", "16", "--turn-budget", "3", "--workers", "1")
+    assert {record.instance_id for record in read_cache(cache)} == {"acme__calc-1"}
+    summary = tmp_path / "summary.json"
+    _cli("eval", "--tasks", str(tasks), "--arm", f"served={url}", "--arm", "oracle=scripted", "--runs", "1",
+         "--out", str(tmp_path / "campaign"), "--turn-budget", "6", "--max-new-tokens", "16", "--workers", "1",
+         "--json", str(summary))
+    arms = json.loads(summary.read_text())["arms"]
+    assert arms["served"]["episodes"] == 1 and arms["oracle"]["pass@1"]["mean"] == 1.0
+    episodes = (tmp_path / "campaign" / "episodes.jsonl").read_text().splitlines()
+    assert {json.loads(line)["instance_id"] for line in episodes} == {"acme__calc-1"}
