@@ -11,6 +11,8 @@ kernel refuse, for the process and everything it starts:
   ``subprocess`` then close descriptor by descriptor, and the channel's ``close`` is refused);
 - ``io_uring`` (``ENOSYS``), whose queued operations would close or replace descriptors without a
   system call the filter sees;
+- ``ptrace`` and ``process_vm_readv``/``writev`` (``EPERM``): a child of the run reading the plugin's key
+  out of its memory, or writing into it;
 - system calls of another ABI than the interpreter's (x86's 32-bit entry and x32), whose numbers differ.
 
 A filter cannot be removed once installed, and every child inherits it. ``install`` needs
@@ -35,9 +37,11 @@ _X32_BIT = 0x40000000
 # Per machine: the audit arch, and the numbers of the calls the filter looks at (None: not on this ABI).
 _ABIS = {
     "x86_64": (0xC000003E, {"close": 3, "dup2": 33, "dup3": 292, "close_range": 436,
-                            "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427}),
+                            "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311}),
     "aarch64": (0xC00000B7, {"close": 57, "dup2": None, "dup3": 24, "close_range": 436,
-                             "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427}),
+                             "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                             "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}),
 }
 
 
@@ -61,7 +65,8 @@ def program(fd: int, machine: str | None = None) -> list[tuple[int, int, int, in
     if machine == "x86_64":
         code += [(_JGE_K, "nosys", 0, _X32_BIT)]
     for name, target in (("close", "arg0"), ("dup2", "arg1"), ("dup3", "arg1"), ("close_range", "nosys"),
-                         ("io_uring_setup", "nosys"), ("io_uring_enter", "nosys"), ("io_uring_register", "nosys")):
+                         ("io_uring_setup", "nosys"), ("io_uring_enter", "nosys"), ("io_uring_register", "nosys"),
+                         ("ptrace", "eperm"), ("process_vm_readv", "eperm"), ("process_vm_writev", "eperm")):
         if numbers[name] is not None:
             code.append((_JEQ_K, target, 0, numbers[name]))
     code += [

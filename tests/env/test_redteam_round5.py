@@ -306,8 +306,9 @@ def test_agent_lines_travel_as_json_whatever_the_names():
 
 
 def test_the_seccomp_filter_keeps_the_channel_and_lets_honest_code_be():
-    """In a child: after ``install`` the channel cannot be replaced or closed, ``os.closerange`` and a
-    subprocess still work (falling back to one close per descriptor), other descriptors are untouched."""
+    """In a child: after ``install`` the channel cannot be replaced or closed and no process can be traced,
+    ``os.closerange`` and a subprocess still work (falling back to one close per descriptor), other
+    descriptors are untouched."""
     script = textwrap.dedent("""
         import fcntl, os, subprocess, sys
         from pdbgym.grading import seccomp
@@ -324,6 +325,10 @@ def test_the_seccomp_filter_keeps_the_channel_and_lets_honest_code_be():
                 refused.append(True)
         os.dup2(0, 851)
         os.close(851)
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.ptrace(16, os.getppid(), None, None) == -1 and ctypes.get_errno() == 1:  # PTRACE_ATTACH: EPERM
+            refused.append(True)
         os.closerange(900, 2000)
         child = subprocess.run([sys.executable, "-c", "print('child ran')"], capture_output=True, text=True)
         os.write(channel, b"still the pipe\\n")
@@ -331,7 +336,7 @@ def test_the_seccomp_filter_keeps_the_channel_and_lets_honest_code_be():
         """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[2], timeout=60)
-    assert done.stdout.split("\n")[0] == "3 child ran still the pipe", done.stderr
+    assert done.stdout.split("\n")[0] == "4 child ran still the pipe", done.stderr
 
 
 def test_the_filter_program_is_built_for_both_architectures():
