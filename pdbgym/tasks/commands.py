@@ -124,6 +124,10 @@ def import_swebench_command(
         "--repos", help="Folder holding <instance_id>/ checkouts for rows without repo_path.")] = None,
     build_envs: Annotated[bool, typer.Option("--build-envs", help="Build each task's environment now (its "
                                                                   "'requirements'); a row that fails is reported.")] = False,
+    derive: Annotated[bool, typer.Option(
+        "--derive-requirements/--no-derive-requirements",
+        help="A row without 'requirements' gets the project's declared runtime and test dependencies at its "
+             "commit, pinned for this Python (binary wheels); off, the runner alone.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print per-row outcomes as JSON.")] = False,
 ) -> None:
     """Turn SWE-bench-style JSONL rows into task folders; every row is tried, and a table ends the run.
@@ -134,7 +138,8 @@ def import_swebench_command(
     with progress(Console(stderr=True), disable=as_json) as bars:
         bar = bars.add_task("importing rows", total=None)
         outcomes = import_swebench(jsonl, out, repos, build_environments=build_envs, mirrors=mirrors,
-                                   clone=not no_clone, on_done=lambda _o: bars.advance(bar))
+                                   clone=not no_clone, on_done=lambda _o: bars.advance(bar),
+                                   derive_requirements=derive)
     if as_json:
         print(json.dumps([{"line": o.line, "instance_id": o.instance_id, "task_dir": str(o.task_dir or ""),
                            "origin": o.origin, "error": o.error} for o in outcomes]))

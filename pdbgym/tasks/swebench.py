@@ -136,7 +136,7 @@ def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = No
 
 
 def _row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None, where: str, base: Path,
-                 source: RepoSource) -> tuple[Path, str]:
+                 source: RepoSource, derive_requirements: bool = False) -> tuple[Path, str]:
     """``row_to_task``, also saying where repo/ came from (the import's report shows it)."""
     for name in ("instance_id", "patch", *_LIST_FIELDS):
         if name not in row:
@@ -161,6 +161,9 @@ def _row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None, wh
             origin = _export_commit(row, source, staging / REPO_DIR, where)
         if row.get("test_patch"):
             _apply(staging / REPO_DIR, str(row["test_patch"]), where)
+        if requirements is None and derive_requirements and (derived := _derived_requirements(staging / REPO_DIR, row,
+                                                                                           where)):
+            data["requirements"] = derived  # nothing declared: the runner alone, as for any task without them
         _write_and_load(staging, data, where)
         if final_dir.exists():
             shutil.rmtree(final_dir)
@@ -168,6 +171,20 @@ def _row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None, wh
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final_dir, origin
+
+
+def _derived_requirements(repo: Path, row: dict[str, Any], where: str) -> list[str]:
+    """A published row names no environment (SWE-bench keeps its install specs apart): the project's own
+    declared runtime and test dependencies at this commit, resolved to exact pins for this interpreter as
+    synthesis does (``pdbgym.tasks.synth.deps``); a pytest the project needs (``<9``) is kept."""
+    from pdbgym.tasks.synth.deps import DependencyError, declared_requirements, pin_requirements, project_name
+
+    name = project_name(repo) or str(row.get("repo", "")).rpartition("/")[2] or str(row["instance_id"])
+    try:
+        return check_requirements(pin_requirements(declared_requirements(repo, name), name), f"{where}: ")
+    except DependencyError as exc:
+        raise SwebenchError(f"{where}: the project's declared dependencies cannot be installed here: {exc}; "
+                            "give the row 'requirements' (pinned NAME==VERSION) instead") from exc
 
 
 def _write_and_load(staging: Path, data: dict[str, Any], where: str) -> None:
@@ -190,12 +207,15 @@ def _apply(repo: Path, patch: str, where: str) -> None:
 
 def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Path | None = None,
                     build_environments: bool = False, mirrors: str | Path | None = None, clone: bool = True,
-                    on_done: Callable[[ImportOutcome], None] | None = None) -> list[ImportOutcome]:
+                    on_done: Callable[[ImportOutcome], None] | None = None,
+                    derive_requirements: bool = True) -> list[ImportOutcome]:
     """Import every row of ``jsonl``; a bad row is reported in its outcome and never stops the rest.
     Rows naming ``repo``/``base_commit`` take their tree from ``mirrors`` (``mirror_candidates``) or a
     clone cached under ``$PDBGYM_HOME/repos`` (made when missing, unless ``clone`` is off).
     With ``build_environments`` each instance's environment is built (or found in the cache) too: one
-    that cannot be is that row's error, and its folder is not kept. ``on_done`` hears each outcome."""
+    that cannot be is that row's error, and its folder is not kept. ``on_done`` hears each outcome. A row
+    without ``requirements`` gets the project's declared dependencies, pinned (``derive_requirements``;
+    off: the runner alone)."""
     source = Path(jsonl)
     if not source.is_file():
         raise SwebenchError(f"{source}: no such JSONL file")
@@ -207,7 +227,7 @@ def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Pa
         if not line.strip():
             continue
         outcome = _import_line(line, f"{source}:{number}", number, out, repos_root, repos, build_environments,
-                               source.parent)
+                               source.parent, derive_requirements)
         outcomes.append(outcome)
         if on_done is not None:
             on_done(outcome)
@@ -215,7 +235,7 @@ def import_swebench(jsonl: str | Path, out_dir: str | Path, repos_root: str | Pa
 
 
 def _import_line(line: str, where: str, number: int, out: Path, repos_root: str | Path | None, repos: RepoSource,
-                 build_environments: bool, base: Path) -> ImportOutcome:
+                 build_environments: bool, base: Path, derive_requirements: bool = False) -> ImportOutcome:
     """One row's outcome; every error names the row by its line and, once known, its instance id."""
     try:
         row = json.loads(line)
@@ -227,7 +247,8 @@ def _import_line(line: str, where: str, number: int, out: Path, repos_root: str 
     if instance_id:
         where = f"{where} ({instance_id[:80]})"
     try:
-        task_dir, origin = _row_to_task(row, out, Path(repos_root) if repos_root else None, where, base, repos)
+        task_dir, origin = _row_to_task(row, out, Path(repos_root) if repos_root else None, where, base, repos,
+                                        derive_requirements)
         if build_environments:
             _set_up(task_dir, where)
         return ImportOutcome(number, instance_id, task_dir, origin=origin)

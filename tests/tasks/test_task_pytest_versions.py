@@ -92,3 +92,32 @@ def test_validation_grading_and_the_session_run_under_the_tasks_own_pytest(tmp_p
         session.start()
         reply = session.send("c", timeout_s=60)
     assert reply.exit_status == 1 and f"pytest-{version}" in reply.output, reply.output[-800:]
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_a_published_row_gets_the_environment_its_project_declares(tmp_path: Path):
+    """A row with no ``requirements`` (as SWE-bench publishes them): its project declares ``pytest<9`` for its
+    tests, so the imported task's environment holds pytest 8 and no pin of pdbgym's, and it validates."""
+    import json
+
+    from pdbgym.tasks.swebench import import_swebench
+
+    _environment("pytest==8.3.5")
+    root = make_task(tmp_path / "made")
+    checkout = root / "repo"
+    (checkout / "pyproject.toml").write_text(
+        '[project]\nname = "calc"\nversion = "0.1"\n[project.optional-dependencies]\ntest = ["pytest>=8,<9"]\n')
+    (checkout / "tests" / "test_version.py").write_text(
+        "import pytest\n\n\ndef test_under_pytest_8():\n    assert pytest.__version__.startswith('8.')\n")
+    data = json.loads((root / "task.json").read_text())
+    row = {**data, "repo_path": str(checkout), "FAIL_TO_PASS": json.dumps(data["FAIL_TO_PASS"]),
+           "PASS_TO_PASS": json.dumps([*data["PASS_TO_PASS"], "tests/test_version.py::test_under_pytest_8"])}
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text(json.dumps(row) + "\n")
+    (outcome,) = import_swebench(jsonl, tmp_path / "tasks")
+    assert not outcome.error, outcome.error
+    task = load_task(outcome.task_dir)
+    assert any(r.startswith("pytest==8.") for r in task.requirements), task.requirements
+    report = validate_task(task)
+    assert report.ok, report.problems

@@ -158,6 +158,35 @@ def _file_lines(origin: Path) -> list[str]:
     return lines
 
 
+def _excludes_runner_pytest(requirement: Requirement) -> bool:
+    """Whether the project's pytest requirement rules out the pytest pdbgym's runner would bring."""
+    ours = next((pin.partition("==")[2] for pin in runner_pins() if pin.startswith("pytest==")), None)
+    return bool(requirement.specifier) and ours is not None and not requirement.specifier.contains(ours, prereleases=True)
+
+
+def project_name(origin: Path) -> str | None:
+    """The distribution name a project's own files give (``[project] name``, ``setup.cfg``'s ``[metadata]
+    name``, a literal ``name=`` in ``setup.py``, read as text), or None."""
+    try:
+        name = tomllib.loads((origin / "pyproject.toml").read_text()).get("project", {}).get("name")
+        if isinstance(name, str) and name:
+            return name
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        pass
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string((origin / "setup.cfg").read_text())
+        if parser.get("metadata", "name", fallback=""):
+            return parser.get("metadata", "name")
+    except (OSError, configparser.Error):
+        pass
+    try:
+        found = re.search(r"""\bname\s*=\s*['"]([A-Za-z0-9._-]+)['"]""", (origin / "setup.py").read_text())
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
 def declared_requirements(origin: Path, project_name: str) -> list[str]:
     """What the project at ``origin`` declares for running and testing, as declared (ranges kept)."""
     own = canonicalize_name(project_name)
@@ -176,6 +205,10 @@ def declared_requirements(origin: Path, project_name: str) -> list[str]:
     chosen: dict[str, str] = {}
     for requirement in parsed:
         name = canonicalize_name(requirement.name)
+        if name == "pytest" and _excludes_runner_pytest(requirement) and _applies(requirement, frozenset(extras)):
+            requirement.marker = None  # a project that needs another pytest (<9) gets it: kept, resolved
+            chosen.setdefault(str(requirement), name)
+            continue
         if name == own or name in runner or NOT_FOR_TESTS.match(name) or not _applies(requirement, frozenset(extras)):
             continue
         requirement.marker = None
@@ -191,8 +224,10 @@ def pin_requirements(declared: list[str], project_name: str, timeout_s: float = 
     # The sdist's requirements as arguments after "--": never options, never in a -r file (whose ${VAR} pip
     # expands from the host); none pip would read as an archive in its working folder (`name==1+x.zip`).
     declared = [r for r in declared if not r.lower().endswith(ARCHIVE_SUFFIXES)]
+    own = {canonicalize_name(_requirement(r).name) for r in declared if _requirement(r) is not None}
+    runner = [pin for pin in runner_pins() if canonicalize_name(pin.partition("==")[0]) not in own]
     argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
-            "--only-binary", ":all:", "--disable-pip-version-check", "--no-input", "--", *declared, *runner_pins()]
+            "--only-binary", ":all:", "--disable-pip-version-check", "--no-input", "--", *declared, *runner]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
@@ -208,5 +243,5 @@ def pin_requirements(declared: list[str], project_name: str, timeout_s: float = 
                     for item in report["install"]}
     except (ValueError, KeyError, TypeError) as exc:
         raise DependencyError(f"pip's resolution report of {', '.join(declared)} could not be read: {exc}") from exc
-    skip = {canonicalize_name(project_name), *RUNNER_DISTRIBUTIONS}
+    skip = {canonicalize_name(project_name), *(set(RUNNER_DISTRIBUTIONS) - own)}  # a pytest it declared stays
     return sorted(f"{name}=={version}" for name, version in resolved.items() if name not in skip)
