@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pdbgym.errors import PdbgymError
-from pdbgym.interrupts import EXIT_INTERRUPTED, Interrupted
+from pdbgym.interrupts import Interrupted, exit_interrupted
 from pdbgym.versions import DependencyVersionError
 
 app = typer.Typer(
@@ -76,10 +76,10 @@ def main() -> None:
         sys.exit(2)
     except Interrupted as exc:  # Ctrl-C: the command stopped cleanly and says what it kept
         err_console.print(f"[bold yellow]{escape(str(exc))}[/]", soft_wrap=True)  # paths stay whole
-        sys.exit(EXIT_INTERRUPTED)
+        exit_interrupted()
     except KeyboardInterrupt:
         err_console.print("[bold yellow]interrupted[/]")
-        sys.exit(EXIT_INTERRUPTED)
+        exit_interrupted()
 
 
 if __name__ == "__main__":

@@ -21,11 +21,12 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_ORPHANED = 129  # 128 + SIGHUP: a worker whose parent died, as a terminal's hang-up ends its jobs
@@ -33,6 +34,25 @@ EXIT_ORPHANED = 129  # 128 + SIGHUP: a worker whose parent died, as a terminal's
 _stop = threading.Event()
 _lock = threading.RLock()  # re-entrant: a signal handler may run while this thread holds it
 _running: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = set()
+
+
+def exit_interrupted() -> NoReturn:
+    """Leave the process with ``EXIT_INTERRUPTED`` once a command stopped on Ctrl-C.
+
+    What a normal exit runs is run first (the exit handlers: warm sandboxes closed, workspaces removed;
+    standard streams flushed), then the process ends without the interpreter's finalization. A local
+    model's native libraries can leave a C++ thread running, and tearing the interpreter down around it
+    ended in ``std::terminate`` ("terminate called without an active exception", exit 134) once a model
+    episode had finished; the interrupt is then reported with the status a shell expects."""
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(EXIT_INTERRUPTED)
 
 
 class Interrupted(Exception):  # noqa: N818 - the user's word for what happened

@@ -59,6 +59,21 @@ def test_eval_stops_on_first_ctrl_c_and_its_episodes_stay_reportable(tmp_path: P
 
 
 @pytest.mark.slow
+def test_eval_ctrl_c_after_a_local_model_episode_exits_130(tmp_path: Path) -> None:
+    """Once an episode of the embedded model had finished, the interpreter's teardown met a native thread
+    of the model's libraries and aborted ("terminate called without an active exception", exit 134),
+    every time, after the right message; now the process leaves with 130 as for any interrupt."""
+    out = tmp_path / "campaign"
+    episodes = out / "episodes.jsonl"
+    args = ["eval", "--tasks", "builtin", "--arm", "a=embedded", "--runs", "1", "--turn-budget", "2",
+            "--max-new-tokens", "16", "--out", str(out), "--workers", "1"]
+    done, _ = interrupt(args, tmp_path, lambda: episodes.exists() and episodes.read_text().count("\n") >= 1,
+                        group=False)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "terminate called" not in done.stderr and "new episode(s) saved to" in " ".join(done.stderr.split())
+
+
+@pytest.mark.slow
 def test_eval_ctrl_c_while_scoring_kl_keeps_the_episodes_and_the_scored_arms(tiny_task, smol_tokenizer,
                                                                            tmp_path: Path) -> None:
     """A finished campaign rerun with a teacher cache goes straight to the KL scoring, one arm after the other
