@@ -27,6 +27,7 @@ from pdbgym.sandbox.pyenv import check_requirements, ensure_environment
 from pdbgym.tasks.mirrors import RepoSource, commit_problem, repo_name_problem
 from pdbgym.tasks.model import REPO_DIR, Task, instance_id_problem, load_task, write_task
 from pdbgym.tasks.patches import apply_patch
+from pdbgym.tasks.synth.deps import DependencyError, declared_requirements, pin_requirements, project_name
 
 _LIST_FIELDS = ("FAIL_TO_PASS", "PASS_TO_PASS")
 _DROPPED_ON_IMPORT = {"repo_path", "test_patch", "requirements_file"}
@@ -177,8 +178,6 @@ def _derived_requirements(repo: Path, row: dict[str, Any], where: str) -> list[s
     """A published row names no environment (SWE-bench keeps its install specs apart): the project's own
     declared runtime and test dependencies at this commit, resolved to exact pins for this interpreter as
     synthesis does (``pdbgym.tasks.synth.deps``); a pytest the project needs (``<9``) is kept."""
-    from pdbgym.tasks.synth.deps import DependencyError, declared_requirements, pin_requirements, project_name
-
     name = project_name(repo) or str(row.get("repo", "")).rpartition("/")[2] or str(row["instance_id"])
     try:
         return check_requirements(pin_requirements(declared_requirements(repo, name), name), f"{where}: ")
