@@ -51,6 +51,25 @@ def test_runtime_and_test_dependencies_are_read_and_tools_left_out(tmp_path: Pat
                    for r in declared)
 
 
+def test_setup_py_literals_are_read_never_run(tmp_path: Path) -> None:
+    """An older project declares its dependencies only in ``setup(...)``: read from the syntax tree
+    (literals, or module-level names bound to them); the file is never executed. A pytest the project
+    needs below pdbgym's own is kept, so its environment gets that pytest."""
+    origin = tmp_path / "old-1.0"
+    origin.mkdir()
+    canary = tmp_path / "ran"
+    (origin / "setup.py").write_text(
+        f"open({str(canary)!r}, 'w').write('setup.py ran')\n"
+        "from setuptools import setup\nREQS = ['six>=1.10']\n"
+        "setup(name='old', install_requires=REQS + [], tests_require=['pytest<9', 'freezegun'],\n"
+        "      extras_require={'docs': ['sphinx'], 'test': 'pretend', ':python_version<\"3\"': ['mock']})\n")
+    declared = declared_requirements(origin, "old")
+    assert declared == ["freezegun", "pretend", "pytest<9"], declared  # REQS + [] is no literal: left out
+    assert not canary.exists()
+    (origin / "setup.py").write_text("from setuptools import setup\nREQS = ['six>=1.10']\nsetup(install_requires=REQS)\n")
+    assert declared_requirements(origin, "old") == ["six>=1.10"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["freezegun==1.5.1", "humanize==4.11.0"])
 def test_synthesis_of_a_project_with_dependencies_keeps_validated_tasks(spec: str, tmp_path: Path,

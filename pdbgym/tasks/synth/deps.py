@@ -1,8 +1,9 @@
 """What a released project needs to run its tests: its declared dependencies, pinned.
 
-Read from the unpacked sdist: the runtime dependencies and the test extras or groups (``PKG-INFO``,
-setuptools' ``*.egg-info/requires.txt``, ``pyproject.toml``'s ``[project]`` and ``[dependency-groups]``,
-``setup.cfg``), test requirements files and ``tox.ini``'s ``deps``. Markers are evaluated for this
+Read from the unpacked sdist (or a repository's tree): the runtime dependencies and the test extras or
+groups (``PKG-INFO``, setuptools' ``*.egg-info/requires.txt``, ``pyproject.toml``'s ``[project]`` and
+``[dependency-groups]``, ``setup.cfg``, the literal arguments of ``setup(...)`` in ``setup.py``, parsed and
+never run), test requirements files and ``tox.ini``'s ``deps``. Markers are evaluated for this
 interpreter; the project itself (an extra naming it, ``attrs[tests]``) is expanded, never installed, so
 its tests import the repo's code; tools that run no test (coverage, linters, docs, packaging) are left
 out. The set is then resolved to exact pins, together with the test runner's pins, by the installer
@@ -12,6 +13,7 @@ out. The set is then resolved to exact pins, together with the test runner's pin
 
 from __future__ import annotations
 
+import ast
 import configparser
 import json
 import re
@@ -123,6 +125,46 @@ def _setup_cfg_lines(origin: Path) -> list[str]:
     return lines
 
 
+def _setup_py_lines(origin: Path) -> list[str]:
+    """``install_requires``, ``tests_require`` and ``extras_require`` of ``setup(...)`` in ``setup.py``, read
+    from its syntax tree as literals (directly, or through a module-level name bound to one), never run:
+    older projects declare their dependencies nowhere else."""
+    path = origin / "setup.py"
+    if not path.is_file() or path.is_symlink():
+        return []
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (SyntaxError, ValueError):
+        return []
+    bound: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            bound[node.targets[0].id] = node.value
+
+    def literal(node: ast.expr) -> object:
+        try:
+            return ast.literal_eval(bound.get(node.id, node) if isinstance(node, ast.Name) else node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+
+    lines: list[str] = []
+    for call in ast.walk(tree):
+        name = getattr(call.func, "id", getattr(call.func, "attr", "")) if isinstance(call, ast.Call) else ""
+        if name != "setup":
+            continue
+        for keyword in call.keywords:
+            value = literal(keyword.value)
+            if keyword.arg in ("install_requires", "tests_require") and isinstance(value, (list, tuple)):
+                extra = ' ; extra == "test"' if keyword.arg == "tests_require" else ""
+                lines += [f"{d}{extra}".replace(" ;", ";") for d in value if isinstance(d, str) and ";" not in d]
+            elif keyword.arg == "extras_require" and isinstance(value, dict):
+                for extra, deps in value.items():
+                    deps = [deps] if isinstance(deps, str) else deps
+                    if isinstance(extra, str) and ":" not in extra and isinstance(deps, (list, tuple)):
+                        lines += [f'{d}; extra == "{extra}"' for d in deps if isinstance(d, str) and ";" not in d]
+    return lines
+
+
 def _file_lines(origin: Path) -> list[str]:
     """Test requirements files and tox's ``deps``; ``-r`` followed only to files inside the sdist."""
     lines: list[str] = []
@@ -190,7 +232,8 @@ def project_name(origin: Path) -> str | None:
 def declared_requirements(origin: Path, project_name: str) -> list[str]:
     """What the project at ``origin`` declares for running and testing, as declared (ranges kept)."""
     own = canonicalize_name(project_name)
-    raw = [*_metadata_lines(origin), *_pyproject_lines(origin), *_setup_cfg_lines(origin), *_file_lines(origin)]
+    raw = [*_metadata_lines(origin), *_pyproject_lines(origin), *_setup_cfg_lines(origin), *_setup_py_lines(origin),
+           *_file_lines(origin)]
     parsed = [r for line in raw if (r := _requirement(line)) is not None and r.url is None]
     extras = set(TEST_EXTRAS)
     changed = True
