@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import sys
 
-import typer
 from rich.console import Console
 from rich.markup import escape
 
+from pdbgym.commandapp import command_app
 from pdbgym.errors import PdbgymError
 from pdbgym.interrupts import Interrupted, exit_interrupted
 from pdbgym.versions import DependencyVersionError
 
-app = typer.Typer(
+app = command_app(
     name="pdbgym",
     help="Build, evaluate and train LLM agents that debug Python in a live pdb session.",
     no_args_is_help=True,

@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pdbgym.commandapp import command_app
 from pdbgym.paths import pdbgym_home
 
 # name under the home folder -> (what it is, whether pdbgym rebuilds it on demand)
@@ -96,7 +97,7 @@ def human(size: int) -> str:
     return f"{size:.1f} GB"
 
 
-app = typer.Typer(no_args_is_help=True)
+app = command_app(no_args_is_help=True)
 
 
 @app.command("show")

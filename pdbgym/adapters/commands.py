@@ -12,7 +12,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-app = typer.Typer(no_args_is_help=True)
+from pdbgym.commandapp import command_app
+
+app = command_app(no_args_is_help=True)
 console = Console()
 err_console = Console(stderr=True)
 

@@ -3,13 +3,12 @@ of the launcher's processes; the ranks split the scoring (``pdbgym.divergence.di
 
 from __future__ import annotations
 
-import typer
-
+from pdbgym.commandapp import command_app
 from pdbgym.divergence.commands import divergence_command
 
 
 def main() -> None:
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app = command_app(add_completion=False, pretty_exceptions_enable=False)
     app.command()(divergence_command)
     app()
 

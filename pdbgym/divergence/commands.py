@@ -23,7 +23,7 @@ D = defaults_of(DivergenceConfig)
 
 
 def divergence_command(
-    student: Annotated[list[str], typer.Option("--student", help="Student model folder or .gguf (repeat)")],
+    student: Annotated[list[str], typer.Option("--student", help="Student: a model folder, a .gguf, 'embedded', or an adapter-store name such as sft or rl (see pdbgym adapters list); repeat for several")],
     json_out: Annotated[Path, typer.Option("--json", help="Write the report JSON here ('-' for stdout)")],
     cache: Annotated[Path | None, typer.Option(help="Cache folder; default $KL_EVAL_TEACHER_CACHE_DIR")] = D.cache,
     teacher: Annotated[str | None, typer.Option(help="Teacher model path, or http(s) URL of a completions server")] = D.teacher,

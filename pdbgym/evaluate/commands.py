@@ -16,12 +16,13 @@ import typer
 from rich.console import Console
 
 from pdbgym.agent.executor import ExecutorConfig
+from pdbgym.commandapp import command_app
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
 from pdbgym.evaluate.results import EpisodeRow
 from pdbgym.progress import progress
 
-app = typer.Typer(no_args_is_help=False, invoke_without_command=True)
+app = command_app(no_args_is_help=False, invoke_without_command=True)
 console = Console()
 D, S = defaults_of(EvalConfig), defaults_of(SelectConfig)
 

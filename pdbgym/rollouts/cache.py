@@ -92,8 +92,9 @@ def read_manifest(cache_dir: Path) -> list[ManifestEntry]:
     manifest_path = Path(cache_dir) / MANIFEST_NAME
     if not manifest_path.is_file():
         raise CacheFormatError(
-            f"{manifest_path} is missing: a teacher cache needs a manifest listing its files; "
-            "write caches with pdbgym.rollouts.cache.write_cache/append_records"
+            f"{manifest_path} is missing: a teacher cache needs a manifest listing its files; if the folder "
+            f"holds a cache's instance files, rebuild it with `pdbgym cache repair {Path(cache_dir)}`, else "
+            "point at the cache folder that `pdbgym cache build` wrote"
         )
     try:
         data = json.loads(manifest_path.read_text(encoding="utf-8"))

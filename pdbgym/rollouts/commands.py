@@ -12,11 +12,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pdbgym.commandapp import command_app
 from pdbgym.fileio import json_safe
 from pdbgym.progress import progress
 from pdbgym.rollouts.summary import CacheSummary
 
-app = typer.Typer(no_args_is_help=True)
+app = command_app(no_args_is_help=True)
 console = Console()
 
 CacheDirArg = Annotated[

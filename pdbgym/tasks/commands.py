@@ -10,10 +10,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pdbgym.commandapp import command_app
 from pdbgym.progress import progress
 from pdbgym.tasks.report import Outcome, print_outcomes, print_whole
 
-app = typer.Typer(no_args_is_help=True)
+app = command_app(no_args_is_help=True)
 console = Console()
 
 SpecArg = Annotated[str, typer.Argument(help="A suite (builtin, regression), a task id, or a folder of tasks")]

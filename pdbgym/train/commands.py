@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from pdbgym.commandapp import command_app
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.progress import progress
 from pdbgym.train.dagger.config import DaggerConfig
@@ -17,7 +18,7 @@ from pdbgym.train.sft.config import SFTTrainConfig
 S = defaults_of(SFTTrainConfig)
 G = defaults_of(DaggerConfig)
 
-app = typer.Typer(no_args_is_help=True, help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
+app = command_app(no_args_is_help=True, help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
 console = Console(stderr=True)
 
 

@@ -198,7 +198,9 @@ def test_corrupt_file_and_missing_manifest(tmp_path: Path) -> None:
     (folder / read_manifest(folder)[1].path).write_bytes(b"")
     assert any("inst-1.pt is not a readable torch file" in e for e in validate_cache(folder))
     (folder / MANIFEST_NAME).unlink()
-    assert any("manifest.json is missing" in e for e in validate_cache(folder))
+    problems = validate_cache(folder)
+    # the advice is a command a user can type, not a function inside the code
+    assert any("manifest.json is missing" in e and f"pdbgym cache repair {folder}" in e for e in problems), problems
 
 
 class Payload:

@@ -10,11 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pdbgym.commandapp import command_app
 from pdbgym.errors import PdbgymError
 from pdbgym.progress import progress
 from pdbgym.tasks.report import Outcome, print_outcomes
 
-app = typer.Typer(no_args_is_help=True)
+app = command_app(no_args_is_help=True)
 console = Console()
 err_console = Console(stderr=True)
 

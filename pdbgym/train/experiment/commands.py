@@ -8,7 +8,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-app = typer.Typer(no_args_is_help=True)
+from pdbgym.commandapp import command_app
+
+app = command_app(no_args_is_help=True)
 
 
 @app.command("run")
