@@ -32,6 +32,16 @@ class SamplingParams:
     max_new_tokens: int = EPISODE.max_new_tokens
     seed: int | None = None
 
+    def __post_init__(self) -> None:
+        # Checked where the settings are made (a command's flags), not at an episode's first turn, where
+        # every episode of the arm failed with advice to rerun the same command.
+        if not self.temperature >= 0:
+            raise BackendError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise BackendError(f"top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise BackendError(f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
+
 
 @dataclass
 class GenerationRequest:

@@ -50,6 +50,7 @@ from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE, STEPS_FILE
+from pdbgym.train.sft.base import device_problem
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.resume import is_finished, read_train_record
 from pdbgym.train.sft.trainer import train_sft
@@ -89,6 +90,8 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
     running otherwise runs to its end."""
     if until is not None and until not in STAGES:
         raise ExperimentError(f"--until {until!r}: the stages are {', '.join(STAGES)}")
+    if (problem := device_problem(device)) is not None:
+        raise ExperimentError(problem)
     out.mkdir(parents=True, exist_ok=True)
     state = _State(out, config)
     clock = time.monotonic()

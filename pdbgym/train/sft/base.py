@@ -19,6 +19,20 @@ BaseModel = LoadedModel
 a label and the folder they came from (None for a stack merged in memory): ``pdbgym.modelload.LoadedModel``."""
 
 
+def device_problem(device: str) -> str | None:
+    """Why ``device`` names no device torch knows (``cpu``, ``cuda``, ``cuda:1``, ``mps``...; ``auto`` is
+    pdbgym's), or None: checked when a command starts, not when its first model stage does."""
+    import torch  # optional: torch (pdbgym[hf])
+
+    if device == "auto":
+        return None
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        return f"--device {device!r} is not a device torch knows; use cpu, cuda, cuda:N, mps or auto"
+    return None
+
+
 def pick_device(device: str) -> str:
     """``auto``: this process's GPU (``cuda:LOCAL_RANK`` under accelerate/torchrun) when there is one, else cpu."""
     import torch  # optional: torch (pdbgym[hf])
