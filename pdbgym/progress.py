@@ -2,7 +2,8 @@
 
 On a terminal, :func:`progress` is a rich progress bar. Elsewhere (``cmd > log``, CI, ``| tee``) a bar
 prints nothing useful, so it becomes plain lines ``[phase] done/total elapsed H:MM:SS``: one when a
-phase starts or ends, one when its total becomes known (a plan made after the phase started), at most one
+phase starts or ends (none at its end when nothing changed since its last line, e.g. a phase that failed
+at once), one when its total becomes known (a plan made after the phase started), at most one
 every ``min_interval_s`` as work completes, and at least one every
 ``heartbeat_s`` even when nothing completes (a background timer), so a quiet log never means a hang.
 
@@ -57,6 +58,10 @@ class _Phase:
     started: float = field(default_factory=time.monotonic)
     last_line: float = 0.0
     finished: bool = False
+    shown: tuple[str, float | None, float] | None = None  # (description, total, completed) of its last line
+
+    def state(self) -> tuple[str, float | None, float]:
+        return self.description, self.total, self.completed
 
 
 class PlainProgress:
@@ -81,13 +86,14 @@ class PlainProgress:
         self._timer.join()
         with self._lock:
             for phase in self._phases.values():
-                if not phase.finished:
+                if not phase.finished and phase.state() != phase.shown:  # a repeat would only add time
                     self._line(phase, time.monotonic())
 
-    def add_task(self, description: str, total: float | None = None, **_: Any) -> int:
+    def add_task(self, description: str, total: float | None = None, completed: float = 0, **_: Any) -> int:
+        """A new phase and its start line; ``completed``: work already done before it (a resumed campaign)."""
         with self._lock:
             task_id = len(self._phases)
-            self._phases[task_id] = phase = _Phase(description, total)
+            self._phases[task_id] = phase = _Phase(description, total, completed)
             self._line(phase, phase.started)
         return task_id
 
@@ -122,7 +128,7 @@ class PlainProgress:
                            f"elapsed {format_elapsed(now - phase.started)}",
                            markup=False, highlight=False, soft_wrap=True)
         self.console.file.flush()
-        phase.last_line = now
+        phase.last_line, phase.shown = now, phase.state()
 
     def _beat(self) -> None:
         """Every phase still running that printed nothing for ``heartbeat_s`` prints its line now."""
@@ -138,7 +144,7 @@ class PlainProgress:
 class _Silent:
     """The disabled task set: accepts every call, prints nothing (``--json`` output stays clean)."""
 
-    def add_task(self, description: str, total: float | None = None, **_: Any) -> int:
+    def add_task(self, description: str, total: float | None = None, completed: float = 0, **_: Any) -> int:
         return 0
 
     def update(self, task_id: int, **_: Any) -> None:

@@ -24,7 +24,7 @@ def test_plain_mode_prints_heartbeats_while_nothing_completes():
     with progress(console, heartbeat_s=0.3) as bars:
         assert isinstance(bars, PlainProgress)
         bar = bars.add_task("waiting", total=4)
-        time.sleep(1.1)
+        time.sleep(1.3)
     lines = buffer.getvalue().splitlines()
     assert all(LINE.match(line) for line in lines), lines
     assert len(lines) >= 1 + 3, "a start line, then one line per 0.3 s with no progress at all"
@@ -63,3 +63,48 @@ def test_piped_tasks_validate_prints_progress_lines(tiny_task):
     lines = [line for line in done.stderr.splitlines() if LINE.match(line)]
     assert lines and lines[0].startswith("[validating] 0/"), done.stderr
     assert lines[-1].startswith("[validating] 1/1 "), done.stderr
+
+
+def test_a_phase_that_ends_unchanged_prints_no_second_line():
+    console, buffer = _console()
+    try:
+        with progress(console, heartbeat_s=60) as bars:
+            bars.add_task("validating", total=None)
+            raise RuntimeError("the folder does not load")
+    except RuntimeError:
+        pass
+    assert [line.split(" elapsed")[0] for line in buffer.getvalue().splitlines()] == ["[validating] 0/?"]
+    console, buffer = _console()
+    with progress(console, heartbeat_s=60, min_interval_s=60) as bars:
+        bars.advance(bars.add_task("cases", total=None))  # rate-limited: the end line shows it
+    assert [line.split(" elapsed")[0] for line in buffer.getvalue().splitlines()] == ["[cases] 0/?", "[cases] 1/?"]
+
+
+def test_tasks_validate_of_a_missing_folder_prints_no_progress_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from pdbgym.cli import app
+
+    result = CliRunner().invoke(app, ["tasks", "validate", str(tmp_path / "missing"), "--sandbox", "plain"])
+    assert result.exit_code != 0
+    assert "[validating]" not in result.output and "[validating]" not in (result.stderr or "")
+
+
+def test_a_resumed_campaign_starts_at_its_episodes_done_and_says_so(tmp_path):
+    from pdbgym.evaluate.commands import EpisodeProgress
+
+    console, buffer = _console()
+    with progress(console, heartbeat_s=60) as bars:
+        EpisodeProgress(bars, tmp_path, console).plan(21, 21)
+    lines = buffer.getvalue().splitlines()
+    assert lines[0] == f"resuming: 21 of 42 episodes already in {tmp_path}"
+    assert [line.split(" elapsed")[0] for line in lines[1:]] == ["[episodes] 21/42"]
+    console, buffer = _console()
+    with progress(console, heartbeat_s=60) as bars:
+        EpisodeProgress(bars, tmp_path, console).plan(0, 42)  # a fresh campaign: no resuming line
+    assert [line.split(" elapsed")[0] for line in buffer.getvalue().splitlines()] == ["[episodes] 0/42"]
+    tty = Console(file=io.StringIO(), force_terminal=True)
+    with progress(tty) as bars:  # a rich bar starts at the episodes done too
+        shown = EpisodeProgress(bars, tmp_path, tty)
+        shown.plan(21, 21)
+        assert bars.tasks[shown.bar].completed == 21 and bars.tasks[shown.bar].total == 42

@@ -30,13 +30,21 @@ D, S = defaults_of(EvalConfig), defaults_of(SelectConfig)
 class EpisodeProgress:
     """Episodes done of the campaign's total, and solves per arm: a bar on a terminal, timed lines when piped."""
 
-    def __init__(self, bars: Any) -> None:
+    def __init__(self, bars: Any, where: Path | None = None, console: Console | None = None) -> None:
         self.bars, self.bar, self.solved = bars, None, {}
+        self.where, self.console = where, console or Console(stderr=True)
 
     def plan(self, already_done: int, to_play: int) -> None:
-        """A campaign starts (``eval select`` runs two): its own line, counting from what it already holds."""
-        self.bar = self.bars.add_task("episodes", total=already_done + to_play)
-        self.bars.update(self.bar, completed=already_done)
+        """A campaign starts (``eval select`` runs two): its own line, counting from what it already holds.
+
+        A resumed campaign says so first, and its bar starts at the episodes already done.
+        """
+        total = already_done + to_play
+        if already_done:
+            place = f" in {self.where}" if self.where is not None else ""
+            self.console.print(f"resuming: {already_done} of {total} episodes already{place}",
+                               markup=False, highlight=False, soft_wrap=True)
+        self.bar = self.bars.add_task("episodes", total=total, completed=already_done)
 
     def tick(self, row: EpisodeRow) -> None:
         self.solved[row.arm] = self.solved.get(row.arm, 0) + int(row.final_test_passed)
@@ -47,10 +55,14 @@ class EpisodeProgress:
 
 
 @contextmanager
-def episode_progress() -> Iterator[EpisodeProgress]:
-    """Progress of a command's campaigns on stderr (``pdbgym.progress``: a line at least every 30 s when piped)."""
-    with progress(Console(stderr=True)) as bars:
-        yield EpisodeProgress(bars)
+def episode_progress(where: Path | None = None) -> Iterator[EpisodeProgress]:
+    """Progress of a command's campaigns on stderr (``pdbgym.progress``: a line at least every 30 s when piped).
+
+    ``where``: the campaign folder a resumed campaign names in its "resuming" line.
+    """
+    progress_console = Console(stderr=True)
+    with progress(progress_console) as bars:
+        yield EpisodeProgress(bars, where, progress_console)
 
 
 @app.callback()
@@ -93,7 +105,7 @@ def eval_command(
                         max_context_tokens=pick(max_context_tokens, context_tokens), force=force, json_out=json_out,
                         executor=ExecutorConfig(workers, pick(ray_address, ray), local_episodes), ks=k or [],
                         teacher_cache=teacher_cache, teacher=teacher, seed=seed, device=device)
-    with episode_progress() as shown:
+    with episode_progress(out) as shown:
         outcome = run_evaluation(config, shown.tick, shown.plan)
     for warning in outcome.warnings:
         console.print(f"[bold yellow]warning:[/] {warning.text()}")
@@ -144,7 +156,7 @@ def select_command(
                           report_on=report_on, runs=runs, out=out, turn_budget=pick(turn_budget, budget), force=force,
                           temperature=temperature, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens,
                           executor=ExecutorConfig(workers, ray_address))
-    with episode_progress() as shown:
+    with episode_progress(out) as shown:
         outcome = select_checkpoint(config, shown.tick, shown.plan)
     console.print(f"chose {outcome.chosen.name} ({100 * outcome.score:.1f}% pass@1 on {select_on})")
     if outcome.tied_with:

@@ -48,12 +48,13 @@ CI_EXPLANATION = (
     "tasks when per-task rates do not vary; the Wilson bound keeps 0% and 100% from giving a zero-width "
     "interval. The CI method column names what set the bounds."
 )
-COMPARISON_EXPLANATION = (
-    "Paired comparisons use per-task differences of pass@1. When every task differs alike (sd 0) the "
+COMPARISON_BASIS = "Paired comparisons use per-task differences of pass@1."
+COMPARISON_SD0 = (
+    "When every task differs alike (sd 0) the "
     f"SE and detectable difference use the conservative variance {FALLBACK_VAR_DIFF} per task (two "
-    "independent Bernoulli(0.5) arms) and the CI is Newcombe's hybrid score interval; such rows are "
-    "marked with a warning."
+    "independent Bernoulli(0.5) arms) and the CI is Newcombe's hybrid score interval;"
 )
+COMPARISON_EXPLANATION = f"{COMPARISON_BASIS} {COMPARISON_SD0} such rows are marked with a warning."
 
 
 def describe_arm(model: str) -> str:
@@ -86,28 +87,47 @@ def _pass_keys(summary: dict[str, Any]) -> list[str]:
     return sorted(keys, key=lambda k: int(k.split("@")[1]))
 
 
+ARM_SPREAD = 0.3  # the width (in k) over which the arms' points at one k are spread, so none hides another
+
+
+def arm_offsets(n: int) -> list[float]:
+    """x offsets of ``n`` arms at one k: evenly spread over ``ARM_SPREAD``, centred on the k (0 for one arm)."""
+    if n <= 1:
+        return [0.0] * n
+    step = ARM_SPREAD / (n - 1)
+    return [step * i - ARM_SPREAD / 2 for i in range(n)]
+
+
+def pass_at_k_figure(plt: Any, summary: dict[str, Any]) -> Any:
+    """pass@k per arm with its task-clustered CI as error bars (visible for a single k too); the arms are
+    offset a little along x so that no arm's point or bar hides another's."""
+    arms, keys = summary["arms"], _pass_keys(summary)
+    ks = [int(k.split("@")[1]) for k in keys]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for arm, offset in zip(arms, arm_offsets(len(arms)), strict=True):
+        block = summary["arm_results"][arm]
+        means = [block[k]["mean"] for k in keys]
+        below = [max(0.0, m - block[k]["ci"][0]) for m, k in zip(means, keys, strict=True)]
+        above = [max(0.0, block[k]["ci"][1] - m) for m, k in zip(means, keys, strict=True)]
+        ax.errorbar([k + offset for k in ks], means, yerr=[below, above], marker="o", capsize=4, label=arm)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xticks(ks)
+    if ks:
+        ax.set_xlim(min(ks) - 0.5, max(ks) + 0.5)
+    ax.legend()
+    ax.set_title("pass@k with task-clustered CIs")
+    fig.tight_layout()
+    return fig
+
+
 def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """pass@k curves, the per-task solve heatmap and the outcome breakdown, as PNG files."""
     plt = pyplot()
     arms, figures = summary["arms"], {}
-    keys = _pass_keys(summary)
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for arm in arms:
-        block = summary["arm_results"][arm]
-        ks = [int(k.split("@")[1]) for k in keys]
-        means = [block[k]["mean"] for k in keys]
-        lows = [block[k]["ci"][0] for k in keys]
-        highs = [block[k]["ci"][1] for k in keys]
-        ax.plot(ks, means, marker="o", label=arm)
-        ax.fill_between(ks, lows, highs, alpha=0.2)
-    ax.set_xlabel("k")
-    ax.set_ylabel("pass@k")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xticks(range(1, len(keys) + 1))
-    ax.legend()
-    ax.set_title("pass@k with task-clustered CIs")
+    fig = pass_at_k_figure(plt, summary)
     figures["pass_at_k"] = out_dir / "pass_at_k.png"
-    fig.tight_layout()
     fig.savefig(figures["pass_at_k"], dpi=110)
     plt.close(fig)
 

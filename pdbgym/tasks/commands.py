@@ -95,10 +95,10 @@ def validate_command(
 
     box = get_sandbox(sandbox)
     with progress(Console(stderr=True), disable=as_json) as bars:
-        bar = bars.add_task("validating", total=None)
+        bar: list[int] = []  # the phase starts once the tasks are found: a spec that does not resolve prints none
         reports = validate_spec(spec, sandbox=box, workers=workers or None, check_debugger=not no_debugger,
-                                on_done=lambda _r: bars.advance(bar),
-                                on_total=lambda total: bars.update(bar, total=total))
+                                on_done=lambda _r: bars.advance(bar[0]),
+                                on_total=lambda total: bar.append(bars.add_task("validating", total=total)))
     if as_json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
     else:

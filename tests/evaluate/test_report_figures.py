@@ -43,3 +43,55 @@ def test_arm_labels_do_not_overlap_and_colour_bar_label_is_inside():
     for box in boxes:
         assert figure_box.y0 <= box.y0 and figure_box.x0 <= box.x0, "arm label cut"
     plt.close(fig)
+
+
+def _pass_summary(ks: list[int]) -> dict:
+    """Three arms whose pass@k are identical, so points at one k would coincide without an x offset."""
+    block = {f"pass@{k}": {"mean": 0.5, "ci": [0.2, 0.8]} for k in ks}
+    return {"arms": ARMS[:3], "arm_results": {a: dict(block) for a in ARMS[:3]}}
+
+
+def _bars(ax) -> list:
+    """The error-bar containers of the pass@k axes, one per arm."""
+    from matplotlib.container import ErrorbarContainer
+
+    return [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+
+
+def test_pass_at_k_single_k_draws_each_arms_interval_and_no_arm_hides_another():
+    from pdbgym.evaluate.report import pass_at_k_figure
+
+    fig = pass_at_k_figure(plt, _pass_summary([1]))
+    ax = fig.axes[0]
+    assert ax.get_title() == "pass@k with task-clustered CIs"
+    from matplotlib.collections import PolyCollection
+
+    assert not any(isinstance(c, PolyCollection) for c in ax.collections), "no band: it is empty at a single k"
+    bars = _bars(ax)
+    assert len(bars) == 3, "one error bar per arm"
+    xs = []
+    for bar in bars:
+        line, _caps, (segments,) = bar.lines
+        (x,), (y,) = line.get_xdata(), line.get_ydata()
+        xs.append(x)
+        assert y == 0.5
+        (seg,) = segments.get_segments()  # a visible vertical interval from 0.2 to 0.8 at the point
+        assert sorted(seg[:, 1].tolist()) == [0.2, 0.8]
+        assert seg[0, 0] == seg[1, 0] == x
+    assert len(set(xs)) == 3, "arms drawn at the same x hide each other"
+    assert all(abs(x - 1) < 0.5 for x in xs), "offsets stay within the k"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ARMS[:3]
+    plt.close(fig)
+
+
+def test_pass_at_k_several_k_offsets_are_the_same_at_every_k():
+    from pdbgym.evaluate.report import arm_offsets, pass_at_k_figure
+
+    fig = pass_at_k_figure(plt, _pass_summary([1, 2, 4]))
+    bars = _bars(fig.axes[0])
+    for bar, offset in zip(bars, arm_offsets(3), strict=True):
+        assert [round(x - k, 9) for x, k in zip(bar.lines[0].get_xdata(), [1, 2, 4], strict=True)] == [offset] * 3
+    assert list(fig.axes[0].get_xticks()) == [1, 2, 4]
+    plt.close(fig)
+    assert arm_offsets(1) == [0.0]
+    assert arm_offsets(0) == []

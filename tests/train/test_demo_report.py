@@ -95,7 +95,9 @@ def test_the_conclusion_states_what_the_real_run_shows(real):
     assert "base 0 of 5, sft 0 of 5, oracle 5 of 5" in text
     assert "For base and sft, 0 solved is no evidence about solving ability" in text
     assert "reaches 43.4%" in text  # the upper end of pass@1's interval at 0 of 5
-    assert "Pass@1, sft minus base: +0.0 [-43.4, +43.4] points" in text and "no detectable change" in text
+    # The same difference, in the same direction, as the paired-comparison table's row (base - sft).
+    assert "Pass@1, base - sft: +0.0 [-43.4, +43.4] points" in text and "no detectable change" in text
+    assert "sft minus base: +0.0" not in text
     assert "SFT raised it" in text and "sft sent one call 8 times in a row" in text
     assert "KL to the teacher fell from 1.4223 [1.3546, 1.5035] (base) to 0.4060" in text
     assert "did not turn into more solved episodes here (sft 0, base 0)" in text
@@ -113,7 +115,8 @@ def test_the_conclusion_changes_with_the_numbers(tmp_path):
     text = " ".join(what_this_run_shows(ARMS, summary, tool_call_validity(tmp_path / "eval", ARMS), kl))
     assert "base 0 of 5, sft 3 of 5" in text
     assert "For base, 0 solved is no evidence" in text and "For base and sft" not in text
-    assert "Pass@1, sft minus base: +60.0" in text
+    assert "Pass@1, base - sft: -60.0" in text and "sft minus base: +60.0" not in text
+    assert ("SFT raised it" in text) == (summary["comparisons"][0]["ci"][1] < 0)
     assert "paired over 5 task(s): the interval holds 0: no detectable change" in text  # same valid calls
     assert "the intervals overlap, so this run shows no clear change" in text and "fell" not in text
     assert "times in a row" not in text and "did not turn into more solved" not in text
@@ -142,7 +145,9 @@ def test_report_opens_with_the_conclusion_and_shows_the_table_its_sd0_notes_are_
     assert "per-episode rate % [95% CI, by episode]" in text
     # Every pair is sd 0 here (each task differs alike): one note naming the pairs, beside their table.
     assert "## Paired comparisons (pass@1, A - B)" in text
-    assert "| sft | oracle | -100.0 | [-100.0, -38.6] |" in text
+    assert "| sft | oracle | -100.0 \u2020 | [-100.0, -38.6] |" in text  # marked: it fell back to sd 0
+    assert "such rows are marked \u2020 after the mean diff" in text
+    assert "| | |" not in text and "| what | value |" in text  # the run's table has a header
     assert text.count("(sd 0)") == 2  # the table's explanation and the one note below
     assert "base - sft, base - oracle, sft - oracle: paired comparison: every task has the same difference" in text
     report = json.loads((out / "demo_report.json").read_text())
@@ -163,3 +168,30 @@ def test_how_episodes_ended_counts_verdict_refused_episodes_beside_the_reasons(t
     ended = _tables(ARMS, summarize(rows, ARMS, TASKS, 1), {}, None)["How episodes ended"]
     refused = next(r for r in ended if r[0] == "verdict-refused")
     assert ended[0][2:] == ["base", "sft", "oracle"] and refused[2:] == ["0", "2", "0"]
+
+
+def test_headline_matches_the_table_row_and_the_mark_note_only_comes_with_a_marked_row(tmp_path):
+    """Tasks that differ unlike (sd > 0): no row falls back to the conservative sd, so none is marked and no
+    note promises a mark; the headline's pass@1 difference is the table's base - sft row, sign and all."""
+    from pdbgym.train.demo.report import _comparison_notes, _tables
+
+    same = [[call("c"), call("n"), "x"]] * 5
+    rows = write_campaign(tmp_path / "eval", {"base": same, "sft": same, "oracle": REAL_TURNS["oracle"]},
+                          {"sft": 3, "oracle": 5})
+    summary = summarize(rows, ARMS, TASKS, 1)
+    table = _tables(ARMS, summary, {}, None)["Paired comparisons (pass@1, A - B)"]
+    base_sft = next(r for r in table[1:] if r[:2] == ["base", "sft"])
+    assert base_sft[2] == "-60.0"  # no mark: the per-task differences vary
+    text = " ".join(what_this_run_shows(ARMS, summary, {}, None))
+    assert f"Pass@1, base - sft: {base_sft[2]} {base_sft[3]} points" in text
+    # base - oracle differs alike on every task (sd 0): that row alone is marked, and the note explains it.
+    assert [r[:2] for r in table[1:] if "\u2020" in r[2]] == [["base", "oracle"]]
+    assert "such rows are marked \u2020" in " ".join(_comparison_notes(summary))
+    # Without that row no row carries a mark, and no note promises one.
+    unmarked = {**summary, "comparisons": [c for c in summary["comparisons"] if not c.get("warning")],
+                "warnings": [w for w in summary["warnings"] if not w.startswith("base - oracle:")]}
+    assert unmarked["comparisons"] and not any("\u2020" in r[2] for r in _tables(ARMS, unmarked, {}, None)[
+        "Paired comparisons (pass@1, A - B)"][1:])
+    notes = " ".join(_comparison_notes(unmarked))
+    assert "marked" not in notes and "(sd 0)" not in notes
+    assert notes == "Paired comparisons use per-task differences of pass@1."

@@ -323,7 +323,7 @@ def test_a_time_budget_pauses_grpo_at_a_checkpoint_and_the_next_invocation_resum
     said.clear()
     run_module.run_experiment(config, out, say=said.append, until="grpo")
     stages = json.loads((out / "experiment.json").read_text())["stages"]
-    assert stages["grpo"]["steps"] == 2 and "[grpo] started" in said
+    assert stages["grpo"]["steps"] == 2 and any(line.startswith("[grpo] started: GRPO of ") for line in said)
     assert json.loads((out / "grpo" / "grpo_run.json").read_text())["policy"] == choice["chosen"]  # GRPO's start
     assert [json.loads(line)["step"] for line in (out / "grpo" / "steps.jsonl").read_text().splitlines()] == [1, 2]
     assert "smollm2-ladder-grpo" in Store(out / "adapters").names()
@@ -380,3 +380,81 @@ def test_the_report_shows_tampered_and_verdict_refused_episodes_per_grpo_step_ga
     assert "| pass@3 | episodes | tampered | verdict-refused | valid tool calls |" in held_out
     assert "| base | 0.0% [0.0%, 65.8%] | - | 4 | 0 | 1 |" in held_out
     assert "| grpo | 0.0% [0.0%, 65.8%] | - | 4 | 1 | 1 |" in held_out
+
+
+def test_training_stages_say_what_they_do_and_hide_library_future_warnings_while_they_run(tmp_path, monkeypatch):
+    import warnings
+
+    from pdbgym.train.experiment import run as run_module
+
+    config = load_experiment(REPO_FILE, quick=True)
+
+    def stage(name: str):
+        def play(*_args: object) -> dict[str, str]:
+            warnings.warn(f"{name} is deprecated", FutureWarning, stacklevel=1)
+            warnings.warn(f"{name} says more", UserWarning, stacklevel=1)
+            return {}
+        return play
+
+    for name in ("_tasks", "_split", "_oracle", "_sft", "_grpo"):
+        monkeypatch.setattr(run_module, name, stage(name))
+    monkeypatch.setattr(run_module, "write_experiment_report", lambda *_: tmp_path / "report.md")
+    said: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_module.run_experiment(config, tmp_path / "run", say=said.append, until="grpo")
+        warnings.warn("after the stages", FutureWarning, stacklevel=1)  # the filter was not left behind
+    shown = [str(w.message) for w in caught]
+    assert [m for m in shown if "deprecated" in m] == ["_tasks is deprecated", "_split is deprecated",
+                                                       "_oracle is deprecated"]
+    assert "_sft says more" in shown and "_grpo says more" in shown and "after the stages" in shown
+    starts = [line for line in said if " started" in line]
+    assert starts[:3] == ["[tasks] started", "[split] started", "[oracle] started"]
+    assert starts[3].startswith("[sft] started: LoRA SFT (rank ") and "one run per step count" in starts[3]
+    assert starts[4].startswith("[grpo] started: GRPO of the chosen SFT model: ")  # no choice.json: faked SFT
+    assert [line.split(" in ")[0] for line in said if " done in " in line] == [
+        f"[{stage}] done" for stage in ("tasks", "split", "oracle", "sft", "grpo", "report")]
+
+
+def test_the_report_reads_plainly_and_the_quick_profile_says_it_is_a_smoke_test(tmp_path):
+    """Facts as text, no zero-width KL interval from one task, no "-0.0%", singular counts, the smoke-test
+    warning at the top of a quick run's report and none in a full run's."""
+    from dataclasses import replace
+
+    from pdbgym.evaluate.analysis import summarize
+    from pdbgym.evaluate.report import machine_summary
+    from pdbgym.evaluate.results import EpisodeRow
+    from pdbgym.train.experiment.report import kl_cell, pct0, plural, write_experiment_report
+
+    quick = load_experiment(REPO_FILE, quick=True)
+    quick = replace(quick, eval=replace(quick.eval, runs=1))
+    out = tmp_path / "run"
+    (out / "grpo").mkdir(parents=True)
+    # base and sft solve the same tasks: the stored base - sft is +0.0, which the report turns to sft - base
+    rows = [EpisodeRow(arm, task, 0, task == "t0", "solved" if task == "t0" else "budget", 3, 1.0, "x.json")
+            for arm in ("base", "sft") for task in ("t0", "t1")]
+    (out / "eval-summary.json").write_text(json.dumps(machine_summary(summarize(rows, ["base", "sft"], ["t0", "t1"], 1))))
+    (out / "kl.json").write_text(json.dumps({"arms": {
+        "base": {"available": True, "kl_per_token": 0.869, "ci_low": 0.869, "ci_high": 0.869, "tasks": 1},
+        "sft": {"available": True, "kl_per_token": 0.5, "ci_low": 0.4, "ci_high": 0.6, "tasks": 2}}}))
+    state = {"stages": {"split": {"seconds": 1.0, "train": 3, "val": 1, "test": 2},
+                        "oracle": {"seconds": 2.5, "train": {"episodes": 3, "solved": 3}},
+                        "eval": {"seconds": 4.0, "arms": {"base": 0.5, "sft": 0.5}, "kl": True}}}
+    text = write_experiment_report(quick, out, state).read_text()
+    top = text.split("## Stages", 1)[0]
+    assert "smoke test" in top.lower() and "nothing below is evidence about learning" in top
+    stages = text.split("## Stages", 1)[1].split("\n\n", 2)[1]
+    assert "| split | 1.0 | train: 3; val: 1; test: 2 |" in stages
+    assert "| oracle | 2.5 | train: episodes 3, solved 3 |" in stages
+    assert "| eval | 4.0 | arms: base 0.5, sft 0.5; kl: yes |" in stages
+    assert "{" not in stages and '"' not in stages
+    assert "0.8690 [0.8690, 0.8690]" not in text
+    assert "0.8690 (no interval: it needs at least 2 tasks, 1 task scored)" in text
+    assert "0.5000 [0.4000, 0.6000]" in text
+    assert "-0.0%" not in text and "| sft - base | 0.0% [" in text
+    assert "(1 run a task)" in text and "1 runs" not in text
+    full = write_experiment_report(load_experiment(REPO_FILE), out, state).read_text()
+    assert "smoke test" not in full.lower()
+    assert plural(1, "task") == "1 task" and plural(2, "task") == "2 tasks" and plural(0, "run") == "0 runs"
+    assert pct0(-0.0) == "0.0%" and pct0(-0.0004) == "0.0%" and pct0(-0.01) == "-1.0%" and pct0(None) == "n/a"
+    assert kl_cell(None) == "-" and kl_cell({"available": False}) == "-"

@@ -31,17 +31,6 @@ def _names(arms: list[str]) -> str:
     return arms[0] if len(arms) == 1 else ", ".join(arms[:-1]) + f" and {arms[-1]}"
 
 
-def _comparison(summary: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
-    """The summary's paired pass@1 comparison as ``a - b`` (its sign turned when stored as ``b - a``)."""
-    for c in summary.get("comparisons", []):
-        if (c["arm_a"], c["arm_b"]) == (a, b):
-            return c
-        if (c["arm_a"], c["arm_b"]) == (b, a):
-            turned = [0.0 - c["mean_diff"], 0.0 - c["ci"][1], 0.0 - c["ci"][0]]  # 0.0 - x: no "-0.0"
-            return {**c, "arm_a": a, "arm_b": b, "mean_diff": turned[0], "ci": turned[1:]}
-    return None
-
-
 def _direction(low: float, high: float, up: str, down: str, flat: str) -> str:
     return up if low > 0 else down if high < 0 else flat
 
@@ -64,14 +53,23 @@ def _solving(arms: Mapping[str, str], summary: dict[str, Any]) -> list[str]:
     return sentences
 
 
+def _stored_comparison(summary: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
+    """The summary's paired pass@1 comparison of ``a`` and ``b`` in the direction it is stored (and shown in
+    the report's paired-comparison table): ``a - b`` or ``b - a``."""
+    return next((c for c in summary.get("comparisons", []) if {c["arm_a"], c["arm_b"]} == {a, b}), None)
+
+
 def _sft_vs_base(summary: dict[str, Any]) -> list[str]:
-    c = _comparison(summary, "sft", "base")
+    """Pass@1 of sft against base, as the same difference, in the same direction, as the table's row."""
+    c = _stored_comparison(summary, "sft", "base")
     if c is None:
         return []
     low, high = c["ci"]
     said = interval(100 * c["mean_diff"], 100 * low, 100 * high, PCT_DIFF)
-    change = _direction(low, high, "SFT raised it", "SFT lowered it", "the interval holds 0: no detectable change")
-    return [f"Pass@1, sft minus base: {said} points paired by task; {change}."]
+    raised, lowered = "SFT raised it", "SFT lowered it"
+    up, down = (raised, lowered) if c["arm_a"] == "sft" else (lowered, raised)
+    change = _direction(low, high, up, down, "the interval holds 0: no detectable change")
+    return [f"Pass@1, {c['arm_a']} - {c['arm_b']}: {said} points paired by task; {change}."]
 
 
 def _valid_calls(arms: Mapping[str, str], validity: dict[str, dict[str, Any]]) -> list[str]:
@@ -144,7 +142,7 @@ def _limits(summary: dict[str, Any], validity: dict[str, dict[str, Any]],
             sentences.append(f"It does not show that imitation helps debugging: {' and '.join(closer)} did not "
                              f"turn into more solved episodes here (sft {results['sft']['solved']}, base "
                              f"{results['base']['solved']}).")
-    c = _comparison(summary, "sft", "base") or next(iter(summary.get("comparisons", [])), None)
+    c = _stored_comparison(summary, "sft", "base") or next(iter(summary.get("comparisons", [])), None)
     if c is not None:
         sentences.append(f"It cannot tell apart arms whose pass@1 differs by less than about "
                          f"{100 * c['min_detectable_diff']:.0f} points ({c['arm_a']} - {c['arm_b']}): that is the "

@@ -43,6 +43,7 @@ from pdbgym.train.demo.config import DemoConfig
 from pdbgym.train.demo.data import build_caches, build_demo_corpus, split_tasks
 from pdbgym.train.demo.finetune import sft_done, sft_model_folder, train_demo_sft
 from pdbgym.train.demo.report import oracle_kl, write_demo_report
+from pdbgym.train.quiet import quiet_future_warnings
 
 STATE_FILE = "demo.json"
 Say = Callable[[str], None]
@@ -126,7 +127,7 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
     with phases.run("corpus", (out / "corpus" / "corpus.json").is_file()):
         corpus = build_demo_corpus(config)
     bar = bars.add_task("sft steps", total=config.sft_steps)
-    with phases.run("sft", sft_done(config)):
+    with phases.run("sft", sft_done(config)), quiet_future_warnings():  # TRL/transformers notices: this phase only
         record = train_demo_sft(config, lambda row, total: bars.update(bar, completed=row["step"]))
         sft_folder = sft_model_folder(config)
         bars.update(bar, completed=record["steps"])

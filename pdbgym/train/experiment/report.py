@@ -39,6 +39,60 @@ def _load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def plural(n: Any, word: str, many: str = "") -> str:
+    """``n`` and ``word``, in the plural unless ``n`` is 1: ``plural(1, "task") == "1 task"``."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+def pct0(share: float | None) -> str:
+    """:func:`pct` without a negative zero: a difference that rounds to 0 is ``0.0%``, not ``-0.0%``."""
+    text = pct(share)
+    return text[1:] if text.startswith("-") and float(text[1:-1]) == 0 else text
+
+
+def _fact_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fact_value(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(_fact_value(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "-" if value is None else str(value)
+
+
+def facts_text(facts: dict[str, Any]) -> str:
+    """A stage's facts as readable text: ``key: value`` pairs joined by ``; `` (a nested table's pairs as
+    ``key value`` joined by commas), the stage's seconds left out (they have their own column)."""
+    return "; ".join(f"{k}: {_fact_value(v)}" for k, v in facts.items() if k != "seconds") or "-"
+
+
+KL_MIN_TASKS = 2  # a task-bootstrap interval from fewer tasks has zero width: it says nothing
+
+
+def kl_cell(entry: dict[str, Any] | None) -> str:
+    """KL to the oracle with its 95% CI; with fewer than ``KL_MIN_TASKS`` tasks the value alone and why there
+    is no interval (one task's bootstrap gives the zero-width ``[x, x]``); ``-`` when not available."""
+    if not entry or not entry.get("available"):
+        return "-"
+    value = fmt(entry.get("kl_per_token"), ".4f")
+    tasks = entry.get("tasks")
+    if tasks is not None and tasks < KL_MIN_TASKS:
+        return f"{value} (no interval: it needs at least {KL_MIN_TASKS} tasks, {plural(tasks, 'task')} scored)"
+    return f"{value} [{fmt(entry.get('ci_low'), '.4f')}, {fmt(entry.get('ci_high'), '.4f')}]"
+
+
+def smoke_test_lines(config: ExperimentConfig) -> list[str]:
+    """The quick profile's warning at the report's top: a smoke test, its counts too small to show learning."""
+    if not config.quick:
+        return []
+    return [f"**Smoke test (quick profile):** tiny counts ({plural(config.grpo.steps, 'GRPO step')}, "
+            f"{plural(config.grpo.tasks_per_step, 'task')} a step, {plural(config.eval.runs, 'held-out run')} a "
+            "task) check that every stage runs end to end; nothing below is evidence about learning, and no "
+            "difference in it is a claim that training helped or hurt.", ""]
+
+
 def step_counts(rows: list[dict[str, Any]], per_step: int) -> list[tuple[int, int]]:
     """Per logged step, its on-policy episodes: (solved, played), from the solve rate and the count."""
     counts = []
@@ -169,7 +223,7 @@ def sft_choice_lines(out: Path) -> list[str]:
     for steps, c in sorted(choice["candidates"].items(), key=lambda item: int(item[0])):
         rows.append([steps, fmt(c.get("best_val_loss"), ".4f"), _ci(c["pass@1"]),
                      "chosen" if c["name"] == choice["chosen"] else ""])
-    runs = f"{choice['val_runs']} run{'s' if choice['val_runs'] != 1 else ''} a task"
+    runs = f"{plural(choice['val_runs'], 'run')} a task"
     return ["## SFT strength (chosen on val)", ""] + md_table(
         ["SFT steps", "best val loss", f"val pass@1 [95% CI] ({runs})", ""], rows) + [""] + \
         md_bullets([f"GRPO starts from the SFT model whose val pass@1 is nearest {pct(choice['target'])}: "
@@ -241,11 +295,12 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     rows, _ = read_jsonl(out / "grpo" / "steps.jsonl")
     gates, _ = read_jsonl(out / "grpo" / "gates.jsonl")
     per_step = config.grpo.group * config.grpo.tasks_per_step
-    lines = [f"# Experiment {config.name}" + (" (quick profile)" if config.quick else ""), "",
+    lines = [f"# Experiment {config.name}" + (" (quick profile: smoke test)" if config.quick else ""), "",
+             *smoke_test_lines(config),
              f"From `{config.source}` (settings digest {config.digest()}); base `{config.base}`; seed {config.seed}.",
              ""]
     lines += ["## Stages", ""] + md_table(["stage", "seconds", "facts"], [
-        [name, facts.get("seconds"), json.dumps({k: v for k, v in facts.items() if k != "seconds"})]
+        [name, facts.get("seconds"), facts_text(facts)]
         for name, facts in state.get("stages", {}).items()]) + [""]
     lines += sft_choice_lines(out)
     lines += ["## GRPO steps", ""] + md_table(
@@ -273,7 +328,8 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     notes += hacking_notes(rows)
 
     def rise(c: dict[str, Any]) -> str:
-        return f"{pct(c['last'])} vs {pct(c['first'])}, difference {pct(c['diff'])} [{pct(c['ci'][0])}, {pct(c['ci'][1])}]"
+        return (f"{pct(c['last'])} vs {pct(c['first'])}, difference {pct0(c['diff'])} "
+                f"[{pct0(c['ci'][0])}, {pct0(c['ci'][1])}]")
 
     if check is not None:
         verdict = "the CI excludes no change: GRPO raised the on-policy solve rate" if check["learned"] else \
@@ -317,13 +373,12 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     arms = summary.get("arms", {})
     ks = [f"pass@{k}" for k in config.eval.k if k > 1]
     lines += ["## Held-out test split", "", f"Model arms sample at T = {config.eval.temperature:g} "
-              f"({config.eval.runs} runs a task).", ""] + md_table(
+              f"({plural(config.eval.runs, 'run')} a task).", ""] + md_table(
         ["arm", "pass@1 [95% CI]", *ks, "episodes", "tampered", "verdict-refused", "valid tool calls",
          "wrong-site fixation", "KL to the oracle (nats/token) [95% CI]"], [
             [arm, _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks), *hacking_cells(block),
              pct((validity.get(arm) or {}).get("rate")), _ci((block.get("wrong_site") or {}).get("rate")),
-             (f"{fmt(kl[arm]['kl_per_token'], '.4f')} [{fmt(kl[arm]['ci_low'], '.4f')}, {fmt(kl[arm]['ci_high'], '.4f')}]"
-              if kl.get(arm, {}).get("available") else "-")] for arm, block in arms.items()]) + [""]
+             kl_cell(kl.get(arm))] for arm, block in arms.items()]) + [""]
     if not any(block.get("wrong_site") for block in arms.values()):
         lines += md_bullets(["Wrong-site fixation: no held-out task declares a wrong site (the regression tasks "
                              "of the built-in suite do; add a suite to [tasks] to measure it)."]) + [""]
@@ -332,12 +387,12 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     if levels:
         lines += ["## Held-out pass@1 by rung of the task ladder", ""] + md_table(
             ["arm", *(f"rung {level}" for level in levels)], [
-                [arm, *(f"{_ci(per[level])} ({per[level]['tasks']} tasks)" if level in per else "-" for level in levels)]
+                [arm, *(f"{_ci(per[level])} ({plural(per[level]['tasks'], 'task')})" if level in per else "-" for level in levels)]
                 for arm, per in sorted(rungs.items(), key=lambda item: list(arms).index(item[0]) if item[0] in arms
                                        else len(arms))]) + [""]
     lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + md_table(
         ["a - b", "difference [95% CI]", "tasks"], [
-            [f"{a} - {b}", f"{pct(diff)} [{pct(low)}, {pct(high)}]", n]
+            [f"{a} - {b}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
             for a, b, diff, low, high, n in _pairs(summary, (("grpo", "sft"), ("sft", "base"), ("grpo", "base")))])
     lines += [""]
     chosen = run.get("chosen")
@@ -348,7 +403,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         val = gate["pass_at_1"]["mean"]
         lines += md_bullets([
             f"Chosen checkpoint `{chosen}` (best val pass@1 of {len(gates)} gated): val {pct(val)}, held-out test "
-            f"{pct(held.get('mean'))}; choosing on val inflated its score by {pct(val - held.get('mean', 0.0))} "
+            f"{pct(held.get('mean'))}; choosing on val inflated its score by {pct0(val - held.get('mean', 0.0))} "
             "(val minus test; the test split never took part in the choice)."])
     else:
         lines += md_bullets(["No gated checkpoint or no held-out GRPO score yet."])

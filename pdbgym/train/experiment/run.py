@@ -28,6 +28,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE, STEPS_FILE
+from pdbgym.train.quiet import quiet_future_warnings
 from pdbgym.train.sft.base import device_problem
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.resume import is_finished, read_train_record
@@ -58,6 +60,7 @@ from pdbgym.train.sft.trainer import train_sft
 STATE_FILE = "experiment.json"
 LEDGER_FILE = "ledger.jsonl"  # the experiment's selection ledger: the SFT choice and GRPO's checkpoint choice
 STAGES = ("tasks", "split", "oracle", "sft", "grpo", "eval", "report")
+TRAINING_STAGES = ("sft", "grpo")  # their libraries' FutureWarnings are hidden while they run
 Say = Callable[[str], None]
 
 
@@ -112,9 +115,10 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
         if stage != "report" and left() <= 0:
             say(f"[{stage}] not started: the {minutes:g}-minute budget (--minutes) is spent; run again to go on")
             return write_experiment_report(config, out, state.data)  # what is there; unrecorded
-        say(f"[{stage}] started")
+        say(f"[{stage}] started" + (f": {what}" if (what := stage_summary(stage, config, out, device)) else ""))
         started = time.perf_counter()
-        facts = steps[stage]()
+        with quiet_future_warnings() if stage in TRAINING_STAGES else nullcontext():  # for this stage only
+            facts = steps[stage]()
         if facts is None:  # GRPO paused by the budget
             say(f"[{stage}] paused after {time.perf_counter() - started:.1f} s by the {minutes:g}-minute budget "
                 "(--minutes); run again to resume it")
@@ -122,6 +126,21 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
         state.finish(stage, time.perf_counter() - started, facts)
         say(f"[{stage}] done in {time.perf_counter() - started:.1f} s")
     return out / "report.md"
+
+
+def stage_summary(stage: str, config: ExperimentConfig, out: Path, device: str) -> str | None:
+    """What a training stage does, for its start line (None for the other stages)."""
+    s, g = config.sft, config.grpo
+    if stage == "sft":
+        runs = (f"one run per step count in {list(s.candidates)}, the one whose val pass@1 is nearest "
+                f"{s.target:g} chosen" if s.candidates else f"{s.steps} steps")
+        return f"LoRA SFT (rank {s.rank}) of {config.base} on the oracle's solved train episodes, {runs}, on {device}"
+    if stage == "grpo":
+        chosen = not s.candidates or (out / "sft" / SFT_CHOICE_FILE).is_file()
+        policy = sft_name(config, out) if chosen else "the chosen SFT model"
+        return (f"GRPO of {policy}: {g.steps} steps of {g.tasks_per_step} task(s) x {g.group} episodes, a "
+                f"checkpoint gated on val every {g.save_steps} steps, on {device}")
+    return None
 
 
 def _tasks(config: ExperimentConfig, out: Path) -> dict[str, Any]:
