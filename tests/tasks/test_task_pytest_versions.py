@@ -121,3 +121,67 @@ def test_a_published_row_gets_the_environment_its_project_declares(tmp_path: Pat
     assert any(r.startswith("pytest==8.") for r in task.requirements), task.requirements
     report = validate_task(task)
     assert report.ok, report.problems
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_a_published_row_with_a_src_layout_pytest_8_and_a_released_copy_in_its_environment(tmp_path: Path,
+                                                                                         monkeypatch):
+    """The three traps of real instances at once, through ``import-swebench --mirrors`` with a row as
+    published: the project ``six`` has a src layout, declares ``pytest<9`` for its tests, and a test
+    dependency (python-dateutil) that requires ``six``, so a released six is installed beside the repo.
+    The task imports, validates (the repo's six is what the tests and the pdb session import) and the
+    oracle's fix solves it, with no adjustment to the row."""
+    import json
+    import os
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from pdbgym.cli import app
+
+    _environment("pytest==8.3.5")
+    monkeypatch.setenv("PDBGYM_GIT_BASE_URL", f"file://{tmp_path}/no-such-remote")
+    work = tmp_path / "mirrors" / "acme" / "six"
+    (work / "src").mkdir(parents=True)
+    (work / "tests").mkdir()
+    (work / "pyproject.toml").write_text(
+        '[project]\nname = "six"\nversion = "0.1"\n[project.optional-dependencies]\n'
+        'test = ["python-dateutil==2.9.0.post0", "pytest>=8,<9"]\n[tool.setuptools.package-dir]\n"" = "src"\n')
+    (work / "src" / "six.py").write_text("def ensure_text(value):\n    return value.upper()\n")
+    (work / "tests" / "test_six.py").write_text(
+        "import pytest\nimport six\n\n\ndef test_pytest_8():\n    assert pytest.__version__.startswith('8.')\n")
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", "buggy")
+    (work / "src" / "six.py").write_text("def ensure_text(value):\n    return value\n")
+    (work / "tests" / "test_six.py").write_text((work / "tests" / "test_six.py").read_text() +
+                                                "\n\ndef test_ensure_text():\n    assert six.ensure_text('a') == 'a'\n")
+    git("commit", "-q", "-am", "fix")
+    row = {"instance_id": "acme__six-1", "repo": "acme/six", "base_commit": git("rev-parse", "HEAD^").strip(),
+           "patch": git("diff", "HEAD^", "HEAD", "--", "src"), "test_patch": git("diff", "HEAD^", "HEAD", "--", "tests"),
+           "FAIL_TO_PASS": json.dumps(["tests/test_six.py::test_ensure_text"]),
+           "PASS_TO_PASS": json.dumps(["tests/test_six.py::test_pytest_8"]), "version": "0.1",
+           "environment_setup_commit": git("rev-parse", "HEAD").strip()}
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text(json.dumps(row) + "\n")
+    result = CliRunner().invoke(app, ["tasks", "import-swebench", str(jsonl), "--out", str(tmp_path / "tasks"),
+                                      "--mirrors", str(tmp_path / "mirrors"), "--build-envs"])
+    assert result.exit_code == 0, result.output
+    task = load_task(tmp_path / "tasks" / "acme__six-1")
+    assert any(r.startswith("pytest==8.") for r in task.requirements), task.requirements
+    sandbox = task_sandbox(get_sandbox("bwrap"), task)
+    released = [p for p in sandbox.site_packages.iterdir() if p.name in ("six.py", "six")] if sandbox.site_packages \
+        else []
+    assert released, "python-dateutil was meant to pull a released six into the environment"
+    report = validate_task(task)
+    assert report.ok, report.problems
+    with Workspace.create(task.repo) as ws:
+        apply_patch(ws.path, task.patch)
+        assert grade(task, ws.path, sandbox).final_test_passed

@@ -444,9 +444,9 @@ def test_the_report_reads_plainly_and_the_quick_profile_says_it_is_a_smoke_test(
     top = text.split("## Stages", 1)[0]
     assert "smoke test" in top.lower() and "nothing below is evidence about learning" in top
     stages = text.split("## Stages", 1)[1].split("\n\n", 2)[1]
-    assert "| split | 1.0 | train: 3; val: 1; test: 2 |" in stages
+    assert "| split | 1 | train: 3; val: 1; test: 2 |" in stages
     assert "| oracle | 2.5 | train: episodes 3, solved 3 |" in stages
-    assert "| eval | 4.0 | arms: base 0.5, sft 0.5; kl: yes |" in stages
+    assert "| eval | 4 | arms: base 0.5, sft 0.5; kl: yes |" in stages
     assert "{" not in stages and '"' not in stages
     assert "0.8690 [0.8690, 0.8690]" not in text
     assert "0.8690 (no interval: it needs at least 2 tasks, 1 task scored)" in text
