@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -335,11 +336,11 @@ def main() -> int:
     failed = sum(row[2] == "failed" for row in rows)
     total = sum(row[1] for row in rows)
     print(f"{len(rows)} commands, {failed} failed, {sum(r[2] == 'skipped' for r in rows)} skipped, {total:.0f} s")
-    if args.keep or failed:
-        print(f"kept {tmp}")
+    if args.keep or failed:  # kept to look into; say how much disk it holds and how to free it
+        size = sum(p.lstat().st_size for p in tmp.rglob("*") if p.is_file() and not p.is_symlink())
+        print(f"kept {tmp} ({size / 1e6:.0f} MB: the clone, its runs and caches, a tiny model, a PDBGYM_HOME); "
+              f"remove it with: rm -rf {tmp}")
     else:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failed else 0
 

@@ -54,7 +54,15 @@ COMPARISON_SD0 = (
     f"SE and detectable difference use the conservative variance {FALLBACK_VAR_DIFF} per task (two "
     "independent Bernoulli(0.5) arms) and the CI is Newcombe's hybrid score interval;"
 )
-COMPARISON_EXPLANATION = f"{COMPARISON_BASIS} {COMPARISON_SD0} such rows are marked with a warning."
+SD0_MARK = "\u2020"  # a dagger after the mean diff: the row fell back to the conservative sd (sd 0)
+
+
+def comparison_note(summary: dict[str, Any]) -> str:
+    """How the paired-comparison table is computed; the conservative fallback and its mark are explained
+    only when some row carries the mark (a note must not promise marks no row has)."""
+    fallback = any(c.get("warning") for c in summary.get("comparisons", []))
+    return f"{COMPARISON_BASIS} {COMPARISON_SD0} such rows are marked {SD0_MARK} after the mean diff." \
+        if fallback else COMPARISON_BASIS
 
 
 def describe_arm(model: str) -> str:
@@ -75,7 +83,7 @@ def explanations(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
     arms = [f"{arm}: {describe_arm(models[arm]) if arm in models else 'policy not recorded'}"
             for arm in summary["arms"]]
     reasons = [*(f"{reason}: {TERMINATION_MEANINGS[reason]}" for reason in REASONS), HACKING_EXPLANATION]
-    return [("Arms", arms), ("Intervals", [CI_EXPLANATION, COMPARISON_EXPLANATION, *explanation_lines(summary)]),
+    return [("Arms", arms), ("Intervals", [CI_EXPLANATION, comparison_note(summary), *explanation_lines(summary)]),
             ("Termination reasons", reasons)]
 
 
@@ -194,8 +202,10 @@ def _headline(summary: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
-    """Paired comparisons in percent points; the correlation is n/a where a side does not vary."""
-    return [[c["arm_a"], c["arm_b"], fmt(100 * c["mean_diff"], PCT_DIFF),
+    """Paired comparisons in percent points; the correlation is n/a where a side does not vary; the mean
+    diff of a row that fell back to the conservative sd (sd 0) carries ``SD0_MARK``."""
+    return [[c["arm_a"], c["arm_b"],
+             fmt(100 * c["mean_diff"], PCT_DIFF) + (f" {SD0_MARK}" if c.get("warning") else ""),
              bounds(100 * c["ci"][0], 100 * c["ci"][1], PCT_DIFF), fmt(100 * c["se"], PCT_POINTS),
              correlation(c["correlation"]), fmt(100 * c["min_detectable_diff"], PCT_POINTS)]
             for c in summary["comparisons"]]

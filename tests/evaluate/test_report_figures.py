@@ -95,3 +95,18 @@ def test_pass_at_k_several_k_offsets_are_the_same_at_every_k():
     plt.close(fig)
     assert arm_offsets(1) == [0.0]
     assert arm_offsets(0) == []
+
+
+def test_the_comparison_note_promises_a_mark_only_when_a_row_carries_it():
+    from pdbgym.evaluate.report import SD0_MARK, comparison_note, comparison_rows
+
+    def comparison(warning: str | None) -> dict:
+        return {"arm_a": "sft", "arm_b": "base", "mean_diff": 0.25, "ci": [0.05, 0.45], "se": 0.1,
+                "correlation": 0.3, "min_detectable_diff": 0.28, **({"warning": warning} if warning else {})}
+
+    plain = {"comparisons": [comparison(None)]}
+    assert SD0_MARK not in comparison_rows(plain)[0][2] and "marked" not in comparison_note(plain)
+    fallen = {"comparisons": [comparison(None), comparison("every task differs alike (sd 0)")]}
+    rows = comparison_rows(fallen)
+    assert [SD0_MARK in row[2] for row in rows] == [False, True]
+    assert f"such rows are marked {SD0_MARK} after the mean diff" in comparison_note(fallen)

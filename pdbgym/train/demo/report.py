@@ -28,7 +28,7 @@ from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
 from pdbgym.divergence.tocache import HEADLINE, kl_to_cache, open_teacher_cache
 from pdbgym.evaluate import stats
 from pdbgym.evaluate.divergence_arms import local_model_of
-from pdbgym.evaluate.report import COMPARISON_BASIS, COMPARISON_HEAD, COMPARISON_SD0, comparison_rows
+from pdbgym.evaluate.report import COMPARISON_HEAD, comparison_note, comparison_rows
 from pdbgym.evaluate.results import ResultsStore
 from pdbgym.fileio import write_json_atomic, write_text_atomic
 from pdbgym.reportkit import (
@@ -171,7 +171,7 @@ def _tables(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str
         rows.append([arm, str(r.get("episodes", 0)), str(r.get("solved", 0))] + cells)
     tables["Pass@k on the held-out tasks"] = rows
     if summary.get("comparisons"):
-        tables["Paired comparisons (pass@1, A - B)"] = [COMPARISON_HEAD, *_marked_comparison_rows(summary)]
+        tables["Paired comparisons (pass@1, A - B)"] = [COMPARISON_HEAD, *comparison_rows(summary)]
     rows = [["arm", "model turns", "valid tool calls", "pooled rate", "per-episode rate % [95% CI, by episode]",
              "episodes with >= 1 valid call", "one call repeated, most in a row"]]
     rows += [[a, str(v["turns"]), str(v["valid"]), pct(v["rate"]),
@@ -190,19 +190,6 @@ def _tables(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str
     tables["How episodes ended"] = rows
     tables["KL to the teacher on the held-out tasks"] = _kl_rows(arms, summary, kl)
     return tables
-
-
-SD0_MARK = "\u2020"  # a dagger after the mean diff: the row fell back to the conservative sd (sd 0)
-
-
-def _marked_comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
-    """The paired-comparison rows, the mean diff of each row that fell back to the conservative sd marked
-    with ``SD0_MARK`` (the notes explain the mark only when some row carries it)."""
-    rows = comparison_rows(summary)
-    for row, c in zip(rows, summary["comparisons"], strict=True):
-        if c.get("warning"):
-            row[2] = f"{row[2]} {SD0_MARK}"
-    return rows
 
 
 def _kl_rows(arms: Mapping[str, str], summary: dict[str, Any], kl: dict[str, Any] | None) -> list[list[str]]:
@@ -301,8 +288,7 @@ def _comparison_notes(summary: dict[str, Any]) -> list[str]:
         if c.get("warning"):
             fallback.setdefault(c["warning"], []).append(f"{c['arm_a']} - {c['arm_b']}")
     said = {f"{pair}: {warning}" for warning, pairs in fallback.items() for pair in pairs}
-    notes = [f"{COMPARISON_BASIS} {COMPARISON_SD0} such rows are marked {SD0_MARK} after the mean diff."
-             if fallback else COMPARISON_BASIS]
+    notes = [comparison_note(summary)]
     notes += [f"{', '.join(pairs)}: {warning}" for warning, pairs in fallback.items()]
     return notes + [w for w in summary.get("warnings", []) if w not in said]
 
