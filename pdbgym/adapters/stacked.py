@@ -112,6 +112,39 @@ def materialize_ref(ref: str, store: Store | None = None) -> Path:
     return target
 
 
+class StageCopies:
+    """The merged model folders (``$PDBGYM_HOME/merged/<id>``) one stage needs for its own episodes: made
+    (or reused) by :meth:`folder`, removed by :meth:`remove` once the stage is done. They are a cache
+    ``materialize_ref`` re-merges from the store when a later use asks, so nothing is lost; a base's own
+    registered folder is never one of them."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store or Store()
+        self.paths: list[Path] = []
+
+    def folder(self, ref: str) -> Path:
+        """``materialize_ref(ref)``, remembered for :meth:`remove` when it is a merged copy."""
+        path = materialize_ref(ref, self.store)
+        if path.parent == pdbgym_home() / "merged" and path not in self.paths:
+            self.paths.append(path)
+        return path
+
+    def remove(self) -> str:
+        """Remove the copies; one line saying what they were, where and how big ('' when there were none)."""
+        from pdbgym.home import human, size_of  # the home module brings the command line's libraries
+
+        if not self.paths:
+            return ""
+        sizes = {path: size_of(path) for path in self.paths if path.exists()}
+        for path in sizes:
+            shutil.rmtree(path)
+        each = ", ".join(f"{self.store.label(path.name)} {human(size)}" for path, size in sizes.items())
+        copies = "copy" if len(sizes) == 1 else "copies"
+        self.paths = []
+        return (f"{len(sizes)} merged model {copies} written to {pdbgym_home() / 'merged'} for this stage "
+                f"({human(sum(sizes.values()))}: {each}), removed after it (re-merged from the store when used)")
+
+
 _REGISTERED: dict[str | None, Any] = {}
 
 

@@ -68,7 +68,10 @@ def _check_runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> None:
 
 def _runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> tuple[SuiteRun, SuiteRun | None]:
     with Workspace.create(task.repo) as ws:
-        before = run_tests(sandbox, ws.path, task, task.all_tests)
+        # Run as grading runs: the whole tree read-only where the sandbox can bind it, so a task whose tests
+        # write into their project fails here, where it can be fixed, not in every graded episode.
+        readonly = [ws.path] if sandbox.binds_readonly else []
+        before = run_tests(sandbox, ws.path, task, task.all_tests, readonly_paths=readonly)
         still_passing = [n for n in task.FAIL_TO_PASS if before.passed(n)]
         report.checks["fail_to_pass_fail_before"] = not still_passing
         if still_passing:
@@ -92,7 +95,7 @@ def _runs(task: Task, sandbox: Sandbox, report: ValidationReport) -> tuple[Suite
             report.problems.append(str(exc))
             return before, None
         report.checks["patch_applies"] = True
-        after = run_tests(sandbox, ws.path, task, task.all_tests)
+        after = run_tests(sandbox, ws.path, task, task.all_tests, readonly_paths=readonly)
         unfixed = after.failing(task.all_tests)
         report.checks["all_pass_after_patch"] = not unfixed
         if unfixed:

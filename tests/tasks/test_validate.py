@@ -119,3 +119,21 @@ def test_a_task_whose_validation_raises_is_reported_and_the_others_still_run(tmp
     result = CliRunner().invoke(app, ["tasks", "validate", str(tmp_path), "--no-debugger", "--workers", "1"])
     assert result.exit_code == 1, result.output
     assert "validation stopped: disk full" in result.stdout and "1/2 tasks valid, 1 failed" in result.stdout
+
+
+def test_a_task_whose_tests_write_into_their_project_fails_validation_as_grading_would(tmp_path):
+    """Grading binds the whole tree read-only; validation runs the same way, so such a task is refused
+    here, naming the read-only file system, and never validated then unsolvable in every episode."""
+    from pdbgym.sandbox import get_sandbox
+
+    root = make_task(tmp_path / "writer")
+    test = root / "repo" / "tests" / "test_ops.py"
+    test.write_text(test.read_text() + "\n\ndef test_writes_a_report():\n    open('report.txt', 'w').write('x')\n")
+    data = json.loads((root / "task.json").read_text())
+    data["PASS_TO_PASS"].append("tests/test_ops.py::test_writes_a_report")
+    (root / "task.json").write_text(json.dumps(data))
+    sandbox = get_sandbox()
+    report = validate_task(load_task(root), sandbox, check_debugger=False)
+    if not sandbox.binds_readonly:
+        return  # the plain backend binds nothing: grading there lets the test write too
+    assert not report.ok and "Read-only file system" in " ".join(report.problems), report.problems

@@ -32,7 +32,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from pdbgym.adapters.stacked import materialize_ref
+from pdbgym.adapters.stacked import StageCopies
 from pdbgym.adapters.store import Store
 from pdbgym.agent.build import CacheBuildConfig, build_cache
 from pdbgym.agent.executor import ExecutorConfig
@@ -104,8 +104,8 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
 
     steps: dict[str, Callable[[], dict[str, Any] | None]] = {
         "tasks": lambda: _tasks(config, out), "split": lambda: _split(config, out),
-        "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device, workers),
-        "grpo": lambda: _grpo(config, out, device, left()), "eval": lambda: _eval(config, out, device, workers),
+        "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device, workers, say),
+        "grpo": lambda: _grpo(config, out, device, left()), "eval": lambda: _eval(config, out, device, workers, say),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
     wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
     for stage in dict.fromkeys(wanted):
@@ -189,7 +189,7 @@ def _oracle(config: ExperimentConfig, out: Path, workers: int) -> dict[str, Any]
     return facts
 
 
-def _sft(config: ExperimentConfig, out: Path, device: str, workers: int) -> dict[str, Any]:
+def _sft(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
     corpus = out / "corpus"
     if not (corpus / MANIFEST_FILE).is_file():
         build_corpus(CorpusConfig(caches=[out / "caches" / "oracle-train"], out=corpus, solved_only=True,
@@ -199,7 +199,7 @@ def _sft(config: ExperimentConfig, out: Path, device: str, workers: int) -> dict
         raise ExperimentError(f"the oracle solved no train task within {config.sft.max_tokens} ids "
                               f"({built['dropped']}); raise [sft] max_tokens")
     if config.sft.candidates:
-        return {"examples": built["examples_kept"], **_sft_choice(config, out, device, workers)}
+        return {"examples": built["examples_kept"], **_sft_choice(config, out, device, workers, say)}
     _train_sft(config, out, device, config.sft.steps, out / "sft", f"{config.name}-sft")
     return {"examples": built["examples_kept"]}
 
@@ -217,25 +217,27 @@ def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, fol
                              report=True))
 
 
-def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int) -> dict[str, Any]:
+def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
     """One SFT run per ``[sft] candidates`` step count, each played on the val split at the eval
     temperature; the one whose val pass@1 is nearest ``[sft] target`` is chosen (``OUT/sft/choice.json``)
     and the choice recorded in the experiment's selection ledger. Finished runs, played episodes and a
-    made choice are kept across a kill."""
+    made choice are kept across a kill. The candidates' merged copies serve these val episodes only and are
+    removed after them (the eval stage merges the chosen one again)."""
     folder, s = out / "sft", config.sft
     path = folder / SFT_CHOICE_FILE
     if not path.is_file():
         names = {steps: f"{config.name}-sft-s{steps}" for steps in s.candidates}
         for steps, name in names.items():
             _train_sft(config, out, device, steps, folder / f"steps-{steps}", name)
-        store = Store(out / "adapters")
+        copies = StageCopies(Store(out / "adapters"))
         run_evaluation(EvalConfig(
-            arms=[f"s{steps}={materialize_ref(name, store)}" for steps, name in names.items()],
+            arms=[f"s{steps}={copies.folder(name)}" for steps, name in names.items()],
             tasks=str(out / "tasks" / "val"), runs=s.val_runs, out=folder / "val-eval",
             turn_budget=config.episodes.turn_budget, max_new_tokens=config.episodes.max_new_tokens,
             max_context_tokens=config.episodes.max_context_tokens, seed=config.seed,
             temperature=config.eval.temperature, executor=ExecutorConfig(workers=workers),
             json_out=folder / "val-summary.json", device=device, title=f"{config.name}: SFT strength on val"))
+        _say_removed(copies, "sft", say)
         arms = json.loads((folder / "val-summary.json").read_text())["arms"]
         scores = {steps: arms[f"s{steps}"]["pass@1"] for steps in names}
         chosen = nearest_to_target({steps: block["mean"] for steps, block in scores.items()}, s.target)
@@ -340,14 +342,23 @@ def grpo_minutes_left(max_minutes: float, folder: Path, last: str | None) -> flo
     return max(max_minutes - spent, 1e-3)
 
 
-def arms_of(config: ExperimentConfig, out: Path) -> dict[str, str]:
-    store = Store(out / "adapters")
-    return {"base": config.base, "sft": str(materialize_ref(sft_name(config, out), store)),
-            "grpo": str(materialize_ref(f"{config.name}-grpo", store)), "oracle": "scripted"}
+def arms_of(config: ExperimentConfig, out: Path, copies: StageCopies) -> dict[str, str]:
+    """The held-out arms: the base, and the SFT and GRPO models as merged folders (made by ``copies``)."""
+    return {"base": config.base, "sft": str(copies.folder(sft_name(config, out))),
+            "grpo": str(copies.folder(f"{config.name}-grpo")), "oracle": "scripted"}
 
 
-def _eval(config: ExperimentConfig, out: Path, device: str, workers: int) -> dict[str, Any]:
-    arms = arms_of(config, out)
+def _say_removed(copies: StageCopies, stage: str, say: Say) -> None:
+    """Remove a stage's merged model copies, saying what they were and how big."""
+    if line := copies.remove():
+        say(f"[{stage}] {line}")
+
+
+def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
+    """The held-out campaign, KL to the oracle and tool-call validity; the SFT and GRPO arms' merged copies
+    serve these episodes only and are removed after them (a resumed eval merges them again)."""
+    copies = StageCopies(Store(out / "adapters"))
+    arms = arms_of(config, out, copies)
     run_evaluation(EvalConfig(
         arms=[f"{k}={v}" for k, v in arms.items()], tasks=str(out / "tasks" / "test"), runs=config.eval.runs,
         out=out / "eval", turn_budget=config.episodes.turn_budget, max_new_tokens=config.episodes.max_new_tokens,
@@ -360,4 +371,5 @@ def _eval(config: ExperimentConfig, out: Path, device: str, workers: int) -> dic
     kl = oracle_kl(out / "caches" / "oracle-test", models, out / "kl.json", config.eval.kl_tokens, device=device)
     validity = tool_call_validity(out / "eval", arms)
     write_json_atomic(out / "validity.json", validity)
+    _say_removed(copies, "eval", say)
     return {"arms": {k: summary["arms"][k]["pass@1"]["mean"] for k in arms}, "kl": bool(kl)}
