@@ -28,11 +28,11 @@ def test_a_stages_copies_are_removed_after_it_and_the_line_says_where_and_how_bi
     assert copies.folder("base") == world.base  # a base is its registered folder: not a copy, never removed
     folders = [copies.folder("sft"), copies.folder("top"), copies.folder("sft")]  # asked twice: one copy
     assert sorted(p.name for p in (home / "merged").iterdir()) == sorted({p.name for p in folders})
-    total = sum(size_of(p) for p in set(folders))
+    sizes = {p: size_of(p) for p in folders}
     line = copies.remove()
     assert not list((home / "merged").iterdir()) and world.base.is_dir()
-    assert line.startswith(f"2 merged model copies written to {home / 'merged'} for this stage ({human(total)}: ")
-    assert f"sft ({store.resolve('sft')[:12]}) {human(size_of(world.base))}" in line
+    assert line.startswith(f"2 merged model copies written to {home / 'merged'} for this stage ({human(sum(sizes.values()))}: ")
+    assert f"sft ({store.resolve('sft')[:12]}) {human(sizes[folders[0]])}, top (" in line
     assert "removed after it (re-merged from the store when used)" in line
     assert copies.remove() == ""  # nothing left to remove, nothing to say
     again = StageCopies(store).folder("top")  # a later use merges it again

@@ -32,4 +32,4 @@ def run_command(
     experiment = load_experiment(config, quick=quick)
     report = run_experiment(experiment, out, device=device, workers=workers,
                             say=lambda text: console.print(text, markup=False, highlight=False), until=until, minutes=minutes)
-    typer.echo(f"report: {report}")
+    typer.echo(f"report: {report}  (also {report.with_suffix('.html')})")

@@ -1,4 +1,5 @@
-"""The experiment's one report (``OUT/report.md``), from the run folder alone.
+"""The experiment's one report (``OUT/report.md``, and the same as a page in ``OUT/report.html``), from the run
+folder alone.
 
 Sections: the GRPO steps (reward, on-policy solve rate, tampered and verdict-refused episodes per step,
 the last quarter of steps against the first with a 95% CI of the difference, and each task against
@@ -29,6 +30,7 @@ from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig
+from pdbgym.train.experiment.report_html import markdown_page
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
 from pdbgym.train.grpo.report import read_jsonl
@@ -409,4 +411,5 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         lines += md_bullets(["No gated checkpoint or no held-out GRPO score yet."])
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
+    (out / "report.html").write_text(markdown_page(lines))  # the same lines as a page, beside it
     return path
