@@ -19,6 +19,7 @@ from pdbgym.adapters.fingerprint import weights_hash
 from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
 from pdbgym.adapters.operations import merge_ref, stack_layers
 from pdbgym.adapters.store import Store
+from pdbgym.home import human, size_of
 from pdbgym.modelrefs import ModelRefResolver, register_model_refs
 from pdbgym.paths import pdbgym_home
 from pdbgym.versions import NO_HUB_CODE, require
@@ -131,8 +132,6 @@ class StageCopies:
 
     def remove(self) -> str:
         """Remove the copies; one line saying what they were, where and how big ('' when there were none)."""
-        from pdbgym.home import human, size_of  # the home module brings the command line's libraries
-
         if not self.paths:
             return ""
         sizes = {path: size_of(path) for path in self.paths if path.exists()}
