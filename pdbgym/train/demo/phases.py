@@ -134,7 +134,7 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
     arms = demo_arms(config, sft_folder)
     kl: dict[str, Any] | None = None
     if config.teacher == "scripted":
-        with phases.run("kl", (out / "kl.json").is_file()):
+        with phases.run("kl", (out / "kl.json").is_file()), quiet_future_warnings():
             torch.set_num_threads(config.threads)
             kl = oracle_kl(out / "cache-test", arms, out / "kl.json", config.kl_tokens)
     torch.set_num_threads(1)  # the model shares two cores with sandboxed pytest runs during episodes
@@ -148,7 +148,8 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
                             teacher_cache=None if config.teacher == "scripted" else out / "cache-test",
                             title="pdbgym demo: held-out evaluation")
     played = out / "eval" / "episodes.jsonl"
-    with phases.run("eval", played.is_file() and len(played.read_text().splitlines()) >= episodes):
+    with phases.run("eval", played.is_file() and len(played.read_text().splitlines()) >= episodes), \
+            quiet_future_warnings():
         summary = run_evaluation(evaluation, lambda row: bars.advance(bar)).summary
         bars.update(bar, completed=episodes)
     phases.save(config)
