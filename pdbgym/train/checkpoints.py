@@ -1,8 +1,8 @@
 """Run-folder helpers shared by SFT and GRPO: the checkpoint to resume from, logs cut back to it, TensorBoard.
 
-A TRL checkpoint ``checkpoint-N`` is complete once ``trainer_state.json`` is in it: transformers writes
-that file after the weights, optimizer, scheduler and RNG state, so a kill during a save leaves a folder
-without it. Rows a killed run logged after its last complete checkpoint describe steps the resumed run
+A TRL checkpoint ``checkpoint-N`` is complete once a whole ``trainer_state.json`` is in it: transformers
+writes that file after the weights, optimizer, scheduler and RNG state, so a kill during a save leaves a
+folder without it, or (a kill during that very write) with a file cut short. Rows a killed run logged after its last complete checkpoint describe steps the resumed run
 plays again; they are dropped so that every step appears once.
 """
 
@@ -32,10 +32,21 @@ def _checkpoints(folder: Path) -> list[Path]:
     return [p for p in folder.glob("checkpoint-*") if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()]
 
 
+def _whole_state(checkpoint: Path) -> bool:
+    """Whether the checkpoint's ``trainer_state.json`` is whole: transformers writes it in place, not
+    atomically, so a kill during that write leaves a file that exists but does not parse."""
+    try:
+        json.loads((checkpoint / TRAINER_STATE).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return True
+
+
 def last_complete_checkpoint(folder: Path, *required: str) -> str | None:
-    """The highest ``checkpoint-N`` under ``folder`` holding ``trainer_state.json`` and every file named in
-    ``required`` (files a trainer subclass writes before transformers' own), or None."""
-    found = [p for p in _checkpoints(folder) if all((p / name).is_file() for name in (TRAINER_STATE, *required))]
+    """The highest ``checkpoint-N`` under ``folder`` holding a whole ``trainer_state.json`` and every file
+    named in ``required`` (files a trainer subclass writes before transformers' own), or None."""
+    found = [p for p in _checkpoints(folder)
+             if all((p / name).is_file() for name in (TRAINER_STATE, *required)) and _whole_state(p)]
     return str(max(found, key=checkpoint_step)) if found else None
 
 

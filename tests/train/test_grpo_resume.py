@@ -54,7 +54,7 @@ def test_kill_then_resume_continues_the_step_sequence(tmp_path):
 def test_a_resume_drops_every_log_row_after_the_checkpoint_it_resumes_from(tmp_path):
     """A killed run logged steps 4 and 5 after its last complete checkpoint (3): --resume plays them again,
     so their rows go from steps.jsonl, outcomes.jsonl and every rank's log; a half-written checkpoint-4
-    (no trainer state) is not resumed from."""
+    (no trainer state) and a checkpoint-5 whose trainer state was cut short are not resumed from."""
     from pdbgym.train.grpo.config import GRPORunConfig
     from pdbgym.train.grpo.run import _checkpoint_to_resume
     from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE
@@ -68,6 +68,10 @@ def test_a_resume_drops_every_log_row_after_the_checkpoint_it_resumes_from(tmp_p
     for log in logs:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("".join(json.dumps({"step": step, "episodes": []}) + "\n" for step in range(1, 6)))
+    # a kill in the middle of transformers' own (in-place) write of trainer_state.json: there, but cut short
+    (out / "checkpoints" / "checkpoint-5").mkdir()
+    (out / "checkpoints" / "checkpoint-5" / RECIPE_STATE_FILE).write_text("{}")
+    (out / "checkpoints" / "checkpoint-5" / "trainer_state.json").write_text('{"global_step": 5, "log_his')
     config = GRPORunConfig(policy="p", tasks="t", out=out, resume=True)
     assert _checkpoint_to_resume(config) == str(out / "checkpoints" / "checkpoint-3")
     for log in logs:
