@@ -36,7 +36,7 @@ from pdbgym.sandbox.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 # What the grading run may add to its tree: the episode's default allowance (EnvConfig).
 GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES = EXTRA_BYTES, EXTRA_FILES
 
-__all__ = ["GradeResult", "grade", "grading_plan", "grading_preview", "is_protected_path"]
+__all__ = ["GradeResult", "grade", "grading_preview", "is_protected_path"]
 
 
 @dataclass
@@ -77,16 +77,12 @@ class GradeResult:
         }
 
 
-def grading_plan(task: GradedTask, workspace: Path) -> TreePlan:
-    """What grading would take from ``workspace`` now (built in a scratch tree, then removed)."""
-    return grading_preview(task, workspace)[0]
-
-
 def grading_preview(task: GradedTask, workspace: Path) -> tuple[TreePlan, list[str]]:
-    """What grading would take from ``workspace`` now, and what of it the screen calls tampering."""
-    with tempfile.TemporaryDirectory(prefix="pdbgym-plan-") as tmp:
-        plan = build_tree(task.repo, read_agent_change(task.repo, workspace), Path(tmp) / "repo")
-        return plan, screen_tree(task, Path(tmp) / "repo", plan)
+    """What grading would take from ``workspace`` now, and what of it the screen calls tampering: read
+    from the change alone (no scratch tree), as the agent's every ``run_tests`` asks for it."""
+    change = read_agent_change(task.repo, workspace)
+    plan = TreePlan(changed=sorted(change.texts), deleted=list(change.deleted), ignored=dict(change.ignored))
+    return plan, screen_texts(task.repo, change.texts)
 
 
 def agent_lines(task_repo: Path, tree: Path, rels: Iterable[str]) -> AgentLines:
@@ -137,18 +133,11 @@ def _spans(numbers: list[int]) -> tuple[tuple[int, int], ...]:
     return tuple(spans)
 
 
-def screen_tree(task: GradedTask, tree: Path, plan: TreePlan) -> list[str]:
-    """The screen (``pdbgym.grading.screen``) of each Python source file grading took from the agent,
-    against the task's version of it; read before anything runs in the tree."""
-    found: list[str] = []
-    for rel in plan.changed:
-        if not rel.endswith(".py"):
-            continue
-        changed = read_tree_file(tree, rel)
-        if changed is None:
-            continue  # a link: the file it names is screened as itself when the agent changed it
-        found += screen_change(rel, read_tree_file(task.repo, rel), changed)
-    return found
+def screen_texts(task_repo: Path, texts: dict[str, str]) -> list[str]:
+    """The screen (``pdbgym.grading.screen``) of each Python source file of the change, against the task's
+    version of it; read before anything runs."""
+    return [why for rel, text in sorted(texts.items()) if rel.endswith(".py")
+            for why in screen_change(rel, read_tree_file(task_repo, rel), text)]
 
 
 def grade(task: GradedTask, workspace: Path, sandbox: Sandbox) -> GradeResult:
@@ -165,7 +154,7 @@ def grade(task: GradedTask, workspace: Path, sandbox: Sandbox) -> GradeResult:
     with tempfile.TemporaryDirectory(prefix="pdbgym-grade-") as tmp:
         tree = Path(tmp) / "repo"
         plan = build_tree(task.repo, change, tree)
-        screened = screen_tree(task, tree, plan)
+        screened = screen_texts(task.repo, {rel: change.texts[rel] for rel in plan.changed})
         written = agent_lines(task.repo, tree, plan.changed)
         if sandbox.binds_readonly:
             run = run_tests(sandbox, tree, task, task.all_tests, readonly_paths=[tree], agent_lines=written)

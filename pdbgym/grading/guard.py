@@ -218,7 +218,8 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
             path = args[0] if args else None
             if isinstance_(path, bytes):
                 path = path.decode("utf-8", "replace")
-            if isinstance_(path, str_) and own_state(normpath(join(getcwd(), path))):
+            # every import opens files: an absolute path is checked as it is, only a relative one needs the cwd
+            if isinstance_(path, str_) and own_state(normpath(path if path[:1] == "/" else join(getcwd(), path))):
                 frame = responsible()
                 if frame is not None and agent_frame(frame):
                     return f"{event} of {path!r:.80} (the process's own state) from {where(frame)}"

@@ -115,32 +115,6 @@ def new_module_reason(rel_path: str, pristine: Collection[str]) -> str | None:
 _NOT_PROJECT_DIRS = ("__pycache__", ".sandbox_home", ".git")
 
 
-def protected_bind_paths(root: str) -> list[str]:
-    """The outermost protected paths of ``root`` (repo-relative): each test folder (``tests/``,
-    ``test/``, ``testing/``: everything in it is protected) as a whole, and each other protected file
-    (``test_*.py``, ``conftest.py``, test configuration) by itself. Links are left out (binding one
-    would bind its target). Grading binds these read-only over the grading tree for the run."""
-    found: list[str] = []
-    for folder, dirnames, filenames in os.walk(root):
-        base = os.path.relpath(folder, root)
-        kept = []
-        for name in sorted(dirnames):
-            rel = name if base == "." else f"{base}/{name}"
-            if name in _NOT_PROJECT_DIRS or os.path.islink(os.path.join(folder, name)):
-                continue
-            if name in _TEST_DIR_NAMES:
-                found.append(rel)
-            else:
-                kept.append(name)
-        dirnames[:] = kept
-        for name in sorted(filenames):
-            rel = name if base == "." else f"{base}/{name}"
-            path = os.path.join(folder, name)
-            if is_protected_path(rel) and not os.path.islink(path) and os.path.isfile(path):
-                found.append(rel)
-    return found
-
-
 def protected_digests(root: str, limit_bytes: int = 64 * 1024**2) -> dict[str, str]:
     """sha256 of every test file and test configuration under ``root`` (repo-relative keys), read before
     any project code runs; a tree holding more than ``limit_bytes`` of them is hashed up to that."""

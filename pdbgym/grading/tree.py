@@ -230,11 +230,6 @@ def build_tree(task_repo: Path, change: SourceChange, tree: Path) -> TreePlan:
     return plan
 
 
-def overlay_agent_changes(task_repo: Path, workspace: Path, tree: Path) -> TreePlan:
-    """Build ``tree`` from ``task_repo`` and the agent's source change in ``workspace``; say what was taken."""
-    return build_tree(task_repo, read_agent_change(task_repo, workspace), tree)
-
-
 def _drop_escaping_links(tree: Path, plan: TreePlan) -> None:
     """Remove every link of the tree that resolves outside it (on the host), until none does."""
     root = tree.resolve()

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gitfixtures import published_row
+
 pytest.importorskip("fastapi", reason="transformers serve needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("uvicorn", reason="transformers serve needs the serve extra: pip install -e '.[serve]'")
 
@@ -135,30 +137,15 @@ def test_eval_with_a_server_arm_reports_its_episodes(served, tiny_task, tmp_path
 
 def _published_row(tmp_path: Path) -> Path:
     """A row as SWE-bench publishes it (repo + base_commit, test_patch), its repository as a local mirror."""
-    work = tmp_path / "mirrors" / "acme" / "calc"
-    (work / "calc").mkdir(parents=True)
-    (work / "tests").mkdir()
-    (work / "calc" / "__init__.py").write_text("")
-    (work / "calc" / "ops.py").write_text("def sub(a, b):\n    return a + b\n")
-    (work / "tests" / "test_ops.py").write_text("from calc.ops import sub\n")
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
-           "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=work, env=env, capture_output=True, text=True, check=True).stdout
-
-    git("init", "-q", "-b", "main")
-    git("add", "-A")
-    git("commit", "-q", "-m", "buggy")
-    (work / "calc" / "ops.py").write_text("def sub(a, b):\n    return a - b\n")
-    (work / "tests" / "test_ops.py").write_text("from calc.ops import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n")
-    git("commit", "-q", "-am", "fix")
-    row = {"instance_id": "acme__calc-1", "repo": "acme/calc", "base_commit": git("rev-parse", "HEAD^").strip(),
-           "patch": git("diff", "HEAD^", "HEAD", "--", "calc"), "test_patch": git("diff", "HEAD^", "HEAD", "--", "tests"),
-           "FAIL_TO_PASS": json.dumps(["tests/test_ops.py::test_sub"]), "PASS_TO_PASS": "[]", "version": "0.1",
-           "environment_setup_commit": git("rev-parse", "HEAD").strip(), "problem_statement": "sub adds"}
+    row = published_row(
+        tmp_path / "mirrors" / "acme" / "calc", "acme/calc",
+        {"calc/__init__.py": "", "calc/ops.py": "def sub(a, b):\n    return a + b\n",
+         "tests/test_ops.py": "from calc.ops import sub\n"},
+        {"calc/ops.py": "def sub(a, b):\n    return a - b\n",
+         "tests/test_ops.py": "from calc.ops import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"},
+        "calc", ["tests/test_ops.py::test_sub"], [])
     jsonl = tmp_path / "rows.jsonl"
-    jsonl.write_text(json.dumps(row) + "\n")
+    jsonl.write_text(json.dumps({**row, "problem_statement": "sub adds"}) + "\n")
     return jsonl
 
 

@@ -13,7 +13,7 @@ import pytest
 from pdbgym.env import DebugEnv, EnvConfig
 from pdbgym.grading.grader import grade
 from pdbgym.grading.protect import ignore_reason
-from pdbgym.grading.tree import overlay_agent_changes
+from pdbgym.grading.tree import build_tree, read_agent_change
 from pdbgym.grading.verdict import judge
 from pdbgym.sandbox import Workspace, get_sandbox
 from pdbgym.tasks.model import load_task
@@ -89,18 +89,6 @@ def test_protection_rules():
         assert ignore_reason(path, flat), path
 
 
-def test_read_only_binds_cover_each_test_folder_whole_and_other_test_files_one_by_one(tmp_path):
-    from pdbgym.grading.protect import protected_bind_paths
-
-    for rel in ("tests/test_a.py", "tests/data/input.txt", "pkg/tests/test_b.py", "pkg/test_c.py", "pkg/conftest.py",
-                "pkg/mod.py", "pyproject.toml", "setup.py", ".sandbox_home/tests/test_d.py", ".git/tests/x"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text("")
-    os.symlink(tmp_path / "tests", tmp_path / "pkg" / "testing")  # a link is never bound (its target would be)
-    assert sorted(protected_bind_paths(str(tmp_path))) == ["pkg/conftest.py", "pkg/test_c.py", "pkg/tests",
-                                                           "pyproject.toml", "tests"]
-
-
 def test_no_original_source_file_of_the_corpus_is_ignored():
     """The rules must not cost a real fix: every non-test file of the built-in and regression repos passes."""
     hits = []
@@ -135,7 +123,7 @@ def test_grading_tree_copies_no_link_out_and_says_what_it_left(tmp_path):
     (ws / "tests" / "test_m.py").unlink()
     (ws / "conftest.py").write_text("raise SystemExit\n")
     tree = tmp_path / "tree"
-    plan = overlay_agent_changes(repo, ws, tree)
+    plan = build_tree(repo, read_agent_change(repo, ws), tree)
     assert plan.changed == ["pkg/mod.py", "pkg/new.py"]  # source text only: no link the agent made
     assert (tree / "pkg" / "mod.py").read_text() == "X = 2\n" and not (tree / "pkg" / "alias.py").exists()
     assert (tree / "tests" / "test_m.py").is_file() and not (tree / "conftest.py").exists()

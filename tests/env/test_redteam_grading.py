@@ -543,10 +543,10 @@ def summarize_log(text, top=3):
 def _run_told_of_the_agents_lines(task, sandbox, ws: Path):
     """The tests in ``ws`` through the hardened run, the guard told the lines the agent wrote (as
     grading tells it), without grading's static screen: one layer at a time."""
-    from pdbgym.grading.grader import agent_lines, grading_plan
+    from pdbgym.grading.grader import agent_lines, grading_preview
     from pdbgym.grading.testrun import run_tests
 
-    written = agent_lines(task.repo, ws, grading_plan(task, ws).changed)
+    written = agent_lines(task.repo, ws, grading_preview(task, ws)[0].changed)
     return run_tests(sandbox, ws, task, task.all_tests, agent_lines=written)
 
 

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,22 +20,12 @@ from pdbgym.tasks.model import load_task
 from pdbgym.tasks.swebench import import_swebench
 
 from envfixtures import use_fake_installer
+from gitfixtures import git
 
 BUGGY = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\n"
 FIXED = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 TESTS = "from calc.ops import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
 MORE_TESTS = TESTS + "\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
-
-
-def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    return env | {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "t",
-                  "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-
-
-def git(cwd: Path, *args: str, data: bytes | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, input=data, capture_output=True, env=_git_env(), check=True)
-    return proc.stdout.decode()
 
 
 def _project(work: Path, repo: str) -> dict:

@@ -24,6 +24,7 @@ from pdbgym.tasks.patches import apply_patch
 from pdbgym.tasks.taskenv import task_sandbox, task_session
 from pdbgym.tasks.validate import validate_task
 
+from gitfixtures import published_row
 from taskfixtures import make_task
 
 needs_bwrap = pytest.mark.skipif(bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason()))
@@ -133,8 +134,6 @@ def test_a_published_row_with_a_src_layout_pytest_8_and_a_released_copy_in_its_e
     The task imports, validates (the repo's six is what the tests and the pdb session import) and the
     oracle's fix solves it, with no adjustment to the row."""
     import json
-    import os
-    import subprocess
 
     from typer.testing import CliRunner
 
@@ -142,33 +141,16 @@ def test_a_published_row_with_a_src_layout_pytest_8_and_a_released_copy_in_its_e
 
     _environment("pytest==8.3.5")
     monkeypatch.setenv("PDBGYM_GIT_BASE_URL", f"file://{tmp_path}/no-such-remote")
-    work = tmp_path / "mirrors" / "acme" / "six"
-    (work / "src").mkdir(parents=True)
-    (work / "tests").mkdir()
-    (work / "pyproject.toml").write_text(
-        '[project]\nname = "six"\nversion = "0.1"\n[project.optional-dependencies]\n'
-        'test = ["python-dateutil==2.9.0.post0", "pytest>=8,<9"]\n[tool.setuptools.package-dir]\n"" = "src"\n')
-    (work / "src" / "six.py").write_text("def ensure_text(value):\n    return value.upper()\n")
-    (work / "tests" / "test_six.py").write_text(
-        "import pytest\nimport six\n\n\ndef test_pytest_8():\n    assert pytest.__version__.startswith('8.')\n")
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
-           "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=work, env=env, capture_output=True, text=True, check=True).stdout
-
-    git("init", "-q", "-b", "main")
-    git("add", "-A")
-    git("commit", "-q", "-m", "buggy")
-    (work / "src" / "six.py").write_text("def ensure_text(value):\n    return value\n")
-    (work / "tests" / "test_six.py").write_text((work / "tests" / "test_six.py").read_text() +
-                                                "\n\ndef test_ensure_text():\n    assert six.ensure_text('a') == 'a'\n")
-    git("commit", "-q", "-am", "fix")
-    row = {"instance_id": "acme__six-1", "repo": "acme/six", "base_commit": git("rev-parse", "HEAD^").strip(),
-           "patch": git("diff", "HEAD^", "HEAD", "--", "src"), "test_patch": git("diff", "HEAD^", "HEAD", "--", "tests"),
-           "FAIL_TO_PASS": json.dumps(["tests/test_six.py::test_ensure_text"]),
-           "PASS_TO_PASS": json.dumps(["tests/test_six.py::test_pytest_8"]), "version": "0.1",
-           "environment_setup_commit": git("rev-parse", "HEAD").strip()}
+    six_test = "import pytest\nimport six\n\n\ndef test_pytest_8():\n    assert pytest.__version__.startswith('8.')\n"
+    row = published_row(
+        tmp_path / "mirrors" / "acme" / "six", "acme/six",
+        {"pyproject.toml": '[project]\nname = "six"\nversion = "0.1"\n[project.optional-dependencies]\n'
+                           'test = ["python-dateutil==2.9.0.post0", "pytest>=8,<9"]\n'
+                           '[tool.setuptools.package-dir]\n"" = "src"\n',
+         "src/six.py": "def ensure_text(value):\n    return value.upper()\n", "tests/test_six.py": six_test},
+        {"src/six.py": "def ensure_text(value):\n    return value\n",
+         "tests/test_six.py": six_test + "\n\ndef test_ensure_text():\n    assert six.ensure_text('a') == 'a'\n"},
+        "src", ["tests/test_six.py::test_ensure_text"], ["tests/test_six.py::test_pytest_8"])
     jsonl = tmp_path / "rows.jsonl"
     jsonl.write_text(json.dumps(row) + "\n")
     result = CliRunner().invoke(app, ["tasks", "import-swebench", str(jsonl), "--out", str(tmp_path / "tasks"),
