@@ -17,7 +17,7 @@ from pdbgym.sandbox import get_sandbox
 from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
 from pdbgym.sandbox.pyenv import list_environments
 from pdbgym.tasks.model import load_task
-from pdbgym.tasks.synth.deps import declared_requirements
+from pdbgym.tasks.synth.deps import declared_requirements, project_name
 
 PKG_INFO = """Metadata-Version: 2.1
 Name: demo
@@ -68,6 +68,22 @@ def test_setup_py_literals_are_read_never_run(tmp_path: Path) -> None:
     assert not canary.exists()
     (origin / "setup.py").write_text("from setuptools import setup\nREQS = ['six>=1.10']\nsetup(install_requires=REQS)\n")
     assert declared_requirements(origin, "old") == ["six>=1.10"]
+
+
+def test_packaging_files_that_are_links_are_never_read(tmp_path: Path) -> None:
+    """A release's or a mirror's tree is hostile: a pyproject.toml, setup.cfg or setup.py that links to a
+    file elsewhere on the host is left unread, as if absent."""
+    origin = tmp_path / "linked-1.0"
+    origin.mkdir()
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "pyproject.toml").write_text('[project]\nname = "host-secret"\ndependencies = ["leaked==1.0"]\n')
+    (host / "setup.cfg").write_text("[options]\ninstall_requires =\n    leaked-too==1.0\n")
+    (host / "setup.py").write_text("setup(name='host-secret', install_requires=['leaked-three==1.0'])\n")
+    for name in ("pyproject.toml", "setup.cfg", "setup.py"):
+        (origin / name).symlink_to(host / name)
+    assert declared_requirements(origin, "linked") == []
+    assert project_name(origin) is None
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from pdbgym.errors import PdbgymError
+from pdbgym.sandbox import beneath
 from pdbgym.sandbox.pyenv import (
     ARCHIVE_SUFFIXES,
     RUNNER_DISTRIBUTIONS,
@@ -47,6 +48,9 @@ REQUIREMENT_FILES = ("requirements-test.txt", "requirements-tests.txt", "require
                      "test_requirements.txt", "requirements-dev.txt", "dev-requirements.txt",
                      "requirements/test.txt", "requirements/tests.txt", "requirements/testing.txt",
                      "tests/requirements.txt", "test/requirements.txt", "requirements.txt")
+
+
+MAX_FILE_BYTES = 4 * 1024**2  # far above any packaging or requirements file
 
 
 class DependencyError(PdbgymError):
@@ -70,16 +74,25 @@ def _requirement(line: str) -> Requirement | None:
         return None
 
 
+def _text(origin: Path, rel: str | Path) -> str | None:
+    """The text of the regular file ``rel`` inside ``origin``, never through a link (the tree is a release's
+    or a mirror's, so hostile: a ``pyproject.toml`` that links to a host file must not be read), or None."""
+    try:
+        data, _ = beneath.read_bytes(origin, Path(rel).as_posix(), MAX_FILE_BYTES, follow_links=False)
+    except OSError:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
 def _metadata_lines(origin: Path) -> list[str]:
     """``Requires-Dist`` of ``PKG-INFO`` (markers with their ``extra``) and ``*.egg-info/requires.txt``."""
     lines: list[str] = []
     for pkg_info in (origin / "PKG-INFO", *origin.glob("*.egg-info/PKG-INFO"), *origin.glob("src/*.egg-info/PKG-INFO")):
-        if pkg_info.is_file():
-            headers = HeaderParser().parsestr(pkg_info.read_text(errors="replace"))
-            lines += headers.get_all("Requires-Dist") or []
+        if (text := _text(origin, pkg_info.relative_to(origin))) is not None:
+            lines += HeaderParser().parsestr(text).get_all("Requires-Dist") or []
     for requires in (*origin.glob("*.egg-info/requires.txt"), *origin.glob("src/*.egg-info/requires.txt")):
         section = ""
-        for raw in requires.read_text(errors="replace").splitlines():
+        for raw in (_text(origin, requires.relative_to(origin)) or "").splitlines():
             raw = raw.strip()
             if raw.startswith("[") and raw.endswith("]"):
                 section = raw[1:-1]
@@ -92,11 +105,11 @@ def _metadata_lines(origin: Path) -> list[str]:
 
 
 def _pyproject_lines(origin: Path) -> list[str]:
-    path = origin / "pyproject.toml"
-    if not path.is_file():
+    text = _text(origin, "pyproject.toml")
+    if text is None:
         return []
     try:
-        data = tomllib.loads(path.read_text(errors="replace"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return []
     project = data.get("project", {})
@@ -110,12 +123,12 @@ def _pyproject_lines(origin: Path) -> list[str]:
 
 
 def _setup_cfg_lines(origin: Path) -> list[str]:
-    path = origin / "setup.cfg"
-    if not path.is_file():
+    text = _text(origin, "setup.cfg")
+    if text is None:
         return []
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string(path.read_text(errors="replace"))
+        parser.read_string(text)
     except configparser.Error:
         return []
     lines = parser.get("options", "install_requires", fallback="").splitlines()
@@ -129,11 +142,11 @@ def _setup_py_lines(origin: Path) -> list[str]:
     """``install_requires``, ``tests_require`` and ``extras_require`` of ``setup(...)`` in ``setup.py``, read
     from its syntax tree as literals (directly, or through a module-level name bound to one), never run:
     older projects declare their dependencies nowhere else."""
-    path = origin / "setup.py"
-    if not path.is_file() or path.is_symlink():
+    text = _text(origin, "setup.py")
+    if text is None:
         return []
     try:
-        tree = ast.parse(path.read_text(errors="replace"))
+        tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return []
     bound: dict[str, ast.expr] = {}
@@ -184,11 +197,11 @@ def _file_lines(origin: Path) -> list[str]:
 
     for name in REQUIREMENT_FILES:
         read(origin / name)
-    tox = origin / "tox.ini"
-    if tox.is_file():
+    tox = _text(origin, "tox.ini")
+    if tox is not None:
         parser = configparser.ConfigParser(interpolation=None, strict=False)
         try:
-            parser.read_string(tox.read_text(errors="replace"))
+            parser.read_string(tox)
             for raw in parser.get("testenv", "deps", fallback="").splitlines():
                 raw = raw.strip()
                 if raw.startswith("-r"):
@@ -210,22 +223,19 @@ def project_name(origin: Path) -> str | None:
     """The distribution name a project's own files give (``[project] name``, ``setup.cfg``'s ``[metadata]
     name``, a literal ``name=`` in ``setup.py``, read as text), or None."""
     try:
-        name = tomllib.loads((origin / "pyproject.toml").read_text()).get("project", {}).get("name")
+        name = tomllib.loads(_text(origin, "pyproject.toml") or "").get("project", {}).get("name")
         if isinstance(name, str) and name:
             return name
-    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+    except (tomllib.TOMLDecodeError, AttributeError):
         pass
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string((origin / "setup.cfg").read_text())
+        parser.read_string(_text(origin, "setup.cfg") or "")
         if parser.get("metadata", "name", fallback=""):
             return parser.get("metadata", "name")
-    except (OSError, configparser.Error):
+    except configparser.Error:
         pass
-    try:
-        found = re.search(r"""\bname\s*=\s*['"]([A-Za-z0-9._-]+)['"]""", (origin / "setup.py").read_text())
-    except OSError:
-        return None
+    found = re.search(r"""\bname\s*=\s*['"]([A-Za-z0-9._-]+)['"]""", _text(origin, "setup.py") or "")
     return found.group(1) if found else None
 
 
