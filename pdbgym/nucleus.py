@@ -27,6 +27,32 @@ def _threshold(descending: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Ten
     return descending.masked_fill(~kept, float("inf")).amin(dim=-1, keepdim=True), mass[:, -1:]
 
 
+def _ordered(values: torch.Tensor) -> torch.Tensor:
+    """float32 values as int64 keys in the same order (the IEEE bits, negatives' flipped)."""
+    bits = values.float().contiguous().view(torch.int32).to(torch.int64)
+    return torch.where(bits < 0, -(bits & 0x7FFFFFFF) - 1, bits)
+
+
+def _threshold_by_search(rows: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """The least log-prob kept (``[R, 1]``) of each row of ``rows`` (``[R, V]``), found without sorting.
+
+    A value v is the least kept one when it is the smallest present value whose strictly larger values
+    hold less than ``top_p`` of the mass: the full sort's rule, read as a predicate that only turns from
+    false to true as v grows. So a bisection over the values' ordered integer keys finds it in at most 33
+    rounds of one compare and one sum over the row each, all on the device, with no host round trip.
+    """
+    keys = _ordered(rows)
+    probs = rows.float().exp()
+    low, high = keys.amin(dim=-1), keys.amax(dim=-1)
+    for _ in range(33):  # the keys of one row span at most 2**32 values
+        middle = torch.div(low + high, 2, rounding_mode="floor")
+        above = (probs * (keys > middle[:, None])).sum(dim=-1)
+        reached = above < top_p[:, 0]
+        high = torch.where(reached, middle, high)
+        low = torch.where(reached, low, middle + 1)
+    return rows.masked_fill(keys < high[:, None], float("inf")).amin(dim=-1, keepdim=True)
+
+
 def nucleus_mask(logprobs: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
     """Boolean mask of the nucleus, same shape as ``logprobs`` (``[..., V]`` log-probs in nats).
 
@@ -36,7 +62,10 @@ def nucleus_mask(logprobs: torch.Tensor, top_p: float | torch.Tensor) -> torch.T
     The nucleus is looked for among each row's ``FIRST_LOOK`` most likely tokens (``torch.topk``, a partial
     sort: a full sort of a 150,000-token vocabulary costs several times more). Where those hold at least
     ``top_p`` of the mass, no token past them can belong (the mass before it is already ``top_p``), so the
-    set is the full sort's; the rows where they hold less are sorted whole.
+    set is the full sort's; the rows where they hold less are sorted whole on a CPU, and on a GPU get
+    their threshold by a bisection over the row (``_threshold_by_search``: the same rule, some dozens of
+    small kernels instead of a sort of the vocabulary). The two agree but for the rounding of the
+    mass's sums at the set's edge.
     """
     if not isinstance(top_p, torch.Tensor):
         if top_p >= 1.0:
@@ -50,7 +79,10 @@ def nucleus_mask(logprobs: torch.Tensor, top_p: float | torch.Tensor) -> torch.T
     if look < shape[-1]:
         short = ((mass < limit) & (limit < 1.0))[:, 0]  # the nucleus may reach past the first look
         if bool(short.any()):
-            whole, _ = _threshold(torch.sort(rows[short], dim=-1, descending=True).values, limit[short])
+            if rows.device.type == "cpu":
+                whole, _ = _threshold(torch.sort(rows[short], dim=-1, descending=True).values, limit[short])
+            else:
+                whole = _threshold_by_search(rows[short], limit[short])
             threshold = threshold.masked_scatter(short[:, None], whole)
     return ((rows >= threshold) | (limit >= 1.0)).reshape(shape)
 

@@ -99,3 +99,19 @@ def test_the_partial_sort_gives_the_full_sorts_nucleus_in_peaked_flat_and_tied_r
     assert torch.equal(nucleus_mask(logprobs.reshape(2, 5, 300), top_p.reshape(2, 5)),
                        got.reshape(2, 5, 300))  # leading dims of any shape
     assert torch.equal(nucleus_mask(logprobs[0], 0.9), full_sort_mask(logprobs[:1], torch.tensor([0.9]))[0])
+
+
+def test_the_gpus_threshold_search_keeps_the_full_sorts_nucleus_row_for_row():
+    """The bisection a GPU uses for rows past the first look: the same set as the full sort in flat,
+    peaked and tied rows at many top-p values (run here on CPU tensors: the arithmetic is the same)."""
+    from pdbgym.nucleus import _threshold_by_search
+
+    generator = torch.Generator().manual_seed(11)
+    rows = [torch.randn(8, 2000, generator=generator) * scale for scale in (0.02, 0.3, 1.0, 4.0, 9.0)]
+    tied = torch.zeros(8, 2000)
+    tied[:, :300] = 1.5
+    logprobs = torch.log_softmax(torch.cat([*rows, tied]), -1)
+    top_p = torch.rand(logprobs.shape[0], generator=generator) * 0.98 + 0.01
+    threshold = _threshold_by_search(logprobs, top_p[:, None])
+    assert torch.equal(logprobs >= threshold, full_sort_mask(logprobs, top_p))
+    assert ((logprobs >= threshold).sum(-1) >= 1).all()

@@ -99,6 +99,35 @@ def test_a_request_arriving_mid_decode_joins_the_running_batch(model):
     assert joined.ids == engine.generate([late])[0].ids  # and it sampled what it samples alone
 
 
+class SubmitAtSteps(SubmitAtStep):
+    """``SubmitAtStep`` for several requests, each at its own step."""
+
+    def __init__(self, engine: LocalEngine, plan: dict[int, EngineRequest]):
+        super().__init__(engine, 0, None)
+        self.plan, self.futures = plan, []
+
+    def apply(self, logits, left):
+        self.steps += 1
+        if self.steps in self.plan:
+            self.futures.append(self.engine.submit(self.plan[self.steps]))
+        return logits
+
+
+@pytest.mark.parametrize("wait, passes", [(0.0, 4), (60.0, 2)])
+def test_requests_arriving_one_by_one_are_admitted_together_when_they_may_wait(model, wait, passes):
+    """Three turns arrive at steps 4, 6 and 8 of a running row: admitted at once, each costs a prefill pass
+    that holds up the live rows; allowed to wait, they join in one pass (here when the first row ends) and
+    sample what they sample alone."""
+    engine = LocalEngine(model, set(), 0, EngineSettings(static=True, min_length=64, admit_wait_s=wait))
+    late = {step: EngineRequest([5, 6, 7 + step], 6, temperature=0.9, seed=step) for step in (4, 6, 8)}
+    hook = SubmitAtSteps(engine, late)
+    engine.submit(EngineRequest([1, 2, 3, 4, 5, 6, 7, 8], 24, temperature=0.9, seed=10, mask=hook)).result()
+    joined = [future.result() for future in hook.futures]
+    assert engine.stats.batches == 1 and engine.stats.prefills == passes
+    for request, result in zip(late.values(), joined, strict=True):
+        assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
+
+
 LONG_PROMPT = EngineRequest([(7 * i) % 250 + 1 for i in range(300)], 6, temperature=0.9, seed=11)
 
 
@@ -263,7 +292,7 @@ def test_a_static_session_keeps_each_ended_row_so_its_episodes_next_turn_prefill
     assert fresh.stats.reused_tokens == 0 and reusing.stats.prefill_tokens < fresh.stats.prefill_tokens
     # one row continuing its episode and two new ones admitted together, placed as one joined cache
     reusing.forget_prefixes()  # the weights changed: nothing kept is reused
-    assert not reusing._prefixes
+    assert not reusing.prefixes
     before = reusing.stats.reused_tokens
     last = reusing.generate(turns[2][1:2])
     assert reusing.stats.reused_tokens == before

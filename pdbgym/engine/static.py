@@ -1,0 +1,307 @@
+"""The engine's static path (CUDA, the default there): a ``StaticCache`` of ``slots`` rows and ``length``
+positions and a decode step recorded as a CUDA graph (or compiled by transformers: ``get_compiled_call``).
+
+Every row writes at one shared head; a prompt is prefilled on its own and its keys and values are placed
+right-aligned below the head in a free slot, so a request that arrives while others decode joins the
+running batch at the next step (continuous batching), as long as its prompt fits below the head and its
+budget above it. Requests that arrive while others decode wait briefly for more (``admit_wait_s``), so
+that one prefill pass admits several. A row that ends leaves a copy of its keys and values (its slot's
+positions) to be continued by its episode's next turn, as on the dynamic path: that turn prefills only
+its new part. Slot counts and lengths come in buckets (powers of two), so the number of captured shapes
+stays small; each capture is counted, timed and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pdbgym.engine.attention import decode_attention
+from pdbgym.engine.cuda import CAPTURE, synchronize
+from pdbgym.engine.kv import (
+    cache_bytes,
+    cut_row,
+    new_static_cache,
+    place_rows,
+    set_head,
+    static_cache_problem,
+)
+from pdbgym.engine.prefixes import PrefixStore
+from pdbgym.engine.types import EngineSettings, EngineStats, Row
+
+log = logging.getLogger("pdbgym.engine")
+
+SLOT_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+LENGTH_STEP = 512  # static cache lengths are multiples of this (a captured graph costs about a second)
+MIN_SLOTS = 8  # a static session leaves room for requests that arrive while it runs
+JOIN_STEPS = 256  # decode steps, at least, during which a static session takes requests that arrive
+PREFIXES_KEPT = 4  # earlier turns' KV caches kept at least (the dynamic path: and every row of the last round)
+
+
+@dataclass
+class StaticShape:
+    """One static cache shape: its cache, the decode step's input buffers and the compiled step."""
+
+    slots: int
+    length: int
+    cache: Any
+    mask: torch.Tensor  # [slots, 1, 1, length] True where a row's query may look
+    input_ids: torch.Tensor  # [slots, 1]
+    positions: torch.Tensor  # [slots, 1]
+    step: Callable[..., Any]
+    warm: bool = False
+    graph: Any = None  # torch.cuda.CUDAGraph of one decode step, once captured
+    logits: torch.Tensor | None = None  # the graph's output buffer
+    weights: int = 0  # data pointer of the first parameter the graph was captured with
+
+
+def bucket(value: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket >= value (the largest when none is)."""
+    return next((b for b in buckets if b >= value), buckets[-1])
+
+
+def length_bucket(value: int, smallest: int) -> int:
+    """``value`` rounded up to a multiple of ``LENGTH_STEP``, at least ``smallest``."""
+    return max(smallest, -(-value // LENGTH_STEP) * LENGTH_STEP)
+
+
+class Sessions:
+    """The static-session half of ``LocalEngine`` (a mixin: the engine holds the state)."""
+
+    model: Any
+    device: torch.device
+    pad_id: int
+    settings: EngineSettings
+    stats: EngineStats
+    prefixes: PrefixStore
+    _static_reason: str | None
+    _trialled: bool
+    _shapes: dict[tuple[int, int], StaticShape]
+    _expected: int
+    _expected_prompt: int
+    _position_bytes: int
+    _pass_seconds: float  # mean seconds of the recent passes that admitted rows to a running session
+    _cond: Any  # the engine's threading.Condition over its queue
+    _queue: list[Row]
+    _forward: Callable[..., torch.Tensor]
+    _draw: Callable[..., None]
+    _take: Callable[..., list[Row]]
+    _start_rows: Callable[..., tuple[torch.Tensor, Any, torch.Tensor]]
+
+    def _use_static(self) -> bool:
+        wanted = self.settings.static if self.settings.static is not None else self.device.type == "cuda"
+        if not wanted:
+            return False
+        self._static_reason = static_cache_problem(self.model)
+        if self._static_reason is not None:
+            log.warning("engine: decoding without a static cache: %s", self._static_reason)
+            return False
+        return True
+
+    def _static_works(self, model: Any) -> bool:
+        """Before the first static session on CUDA: capture and replay one decode step of a one-slot cache;
+        a model whose step cannot be captured (a wrapper that syncs with the host, an unsupported
+        attention) decodes dynamically from then on, with the reason logged and kept."""
+        if self._trialled or self.device.type != "cuda":
+            return True
+        self._trialled = True
+        try:
+            with decode_attention(model):
+                shape = self._shape(model, 1, self.settings.min_length)
+                set_head(shape.cache, 1)
+                shape.mask.fill_(True)
+                self._capture(model, shape, 1)
+                shape.graph.replay()
+                synchronize()
+        except Exception as exc:  # noqa: BLE001 - any failure: decode without graphs
+            self._static_reason = f"a decode step could not be captured as a CUDA graph ({type(exc).__name__}: {exc})"
+            log.warning("engine: decoding without a static cache: %s", self._static_reason)
+            return False
+        finally:
+            self._shapes.pop((1, self.settings.min_length), None)
+        return True
+
+    def _keep_static(self, model: Any, shape: StaticShape, row: Row, end: int) -> None:
+        """Keep the keys and values of a row that ended in a static session (its prompt and every id but
+        the last, the positions ``[end - len, end)`` of its slot) for its episode's next turn."""
+        if not self.settings.reuse_prefix or row.finish == "cancelled":
+            return
+        started = time.perf_counter()
+        ids = list(row.request.prompt_ids) + row.ids[:-1]
+        kept = cut_row(shape.cache, model, row.slot, end - len(ids), end)
+        self.prefixes.rows_join(kept)  # a static session's joiners with kept rows are joined by position
+        self.prefixes.keep(ids, kept)
+        self.prefixes.trim(0)  # within prefix_bytes: a static session may hold many long rows
+        self.stats.keep_seconds += time.perf_counter() - started
+
+    # -- static sessions ----------------------------------------------------------------------------------
+    def _shape(self, model: Any, slots: int, length: int) -> StaticShape:
+        key = (slots, length)
+        if key not in self._shapes:
+            log.info("engine: a static cache of %d slots x %d positions", slots, length)
+            step = model
+            if self.device.type == "cuda" and self.settings.graphs == "compiled":
+                import torch._inductor.config as inductor  # heavy: the compiler, only when asked for
+                from transformers import CompileConfig  # optional: transformers (pdbgym[hf])
+
+                # The engine decodes in its own thread; inductor's cudagraph trees keep their state in the
+                # thread that first used them, so graphs here are the per-function kind.
+                inductor.triton.cudagraph_trees = False
+                step = model.get_compiled_call(CompileConfig(dynamic=False, fullgraph=False))
+            self._shapes[key] = StaticShape(
+                slots, length, new_static_cache(model, slots, length),
+                torch.ones((slots, 1, 1, length), dtype=torch.bool, device=self.device),
+                torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
+                torch.zeros((slots, 1), dtype=torch.long, device=self.device), step)
+        return self._shapes[key]
+
+    def _static_session(self, model: Any, first: list[Row], live: list[Row]) -> None:
+        """Decode ``first`` and whatever joins while they run, in one static cache; ``live`` is kept up
+        to date with every row in flight (for failure reporting).
+
+        ``shape.mask[r, 0, 0, j]`` says whether slot r's query may see position j: its prompt below the
+        head where it joined, then every position the head has passed (each row's own new ids); never a
+        position above the head, whatever an earlier occupant left there.
+        """
+        budget = max(r.request.max_new_tokens for r in first)
+        room = budget + max(budget, JOIN_STEPS)
+        slots = bucket(min(self.settings.max_batch, max(len(first), self._expected, MIN_SLOTS)), SLOT_BUCKETS)
+        length = self._session_length(model, slots, max(len(r.request.prompt_ids) for r in first), room)
+        shape = self._shape(model, slots, length)
+        head = length - room
+        set_head(shape.cache, head)
+        shape.mask.fill_(False)
+        occupied: list[Row | None] = [None] * slots
+        self._admit(model, shape, first, occupied, head)
+        while True:
+            free = occupied.count(None)
+            if free and head < length:
+                def fits(r: Row, h: int = head) -> bool:
+                    return len(r.request.prompt_ids) <= h and h + r.request.max_new_tokens <= length
+
+                if self._admit_now(fits, free, slots - free):
+                    joiners = self._take(free, fits)
+                    live.extend(joiners)
+                    started = time.perf_counter()
+                    self._admit(model, shape, joiners, occupied, head)
+                    if joiners:
+                        seconds = time.perf_counter() - started
+                        self._pass_seconds = seconds if not self._pass_seconds else 0.7 * self._pass_seconds + 0.3 * seconds
+            active = [r for r in occupied if r is not None]
+            if not active:
+                return
+            started = time.perf_counter()
+            for row in active:
+                shape.input_ids[row.slot, 0] = row.ids[-1]
+                shape.positions[row.slot, 0] = row.position - 1
+            shape.mask[:, 0, 0, head] = True
+            logits = self._decode(model, shape, head)
+            self.stats.step_seconds += time.perf_counter() - started
+            head += 1
+            self.stats.decode_steps += 1
+            self.stats.row_steps += len(active)
+            self._draw(active, logits[[r.slot for r in active]])
+            for row in active:
+                if row.finish is not None:
+                    self._keep_static(model, shape, row, head)
+                    occupied[row.slot] = None
+
+    def _admit_now(self, fits: Callable[[Row], bool], free: int, busy: int) -> bool:
+        """Whether the requests waiting to join a running session are admitted now: at once where no row
+        is live or they fill every free slot; else once the oldest has waited ``admit_wait_s`` (None: the
+        recent admission passes' mean seconds, what one more pass would hold up every live row)."""
+        with self._cond:
+            waiting = [r.submitted for r in self._queue if not r.future.cancelled() and fits(r)]
+        if not waiting:
+            return False
+        if not busy or len(waiting) >= free:
+            return True
+        wait = self.settings.admit_wait_s if self.settings.admit_wait_s is not None else self._pass_seconds
+        return time.perf_counter() - min(waiting) >= wait
+
+    def _session_length(self, model: Any, slots: int, prompt: int, room: int) -> int:
+        """A static session's length: its first rows' longest ``prompt`` and ``room`` above it, and as
+        much more room below the head for the expected prompts as ``session_bytes`` allows."""
+        need = length_bucket(prompt + room, self.settings.min_length)
+        wanted = length_bucket(max(prompt, self._expected_prompt) + room, self.settings.min_length)
+        if wanted <= need:
+            return need
+        if not self._position_bytes:
+            self._position_bytes = max(1, cache_bytes(new_static_cache(model, 1, LENGTH_STEP)) // LENGTH_STEP)
+        allowed = self.settings.session_bytes // (slots * self._position_bytes) // LENGTH_STEP * LENGTH_STEP
+        return max(need, min(wanted, allowed))
+
+    def _admit(self, model: Any, shape: StaticShape, rows: list[Row], occupied: list[Row | None], head: int) -> None:
+        """Prefill ``rows`` and place them in free slots right-aligned below ``head``; draw their first id."""
+        if not rows:
+            return
+        started = time.perf_counter()
+        inside = self.stats.prefill_seconds + self.stats.draw_seconds + self.stats.keep_seconds
+        free = [i for i, r in enumerate(occupied) if r is None]
+        for row, slot in zip(rows, free, strict=False):
+            row.slot = slot
+            occupied[slot] = row
+        logits, cache, _ = self._start_rows(model, rows)  # a later turn prefills only its new part
+        slots = torch.tensor([r.slot for r in rows], dtype=torch.long, device=self.device)
+        place_rows(shape.cache, cache, slots, head)
+        for row in rows:
+            shape.mask[row.slot].fill_(False)
+            shape.mask[row.slot, 0, 0, head - len(row.request.prompt_ids):head] = True
+        self._draw(rows, logits)
+        for row in rows:
+            if row.finish is not None:
+                self._keep_static(model, shape, row, head)
+                occupied[row.slot] = None
+        inside = self.stats.prefill_seconds + self.stats.draw_seconds + self.stats.keep_seconds - inside
+        self.stats.admit_seconds += time.perf_counter() - started - inside
+
+    def _decode(self, model: Any, shape: StaticShape, head: int) -> torch.Tensor:
+        """One decode step of every slot at ``head``: the shape's CUDA graph replayed (captured on first
+        use), the compiled step, or the eager forward (CPU)."""
+        started = time.perf_counter()
+        if self.device.type != "cuda" or self.settings.graphs == "compiled":
+            if self.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()
+            logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache,
+                                   shape.step).clone()
+        else:
+            if shape.graph is None or shape.weights != next(model.parameters()).data_ptr():
+                self._capture(model, shape, head)  # first use, or weights that moved (gathered shards)
+            shape.graph.replay()
+            logits = shape.logits
+        if not shape.warm:
+            shape.warm = True
+            if self.device.type == "cuda":
+                synchronize()
+            seconds = time.perf_counter() - started
+            self.stats.compiles.append({"slots": shape.slots, "length": shape.length, "seconds": round(seconds, 2)})
+            log.warning("engine: decode step for %d slots x %d positions ready in %.1f s (%s, once per shape "
+                        "per process)", shape.slots, shape.length, seconds,
+                        "CUDA graph capture" if self.device.type == "cuda" and self.settings.graphs != "compiled"
+                        else "compile" if self.device.type == "cuda" else "first call")
+        return logits
+
+    def _capture(self, model: Any, shape: StaticShape, head: int) -> None:
+        """Record the decode step at this shape as a CUDA graph. Warm-up runs write at the head (positions
+        no row sees yet, rewritten by the first real step) and move it, so it is put back after them."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache)
+        torch.cuda.current_stream().wait_stream(side)
+        set_head(shape.cache, head)
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: other threads (another engine of the process, an evaluation's other arm) keep
+        # working while this one records; in the default global mode their host copies and kernel
+        # launches invalidated the capture and broke both. One capture at a time in the process.
+        with CAPTURE, torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            shape.logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache)
+        set_head(shape.cache, head)  # capture records without running; the head stays where it was
+        shape.graph = graph
+        shape.weights = next(model.parameters()).data_ptr()
