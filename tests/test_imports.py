@@ -1,5 +1,5 @@
 """Import discipline, from the parsed source: no circle between pdbgym modules (imports inside functions
-count), and an import inside a function only where it must be lazy, with a comment saying why.
+and type-only imports under ``if TYPE_CHECKING`` count), and an import inside a function only where it must be lazy, with a comment saying why.
 
 An import may wait for its function when it loads an optional dependency (an extra of pyproject.toml:
 torch, TRL, Ray, ...) or scipy (about a second to import), directly or through a pdbgym module that
@@ -53,15 +53,15 @@ def _optional_dependencies() -> set[str]:
 LAZY_OK = _optional_dependencies() | HEAVY_CORE
 
 
-def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+def _targets(module: str, node: ast.Import | ast.ImportFrom, modules: dict[str, Path] = MODULES) -> list[str]:
     """The modules an import statement loads (a pdbgym submodule named in a from-import counts)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     base = node.module or ""
     if node.level:
-        here = module.split(".") if MODULES[module].name == "__init__.py" else module.split(".")[:-1]
+        here = module.split(".") if modules[module].name == "__init__.py" else module.split(".")[:-1]
         base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
-    return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
 
 
 def _imports(module: str) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
@@ -135,18 +135,30 @@ def _says_why(lines: list[str], node: ast.stmt) -> bool:
     return above >= 0 and lines[above].strip().startswith("#")
 
 
-def test_no_circle_between_modules_counting_imports_inside_functions():
-    graph = {m: set() for m in MODULES}
-    for module in MODULES:
-        for node, _ in _imports(module):
-            graph[module] |= {t for t in _targets(module, node) if t in MODULES and t != module}
-    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+def _import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the pdbgym modules it imports anywhere: at the top, inside a function, or under
+    ``if TYPE_CHECKING`` (a type-only import still ties the two modules together)."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[module] |= {t for t in _targets(module, node, modules) if t in modules and t != module}
+    return graph
 
-    def connect(v: str) -> None:  # Tarjan's strongly connected components
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def connect(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph[v]:
+        for w in sorted(graph[v]):
             if w not in index:
                 connect(w)
                 low[v] = min(low[v], low[w])
@@ -160,10 +172,28 @@ def test_no_circle_between_modules_counting_imports_inside_functions():
             if len(component) > 1:
                 circles.append(sorted(component))
 
-    for vertex in graph:
+    for vertex in sorted(graph):
         if vertex not in index:
             connect(vertex)
-    assert circles == []
+    return circles
+
+
+def test_no_circle_between_modules_counting_imports_inside_functions_and_type_only_ones():
+    circles = _circles(_import_graph(MODULES))
+    assert circles == [], "break each circle with a Protocol or a small types module below both modules"
+
+
+def test_the_circle_check_sees_a_circle_made_only_by_a_type_checking_import(tmp_path):
+    package = tmp_path / "pdbgym"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "runner.py").write_text("from pdbgym.executor import run_jobs\n")
+    (package / "executor.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                         "    from pdbgym.runner import Job\n")
+    (package / "leaf.py").write_text("def f():\n    from . import runner\n")
+    modules = {"pdbgym": package / "__init__.py", **{f"pdbgym.{n}": package / f"{n}.py"
+                                                     for n in ("runner", "executor", "leaf")}}
+    assert _circles(_import_graph(modules)) == [["pdbgym.executor", "pdbgym.runner"]]
 
 
 def test_imports_inside_functions_are_lazy_only_where_they_must_be_and_say_why():

@@ -16,9 +16,10 @@ from typing import Any
 
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig
+from pdbgym.agent.jobs import JobResult
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.policies import check_policy, parse_policy
-from pdbgym.agent.runner import JobResult, completed_samples, plan_jobs, run_all
+from pdbgym.agent.runner import completed_samples, plan_jobs, run_all
 from pdbgym.env.environment import EnvConfig
 from pdbgym.episode_defaults import EPISODE, TEACHER_TOP_P
 from pdbgym.errors import PdbgymError

@@ -31,8 +31,8 @@ from pdbgym.errors import PdbgymError
 from pdbgym.interrupts import clear_stop, end_with_parent, request_stop, stop_on_sigterm
 from pdbgym.versions import require
 
-if TYPE_CHECKING:
-    from pdbgym.agent.runner import EpisodeJob, JobResult
+if TYPE_CHECKING:  # annotations only: the executor loads in a few milliseconds, before any episode's modules
+    from pdbgym.agent.jobs import EpisodeJob, JobResult
 
     Play = Callable[[EpisodeJob], JobResult]  # how one job is played (pdbgym.agent.runner.run_job)
 

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pdbgym.agent.backends.base import BackendError, SamplingParams
+from pdbgym.agent.jobs import EpisodeJob
 from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.policies import PolicySpec, build_backend, load_tokenizer, parse_policy, tool_format_for
 from pdbgym.agent.policy import Policy
-from pdbgym.agent.runner import EpisodeJob, run_job, run_to_end
+from pdbgym.agent.runner import run_job, run_to_end
 from pdbgym.agent.turns import ActionPolicyTurns
 from pdbgym.env.environment import DebugEnv, EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError

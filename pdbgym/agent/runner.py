@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Iterable
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pdbgym.agent.backends.base import tokenizer_info
 from pdbgym.agent.executor import ExecutorConfig, run_jobs
+from pdbgym.agent.jobs import EpisodeJob, JobResult
 from pdbgym.agent.loop import AgentConfig, run_episode
 from pdbgym.agent.policies import PolicySpec, build_turns
 from pdbgym.env import DebugEnv
-from pdbgym.env.environment import EnvConfig, EpisodeResult
+from pdbgym.env.environment import EnvConfig
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.interrupts import deferred, stop_requested, tracked
@@ -32,40 +33,6 @@ from pdbgym.tasks.model import Task, load_task
 
 T = TypeVar("T")
 TRANSCRIPTS_DIR = "transcripts"
-
-
-@dataclass(frozen=True)
-class EpisodeJob:
-    """One episode to play: picklable, so it can travel to a worker process or a Ray node."""
-
-    task_path: str
-    instance_id: str
-    sample_idx: int
-    policy: PolicySpec
-    agent: AgentConfig
-    env: EnvConfig
-
-
-@dataclass
-class JobResult:
-    """What a worker sends back: the record as a teacher-cache dict, the transcript, timings (s)."""
-
-    instance_id: str
-    sample_idx: int
-    record: dict[str, Any]
-    transcript: dict[str, Any]
-    model_seconds: float
-    env_seconds: float
-    wall_seconds: float
-    interrupted: bool = False  # a person pressed Ctrl-C at their turn; the episode ended as ``other``
-
-    def episode_result(self) -> EpisodeResult:
-        """The outcome as the environment's ``EpisodeResult`` (what campaigns and ``pdbgym run`` report)."""
-        env_result = (self.transcript.get("env") or {}).get("result") or {}
-        return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
-                             bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
-                             round(self.wall_seconds, 3), env_result.get("detail", ""),
-                             env_result.get("grading", {}), env_result.get("wrong_site"))
 
 
 def plan_jobs(tasks: Iterable[Task], runs: int, policy: PolicySpec, agent: AgentConfig, env: EnvConfig,

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from pdbgym.defaults import defaults_of
-from pdbgym.divergence.compare import DivergenceConfig, DivergenceOutcome
+from pdbgym.divergence.config import DivergenceConfig, DivergenceOutcome
 
 # Wide enough for the comparison table when stdout is a file or pipe (rich would assume 80 columns).
 console = Console() if sys.stdout.isatty() else Console(width=200)

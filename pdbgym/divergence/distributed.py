@@ -23,13 +23,14 @@ import os
 import pickle
 import socket
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from pdbgym.divergence.config import DivergenceConfig, DivergenceOutcome
 from pdbgym.divergence.pipeline import Execution
 from pdbgym.divergence.sampling import generate_samples, with_own_logprobs
 from pdbgym.divergence.scoring import ScoringConfig, plan_record_batches, record_lengths, score_records
@@ -37,13 +38,8 @@ from pdbgym.errors import PdbgymError
 from pdbgym.policyname import is_server_url
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from pdbgym.divergence.compare import DivergenceConfig, DivergenceOutcome
-
-    # compare_here(config, execution, build_report): one rank's comparison (None where no report is built)
-    RunHere = Callable[[DivergenceConfig, Execution, bool], DivergenceOutcome | None]
+# compare_here(config, execution, build_report): one rank's comparison (None where no report is built)
+RunHere = Callable[[DivergenceConfig, Execution, bool], DivergenceOutcome | None]
 
 
 class DevicesError(PdbgymError):

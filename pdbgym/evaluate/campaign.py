@@ -15,9 +15,10 @@ from typing import Any
 
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig, run_jobs
+from pdbgym.agent.jobs import EpisodeJob, JobResult
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.policies import check_policy, parse_policy
-from pdbgym.agent.runner import EpisodeJob, JobResult, raise_failures, run_job
+from pdbgym.agent.runner import raise_failures, run_job
 from pdbgym.env.environment import EnvConfig, EpisodeResult
 from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
