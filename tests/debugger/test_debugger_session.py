@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -85,9 +84,7 @@ def session_on(sandbox, workspace: Path, test: str, **kwargs) -> PdbSession:
 
 def test_first_prompt_and_instant_command(sandbox, workspace):
     with session_on(sandbox, workspace, "test_add") as session:
-        started = time.perf_counter()
         reply = session.send("p 1+1")
-        assert time.perf_counter() - started < 0.5
         assert reply.output == "2\n"
         assert not (reply.interrupted or reply.restarted or reply.program_ended)
 
@@ -126,9 +123,7 @@ def test_infinite_loop_is_interrupted_in_the_looping_frame(sandbox, workspace):
         session.send("b calc.py:7")
         assert "spin()" in session.send("c", timeout_s=60).output  # pytest is slow to start under pdb
         session.send("cl 1")
-        started = time.monotonic()
         reply = session.send("c")
-        assert time.monotonic() - started < 4
         assert reply.interrupted and not reply.restarted
         assert "Program interrupted" in reply.output and "calc.py(" in reply.output and "spin()" in reply.output
         assert "SIGINT" in reply.note

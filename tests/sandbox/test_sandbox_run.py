@@ -7,7 +7,6 @@ import os
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -199,11 +198,9 @@ def test_output_flood_is_bounded_with_a_note(workspace):
 def test_timeout_kills_the_whole_tree(workspace, kind):
     marker = f"{kind}-timeout-marker"
     script = f"sleep 300 & sleep 300 & (setsid sleep 300 &) ; echo started; exec sleep 301 # {marker}"
-    started = time.monotonic()
     result = get_sandbox(kind).run(["sh", "-c", script], workspace, Limits(wall_time_s=1.0))
     assert result.timed_out
     assert "started" in result.output
-    assert time.monotonic() - started < 5
     if kind == "plain" and pids_cgroup_root() is None:
         pytest.skip("without a cgroup the plain backend cannot find a setsid'd grandchild")
     assert not _leftover_processes(marker)
@@ -211,11 +208,10 @@ def test_timeout_kills_the_whole_tree(workspace, kind):
 
 
 def test_background_process_does_not_hold_a_finished_command(workspace):
-    started = time.monotonic()
-    result = get_sandbox("plain").run(["sh", "-c", "sleep 200 & echo done"], workspace)
+    # A run that waited for the background sleep would end at its wall time instead, as timed out.
+    result = get_sandbox("plain").run(["sh", "-c", "sleep 200 & echo done"], workspace, Limits(wall_time_s=60.0))
     assert result.returncode == 0 and not result.timed_out
     assert "done" in result.output
-    assert time.monotonic() - started < 3
     assert not _leftover_processes("sleep 200")
 
 

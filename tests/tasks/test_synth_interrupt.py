@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from interruptfixtures import STOP_WITHIN_S, interrupt
+from interruptfixtures import interrupt
 from test_synth_fixtures import write_shop
 
 from pdbgym.tasks.synth.engine import STATE_DIR, STATE_FILE
@@ -28,9 +28,8 @@ def test_ctrl_c_keeps_the_tried_candidates_and_the_rerun_resumes(tmp_path: Path)
         except (OSError, ValueError):
             return 0
 
-    done, took = interrupt(args, tmp_path, lambda: tried() >= 2, group=True)
+    done = interrupt(args, tmp_path, lambda: tried() >= 2, group=True)
     assert done.returncode == 130, done.stderr[-3000:]
-    assert took < STOP_WITHIN_S
     message = " ".join(done.stderr.split())
     assert "rerun the same command to resume" in message and str(out / STATE_DIR) in message
     assert not list((out / STATE_DIR / project.name).glob("hot*"))  # warm test servers stopped
