@@ -132,6 +132,7 @@ def decode(args: argparse.Namespace) -> dict:
                          "first_call_seconds": round(warm, 1), "compiles": stats["compiles"],
                          "prefill_seconds_both_calls": stats["prefill_seconds"],
                          "draw_seconds_both_calls": stats["draw_seconds"],
+                         "stats_both_calls": {k: v for k, v in stats.items() if k != "compiles"},
                          "ratio_vs_hf_generate": round(row["hf_generate_dynamic"]["seconds"] / seconds, 2)}
             engine.close()
         if shape == "smollm2-135m":
@@ -159,6 +160,7 @@ def episodes(args: argparse.Namespace) -> dict:
     from pdbgym.agent.backends.hf import load_model_and_tokenizer, pad_id
     from pdbgym.agent.executor import ExecutorConfig
     from pdbgym.engine import EngineSettings, engine_for
+    from pdbgym.episode_defaults import EpisodeSettings
     from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
     from pdbgym.modelload import embedded_model_dir
 
@@ -182,7 +184,8 @@ def episodes(args: argparse.Namespace) -> dict:
                             EngineSettings(static=static, max_batch=max(64, local)))
         with tempfile.TemporaryDirectory() as out:
             config = EvalConfig(arms=[f"{name}={args.model}"], tasks=tasks, runs=runs, out=Path(out) / "eval",
-                                turn_budget=args.turn_budget, max_new_tokens=args.new, device=args.device,
+                                episode=EpisodeSettings(turn_budget=args.turn_budget, max_new_tokens=args.new),
+                                device=args.device,
                                 executor=ExecutorConfig(local_episodes=local), force=True)
             started = time.perf_counter()
             run_evaluation(config)

@@ -227,10 +227,9 @@ class LocalEngine(Sessions, Rounds):
                 rows[i].request.mask.apply(host, rows[i].left)
                 logits[i] = host.to(logits.device)
         device = logits.device
-        temperature = torch.tensor([r.request.temperature for r in rows], dtype=torch.float32, device=device)
-        top_p = torch.tensor([r.request.top_p for r in rows], dtype=torch.float32, device=device)
-        seeds = torch.tensor([r.seed for r in rows], dtype=torch.int64, device=device)
-        steps = torch.tensor([len(r.ids) for r in rows], dtype=torch.int64, device=device)
+        temperature, top_p = torch.tensor([[r.request.temperature for r in rows], [r.request.top_p for r in rows]],
+                                          dtype=torch.float32).to(device)
+        seeds, steps = torch.tensor([[r.seed for r in rows], [len(r.ids) for r in rows]], dtype=torch.int64).to(device)
         ids, logprobs = draw_rows(logits, temperature, top_p, seeds, steps, [r.request.logprob_mode for r in rows])
         values = logprobs.tolist()
         broken = sum(1 for value in values if value != value)  # NaN: the row's logits held NaN or +inf

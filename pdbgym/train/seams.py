@@ -64,12 +64,16 @@ def require_method(cls: type, name: str, parameters: tuple[str, ...]) -> None:
 
 
 def grpo_trainer_base() -> type:
-    """TRL's ``GRPOTrainer``, checked for the two methods ``PdbgymGRPOTrainer`` overrides."""
+    """TRL's ``GRPOTrainer``, checked for the methods ``PdbgymGRPOTrainer`` overrides."""
     from trl import GRPOTrainer  # optional: trl (pdbgym[train])
 
     require_method(GRPOTrainer, "_save_checkpoint", ("model", "trial"))
     require_method(GRPOTrainer, "_load_optimizer_and_scheduler", ("checkpoint",))
     require_method(GRPOTrainer, "_get_output_dir", ("trial",))
+    require_method(GRPOTrainer, "_prepare_inputs", ("generation_batch",))
+    require_method(GRPOTrainer, "_get_per_token_logps_and_entropies", ("model", "input_ids", "attention_mask",
+                                                                        "logits_to_keep"))
+    require_method(GRPOTrainer, "training_step", ("model", "inputs", "num_items_in_batch"))
     return GRPOTrainer
 
 

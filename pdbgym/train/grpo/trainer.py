@@ -58,6 +58,7 @@ from pdbgym.train.grpo.schedules import (
     replayed_per_group,
 )
 from pdbgym.train.grpo.stepdump import dump_step
+from pdbgym.train.grpo.timing import UpdateClock, optimizer_clock
 from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
 
 logger = logging.getLogger(__name__)
@@ -113,19 +114,37 @@ def _trainer_class() -> type:
             self.run_config = config
             self.anchor = anchor
             self.curriculum = curriculum
+            self.update_clock = UpdateClock()
+            self.add_callback(optimizer_clock(self.update_clock))
+
+        def _prepare_inputs(self, generation_batch: Any) -> Any:
+            with self.update_clock.timed("prepare"):
+                return super()._prepare_inputs(generation_batch)
+
+        def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+            import torch  # optional: torch (pdbgym[hf])
+
+            with self.update_clock.timed("policy_forward" if torch.is_grad_enabled() else "reference"):
+                return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
+        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+            with self.update_clock.timed("train_step"):
+                return super().training_step(model, inputs, num_items_in_batch)
 
         def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:
             if getattr(self, "_batches_of", None) != self.state.global_step:
                 self.step_batches, self._batches_of = [], self.state.global_step
             self.step_batches.append(inputs)  # kept until the next step: a skipped step's are dumped (stepdump)
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            weight = anchor_weight(self.state.global_step, self.run_config.anchor_weight,
-                                   self.run_config.anchor_decay_steps) if self.anchor else 0.0
-            if weight > 0:
-                nll = anchor_nll(model, self.anchor.batch(self.state.global_step))
-                loss = loss + weight * nll
-                seams.append_metric(self, "bc/nll", float(nll.detach()))
+            with self.update_clock.timed("loss"):
+                loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+                weight = anchor_weight(self.state.global_step, self.run_config.anchor_weight,
+                                       self.run_config.anchor_decay_steps) if self.anchor else 0.0
+                if weight > 0:
+                    with self.update_clock.timed("anchor"):
+                        nll = anchor_nll(model, self.anchor.batch(self.state.global_step))
+                    loss = loss + weight * nll
+                    seams.append_metric(self, "bc/nll", float(nll.detach()))
             seams.append_metric(self, "bc/weight", weight)
             return loss
 
@@ -135,6 +154,9 @@ def _trainer_class() -> type:
                 if metrics.get("step_time") and metrics.get("time/rollout_s"):
                     step, rollout = (sum(metrics[k]) / len(metrics[k]) for k in ("step_time", "time/rollout_s"))
                     metrics["time/update_s"] = [max(0.0, step - rollout)]
+                rollouts = metrics.get("time/rollout_s") or [0.0]
+                for key, value in self.update_clock.drain(sum(rollouts) / len(rollouts)).items():
+                    metrics[key] = [value]
                 logs = {**logs, "beta": float(self.beta), "turn_budget": float(self.recipe_state.budget_now),
                         "episodes/tampered_total": float(self.recipe_state.tampered_total),
                         "episodes/refused_total": float(self.recipe_state.refused_total),
@@ -223,9 +245,11 @@ class PdbgymRollout:
                             "before every batch of episodes", next(self._merged.model.parameters()).dtype,
                             self._merged.megabytes())
         elif self._merged is not None:
+            started = time.perf_counter()
             with seams.unwrapped_for_generation(trainer) as live:
                 self._merged.refresh(live)
                 why = self._merged.mismatch(live)  # two forwards of a few ids: checked at every refresh
+            seams.append_metric(trainer, "time/refresh_s", time.perf_counter() - started)
             if why:
                 self._merged, self._merge_refused, self._merge_why = None, True, why
                 logger.warning("GRPO rollouts decode from the live PEFT model from now on: the merged copy %s", why)
