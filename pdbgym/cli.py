@@ -72,7 +72,7 @@ def main() -> None:
     try:
         app()
     except (PdbgymError, DependencyVersionError) as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)  # one line, however narrow
         sys.exit(2)
     except Interrupted as exc:  # Ctrl-C: the command stopped cleanly and says what it kept
         err_console.print(f"[bold yellow]{escape(str(exc))}[/]", soft_wrap=True)  # paths stay whole

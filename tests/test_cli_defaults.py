@@ -2,6 +2,7 @@
 defaults, every episode setting is the shared home's (pdbgym.episode_defaults) or a named exception, the
 tables of docs/defaults.md say the same, and the old flag spellings still work without being shown."""
 
+import ast
 import dataclasses
 import inspect
 import json
@@ -22,7 +23,7 @@ from pdbgym.defaults import defaults_of
 from pdbgym.divergence.commands import divergence_command
 from pdbgym.divergence.compare import DivergenceConfig
 from pdbgym.env import EnvConfig
-from pdbgym.episode_defaults import EPISODE, EXCEPTIONS
+from pdbgym.episode_defaults import COMMAND_EPISODES, EPISODE, EXCEPTIONS, EpisodeSettings
 from pdbgym.evaluate.campaign import CampaignConfig
 from pdbgym.evaluate.commands import eval_command, select_command
 from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
@@ -30,6 +31,8 @@ from pdbgym.train.commands import dagger_command, sft_command
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.demo.commands import demo_command
 from pdbgym.train.demo.config import DemoConfig
+from pdbgym.train.experiment.commands import run_command as experiment_command
+from pdbgym.train.experiment.config import ExperimentConfig
 from pdbgym.train.grpo.commands import grpo
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.sft.config import SFTTrainConfig
@@ -58,14 +61,15 @@ def test_flag_defaults_are_the_config_defaults(command, config):
 
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "defaults.md"
-SETTINGS = tuple(f.name for f in dataclasses.fields(episode_defaults.EpisodeDefaults))
+SETTINGS = tuple(f.name for f in dataclasses.fields(EpisodeSettings))
 COMMANDS = {"run": run_command, "cache build": cache_build_command, "eval": eval_command,
-            "eval select": select_command, "train dagger": dagger_command, "train grpo": grpo, "demo": demo_command}
+            "eval select": select_command, "train dagger": dagger_command, "train grpo": grpo, "demo": demo_command,
+            "experiment run": experiment_command}
 SETTING_OF = {("train grpo", "budget_end"): "turn_budget"}  # GRPO's turn budget is where its curriculum ends
 
 
 def _expected(command: str, setting: str) -> float:
-    return EXCEPTIONS.get((command, setting), getattr(EPISODE, setting))
+    return getattr(COMMAND_EPISODES[command], setting)
 
 
 def _episode_flags() -> list[tuple[str, str, object]]:
@@ -85,14 +89,37 @@ def test_every_episode_flag_defaults_to_the_shared_home_or_a_named_exception():
         assert default == _expected(command, setting), (
             f"pdbgym {command} --{setting.replace('_', '-')} defaults to {default}, not "
             f"{_expected(command, setting)}: take it from pdbgym.episode_defaults, or name the exception there")
-    assert {c for c, _, _ in flags} == set(COMMANDS) and len(flags) >= 20
-    # an exception differs from the shared value, and a command holds each one as a flag or as its config's value
+    assert {c for c, _, _ in flags} == set(COMMANDS) - {"experiment run"} and len(flags) >= 20  # its file sets them
+    # an exception differs from the shared value, and every command's config holds its own defaults
     unshared = {(c, s) for c, s, default in flags if default != getattr(EPISODE, s)}
     assert unshared <= set(EXCEPTIONS)
     assert all(value != getattr(EPISODE, setting) for (_, setting), value in EXCEPTIONS.items())
-    held_by_config = {("demo", "max_context_tokens"), ("demo", "max_new_tokens")}  # demo has no flag for these
-    assert set(EXCEPTIONS) == unshared | held_by_config
-    assert DemoConfig.max_new_tokens == EXCEPTIONS[("demo", "max_new_tokens")]
+    experiment = ExperimentConfig("x")
+    held = {"cache build": CacheBuildConfig.episode, "eval": EvalConfig.episode, "eval select": SelectConfig.episode,
+            "train dagger": DaggerConfig.episode, "demo": DemoConfig.episode,
+            "experiment run": dataclasses.replace(experiment.episodes, temperature=experiment.eval.temperature)}
+    assert all(held[command] == COMMAND_EPISODES[command] for command in held)
+    grpo_config = GRPORunConfig("p", "t", Path("o"))
+    assert (grpo_config.max_context_tokens, grpo_config.budget_end, grpo_config.temperature,
+            grpo_config.max_new_tokens) == (COMMAND_EPISODES["train grpo"].max_context_tokens,
+                                            COMMAND_EPISODES["train grpo"].turn_budget,
+                                            COMMAND_EPISODES["train grpo"].temperature,
+                                            COMMAND_EPISODES["train grpo"].max_new_tokens)
+
+
+def test_two_classes_declare_a_turn_budget():
+    """The episode's settings type and the environment's config; every other config nests ``EpisodeSettings``."""
+    root = Path(__file__).resolve().parents[1] / "pdbgym"
+    declaring = set()
+    for path in root.rglob("*.py"):
+        if "tasks/builtin" in path.as_posix() or "tasks/regression" in path.as_posix():
+            continue  # the tasks' own projects
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                    and item.target.id == "turn_budget" for item in node.body):
+                declaring.add(node.name)
+    assert declaring == {"EpisodeSettings", "EnvConfig"}
 
 
 def test_configs_without_a_flag_read_the_shared_home():
@@ -102,12 +129,9 @@ def test_configs_without_a_flag_read_the_shared_home():
         EPISODE.temperature, EPISODE.top_p, EPISODE.max_new_tokens)
     assert EnvConfig().turn_budget == EPISODE.turn_budget
     assert RunConfig("t").sampling == sampling and RunConfig("t").env.turn_budget == EPISODE.turn_budget
-    campaign = CampaignConfig(tasks="builtin", arms=[])
-    assert (campaign.context_tokens, campaign.turn_budget, campaign.temperature, campaign.top_p,
-            campaign.max_new_tokens) == (EPISODE.max_context_tokens, EPISODE.turn_budget, EPISODE.temperature,
-                                         EPISODE.top_p, EPISODE.max_new_tokens)
+    assert CampaignConfig(tasks="builtin", arms=[]).episode == EPISODE
     # DAgger's context is SFT's example length: a labelled state must fit it whole
-    assert DaggerConfig.max_context_tokens == SFTTrainConfig.max_length
+    assert DaggerConfig.episode.max_context_tokens == SFTTrainConfig.max_length
 
 
 def test_grpo_config_fields_are_its_flags_but_the_two_named():

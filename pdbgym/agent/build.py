@@ -21,7 +21,7 @@ from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.policies import check_policy, parse_policy
 from pdbgym.agent.runner import completed_samples, plan_jobs, run_all
 from pdbgym.env.environment import EnvConfig
-from pdbgym.episode_defaults import EPISODE, TEACHER_TOP_P
+from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
 from pdbgym.errors import PdbgymError
 from pdbgym.interrupts import Interrupted
 from pdbgym.policyname import INTERACTIVE_POLICIES
@@ -38,16 +38,12 @@ class CacheBuildConfig:
         out: cache folder to write; a rerun with the same folder resumes it.
         tasks: a suite name (``builtin``, ``regression``) or a task folder. Default ``"builtin"``.
         runs: samples per task; their ``_sample_idx`` is 0..runs-1. Default 1.
-        temperature: sampling temperature (0 = greedy). Default ``EPISODE.temperature`` (0.7).
-        top_p: top-p nucleus mass in (0, 1]. Default ``TEACHER_TOP_P`` (0.9, the teacher recipe's).
+        episode: context, turn budget, temperature, top-p and tokens a turn of every episode. Default
+            ``EPISODE`` with top-p ``TEACHER_TOP_P`` (0.9, the teacher recipe's).
         dataset: dataset name stored in every record. Default ``"pdbgym_builtin"``.
         workers: episodes at once (``ExecutorConfig.workers``); 0 = one per core; local models play in
             this process, ``local_episodes`` at once. Default 0.
         local_episodes: ``ExecutorConfig.local_episodes`` (0: 48 on a GPU, 1 on CPU). Default 0.
-        max_new_tokens: token cap of one model turn. Default ``EPISODE.max_new_tokens`` (512).
-        max_context_tokens: trajectory cap in tokens; reaching it ends the episode as ``ctx_overflow``.
-            Default ``EPISODE.max_context_tokens`` (32,768).
-        turn_budget: tool calls per episode before ``budget`` ends it. Default ``EPISODE.turn_budget`` (30).
         command_timeout_s: seconds before a pdb command is interrupted. Default 10.0.
         seed: base seed; each episode gets ``pdbgym.seeds.episode_seed(seed, task id, sample_idx)``.
             Default None (unseeded).
@@ -63,14 +59,10 @@ class CacheBuildConfig:
     out: Path
     tasks: str = "builtin"
     runs: int = 1
-    temperature: float = EPISODE.temperature
-    top_p: float = TEACHER_TOP_P
+    episode: EpisodeSettings = episode_defaults_for("cache build")
     dataset: str = "pdbgym_builtin"
     workers: int = 0
     local_episodes: int = 0
-    max_new_tokens: int = EPISODE.max_new_tokens
-    max_context_tokens: int = EPISODE.max_context_tokens
-    turn_budget: int = EPISODE.turn_budget
     command_timeout_s: float = EnvConfig.command_timeout_s
     seed: int | None = None
     tokenizer: str = "embedded"
@@ -79,6 +71,9 @@ class CacheBuildConfig:
     tool_format: str | None = None
     device: str = "cpu"
     ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        check_setting("runs", self.runs)
 
 
 def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], None] | None = None,
@@ -98,12 +93,13 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
                         logprob_mode=config.logprob_mode, device=config.device, tool_format=config.tool_format)
     # Build (and so check) what every episode builds here, before any episode starts: the backend or
     # tokenizer, the tool-call format, a constrained policy's grammar at this turn cap, room for a turn.
-    sampling = SamplingParams(config.temperature, config.top_p, config.max_new_tokens, None)
-    vocab_source = check_policy(spec, sampling, task_list, config.max_context_tokens, f"--policy {config.policy}")
+    episode = config.episode
+    sampling = SamplingParams(episode.temperature, episode.top_p, episode.max_new_tokens, None)
+    vocab_source = check_policy(spec, sampling, task_list, episode.max_context_tokens, f"--policy {config.policy}")
     done = completed_samples(config.out, vocab_source)
-    agent = AgentConfig(max_context_tokens=config.max_context_tokens, dataset=config.dataset,
+    agent = AgentConfig(max_context_tokens=episode.max_context_tokens, dataset=config.dataset,
                         sampling=sampling)
-    env = EnvConfig(turn_budget=config.turn_budget, command_timeout_s=config.command_timeout_s)
+    env = EnvConfig(turn_budget=episode.turn_budget, command_timeout_s=config.command_timeout_s)
     jobs = plan_jobs(task_list, config.runs, spec, agent, env, done, config.seed)
     if on_plan is not None:
         on_plan(len(task_list) * config.runs - len(jobs), len(jobs))

@@ -19,6 +19,7 @@ from pdbgym.agent.build import CacheBuildConfig
 from pdbgym.agent.play import RunConfig
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.env.environment import EnvConfig, EpisodeResult
+from pdbgym.episode_defaults import EpisodeSettings
 from pdbgym.progress import progress
 
 B, E, S, R = defaults_of(CacheBuildConfig), defaults_of(EnvConfig), defaults_of(SamplingParams), defaults_of(RunConfig)
@@ -29,7 +30,7 @@ def run_command(
     task: Annotated[str, typer.Option("--task", help="A built-in task id or a task folder")],
     policy: Annotated[str, typer.Option(help="scripted (reference patch), human (you, at the terminal), "
                                         "embedded, a model folder, or a server URL")] = R.policy,
-    turn_budget: Annotated[int, typer.Option(min=1, help="Tool calls per episode before 'budget'")] = E.turn_budget,
+    turn_budget: Annotated[int, typer.Option(help="Tool calls per episode before 'budget'")] = E.turn_budget,
     transcript: Annotated[Path | None, typer.Option(help="Where to write the JSON transcript")] = None,
     sandbox: Annotated[str, typer.Option(help="auto, bwrap or plain")] = E.sandbox,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON")] = False,
@@ -70,15 +71,15 @@ def cache_build_command(
     policy: Annotated[str, typer.Option(help=POLICY_HELP)],
     out: Annotated[Path, typer.Option(help="Cache folder to write (a rerun resumes it)")],
     tasks: Annotated[str, typer.Option(help="A suite name (builtin, regression) or a task folder")] = B.tasks,
-    runs: Annotated[int, typer.Option(min=1, help="Samples per task (their _sample_idx is 0..runs-1)")] = B.runs,
-    temperature: Annotated[float, typer.Option(min=0.0, help="Sampling temperature (0 = greedy)")] = B.temperature,
-    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Top-p nucleus mass")] = B.top_p,
+    runs: Annotated[int, typer.Option(help="Samples per task (their _sample_idx is 0..runs-1)")] = B.runs,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = greedy)")] = B.temperature,
+    top_p: Annotated[float, typer.Option(help="Top-p nucleus mass, in (0, 1]")] = B.top_p,
     dataset: Annotated[str, typer.Option(help="Dataset name stored in every record")] = B.dataset,
     workers: Annotated[int, typer.Option(min=0, help="Parallel episodes (0: all cores; local models: --local-episodes)")] = B.workers,
     local_episodes: Annotated[int, typer.Option(min=0, help="Local-model episodes at once, turns batched (0: 48 on a GPU, 1 on CPU)")] = B.local_episodes,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Token cap of one model turn")] = B.max_new_tokens,
-    max_context_tokens: Annotated[int, typer.Option(min=64, help="Trajectory cap (tokens): ctx_overflow")] = B.max_context_tokens,
-    turn_budget: Annotated[int, typer.Option(min=1, help="Tool calls per episode before 'budget'")] = B.turn_budget,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = B.max_new_tokens,
+    max_context_tokens: Annotated[int, typer.Option(help="Trajectory cap (tokens): ctx_overflow")] = B.max_context_tokens,
+    turn_budget: Annotated[int, typer.Option(help="Tool calls per episode before 'budget'")] = B.turn_budget,
     command_timeout_s: Annotated[float, typer.Option(help="Seconds before a pdb command is interrupted")] = B.command_timeout_s,
     seed: Annotated[int | None, typer.Option(help="Base seed (each episode gets its own derived seed)")] = B.seed,
     tokenizer: Annotated[str, typer.Option(help="Tokenizer for scripted policies and server URLs")] = B.tokenizer,
@@ -94,9 +95,11 @@ def cache_build_command(
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.agent.build import build_cache
 
+    episode = EpisodeSettings(max_context_tokens=max_context_tokens, turn_budget=turn_budget, temperature=temperature,
+                              top_p=top_p, max_new_tokens=max_new_tokens)
     config = CacheBuildConfig(
-        policy=policy, out=out, tasks=tasks, runs=runs, temperature=temperature, top_p=top_p, dataset=dataset,
-        workers=workers, local_episodes=local_episodes, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens, turn_budget=turn_budget,
+        policy=policy, out=out, tasks=tasks, runs=runs, episode=episode, dataset=dataset,
+        workers=workers, local_episodes=local_episodes,
         command_timeout_s=command_timeout_s, seed=seed, tokenizer=tokenizer, api=api, logprob_mode=logprob_mode,
         tool_format=tool_format, device=device, ray_address=ray_address or ("local" if ray else None))
     with progress(Console(stderr=True), disable=json_output) as bars:

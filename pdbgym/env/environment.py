@@ -13,7 +13,7 @@ from typing import Any
 
 from pdbgym.env import files, zygotes
 from pdbgym.env.tools import Action, ActionError, StepResult, check_args
-from pdbgym.episode_defaults import EPISODE
+from pdbgym.episode_defaults import EPISODE, check_setting
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.grading.grader import GradeResult, agent_lines, grade, grading_preview
@@ -46,6 +46,9 @@ class EnvConfig:
     # agent's test runs and grading fork from one warm interpreter instead of each starting Python and
     # pytest. Off: a fresh interpreter per run, as before.
     zygote: bool = True
+
+    def __post_init__(self) -> None:
+        check_setting("turn_budget", self.turn_budget)  # EpisodeSettings' rule: a budget of 0 plays nothing
 
 
 @dataclass

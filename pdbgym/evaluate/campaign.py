@@ -20,7 +20,7 @@ from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.policies import check_policy, parse_policy
 from pdbgym.agent.runner import raise_failures, run_job
 from pdbgym.env.environment import EnvConfig, EpisodeResult
-from pdbgym.episode_defaults import EPISODE
+from pdbgym.episode_defaults import EPISODE, EpisodeSettings, check_setting
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
@@ -74,12 +74,8 @@ class CampaignConfig:
         arms: the policies compared.
         runs: episodes per task per arm. Default 2.
         split: the split evaluated (``None``: all tasks). splits_file: the split file it came from.
-        turn_budget: tool calls per episode before ``budget`` ends it. Default ``EPISODE.turn_budget`` (30).
-        temperature: sampling temperature of model arms (0 = greedy). Default ``EPISODE.temperature`` (0.7).
-        top_p: nucleus mass of model arms. Default ``EPISODE.top_p`` (1.0, no truncation).
-        max_new_tokens: token cap of one model turn. Default ``EPISODE.max_new_tokens`` (512).
-        context_tokens: trajectory cap in tokens; reaching it ends the episode as ``ctx_overflow``. Default
-            ``EPISODE.max_context_tokens`` (32,768).
+        episode: context, turn budget, temperature, top-p and tokens a turn of every episode (model arms
+            sample with them). Default ``EPISODE``.
         seed: base of the per-(task, run) sampling seeds, shared by all arms. Default 0.
         task_ids: filled in by ``run_campaign`` with the ids played.
         device: where local-model arms run (``cpu``, ``cuda``); not stored: a campaign may resume on
@@ -91,17 +87,21 @@ class CampaignConfig:
     runs: int = 2
     split: str | None = None
     splits_file: str | None = None
-    turn_budget: int = EPISODE.turn_budget
-    temperature: float = EPISODE.temperature
-    top_p: float = EPISODE.top_p
-    max_new_tokens: int = EPISODE.max_new_tokens
-    context_tokens: int = EPISODE.max_context_tokens
+    episode: EpisodeSettings = EPISODE
     seed: int = 0
     task_ids: list[str] = field(default_factory=list)
     device: str = "cpu"
 
+    def __post_init__(self) -> None:
+        check_setting("runs", self.runs)
+
     def to_dict(self) -> dict[str, Any]:
+        """What ``campaign.json`` holds: the episode settings flat, under the names campaign folders have
+        always stored (the context as ``context_tokens``), so a folder of an earlier pdbgym resumes."""
         data = asdict(self)
+        episode = data.pop("episode")
+        data.update(turn_budget=episode["turn_budget"], temperature=episode["temperature"], top_p=episode["top_p"],
+                    max_new_tokens=episode["max_new_tokens"], context_tokens=episode["max_context_tokens"])
         data["arms"] = {a.name: a.model for a in self.arms}
         del data["device"]
         return data
@@ -118,12 +118,13 @@ def _episode_seed(config: CampaignConfig, task: Task, run_index: int) -> int:
 
 def campaign_job(arm: Arm, config: CampaignConfig, task: Task, run_index: int) -> EpisodeJob:
     """The episode of ``arm`` on ``task``, run ``run_index``, as a job for the shared executor."""
-    sampling = SamplingParams(config.temperature, config.top_p, config.max_new_tokens,
+    episode = config.episode
+    sampling = SamplingParams(episode.temperature, episode.top_p, episode.max_new_tokens,
                               _episode_seed(config, task, run_index))
-    agent = AgentConfig(max_context_tokens=config.context_tokens, sampling=sampling,
+    agent = AgentConfig(max_context_tokens=episode.max_context_tokens, sampling=sampling,
                         dataset=f"campaign_{arm.name}", sample_idx=run_index)
     return EpisodeJob(str(task.path), task.instance_id, run_index, parse_policy(arm.model, device=config.device), agent,
-                      EnvConfig(turn_budget=config.turn_budget))
+                      EnvConfig(turn_budget=episode.turn_budget))
 
 
 def check_arm(arm: Arm, on_ray: bool, device: str = "cpu", params: SamplingParams | None = None,
@@ -168,10 +169,11 @@ def run_campaign(
             if (arm.name, task.instance_id, run) not in done]
     executor = executor or ExecutorConfig()
     if episode_fns is None:  # every setting that would fail each episode fails now, the folder untouched
-        params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens)
+        episode = config.episode
+        params = SamplingParams(episode.temperature, episode.top_p, episode.max_new_tokens)
         for arm in dict.fromkeys(arm for arm, _, _ in todo):
             left = list({t.instance_id: t for a, t, _ in todo if a == arm}.values())  # the tasks it still plays
-            check_arm(arm, executor.ray_address is not None, config.device, params, left, config.context_tokens)
+            check_arm(arm, executor.ray_address is not None, config.device, params, left, episode.max_context_tokens)
     store.open(config.to_dict())
     names = {arm.name for arm in config.arms}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -100,9 +101,10 @@ def eval_command(
         return
     if not arm:
         raise typer.BadParameter("give at least one --arm NAME=MODEL")
-    config = EvalConfig(arms=arm, tasks=tasks, runs=runs, split=split, splits=splits, out=out,
-                        turn_budget=pick(turn_budget, budget), temperature=temperature, max_new_tokens=max_new_tokens,
-                        max_context_tokens=pick(max_context_tokens, context_tokens), force=force, json_out=json_out,
+    episode = replace(D.episode, turn_budget=pick(turn_budget, budget), temperature=temperature,
+                      max_new_tokens=max_new_tokens, max_context_tokens=pick(max_context_tokens, context_tokens))
+    config = EvalConfig(arms=arm, tasks=tasks, runs=runs, split=split, splits=splits, out=out, episode=episode,
+                        force=force, json_out=json_out,
                         executor=ExecutorConfig(workers, pick(ray_address, ray), local_episodes), ks=k or [],
                         teacher_cache=teacher_cache, teacher=teacher, seed=seed, device=device)
     with episode_progress(out) as shown:
@@ -152,9 +154,10 @@ def select_command(
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.procedures import select_checkpoint
 
+    episode = replace(S.episode, turn_budget=pick(turn_budget, budget), temperature=temperature,
+                      max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens)
     config = SelectConfig(checkpoints=checkpoints, splits=splits, tasks=tasks, select_on=select_on,
-                          report_on=report_on, runs=runs, out=out, turn_budget=pick(turn_budget, budget), force=force,
-                          temperature=temperature, max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens,
+                          report_on=report_on, runs=runs, out=out, force=force, episode=episode,
                           executor=ExecutorConfig(workers, ray_address))
     with episode_progress(out) as shown:
         outcome = select_checkpoint(config, shown.tick, shown.plan)

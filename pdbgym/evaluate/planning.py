@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from pdbgym.episode_defaults import check_setting
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate import stats
 from pdbgym.evaluate.analysis import outcome_matrix
@@ -47,6 +48,7 @@ def plan(delta: float, *, runs: int = 8, base_rate: float = 0.5, sd_diff: float 
     """
     if not 0 < delta < 1:
         raise PdbgymError(f"--delta is a difference in solve rate, between 0 and 1; got {delta}")
+    check_setting("runs", runs)
     warnings: list[str] = []
     if pilot is not None:
         sd, n_pilot = pilot_sd_diff(pilot)

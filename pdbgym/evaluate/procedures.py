@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.agent.executor import ExecutorConfig
-from pdbgym.episode_defaults import EPISODE
+from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.analysis import summarize
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
@@ -44,11 +44,8 @@ class EvalConfig:
         runs: episodes per task per arm. Default 2.
         split: evaluate only this split of ``splits`` (a split file). Default None (all tasks).
         out: campaign folder; a rerun with the same settings resumes it. Default ``runs/eval``.
-        turn_budget: tool calls per episode before ``budget``. Default ``EPISODE.turn_budget`` (30).
-        temperature: sampling temperature of model arms. Default ``EPISODE.temperature`` (0.7).
-        max_new_tokens: token cap of one model turn. Default ``EPISODE.max_new_tokens`` (512).
-        max_context_tokens: trajectory cap in tokens (then ``ctx_overflow``). Default
-            ``EPISODE.max_context_tokens`` (32,768), as ``run`` and ``cache build``.
+        episode: context, turn budget, temperature (model arms), top-p and tokens a turn of every episode.
+            Default ``EPISODE`` (32,768 tokens, 30 tool calls, T 0.7, top-p 1, 512 tokens a turn), as ``run``.
         executor: where episodes run (workers, Ray address). Default: local, one worker per core.
         force: report even on a task set that selected one of the arms (the report carries a warning).
         json_out: also write the machine summary here. Default None.
@@ -72,10 +69,7 @@ class EvalConfig:
     split: str | None = None
     splits: Path | None = None
     out: Path = Path("runs/eval")
-    turn_budget: int = EPISODE.turn_budget
-    temperature: float = EPISODE.temperature
-    max_new_tokens: int = EPISODE.max_new_tokens
-    max_context_tokens: int = EPISODE.max_context_tokens
+    episode: EpisodeSettings = episode_defaults_for("eval")
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     force: bool = False
     json_out: Path | None = None
@@ -85,6 +79,9 @@ class EvalConfig:
     teacher: str | None = None
     seed: int = 0
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        check_setting("runs", self.runs)
 
 
 @dataclass
@@ -123,9 +120,7 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None,
     warnings = check_reportable([a.model for a in arms], [t.instance_id for t in tasks], force=config.force)
     campaign = CampaignConfig(tasks=config.tasks, arms=arms, runs=config.runs, split=config.split,
                               splits_file=str(config.splits) if config.splits else None,
-                              turn_budget=config.turn_budget, temperature=config.temperature,
-                              max_new_tokens=config.max_new_tokens, context_tokens=config.max_context_tokens,
-                              seed=config.seed, device=config.device)
+                              episode=config.episode, seed=config.seed, device=config.device)
     task_ids = [t.instance_id for t in tasks]
     teacher_cache = teacher_cache_of(config)
     if config.teacher is not None and teacher_cache is None:
@@ -144,7 +139,7 @@ def run_evaluation(config: EvalConfig, on_episode: OnEpisode | None = None,
     if teacher_cache is not None:  # after the episodes: the KL of one model of many must not hold them up
         try:
             divergence = campaign_divergence({a.name: a.model for a in arms}, teacher_cache, config.out, task_ids,
-                                             config.teacher, config.max_new_tokens, config.seed)
+                                             config.teacher, config.episode.max_new_tokens, config.seed)
         except KeyboardInterrupt:
             raise Interrupted(
                 f"interrupted while scoring KL to {teacher_cache}: all {len(rows)} episodes are saved in "
@@ -180,10 +175,8 @@ class SelectConfig:
         report_on: the held-out split the chosen checkpoint is measured on, once. Default ``"test"``.
         runs: episodes per task per candidate. Default 2.
         out: folder for both campaigns (``select-<split>``, ``report-<split>``). Default ``runs/select``.
-        turn_budget: tool calls per episode. Default ``EPISODE.turn_budget`` (30).
         force: allow ``report_on`` equal to ``select_on`` (a biased number). Default False.
-        temperature, max_new_tokens, max_context_tokens, executor: as in ``EvalConfig``, for both
-            campaigns.
+        episode, executor: as in ``EvalConfig``, for both campaigns.
     """
 
     checkpoints: list[str]
@@ -193,12 +186,12 @@ class SelectConfig:
     report_on: str = "test"
     runs: int = 2
     out: Path = Path("runs/select")
-    turn_budget: int = EPISODE.turn_budget
     force: bool = False
-    temperature: float = EPISODE.temperature
-    max_new_tokens: int = EPISODE.max_new_tokens
-    max_context_tokens: int = EPISODE.max_context_tokens
+    episode: EpisodeSettings = episode_defaults_for("eval select")
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+
+    def __post_init__(self) -> None:
+        check_setting("runs", self.runs)
 
 
 @dataclass
@@ -227,9 +220,8 @@ def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None,
                           "(or --force to accept a biased number)")
     arms = [Arm.parse(c) for c in config.checkpoints]
     tasks_for_split(config.tasks, config.report_on, config.splits)  # an empty or unknown split fails first
-    common = dict(tasks=config.tasks, runs=config.runs, splits=config.splits, turn_budget=config.turn_budget,
-                  temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                  max_context_tokens=config.max_context_tokens, executor=config.executor)
+    common = dict(tasks=config.tasks, runs=config.runs, splits=config.splits, episode=config.episode,
+                  executor=config.executor)
     chosen_on = run_evaluation(EvalConfig(arms=config.checkpoints, split=config.select_on, force=True,
                                           out=config.out / f"select-{config.select_on}",
                                           title=f"checkpoint selection on {config.select_on}", **common),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -140,9 +141,10 @@ def dagger_command(
         raise typer.BadParameter(f"--sft must be a JSON object ({exc})") from exc
     config = DaggerConfig(student=student, teacher=teacher, tasks=tasks, out=out, iterations=iterations, runs=runs,
                           val_tasks=val_tasks, splits=splits, teacher_cache=teacher_cache, eval_runs=eval_runs,
-                          turn_budget=pick(turn_budget, budget), max_new_tokens=max_new_tokens,
-                          max_context_tokens=pick(max_context_tokens, context_tokens),
-                          temperature=temperature, teacher_temperature=teacher_temperature, tokenizer=tokenizer,
+                          episode=replace(G.episode, turn_budget=pick(turn_budget, budget),
+                                          max_new_tokens=max_new_tokens, temperature=temperature,
+                                          max_context_tokens=pick(max_context_tokens, context_tokens)),
+                          teacher_temperature=teacher_temperature, tokenizer=tokenizer,
                           device=device, seed=seed, name_prefix=name_prefix, sft=sft_fields, store=store)
     with console.status("DAgger") as status:
         result = train_dagger(config, on_event=lambda text: (status.update(text), console.log(text)))

@@ -73,10 +73,11 @@ def test_a_constrained_arm_whose_turn_cap_is_below_the_grammar_fails_before_any_
 @pytest.mark.slow
 def test_cache_build_of_a_constrained_policy_below_the_grammar_fails_before_any_episode(tiny_task, tmp_path):
     from pdbgym.agent.build import CacheBuildConfig, build_cache
+    from pdbgym.episode_defaults import EpisodeSettings
 
     with pytest.raises(PdbgymError, match="--max-new-tokens >=") as refused:
         build_cache(CacheBuildConfig(policy="constrained:embedded", out=tmp_path / "cache", tasks=str(tiny_task.path),
-                                     max_new_tokens=64, workers=1))
+                                     episode=EpisodeSettings(max_new_tokens=64), workers=1))
     assert "could not run" not in str(refused.value)  # refused once, not by every episode
 
 

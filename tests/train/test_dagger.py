@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from pdbgym.episode_defaults import EpisodeSettings
 from pdbgym.tasks.suites import SUITES
 from pdbgym.train.dagger.config import DaggerConfig
 
@@ -28,7 +29,7 @@ def _config(tmp_path, student, teacher, **options) -> DaggerConfig:
         if not (tasks / name).exists():
             shutil.copytree(SUITES["builtin"] / name, tasks / name)
     values = dict(student=str(student), teacher=str(teacher), tasks=str(tasks), out=tmp_path / "dagger",
-                  iterations=2, turn_budget=2, max_new_tokens=8, max_context_tokens=2048, sft=SFT,
+                  iterations=2, episode=EpisodeSettings(turn_budget=2, max_new_tokens=8, max_context_tokens=2048), sft=SFT,
                   store=tmp_path / "store", ledger=tmp_path / "ledger.jsonl", device="cpu")
     values.update(options)
     return DaggerConfig(**values)

@@ -4,6 +4,7 @@ episodes; then a rerun that reuses every phase, and the report rendered by headl
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -34,7 +35,8 @@ def demo(tmp_path_factory, tiny_model_dir):
     patch = pytest.MonkeyPatch()
     patch.setenv("PDBGYM_HOME", str(fresh_home(root / "home")))  # store, merged folders and ledger stay in the test
     config = DemoConfig(out=root / "out", base=str(tiny_model_dir), tasks=str(root / "tasks"), held_out=0.34,
-                        sft_steps=2, sft_tokens=1024, turn_budget=2, max_new_tokens=16, workers=1, threads=1)
+                        sft_steps=2, sft_tokens=1024, workers=1, threads=1,
+                        episode=dataclasses.replace(DemoConfig.episode, turn_budget=2, max_new_tokens=16))
     lines: list[str] = []
     log = io.StringIO()  # not a terminal: plain progress lines, a heartbeat every second here
     with progress(Console(file=log, width=200), heartbeat_s=1.0) as bars:

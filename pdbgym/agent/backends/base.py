@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pdbgym.episode_defaults import EPISODE
+from pdbgym.episode_defaults import EPISODE, check_setting
 from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import LogprobSemantics, tokenizer_fingerprint
 
@@ -34,13 +34,9 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         # Checked where the settings are made (a command's flags), not at an episode's first turn, where
-        # every episode of the arm failed with advice to rerun the same command.
-        if not self.temperature >= 0:
-            raise BackendError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise BackendError(f"top_p must be in (0, 1], got {self.top_p}")
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise BackendError(f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
+        # every episode of the arm failed with advice to rerun the same command; by EpisodeSettings' rules.
+        for name in ("temperature", "top_p", "max_new_tokens"):
+            check_setting(name, getattr(self, name))
 
 
 @dataclass

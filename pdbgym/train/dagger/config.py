@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.episode_defaults import DAGGER_MAX_CONTEXT_TOKENS, EPISODE
+from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
 
 
 @dataclass
@@ -19,9 +19,10 @@ class DaggerConfig:
     iterations so far are aggregated and an adapter ``iter{i}`` is trained by SFT from the same parent
     as iteration 0 (the student's own weights), so each iterate is one adapter over one parent.
 
-    Episode settings (``turn_budget``, ``max_new_tokens``, ``temperature`` of the student) default to
-    ``pdbgym.episode_defaults.EPISODE``, as every command's; ``max_context_tokens`` to
-    ``DAGGER_MAX_CONTEXT_TOKENS`` (SFT's ``max_length``: a labelled example must fit it whole).
+    ``episode`` holds the student's episode settings (its ``max_new_tokens`` caps the teacher's labelling turn
+    too); they default to ``pdbgym.episode_defaults.EPISODE``, as every command's, but for
+    ``max_context_tokens``: ``DAGGER_MAX_CONTEXT_TOKENS`` (SFT's ``max_length``: a labelled example must fit it
+    whole). The student samples with the whole distribution (top-p 1, whatever ``episode.top_p`` says).
     ``teacher_temperature`` is the teacher's labelling draw (0: greedy), not an episode setting.
     """
 
@@ -35,10 +36,7 @@ class DaggerConfig:
     splits: Path | None = None
     teacher_cache: Path | None = None
     eval_runs: int = 1
-    turn_budget: int = EPISODE.turn_budget
-    max_new_tokens: int = EPISODE.max_new_tokens
-    max_context_tokens: int = DAGGER_MAX_CONTEXT_TOKENS
-    temperature: float = EPISODE.temperature
+    episode: EpisodeSettings = episode_defaults_for("train dagger")
     teacher_temperature: float = 0.0
     tokenizer: str = "embedded"
     device: str = "auto"
@@ -48,3 +46,8 @@ class DaggerConfig:
     store: Path | None = None
     ledger: Path | None = None
     report: bool = True
+
+    def __post_init__(self) -> None:
+        check_setting("runs", self.runs)
+        check_setting("eval_runs", self.eval_runs, rule="runs")
+        check_setting("teacher_temperature", self.teacher_temperature, rule="temperature")

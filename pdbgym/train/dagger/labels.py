@@ -61,11 +61,11 @@ async def label_states(record: RolloutRecord, teacher: Policy, params: Any, iter
 def label_episodes(outcomes: list[Any], teacher: Policy, config: DaggerConfig, iteration: int) -> list[Example]:
     """The teacher's labels of every state of ``outcomes`` (its own draw: ``teacher_temperature``), every
     episode's states asked together."""
-    params = SamplingParams(config.teacher_temperature, 1.0, config.max_new_tokens, config.seed)
+    params = SamplingParams(config.teacher_temperature, 1.0, config.episode.max_new_tokens, config.seed)
 
     async def every() -> list[list[Example]]:
         return list(await asyncio.gather(*(label_states(o.record, teacher, params, iteration,
-                                                        config.max_context_tokens) for o in outcomes)))
+                                                        config.episode.max_context_tokens) for o in outcomes)))
 
     return [example for examples in asyncio.run(every()) for example in examples]
 

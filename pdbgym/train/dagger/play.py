@@ -26,12 +26,13 @@ async def play(policy: Policy, tasks: list[Any], runs: int, config: DaggerConfig
     in (task, run) order. Up to ``episodes_at_once(policy)`` play together, their turns batched by the
     policy's engine."""
     fmt = detect_format(getattr(policy.tokenizer, "chat_template", None))
-    env_config = EnvConfig(turn_budget=config.turn_budget)
+    episode = config.episode
+    env_config = EnvConfig(turn_budget=episode.turn_budget)
     gate = asyncio.Semaphore(episodes_at_once(policy))
 
     async def one(task: Any, run: int) -> Any:
-        params = SamplingParams(config.temperature, 1.0, config.max_new_tokens, episode_seed(seed, task.instance_id, run))
-        agent = AgentConfig(tool_format=fmt, max_context_tokens=config.max_context_tokens, sampling=params,
+        params = SamplingParams(episode.temperature, 1.0, episode.max_new_tokens, episode_seed(seed, task.instance_id, run))
+        agent = AgentConfig(tool_format=fmt, max_context_tokens=episode.max_context_tokens, sampling=params,
                             dataset="dagger", sample_idx=run)
         async with gate:
             outcome = await run_episode(task, ModelTurns(policy.backend, params), DebugEnv(task, env_config), agent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -32,7 +33,8 @@ def demo_command(
 
     console = Console(stderr=True)
     config = DemoConfig(out=out, teacher=teacher, tasks=tasks, sft_steps=sft_steps, sft_tokens=sft_tokens,
-                        eval_runs=eval_runs, turn_budget=turn_budget, constrained=constrained)
+                        eval_runs=eval_runs, episode=replace(D.episode, turn_budget=turn_budget),
+                        constrained=constrained)
     with progress(console) as bars:
         outcome = run_demo(config, lambda text: console.print(text, markup=False, highlight=False), bars)
     console.print(", ".join(f"{k} {v['seconds']:.0f} s" for k, v in outcome.phases.items()))

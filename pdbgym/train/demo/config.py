@@ -1,11 +1,11 @@
-"""The config of ``pdbgym demo``: every field is a flag of the same name."""
+"""The config of ``pdbgym demo``: its flags are fields of the same name (``episode``'s by their own names)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdbgym.episode_defaults import DEMO_MAX_NEW_TOKENS, DEMO_TURN_BUDGET
+from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
 
 
 @dataclass
@@ -24,8 +24,9 @@ class DemoConfig:
         rank: LoRA rank r (alpha 2r). Default 16.
         lr: peak AdamW learning rate, linear decay. Default 1e-3 (a short run).
         eval_runs: episodes per held-out task per arm. Default 1.
-        turn_budget: tool calls per held-out episode (the oracle uses 8 on each built-in task). Default 8.
-        max_new_tokens: token cap of one model turn (a pdb call is 20-60 tokens). Default 64.
+        episode: the held-out episodes' settings. Default the demo's named exceptions
+            (``pdbgym.episode_defaults``): 8 tool calls (the oracle uses 8 on each built-in task), 64 tokens
+            a turn (a pdb call is 20-60 tokens), 8,192 tokens of context (SmolLM2-135M's); T 0.7, top-p 1.
         constrained: add the base model with grammar-constrained tool calls as an arm. Default False.
         kl_tokens: KL scored on the first N ids of each held-out oracle episode (0: whole). Default 1024.
         workers: episodes at once (scripted ones in worker processes; 1: all in this process). Default 2.
@@ -43,9 +44,11 @@ class DemoConfig:
     rank: int = 16
     lr: float = 1e-3
     eval_runs: int = 1
-    turn_budget: int = DEMO_TURN_BUDGET
-    max_new_tokens: int = DEMO_MAX_NEW_TOKENS
+    episode: EpisodeSettings = episode_defaults_for("demo")
     constrained: bool = False
     kl_tokens: int = 1024
     workers: int = 2
     threads: int = 2
+
+    def __post_init__(self) -> None:
+        check_setting("eval_runs", self.eval_runs, rule="runs")

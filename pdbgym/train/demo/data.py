@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pdbgym.agent.build import CacheBuildConfig, build_cache
+from pdbgym.episode_defaults import episode_defaults_for
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.splits import load_splits, make_splits, write_splits
 from pdbgym.tasks.suites import resolve_tasks
@@ -48,7 +50,8 @@ def build_caches(config: DemoConfig, tick: Callable[[], None]) -> dict[str, dict
         cache = CacheBuildConfig(policy=config.teacher, out=Path(config.out) / f"cache-{name}",
                                  tasks=str(Path(config.out) / "tasks" / name), runs=1, workers=config.workers, seed=config.seed,
                                  tokenizer=config.base,
-                                 temperature=0.0 if config.teacher == "scripted" else 0.7)
+                                 episode=replace(episode_defaults_for("cache build"),
+                                                 temperature=0.0 if config.teacher == "scripted" else 0.7))
         summaries[name] = build_cache(cache, on_result=lambda result, total: tick())
     return summaries
 

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.agent.executor import ExecutorConfig
-from pdbgym.episode_defaults import DEMO_MAX_CONTEXT_TOKENS, EPISODE
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
 from pdbgym.fileio import write_json_atomic
@@ -94,7 +93,10 @@ class _Phases:
 
 
 def _settings(config: DemoConfig) -> dict[str, str]:
-    return {k: str(v) for k, v in asdict(config).items()}
+    """The settings ``demo.json`` holds, the episode's flat (as folders of earlier runs hold them)."""
+    settings = asdict(config)
+    settings.update(settings.pop("episode"))
+    return {k: str(v) for k, v in settings.items()}
 
 
 def _cpu_seconds() -> float:
@@ -142,9 +144,7 @@ def run_demo(config: DemoConfig, say: Say, bars: Any) -> DemoOutcome:
     bar = bars.add_task("held-out episodes", total=episodes)
     evaluation = EvalConfig(arms=[f"{k}={v}" for k, v in arms.items()], tasks=config.tasks, split="test",
                             splits=out / "splits.json", runs=config.eval_runs, out=out / "eval",
-                            turn_budget=config.turn_budget, max_new_tokens=config.max_new_tokens,
-                            max_context_tokens=DEMO_MAX_CONTEXT_TOKENS, temperature=EPISODE.temperature,
-                            executor=ExecutorConfig(workers=config.workers), json_out=out / "eval-summary.json",
+                            episode=config.episode, executor=ExecutorConfig(workers=config.workers), json_out=out / "eval-summary.json",
                             teacher_cache=None if config.teacher == "scripted" else out / "cache-test",
                             title="pdbgym demo: held-out evaluation")
     played = out / "eval" / "episodes.jsonl"

@@ -226,8 +226,8 @@ def _facts(config: Any, record: dict[str, Any], corpus: dict[str, Any], caches: 
                     f"lr {recipe.get('lr')}, {record.get('steps')} steps of 1 example, "
                     f"best val loss {fmt(record.get('best_val_loss'), NATS)} at step {record.get('best_step')} "
                     f"({len(record.get('corpus', {}).get('val_tasks', []))} val tasks of the train split)"],
-            ["held-out episodes", f"{config.eval_runs} run(s) per task, turn budget {config.turn_budget}, "
-                                  f"{config.max_new_tokens} tokens per turn, T=0.7"]]
+            ["held-out episodes", f"{config.eval_runs} run(s) per task, turn budget {config.episode.turn_budget}, "
+                                  f"{config.episode.max_new_tokens} tokens per turn, T={config.episode.temperature:g}"]]
     for name, p in phases.items():
         note = f" (reused; first run {p['first_seconds']} s)" if p.get("reused") and p.get("first_seconds") else ""
         rows.append([f"phase {name}", f"{p['seconds']} s wall, {p.get('cpu_seconds', '-')} s CPU{note}"])

@@ -2,7 +2,8 @@
 
 Tables: ``[tasks]`` (``families``: family name -> count, ``suites``: suites or folders), ``[split]``
 (``val``, ``test`` fractions; groups are source modules, stratified by rung), ``[episodes]``
-(``turn_budget``, ``max_new_tokens``, ``max_context_tokens``), ``[sft]`` (``steps``, or ``candidates``
+(``turn_budget``, ``max_new_tokens``, ``max_context_tokens`` of the shared ``EpisodeSettings``; its
+temperature is ``[eval]``'s), ``[sft]`` (``steps``, or ``candidates``
 chosen on val by ``target``), ``[grpo]``, ``[eval]``; top
 level ``version`` (1), ``name``, ``base`` (``embedded`` or a model folder) and ``seed``. ``[quick]``
 holds the same tables with tiny counts; ``--quick`` lays them over the rest. Unknown keys are refused
@@ -18,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from pdbgym.episode_defaults import GRPO_TEMPERATURE
+from pdbgym.episode_defaults import EpisodeSettings, SettingsError, episode_defaults_for
 from pdbgym.errors import PdbgymError
 
 VERSION = 1
@@ -41,11 +42,10 @@ class SplitSettings:
     test: float = 0.25
 
 
-@dataclass(frozen=True)
-class EpisodeSettings:
-    turn_budget: int = 10
-    max_new_tokens: int = 96
-    max_context_tokens: int = 4096
+# The [episodes] keys an experiment file sets (its episodes' temperature is [eval]'s); the rest of the
+# shared EpisodeSettings keeps the experiment's defaults (pdbgym.episode_defaults, "experiment run").
+EPISODE_KEYS = ("turn_budget", "max_new_tokens", "max_context_tokens")
+EPISODES = episode_defaults_for("experiment run")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class EvalSettings:
     # The model arms sample as GRPO's rollouts do: the policy GRPO trains is the T = 1 sampler, and a
     # cooler draw measures another one (on the lowest rung the SFT model solves nearly every held-out
     # task at 0.7, so no gain can show there).
-    temperature: float = GRPO_TEMPERATURE
+    temperature: float = EPISODES.temperature
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class ExperimentConfig:
     version: int = VERSION
     tasks: TaskSettings = field(default_factory=TaskSettings)
     split: SplitSettings = field(default_factory=SplitSettings)
-    episodes: EpisodeSettings = field(default_factory=EpisodeSettings)
+    episodes: EpisodeSettings = EPISODES
     sft: SFTSettings = field(default_factory=SFTSettings)
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
@@ -105,7 +105,9 @@ class ExperimentConfig:
     quick: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "source"}
+        data = {k: v for k, v in asdict(self).items() if k != "source"}
+        data["episodes"] = {k: data["episodes"][k] for k in EPISODE_KEYS}  # what the file sets, as digests hold
+        return data
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
@@ -119,13 +121,16 @@ TOP = {"version", "name", "base", "seed", "quick", *TABLES}
 def _table(where: str, cls: type, values: Any, base: Any) -> Any:
     if not isinstance(values, dict):
         raise ExperimentError(f"{where}: expected a table, got {type(values).__name__}")
-    known = {f.name for f in fields(cls)}
+    known = set(EPISODE_KEYS) if cls is EpisodeSettings else {f.name for f in fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ExperimentError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
     if cls is SFTSettings and {"steps", "candidates"} <= set(values):
         raise ExperimentError(f"{where}: give steps (one SFT run) or candidates (several, one chosen on val), not both")
-    return replace(base, **values)
+    try:
+        return replace(base, **values)
+    except SettingsError as exc:  # a value outside its range ([episodes] turn_budget = 0)
+        raise ExperimentError(f"{where}: {exc}") from exc
 
 
 def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:

@@ -29,6 +29,7 @@ import shutil
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from pdbgym.adapters.stacked import StageCopies
 from pdbgym.adapters.store import Store
 from pdbgym.agent.build import CacheBuildConfig, build_cache
 from pdbgym.agent.executor import ExecutorConfig
+from pdbgym.episode_defaults import EpisodeSettings, episode_defaults_for
 from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import write_json_atomic
@@ -178,13 +180,20 @@ def _write_task_folder(folder: Path, tasks: dict[str, Path]) -> None:
         shutil.copytree(path, folder / instance_id, symlinks=True)
 
 
+def _episode(config: ExperimentConfig) -> EpisodeSettings:
+    """The settings of the experiment's model episodes: [episodes], at [eval]'s temperature."""
+    return replace(config.episodes, temperature=config.eval.temperature)
+
+
 def _oracle(config: ExperimentConfig, out: Path, workers: int) -> dict[str, Any]:
     facts = {}
     for name in ("train", "test"):
         summary = build_cache(CacheBuildConfig(
             policy="scripted", out=out / "caches" / f"oracle-{name}", tasks=str(out / "tasks" / name), runs=1,
-            workers=workers, seed=config.seed, tokenizer=config.base, temperature=0.0,
-            turn_budget=config.episodes.turn_budget, max_context_tokens=config.episodes.max_context_tokens))
+            workers=workers, seed=config.seed, tokenizer=config.base,
+            episode=replace(episode_defaults_for("cache build"), temperature=0.0,
+                            turn_budget=config.episodes.turn_budget,
+                            max_context_tokens=config.episodes.max_context_tokens)))
         facts[name] = {k: summary.get(k) for k in ("episodes", "solved") if k in summary}
     return facts
 
@@ -233,9 +242,7 @@ def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int, 
         run_evaluation(EvalConfig(
             arms=[f"s{steps}={copies.folder(name)}" for steps, name in names.items()],
             tasks=str(out / "tasks" / "val"), runs=s.val_runs, out=folder / "val-eval",
-            turn_budget=config.episodes.turn_budget, max_new_tokens=config.episodes.max_new_tokens,
-            max_context_tokens=config.episodes.max_context_tokens, seed=config.seed,
-            temperature=config.eval.temperature, executor=ExecutorConfig(workers=workers),
+            episode=_episode(config), seed=config.seed, executor=ExecutorConfig(workers=workers),
             json_out=folder / "val-summary.json", device=device, title=f"{config.name}: SFT strength on val"))
         _say_removed(copies, "sft", say)
         arms = json.loads((folder / "val-summary.json").read_text())["arms"]
@@ -361,9 +368,7 @@ def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: S
     arms = arms_of(config, out, copies)
     run_evaluation(EvalConfig(
         arms=[f"{k}={v}" for k, v in arms.items()], tasks=str(out / "tasks" / "test"), runs=config.eval.runs,
-        out=out / "eval", turn_budget=config.episodes.turn_budget, max_new_tokens=config.episodes.max_new_tokens,
-        max_context_tokens=config.episodes.max_context_tokens, ks=list(config.eval.k), seed=config.seed,
-        temperature=config.eval.temperature,
+        out=out / "eval", episode=_episode(config), ks=list(config.eval.k), seed=config.seed,
         executor=ExecutorConfig(workers=workers), json_out=out / "eval-summary.json", device=device,
         title=f"{config.name}: held-out evaluation"))
     summary = json.loads((out / "eval-summary.json").read_text())

@@ -6,7 +6,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.episode_defaults import EPISODE, GRPO_MAX_CONTEXT_TOKENS, GRPO_TEMPERATURE
+from pdbgym.episode_defaults import (
+    EPISODE,
+    GRPO_MAX_CONTEXT_TOKENS,
+    GRPO_TEMPERATURE,
+    EpisodeSettings,
+    check_setting,
+)
 
 ROLLOUT_WEIGHTS = ("merged", "merged-float32", "live")  # what GRPO's rollouts decode from (trainer.py)
 
@@ -77,6 +83,15 @@ class GRPORunConfig:
     tensorboard: bool = False
     register_without_signal: bool = False  # register the delta even when no step had reward spread
     extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, as given
+
+    def __post_init__(self) -> None:
+        # The episode settings by EpisodeSettings' rules: the curriculum's ends as turn budgets, the rest as
+        # an episode at the curriculum's end (where val gates play) checks them.
+        check_setting("budget_start", self.budget_start, rule="turn_budget")
+        check_setting("budget_end", self.budget_end, rule="turn_budget")
+        check_setting("val_runs", self.val_runs, rule="runs")
+        EpisodeSettings(max_context_tokens=self.max_context_tokens, turn_budget=self.budget_end,
+                        temperature=self.temperature, max_new_tokens=self.max_new_tokens)
 
     def recipe(self) -> dict[str, Any]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
