@@ -11,8 +11,8 @@ import pytest
 from homefixtures import fresh_home
 
 from pdbgym.episode_defaults import GRPO_TEMPERATURE
+from pdbgym.train.experiment.checks import learning_check, step_centred_check, task_paired_check
 from pdbgym.train.experiment.config import ExperimentError, load_experiment
-from pdbgym.train.experiment.report import learning_check, task_paired_check
 
 REPO_FILE = Path(__file__).resolve().parents[2] / "experiments" / "smollm2-ladder.toml"
 
@@ -458,3 +458,54 @@ def test_the_report_reads_plainly_and_the_quick_profile_says_it_is_a_smoke_test(
     assert plural(1, "task") == "1 task" and plural(2, "task") == "2 tasks" and plural(0, "run") == "0 runs"
     assert pct0(-0.0) == "0.0%" and pct0(-0.0004) == "0.0%" and pct0(-0.01) == "-1.0%" and pct0(None) == "n/a"
     assert kl_cell(None) == "-" and kl_cell({"available": False}) == "-"
+
+
+def test_a_swing_of_the_whole_policy_at_one_step_is_told_apart_from_learning():
+    """Every task solved more at one late step only (a swing shared by all tasks), flat otherwise: each task
+    against itself reads it as a rise; steps as clusters with the task mix taken out put it in the variance."""
+    import random
+
+    rng = random.Random(0)
+    tasks = [f"t{i}" for i in range(16)]
+    rates = {t: 0.2 + 0.6 * i / 15 for i, t in enumerate(tasks)}
+
+    def step(number: int, swing: float) -> dict:
+        return {"step": number, "episodes": [{"task": t, "solved": rng.random() < min(1.0, rates[t] + swing),
+                                              "replayed": False} for t in tasks for _ in range(4)]}
+
+    rows = [step(n, 0.45 if n == 11 else 0.0) for n in range(1, 13)]
+    paired, centred = task_paired_check(rows), step_centred_check(rows)
+    assert paired["changed"] and paired["method"] == "t"
+    assert centred["steps"] == [6, 6] and centred["tasks"] == 16 and centred["df"] > 4
+    assert centred["ci"][0] < 0 < centred["ci"][1] and not centred["changed"]
+    assert centred["diff"] == pytest.approx(paired["diff"], abs=1e-9)  # every task in every step: the same difference
+    # a rise at every late step: both see it
+    rising = [step(n, 0.0 if n <= 6 else 0.3) for n in range(1, 13)]
+    assert step_centred_check(rising)["learned"] and task_paired_check(rising)["learned"]
+    assert step_centred_check(rows[:3]) is None  # one step a half: no spread between steps
+
+
+def test_a_grpo_run_whose_spread_came_from_replay_alone_is_named_so_in_the_report(tmp_path):
+    """Two steps whose groups had spread only because a replayed success sat beside played failures: the
+    report counts no on-policy spread, says how much came from replay, and labels the grpo arm."""
+    from pdbgym.evaluate.analysis import summarize
+    from pdbgym.evaluate.report import machine_summary
+    from pdbgym.evaluate.results import EpisodeRow
+    from pdbgym.train.experiment.report import write_experiment_report
+
+    config, out = load_experiment(REPO_FILE), tmp_path / "run"
+    (out / "grpo").mkdir(parents=True)
+    steps = [{"step": s, "episodes/solve_rate": 0.0, "episodes/replayed": 1, "frac_reward_zero_std": 0.0}
+             for s in (1, 2)]
+    (out / "grpo" / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    episodes = [{"task": "a", "solved": True, "replayed": True}] + [{"task": "a", "solved": False, "replayed": False}] * 3
+    (out / "grpo" / "outcomes.jsonl").write_text("".join(json.dumps({"step": s, "episodes": episodes}) + "\n"
+                                                         for s in (1, 2)))
+    rows = [EpisodeRow(arm, "t0", run, False, "finish_unresolved", 3, 1.0, "x.json") for arm in ("sft", "grpo")
+            for run in range(2)]
+    (out / "eval-summary.json").write_text(json.dumps(machine_summary(summarize(rows, ["sft", "grpo"], ["t0"], 2))))
+    text = write_experiment_report(config, out, {}).read_text()
+    assert "0 of 2 steps had reward spread among their on-policy episodes" in text
+    assert "2 more steps had spread only between replayed corpus trajectories" in text
+    assert "No GRPO step had reward spread among its on-policy episodes" in text
+    assert "| grpo (no on-policy reward spread: imitation only) |" in text

@@ -136,7 +136,8 @@ def test_cli_grpo_on_two_processes_plays_real_episodes(tmp_path, tiny_model_dir)
     from pdbgym.adapters.store import Store
 
     record = json.loads((out / "grpo_run.json").read_text())
-    assert record["reward_signal_steps"] == 0 and record["registered"] and "warning" in record
+    assert record["reward_signal_steps"] == 0 and record["registered"] and record["registered_without_signal"]
+    assert "registered anyway" in record["warning"] and "not registered" not in record["warning"]  # one story
     assert [n["id"] for n in Store(tmp_path / "store").all_nodes() if n["kind"] != "model"] == [record["store_id"]]
     gates = _jsonl(out / "gates.jsonl")
     assert [g["checkpoint"] for g in gates] == ["checkpoint-2"] and gates[0]["runs"] == 2

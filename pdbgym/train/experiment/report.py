@@ -19,21 +19,17 @@ from typing import Any
 import numpy as np
 
 from pdbgym.evaluate.results import ResultsStore
-from pdbgym.evaluate.stats import (
-    clustered_proportion,
-    estimate_mean,
-    newcombe_from,
-    paired_comparison,
-    wilson_interval,
-)
+from pdbgym.evaluate.stats import estimate_mean, wilson_interval
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
+from pdbgym.train.experiment.checks import learning_check, quarter_rate, step_centred_check, task_paired_check
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig
 from pdbgym.train.experiment.report_html import markdown_page
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
 from pdbgym.train.grpo.report import read_jsonl
+from pdbgym.train.grpo.spread import spread_steps
 from pdbgym.train.grpo.trainer import OUTCOMES_FILE
 
 
@@ -93,86 +89,6 @@ def smoke_test_lines(config: ExperimentConfig) -> list[str]:
             f"{plural(config.grpo.tasks_per_step, 'task')} a step, {plural(config.eval.runs, 'held-out run')} a "
             "task) check that every stage runs end to end; nothing below is evidence about learning, and no "
             "difference in it is a claim that training helped or hurt.", ""]
-
-
-def step_counts(rows: list[dict[str, Any]], per_step: int) -> list[tuple[int, int]]:
-    """Per logged step, its on-policy episodes: (solved, played), from the solve rate and the count."""
-    counts = []
-    for row in rows:
-        played = max(0, per_step - int(row.get("episodes/replayed", 0)))
-        rate = row.get("episodes/solve_rate")
-        counts.append((round(float(rate) * played) if rate is not None and played > 0 else 0, played))
-    return counts
-
-
-def quarter_rate(counts: list[tuple[int, int]]) -> tuple[float, float, int]:
-    """Pooled solve rate of some steps, its effective sample size (steps as clusters) and the episodes."""
-    solved, played = zip(*counts, strict=True) if counts else ((), ())
-    rate, n_eff = clustered_proportion(solved, played)
-    return rate, n_eff, int(sum(played))
-
-
-def learning_check(rows: list[dict[str, Any]], per_step: int) -> dict[str, Any] | None:
-    """Solve rate of the last quarter of steps minus the first quarter's, with Newcombe's 95% CI.
-
-    Each step is a cluster: its episodes are groups of G episodes of one task under one set of weights,
-    so they are not independent draws; each quarter's Wilson interval takes the effective sample size
-    of ``clustered_proportion`` (at most the episodes, at least the steps when the rates do not vary).
-    """
-    counts = step_counts(rows, per_step)
-    quarter = max(1, len(counts) // 4)
-    if len(counts) < 2:
-        return None
-    (first, n_first, e_first), (last, n_last, e_last) = quarter_rate(counts[:quarter]), quarter_rate(counts[-quarter:])
-    if not e_first or not e_last:
-        return None
-    low, high = newcombe_from(last, n_last, first, n_first)
-    return {"first": first, "last": last, "steps_per_quarter": quarter, "episodes": [e_first, e_last],
-            "effective": [round(n_first, 1), round(n_last, 1)], "diff": last - first, "ci": [low, high],
-            "learned": low > 0}
-
-
-def task_paired_check(outcomes: list[dict[str, Any]], share: float = 0.5) -> dict[str, Any] | None:
-    """The later half of the GRPO steps against the earlier half, each task against itself.
-
-    A step draws its tasks afresh, so a step's solve rate moves with how hard its tasks are, and the
-    quarter check (``learning_check``) must take every step as one cluster. Here each task played
-    on-policy in both halves (``outcomes.jsonl``) gives its solve rate in each half; the mean of the
-    per-task differences gets a task-clustered 95% CI (``paired_comparison``, as the held-out arms are
-    compared), and the difference it could detect at 80% power. With an odd number of steps the middle
-    one is left out. None when fewer than two tasks were played in both halves. ``share`` < 0.5 compares
-    the first and last ``share`` of the steps instead. With tasks drawn afresh each step few tasks are
-    then paired and the interval is too narrow (a quarter: 6% false positives); when each quarter is
-    whole epochs of the same tasks (GRPO's sampler deals every task once an epoch), every task is paired
-    and the rate is nominal (4%; ``bench/learning_check_power.py --epochs``). Between the two, a run cut
-    short so that its last quarter straddles two epochs (16 tasks, 8 a step, 11 steps: 13 tasks paired)
-    stays at 4%. ``played`` counts the tasks played on-policy in each part, to tell the cases apart.
-    """
-    steps = sorted({int(row["step"]) for row in outcomes})
-    half = min(len(steps) // 2, int(len(steps) * share))
-    if half < 1:
-        return None
-    early, late = set(steps[:half]), set(steps[len(steps) - half:])
-    played: dict[str, tuple[list[int], list[int]]] = {}  # task -> (early outcomes, late outcomes)
-    for row in outcomes:
-        step = int(row["step"])
-        if step not in early and step not in late:
-            continue
-        for episode in row.get("episodes", []):
-            if not episode.get("replayed"):
-                half_of = played.setdefault(episode["task"], ([], []))[1 if step in late else 0]
-                half_of.append(int(bool(episode["solved"])))
-    both = {task: halves for task, halves in played.items() if halves[0] and halves[1]}
-    if len(both) < 2:
-        return None
-    before = np.array([sum(h[0]) / len(h[0]) for h in both.values()])
-    after = np.array([sum(h[1]) / len(h[1]) for h in both.values()])
-    paired = paired_comparison(after, before)
-    return {"steps_per_half": half, "tasks": len(both), "first": float(before.mean()), "last": float(after.mean()),
-            "played": [sum(1 for h in played.values() if h[0]), sum(1 for h in played.values() if h[1])],
-            "episodes": [sum(len(h[0]) for h in both.values()), sum(len(h[1]) for h in both.values())],
-            "diff": paired.mean_diff, "ci": [paired.ci_low, paired.ci_high],
-            "detectable": paired.min_detectable_diff, "learned": paired.ci_low > 0}
 
 
 def by_rung(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -289,6 +205,71 @@ def _pairs(summary: dict[str, Any], wanted: tuple[tuple[str, str], ...]) -> list
     return found
 
 
+def spread_lines(outcomes: list[dict[str, Any]], run: dict[str, Any], logged: int) -> list[str]:
+    """How many GRPO steps had reward spread among the policy's own episodes, the steps whose only spread
+    came from replayed corpus trajectories apart (``grpo.spread``); a loud line when none had it."""
+    if outcomes:
+        spread = spread_steps(outcomes)
+        on_policy, replay_only, steps = spread["on_policy"], spread["replay_only"], spread["steps"]
+    else:  # a run folder from before outcomes.jsonl: TRL's count, replayed episodes included
+        on_policy, replay_only, steps = run.get("reward_signal_steps", 0), None, logged
+    lines = [f"{on_policy} of {steps} steps had reward spread among their on-policy episodes (a group whose played "
+             "episodes scored differently)" + (
+                 f"; {plural(replay_only, 'more step')} had spread only between replayed corpus trajectories and "
+                 "the played episodes, which is not the policy's own signal." if replay_only is not None else
+                 " (counted by TRL with replayed episodes included: this run kept no outcomes.jsonl).")]
+    if steps and not on_policy:
+        lines.append(f"**{ZERO_SIGNAL}**")
+    return lines
+
+
+ZERO_SIGNAL = ("No GRPO step had reward spread among its on-policy episodes: every advantage of the policy's own "
+               "samples was 0, so the `grpo` arm is the SFT model moved only by replayed trajectories and the BC "
+               "anchor (imitation), not by reinforcement learning")
+
+
+def rise(check: dict[str, Any]) -> str:
+    """A learning check's two rates and their difference with its interval."""
+    return (f"{pct(check['last'])} vs {pct(check['first'])}, difference {pct0(check['diff'])} "
+            f"[{pct0(check['ci'][0])}, {pct0(check['ci'][1])}]")
+
+
+def direction(check: dict[str, Any], what: str) -> str:
+    """The verdict of an interval that excludes no change, two-sided: raised or lowered."""
+    return f"the CI excludes no change: GRPO {'raised' if check['ci'][0] > 0 else 'lowered'} {what}"
+
+
+def paired_check_lines(paired: dict[str, Any] | None, centred: dict[str, Any] | None, part: str) -> list[str]:
+    """The report's line on each task against itself over two parts of the steps (``task_paired_check``),
+    with the same parts taken with steps as clusters (``step_centred_check``) when there are enough steps."""
+    if paired is None:
+        return []
+    verdict = direction(paired, "the solve rate on the same tasks") if paired["changed"] else "the CI includes no change"
+    if part == "quarters":
+        same = paired["tasks"] == paired["played"][0] == paired["played"][1]
+        verdict += ("; the two quarters hold the same tasks (whole epochs), so this is the quarter check with "
+                    "the task mix taken out" if same else
+                    f"; the quarters share {paired['tasks']} of their {paired['played'][0]} and "
+                    f"{paired['played'][1]} tasks (not whole epochs of the same tasks), and the difference "
+                    "is over the shared ones")
+    text = (f"Each task against itself, {part}: the last {paired['steps_per_half']} step(s) against the "
+            f"first, on the {paired['tasks']} tasks played on-policy in both ({paired['episodes'][1]} and "
+            f"{paired['episodes'][0]} episodes): {rise(paired)} (95%, Student t over tasks as clusters; "
+            f"{pct(paired['detectable'])} detectable at 80% power); {verdict}.")
+    if centred is not None and not centred["df"]:
+        text += (" With steps as clusters the steps' values did not vary at all: no interval to give (a swing of "
+                 "the policy shared by every task is not measured here).")
+    elif centred is not None:
+        low, high = centred["ci"]
+        agree = ("it too excludes no change" if centred["changed"] else
+                 "it includes no change, so a swing of the whole policy from step to step, shared by every task, "
+                 "could also explain the difference above" if paired["changed"] else "it includes no change too")
+        text += (f" With steps as clusters and each task's difficulty taken out ({centred['steps'][1]} against "
+                 f"{centred['steps'][0]} steps, Welch's interval, {centred['df']:.1f} degrees of freedom): "
+                 f"{pct0(centred['diff'])} [{pct0(low)}, {pct0(high)}]; {agree}.")
+    return [text]
+
+
 def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str, Any]) -> Path:
     summary = _load(out / "eval-summary.json")
     kl = _load(out / "kl.json").get("arms", {})
@@ -317,8 +298,8 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
          f"{fmt(r.get('engine/busy_s'), '.1f')} ({fmt(r.get('engine/prefill_s'), '.1f')})",
          fmt(r.get("engine/live_rows"), ".1f")] for r in rows]) + [""]
     check = learning_check(rows, per_step)
-    notes = [f"{run.get('reward_signal_steps', 0)} of {len(rows)} steps had reward spread (a group whose episodes "
-             "scored differently)."]
+    outcomes = read_jsonl(out / "grpo" / OUTCOMES_FILE)[0]
+    notes = spread_lines(outcomes, run, len(rows))
     stopped_at = (run.get("nonfinite") or {}).get("stopped_at")
     if rows and len(rows) < config.grpo.steps:
         cap = f" (the {config.grpo.max_minutes:g}-minute cap)" if config.grpo.max_minutes else ""
@@ -329,35 +310,16 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         notes.append(nonfinite_warning(skipped, stopped_at) + ".")
     notes += hacking_notes(rows)
 
-    def rise(c: dict[str, Any]) -> str:
-        return (f"{pct(c['last'])} vs {pct(c['first'])}, difference {pct0(c['diff'])} "
-                f"[{pct0(c['ci'][0])}, {pct0(c['ci'][1])}]")
-
     if check is not None:
-        verdict = "the CI excludes no change: GRPO raised the on-policy solve rate" if check["learned"] else \
+        verdict = direction(check, "the on-policy solve rate") if check["changed"] else \
             "the CI includes no change by this check, which moves with the mix of tasks each step drew (the checks of each " \
             "task against itself below take the mix out)"
         notes.append(f"On-policy solve rate, last {check['steps_per_quarter']} step(s) against the first "
                      f"({check['episodes'][1]} and {check['episodes'][0]} episodes, worth {check['effective'][1]:g} and "
                      f"{check['effective'][0]:g} independent ones with steps as clusters): {rise(check)} (95%, "
                      f"Newcombe); {verdict}.")
-    outcomes = read_jsonl(out / "grpo" / OUTCOMES_FILE)[0]
-    for paired, part in ((task_paired_check(outcomes, 0.25), "quarters"), (task_paired_check(outcomes), "halves")):
-        if paired is None:
-            continue
-        verdict = "the CI excludes no change: GRPO raised the solve rate on the same tasks" if paired["learned"] else \
-            "the CI includes no change"
-        if part == "quarters":
-            same = paired["tasks"] == paired["played"][0] == paired["played"][1]
-            verdict += ("; the two quarters hold the same tasks (whole epochs), so this is the quarter check with "
-                        "the task mix taken out" if same else
-                        f"; the quarters share {paired['tasks']} of their {paired['played'][0]} and "
-                        f"{paired['played'][1]} tasks (not whole epochs of the same tasks), and the difference "
-                        "is over the shared ones")
-        notes.append(f"Each task against itself, {part}: the last {paired['steps_per_half']} step(s) against the "
-                     f"first, on the {paired['tasks']} tasks played on-policy in both ({paired['episodes'][1]} and "
-                     f"{paired['episodes'][0]} episodes): {rise(paired)} (95%, tasks as clusters; "
-                     f"{pct(paired['detectable'])} detectable at 80% power); {verdict}.")
+    for share, part in ((0.25, "quarters"), (0.5, "halves")):
+        notes += paired_check_lines(task_paired_check(outcomes, share), step_centred_check(outcomes, share), part)
     lines += md_bullets(notes) + [""]
     ladder = grpo_rungs(rows)
     if ladder:
@@ -373,12 +335,17 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
             [g.get("checkpoint"), g.get("step"), _ci(g.get("pass_at_1")),
              (g.get("termination_reasons") or {}).get("tampered", 0), g.get("refused", "-")] for g in gates]) + [""]
     arms = summary.get("arms", {})
+    no_signal = bool(outcomes) and not spread_steps(outcomes)["on_policy"]
+
+    def label(arm: str) -> str:  # a zero-signal GRPO arm says so wherever it is named
+        return f"{arm} (no on-policy reward spread: imitation only)" if no_signal and arm.startswith("grpo") else arm
+
     ks = [f"pass@{k}" for k in config.eval.k if k > 1]
     lines += ["## Held-out test split", "", f"Model arms sample at T = {config.eval.temperature:g} "
               f"({plural(config.eval.runs, 'run')} a task).", ""] + md_table(
         ["arm", "pass@1 [95% CI]", *ks, "episodes", "tampered", "verdict-refused", "valid tool calls",
          "wrong-site fixation", "KL to the oracle (nats/token) [95% CI]"], [
-            [arm, _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks), *hacking_cells(block),
+            [label(arm), _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks), *hacking_cells(block),
              pct((validity.get(arm) or {}).get("rate")), _ci((block.get("wrong_site") or {}).get("rate")),
              kl_cell(kl.get(arm))] for arm, block in arms.items()]) + [""]
     if not any(block.get("wrong_site") for block in arms.values()):
@@ -394,7 +361,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
                                        else len(arms))]) + [""]
     lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + md_table(
         ["a - b", "difference [95% CI]", "tasks"], [
-            [f"{a} - {b}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
+            [f"{label(a)} - {label(b)}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
             for a, b, diff, low, high, n in _pairs(summary, (("grpo", "sft"), ("sft", "base"), ("grpo", "base")))])
     lines += [""]
     chosen = run.get("chosen")

@@ -14,7 +14,8 @@ from pdbgym.fileio import write_json_atomic
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.report import read_jsonl
-from pdbgym.train.grpo.trainer import GATES_FILE, STEPS_FILE
+from pdbgym.train.grpo.spread import spread_steps
+from pdbgym.train.grpo.trainer import GATES_FILE, OUTCOMES_FILE, STEPS_FILE
 from pdbgym.train.grpo.valgate import read_gates
 from pdbgym.train.sft.register import register_adapter
 
@@ -33,20 +34,21 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[A
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         shutil.copy2(source / name, adapter_dir / name)
     rows, _ = read_jsonl(config.out / STEPS_FILE)
-    signal = reward_signal_steps(rows)
+    spread = signal_counts(rows, read_jsonl(config.out / OUTCOMES_FILE)[0])
+    signal = spread["reward_signal_steps"]
     registered = signal > 0 or config.register_without_signal
     node_id = _register(config, adapter_dir, base.parent_id) if registered else None
     record = {"format": "pdbgym-train-record/1", "kind": "grpo", "recipe": config.recipe(),
               "parent_id": base.parent_id, "policy": config.policy, "chosen": chosen, "gate": gate,
               "steps": int(trainer.state.global_step), "store_id": node_id,
               "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir),
-              "reward_signal_steps": signal, "registered": registered,
+              **spread, "registered": registered, "registered_without_signal": registered and not signal,
               "rollout_weights": getattr(getattr(trainer, "rollout_func", None), "weights_used", config.rollout_weights),
               "nonfinite_skipped_steps": skipped_steps(rows)}
     guard = getattr(trainer, "gradient_guard", None)
     if guard is not None and guard.skipped:  # this invocation's: the tensors named at each skipped step
         record["nonfinite"] = guard.summary()
-    warnings = [NO_SIGNAL] if not signal else []
+    warnings = [no_signal_warning(registered, spread["replay_only_signal_steps"])] if not signal else []
     if record["nonfinite_skipped_steps"]:
         warnings.append(nonfinite_warning(record["nonfinite_skipped_steps"], guard.stopped_at if guard else None))
     if warnings:
@@ -55,14 +57,40 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[A
     return record
 
 
-NO_SIGNAL = ("no step had reward spread (every group's episodes scored alike: TRL's frac_reward_zero_std was 1 "
-             "at every step), so every advantage was 0 and the delta learned nothing from reward (only from the "
-             "BC anchor, if on). Use easier tasks, a larger --group, or --replay-data; the delta is in adapter/ "
-             "but not registered (pass --register-without-signal to register such a run)")
+def no_signal_warning(registered: bool, replay_only: int = 0) -> str:
+    """What a run without on-policy reward spread learned, and where its delta went: registered (as asked by
+    ``register_without_signal``) or only in ``adapter/``. One text, so the record never says both."""
+    replay = (f" ({plural_steps(replay_only)} had spread only between replayed corpus trajectories and the "
+              "played episodes, which teaches the policy nothing about its own choices)" if replay_only else "")
+    where = ("it was registered anyway (--register-without-signal): whatever evaluates it evaluates the SFT "
+             "model plus the anchor's imitation, not reinforcement learning" if registered else
+             "the delta is in adapter/ but not registered (pass --register-without-signal to register such a run)")
+    return ("no step had reward spread among its on-policy episodes (every group's played episodes scored "
+            f"alike){replay}, so every advantage of the policy's own samples was 0 and the delta learned nothing "
+            "from reward (only from replayed trajectories and the BC anchor, if on). Use easier tasks, a larger "
+            f"--group, or an SFT start nearer a 50% solve rate; {where}")
+
+
+def plural_steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
+def signal_counts(rows: list[dict[str, Any]], outcomes: list[dict[str, Any]]) -> dict[str, int]:
+    """The run record's spread counts: ``reward_signal_steps`` (steps with a group whose on-policy
+    episodes scored differently, ``spread.spread_steps``), ``replay_only_signal_steps`` (steps whose only
+    spread came from replayed episodes) and ``trl_reward_spread_steps`` (TRL's count over every episode,
+    replayed ones included). A run that kept no ``outcomes.jsonl`` falls back on TRL's count."""
+    trl = reward_signal_steps(rows)
+    if not outcomes:
+        return {"reward_signal_steps": trl, "replay_only_signal_steps": 0, "trl_reward_spread_steps": trl}
+    spread = spread_steps(outcomes)
+    return {"reward_signal_steps": spread["on_policy"], "replay_only_signal_steps": spread["replay_only"],
+            "trl_reward_spread_steps": trl}
 
 
 def reward_signal_steps(rows: list[dict[str, Any]]) -> int:
-    """How many logged optimizer steps (``steps.jsonl`` rows) had a group whose episodes' rewards differed."""
+    """How many logged optimizer steps (``steps.jsonl`` rows) had a group whose episodes' rewards differed,
+    by TRL's ``frac_reward_zero_std``: replayed episodes included (``signal_counts`` leaves them out)."""
     return sum(1 for row in rows if row.get("frac_reward_zero_std", 1.0) < 1.0)
 
 

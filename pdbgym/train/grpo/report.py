@@ -19,9 +19,11 @@ from pdbgym.evaluate.selection import SelectionLedger
 from pdbgym.reportkit import Link, pct_interval
 from pdbgym.termination import transcript_grading, verdict_refused
 from pdbgym.train.gradguard import skipped_steps
+from pdbgym.train.grpo.spread import spread_steps, step_spread
 from pdbgym.train.report import Panel, write_training_report
 
 STEPS_FILE, GATES_FILE, RUN_FILE = "steps.jsonl", "gates.jsonl", "grpo_run.json"
+OUTCOMES_FILE = "outcomes.jsonl"  # the trainer's (trainer.OUTCOMES_FILE), read here without importing it
 EPISODES_DIR = "episodes"
 REWARD_TERMS = ("outcome", "format", "tampered")
 
@@ -46,6 +48,9 @@ MEANINGS = {
                 "pytest closing line, a result channel no longer the original pipe; not tampered, as a crash can "
                 "be honest, but nothing passed) and solved SFT-corpus trajectories replayed into the groups (the "
                 "replay seed).",
+    "spread": "Groups with spread (Steps table): groups whose on-policy episodes' outcome rewards differed (the "
+              "policy's own signal), and groups whose only spread came from a replayed trajectory scoring apart from "
+              "the played episodes (TRL's frac_reward_zero_std counts both).",
 }
 
 
@@ -149,8 +154,10 @@ def _gate_rows(out: Path, gates: list[dict[str, Any]], checkpoints: dict[int, Pa
 
 
 def _step_rows(out: Path, rows: list[dict[str, Any]], checkpoints: dict[int, Path], finished: bool) -> list[dict[str, Any]]:
+    spread = {int(row["step"]): step_spread(row) for row in read_jsonl(out / OUTCOMES_FILE)[0]}
     table = []
     for row in rows:
+        groups = spread.get(row["step"])
         table.append({
             "step": row["step"], "reward": row.get("reward"), "solve rate": row.get("episodes/solve_rate"),
             "KL": row.get("kl"), "beta": row.get("beta"), "turn budget": row.get("turn_budget"),
@@ -158,6 +165,8 @@ def _step_rows(out: Path, rows: list[dict[str, Any]], checkpoints: dict[int, Pat
             "bc/weight": row.get("bc/weight"), "tampered": row.get("episodes/tampered"),
             "verdict-refused": row.get("episodes/refused"),
             "replayed": row.get("episodes/replayed"),
+            "groups with spread: on-policy / replay only": f"{groups['on_policy']} / {groups['replay_only']} of "
+                                                           f"{groups['groups']}" if groups else "not logged",
             "weights after the step": _weights_of(row["step"], checkpoints, out, finished) or "not saved yet",
             "episodes": _transcripts(out, f"step-{row['step']:06d}") or "not kept",
         })
@@ -211,6 +220,11 @@ def _summary(out: Path, record: dict[str, Any] | None, rows: list[dict[str, Any]
                        ("episodes/replayed_total", "replayed episodes (total)")):
         if key in last:
             summary[label] = int(last[key])
+    outcomes = read_jsonl(out / OUTCOMES_FILE)[0]
+    if outcomes:
+        spread = spread_steps(outcomes)
+        summary["steps with reward spread"] = (f"{spread['on_policy']} of {spread['steps']} among on-policy episodes; "
+                                               f"{spread['replay_only']} more only through replayed ones")
     skipped = skipped_steps(rows)
     if skipped:
         summary["steps skipped (non-finite gradients)"] = ", ".join(map(str, skipped))
