@@ -44,15 +44,22 @@ def prepare(root: str) -> None:
     sys.path.append(root)
 
 
-def import_runner() -> ModuleType:
-    """Import pytest, every plugin of its own, pytest-timeout and the report plugin's module (which builds
-    nothing on import); returns pytest-timeout. Never imports project code."""
-    # pytest loads only now, after ``prepare`` (or in the fork server, before any run): see the module doc
+def import_pytest() -> None:
+    """Import pytest and every plugin of its own, as each run's configuration would: what a fork server
+    (this package's, and synthesis's ``pdbgym.tasks.synth.zygote``) imports once to spare its children.
+    pytest's plugins are part of it, never assertion-rewritten, so importing them early changes no run."""
+    # pytest loads only now, after ``prepare`` (or in a fork server, before any run): see the module doc
     import pytest  # noqa: F401
     from _pytest.config import default_plugins, essential_plugins
 
     for name in (*essential_plugins, *default_plugins):
         importlib.import_module(f"_pytest.{name}")
+
+
+def import_runner() -> ModuleType:
+    """``import_pytest``, then pytest-timeout and the report plugin's module (which builds nothing on
+    import); returns pytest-timeout. Never imports project code."""
+    import_pytest()
     importlib.import_module("pdbgym.grading.plugin")
     return importlib.import_module("pytest_timeout")
 

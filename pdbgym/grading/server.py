@@ -1,7 +1,7 @@
 """The episode's pytest fork server ("zygote"): a warm interpreter in a long-lived sandbox that forks one
 child per test run or pdb session, so no run pays for starting Python and importing pytest.
 
-Started by ``pdbgym.sandbox.zygote.Zygote`` as ``python -I -B .../pdbgym/tasks/zygote.py FD`` inside the
+Started by ``pdbgym.sandbox.zygote.Zygote`` as ``python -I -B .../pdbgym/grading/server.py FD`` inside the
 bwrap sandbox (FD: its end of a ``SOCK_SEQPACKET`` control socket). It imports what the hardened runner
 imports before any project code (``launch.import_runner``: pytest, its plugins, pytest-timeout, the
 report plugin's module), never project code, then serves requests; each request is one JSON message whose
@@ -29,13 +29,11 @@ and exits, and its host falls back to a fresh interpreter.
 
 from __future__ import annotations
 
-import array
 import ctypes
 import fcntl
 import gc
 import importlib
 import importlib.util
-import json
 import os
 import platform
 import resource
@@ -55,6 +53,7 @@ if importlib.util.find_spec("pdbgym") is None:  # a source checkout, not install
 
 # Import what every run needs before anything else: this is what each child is spared.
 from pdbgym.grading import launch  # noqa: E402
+from pdbgym.seqpacket import receive_message, send_message  # noqa: E402  (the standard library alone)
 
 launch.import_runner()
 # What each run imports anyway before any project code (pytest's debugging plugin at configure time; the pdb
@@ -70,7 +69,7 @@ LAUNCHER = os.path.normpath(os.path.join(os.path.dirname(launch.__file__), "..",
 CHANNEL_FD = 3  # where a test child finds the result channel (its number goes in PDBGYM_RESULT_CHANNEL)
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
 WIPED = ("/tmp", "/dev/shm", "/dev/mqueue")  # the sandbox's private writable places, besides the workspace
-MAX_MESSAGE = 1 << 20
+MAX_FDS = 16  # descriptors taken from one request (a request carries 1 to 3)
 _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
 _IPC_RMID = 0
 _KEYCTL = {"x86_64": 250, "aarch64": 219}  # keyctl(2) syscall numbers (not in the C library)
@@ -97,12 +96,8 @@ def _keyctl(*args: int) -> int:
 
 def _send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:  # type: ignore[assignment]
     """One message to the host; never blocks the server (a host that stopped reading loses it)."""
-    data = json.dumps(message).encode()
     try:
-        if fds:
-            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))], socket.MSG_DONTWAIT)
-        else:
-            sock.send(data, socket.MSG_DONTWAIT)
+        send_message(sock, message, fds, socket.MSG_DONTWAIT)
     except OSError:
         pass
 
@@ -316,23 +311,6 @@ def sweep(expected: dict[str, object], kept: set[str]) -> dict[str, object]:
 # ----- the server --------------------------------------------------------------------------------------------
 
 
-def _receive(control: socket.socket) -> tuple[dict, list[int]] | None:
-    fds = array.array("i")
-    data, ancillary, _, _ = control.recvmsg(MAX_MESSAGE, socket.CMSG_LEN(16 * fds.itemsize))
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None
-    try:
-        request = json.loads(data)
-    except ValueError:
-        request = {}  # answered as not a request
-    return request if isinstance(request, dict) else {}, list(fds)
-
-
 def _parent(pid: int) -> int | None:
     try:
         return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
@@ -395,10 +373,9 @@ def serve(control: socket.socket) -> tuple[dict, list[int]] | None:
                 _send(reply, {"exit": code})
                 reply.close()
                 continue
-            received = _receive(control)
-            if received is None:
+            job, fds = receive_message(control, MAX_FDS)  # a packet that is not a JSON object: {}, no request
+            if job is None:
                 return None
-            job, fds = received
             if not fds:
                 continue  # no reply socket to answer on
             reply = socket.socket(fileno=fds[0])

@@ -15,8 +15,6 @@ Only the bwrap backend takes part: the fork server relies on the sandbox's own P
 
 from __future__ import annotations
 
-import array
-import json
 import os
 import queue
 import select
@@ -37,12 +35,13 @@ from pdbgym.sandbox.output import BoundedOutput
 from pdbgym.sandbox.process import register_command, unregister_command
 from pdbgym.sandbox.pty_process import READ_CHUNK_BYTES, PtyTerminal
 from pdbgym.sandbox.workspace import owned_folder
+from pdbgym.seqpacket import receive_message, send_message
 
 READY_TIMEOUT_S = 60.0  # the server's start: an interpreter importing pytest, on a loaded machine
 ANSWER_TIMEOUT_S = 10.0  # a request's answer (a fork, a sweep)
 EXIT_REPORT_GRACE_S = 2.0  # a job's process is gone: its exit status must follow by then
 DRAIN_AFTER_EXIT_S = 0.2  # as Sandbox.run: output a background process keeps open must not hold the caller
-MAX_MESSAGE = 1 << 20
+MAX_FDS = 4  # descriptors taken from one answer (a started job's pidfd)
 T = TypeVar("T")
 
 
@@ -90,23 +89,15 @@ _spawner = _SpawnerThread()
 
 
 def _receive(sock: socket.socket, timeout_s: float) -> tuple[dict[str, Any] | None, list[int]]:
-    """One message and the descriptors it carries; (None, []) at EOF. Raises ZygoteError on timeout."""
+    """One message and the descriptors it carries; (None, []) at EOF, {} for a packet that is not a JSON
+    object. Raises ZygoteError on timeout."""
     ready, _, _ = select.select([sock], [], [], max(timeout_s, 0.0))
     if not ready:
         raise ZygoteError(f"the pytest fork server did not answer within {timeout_s:g} s")
-    fds = array.array("i")
     try:
-        data, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_LEN(4 * fds.itemsize))
+        return receive_message(sock, MAX_FDS)
     except OSError as exc:
         raise ZygoteError(f"the pytest fork server's socket failed: {exc}") from exc
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    return json.loads(data), list(fds)
 
 
 def _host_pid(pidfd: int) -> int:
@@ -287,11 +278,9 @@ class Zygote:
         try:
             if not self._ready or not self.alive:
                 raise ZygoteError("the pytest fork server is not running")
-            rights = array.array("i", [reply_server.fileno(), *fds])
             with self._lock:
                 self._control.settimeout(ANSWER_TIMEOUT_S)
-                self._control.sendmsg([json.dumps(request).encode()],
-                                      [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+                send_message(self._control, request, [reply_server.fileno(), *fds])
         except (OSError, ZygoteError) as exc:
             reply_host.close()
             raise ZygoteError(f"the pytest fork server cannot take a request: {exc}") from exc

@@ -7,8 +7,9 @@ each child imports the (mutated) project fresh. Protocol: one JSON object per li
 (``cwd``, ``args``, ``env``, ``log``, ``wall_time_s``); one ``RESULT {json}`` line back per job with
 ``returncode`` and ``timed_out``.
 
-Run as ``python -m pdbgym.tasks.synth.zygote``; it imports only the stdlib, pytest, pytest-timeout
-and the outcome probe (itself stdlib and pytest only).
+Run as ``python -m pdbgym.tasks.synth.zygote``; it imports only the stdlib, pytest, pytest-timeout,
+the outcome probe (itself stdlib and pytest only) and ``pdbgym.grading.launch`` (stdlib only at import),
+whose ``import_pytest`` it shares with the episode's fork server (``pdbgym.grading.server``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,10 @@ import time
 import traceback
 
 import pytest
-from _pytest.config import default_plugins
 
-# pytest's own plugins are imported by every run's configuration; importing them once here spares each
-# job that. They are part of pytest, never assertion-rewritten, so importing them early is harmless.
-for _name in default_plugins:
-    try:
-        __import__(f"_pytest.{_name}")
-    except ImportError:
-        pass
+from pdbgym.grading.launch import import_pytest
+
+import_pytest()  # what every job's configuration imports, once here for all of them
 
 PRELOADED: dict[str, object] = {}  # ``-p`` name -> plugin module, filled by :func:`preload_plugins`
 
