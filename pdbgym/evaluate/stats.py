@@ -123,6 +123,45 @@ def welch_interval(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> tu
     return diff - half, diff + half, df
 
 
+def two_way_interval(diffs: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float, float, str]:
+    """Mean of a [tasks, seeds] matrix of per-task differences with tasks and seeds as crossed random effects.
+
+    d_ts = mu + a_t + b_s + e_ts (a task's own difficulty for the pair of arms, a training seed's effect
+    shared by every task, the rest). With T tasks and S seeds, r_t and c_s the row and column means and g
+    the grand mean: MS_T = S sum (r_t - g)^2 / (T - 1), MS_S = T sum (c_s - g)^2 / (S - 1), MS_E = sum
+    (d_ts - r_t - c_s + g)^2 / ((T - 1)(S - 1)), and Var(g) = (MS_T + MS_S - MS_E) / (T S), never below the
+    larger of MS_T / (T S) (tasks as the only clusters) and MS_S / (T S) (seeds as the only replicates).
+    Student t with Satterthwaite's degrees of freedom. Returns (mean, low, high, df, method); one seed: the
+    t interval over tasks; one task: over seeds.
+    """
+    d = np.asarray(diffs, dtype=float)
+    if d.ndim != 2 or d.size == 0:
+        raise ValueError(f"two_way_interval needs a [tasks, seeds] matrix, got shape {d.shape}")
+    tasks, seeds = d.shape
+    grand = float(d.mean())
+    if seeds < 2 or tasks < 2:
+        low, high = t_interval(d.mean(axis=1) if seeds < 2 else d.mean(axis=0), confidence)
+        n = max(tasks, seeds)
+        return grand, low, high, float(n - 1), "t over tasks" if seeds < 2 else "t over seeds"
+    rows, cols = d.mean(axis=1), d.mean(axis=0)
+    ms_t = seeds * float(((rows - grand) ** 2).sum()) / (tasks - 1)
+    ms_s = tasks * float(((cols - grand) ** 2).sum()) / (seeds - 1)
+    ms_e = float(((d - rows[:, None] - cols[None, :] + grand) ** 2).sum()) / ((tasks - 1) * (seeds - 1))
+    combined = ms_t + ms_s - ms_e
+    parts = [(ms_t, tasks - 1), (ms_s, seeds - 1), (-ms_e, (tasks - 1) * (seeds - 1))]
+    method = "two-way (tasks x seeds), Satterthwaite"
+    if combined < max(ms_t, ms_s):  # a negative component estimate: keep the larger one-way variance
+        combined, parts = max((ms_t, [(ms_t, tasks - 1)]), (ms_s, [(ms_s, seeds - 1)]), key=lambda x: x[0])
+        method = "t over tasks (floor)" if parts[0][1] == tasks - 1 and combined == ms_t else "t over seeds (floor)"
+    if combined <= 0:
+        return grand, float("-inf"), float("inf"), 0.0, method
+    df = combined**2 / sum(value**2 / dof for value, dof in parts)
+    from scipy import stats as scipy_stats  # heavy: scipy takes about a second to import
+
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(combined / (tasks * seeds))
+    return grand, grand - half, grand + half, float(df), method
+
+
 def wilson_interval(p_hat: float, n_eff: float, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a proportion ``p_hat`` observed on ``n_eff`` (effective) trials.
 

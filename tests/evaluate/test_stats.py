@@ -126,3 +126,30 @@ def test_a_paired_comparison_by_t_is_wider_than_the_percentile_bootstrap_at_sixt
     assert (t.ci_high - t.ci_low) > 1.08 * (boot.ci_high - boot.ci_low)
     with pytest.raises(ValueError, match="interval"):
         stats.paired_comparison(after, before, interval="bca")
+
+
+def test_the_two_way_interval_is_the_crossed_random_effects_one():
+    """Mean squares by hand on a 3 x 2 matrix; one seed falls back on the t interval over tasks."""
+    d = np.array([[0.5, 0.75], [0.0, 0.5], [0.25, 0.75]])
+    grand, rows, cols = d.mean(), d.mean(axis=1), d.mean(axis=0)
+    ms_t = 2 * ((rows - grand) ** 2).sum() / 2
+    ms_s = 3 * ((cols - grand) ** 2).sum() / 1
+    ms_e = ((d - rows[:, None] - cols[None, :] + grand) ** 2).sum() / 2
+    var = (ms_t + ms_s - ms_e) / 6
+    df = (ms_t + ms_s - ms_e) ** 2 / (ms_t**2 / 2 + ms_s**2 / 1 + ms_e**2 / 2)
+    from scipy import stats as scipy_stats
+
+    half = scipy_stats.t.ppf(0.975, df) * math.sqrt(var)
+    mean, low, high, got_df, method = stats.two_way_interval(d)
+    assert method.startswith("two-way") and got_df == pytest.approx(df)
+    assert (mean, low, high) == pytest.approx((grand, grand - half, grand + half))
+    one_seed = stats.two_way_interval(d[:, :1])
+    assert one_seed[1:3] == pytest.approx(stats.t_interval(d[:, 0])) and one_seed[4] == "t over tasks"
+    # seeds that agree exactly leave the tasks' one-way variance as the floor
+    flat = np.array([[0.5, 0.5], [0.0, 0.0], [0.25, 0.25]])
+    assert stats.two_way_interval(flat)[1:4] == pytest.approx((*stats.t_interval(flat.mean(axis=1)), 2.0))
+    # seeds apart by less than their residual noise: the seed variance estimate is negative, the floor holds
+    noisy = np.array([[0.5, 0.25], [0.0, 0.25], [0.25, 0.75]])
+    assert stats.two_way_interval(noisy)[4] == "t over tasks (floor)"
+    with pytest.raises(ValueError, match="tasks, seeds"):
+        stats.two_way_interval(np.zeros(3))

@@ -34,7 +34,7 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     result = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
     assert result.exit_code == 0, result.output
     state = json.loads((out / "experiment.json").read_text())
-    assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "eval", "report"]
+    assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "report"]
     assert all(state["stages"]["split"][name] >= 1 for name in ("train", "val", "test"))
     assert state["stages"]["oracle"]["train"]["solved"] == state["stages"]["split"]["train"]  # the oracle solves all
     # GRPO's rollouts decoded real episodes from a merged copy of the policy (train/grpo/merged.py)
@@ -47,19 +47,30 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     assert {e["task"] for o in outcomes for e in o["episodes"]} <= set(picked)
     report = (out / "report.md").read_text()
     for section in ("## GRPO steps", "## Val gates", "## Held-out test split", "## Paired comparisons",
-                    "## Stop at peak", "| grpo |", "| sft - base |",
+                    "## Stop at peak", "| sft-best - base |", "- sft-matched |",
+                    "## Held-out pass@1 by sampling temperature", "pass@1, greedy [95% CI]", "entropy, T1",
+                    "`sft-matched`: SFT continued from GRPO's start",
                     "## Held-out pass@1 by rung of the task ladder", "Wrong-site fixation: no held-out task",
                     "### On-policy solve rate by rung of the task ladder", "Model arms sample at T = 1 ",
-                    "## SFT strength (chosen on val)", "| chosen |"):
+                    "## SFT strength (chosen on val)", "| sft-best, GRPO's start |"):
         assert section in report, section
     summary = json.loads((out / "eval-summary.json").read_text())
-    assert set(summary["arms"]) == {"base", "sft", "grpo", "oracle"} and summary["arms"]["oracle"]["solved"] > 0
+    assert set(summary["arms"]) == {"base", "sft-best", "sft-matched", "grpo", "oracle"}
+    assert summary["arms"]["oracle"]["solved"] > 0
+    # greedy too ([quick.eval] temperatures), one run a task; each model arm's sampled entropy at T = 1
+    greedy = json.loads((out / "eval-summary-greedy.json").read_text())
+    assert set(greedy["arms"]) == set(summary["arms"]) and state["stages"]["eval"]["by_temperature"]["greedy"]
+    entropy = json.loads((out / "eval" / "entropy.json").read_text())
+    assert set(entropy) == {"base", "sft-best", "sft-matched", "grpo"} and entropy["grpo"]["nats_per_token"] > 0
+    # the matched control: as many updates as GRPO took, on the anchor (and any replayed) examples, no reward
+    matched = json.loads((out / "matched" / "matched.json").read_text())
+    assert matched["updates"] == 2 and matched["anchor"] == 2 and state["stages"]["matched"]["updates"] == 2
     # a kill after the GRPO stage: the rerun plays only what is left
     del state["stages"]["eval"], state["stages"]["report"]
     (out / "experiment.json").write_text(json.dumps(state))
     again = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
     assert again.exit_code == 0, again.output
-    for stage in ("tasks", "split", "oracle", "sft", "grpo"):
+    for stage in ("tasks", "split", "oracle", "sft", "grpo", "matched"):
         assert f"[{stage}] finished earlier" in again.output
     assert "[eval] started" in again.output
     # the same folder with other settings is refused, naming the digest
@@ -127,8 +138,57 @@ def test_the_report_warns_when_no_sft_candidate_brackets_the_target(tmp_path):
     assert "No candidate solved a val episode" in lines({8: 0.0, 16: 0.0})
     assert "Every candidate solved every val episode" in lines({8: 1.0, 16: 1.0})
     bracketing = lines({8: 0.0, 16: 0.6})
-    assert "| 16 | n/a | 60.0% [0.0%, 100.0%] | chosen |" in bracketing and "No candidate" not in bracketing
+    assert "| 16 | n/a | 60.0% [0.0%, 100.0%] | sft-best, GRPO's start |" in bracketing and "No candidate" not in bracketing
     assert not sft_choice_lines(tmp_path / "elsewhere")  # a single SFT run: no section
+    # GRPO started nearest the target, a weaker model than the best on val: both named, each with its role
+    (tmp_path / "sft" / "choice.json").write_text(json.dumps({
+        "target": 0.5, "start": "target", "chosen": "x-sft-s16", "steps": 16, "best": "x-sft-s64", "best_steps": 64,
+        "val_runs": 1, "candidates": {str(n): {"name": f"x-sft-s{n}", "pass@1": {"mean": v, "ci": [0.0, 1.0]}}
+                                      for n, v in {16: 0.4, 64: 0.8}.items()}}))
+    weak = "\n".join(sft_choice_lines(tmp_path))
+    assert "| 16 | n/a | 40.0% [0.0%, 100.0%] | GRPO's start |" in weak and "| 64 | n/a | 80.0% [0.0%, 100.0%] | sft-best |" in weak
+    assert "played held out as `sft-start` beside `sft-best` (`x-sft-s64`, the best on val)" in weak
+
+
+def test_sft_best_is_the_best_on_val_and_ties_take_more_steps():
+    from pdbgym.train.experiment.arms import best_on_val
+
+    assert best_on_val({32: 0.2, 64: 0.7, 128: 0.6, 256: 0.5}) == 64
+    assert best_on_val({32: 0.7, 64: 0.7}) == 64
+
+
+
+def test_an_unknown_sft_start_rule_is_refused_by_name(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(REPO_FILE.read_text().replace('\nstart = "best"', '\nstart = "weakest"', 1))
+    with pytest.raises(ExperimentError, match='start = .weakest.: give "best"'):
+        load_experiment(bad)
+
+
+def test_the_matched_control_gets_the_replayed_and_anchor_examples_grpo_trained_on():
+    """GRPO's stage trained on, beside its own samples: each step's replayed trajectories (the pool's rotation
+    per task) and, while the anchor weighs anything, its anchor batch (cycling over the corpus). The matched
+    control is handed exactly those, once each time, for as many updates."""
+    from pdbgym.train.experiment.arms import matched_examples
+
+    def example(task: str, n: int, solved: bool = True) -> dict:
+        return {"instance_id": task, "input_ids": [1, 2, 3, n], "assistant_masks": [0, 1, 1, 1], "solved": solved,
+                "truncated": False, "termination_reason": "solved" if solved else "budget", "n": n}
+
+    corpus = [example("a", 0), example("a", 1), example("b", 2), example("c", 3, solved=False)]
+    played = {"task": "a", "solved": False, "replayed": False}
+    outcomes = [{"step": 1, "episodes": [{"task": "a", "solved": True, "replayed": True}, played,
+                                         {"task": "b", "solved": True, "replayed": True}]},
+                {"step": 2, "episodes": [{"task": "a", "solved": True, "replayed": True}, played]},
+                {"step": 3, "episodes": [{"task": "a", "solved": True, "replayed": True}, played]}]
+    rules = {"anchor_batch": 3, "anchor_max_tokens": 4096, "replay_max_tokens": 4096}
+    taken, counts = matched_examples(corpus, outcomes, anchor=0.1, anchor_decay_steps=2, **rules)
+    # step 1: replay a 0, b 2, anchor [0, 1, 2]; step 2: a 1, anchor [3, 0, 1]; step 3: a 0 (the rotation wraps),
+    # no anchor (its weight 0.1, 0.05, then 0)
+    assert [e["n"] for e in taken] == [0, 2, 0, 1, 2, 1, 3, 0, 1, 0] and counts == {"replayed": 4, "anchor": 6,
+                                                                                   "updates": 3}
+    none, _ = matched_examples(corpus, [{"step": 1, "episodes": [played]}], anchor=0.0, anchor_decay_steps=0, **rules)
+    assert none == []  # no replay and no anchor: nothing to match
 
 
 def test_a_selection_by_another_rule_than_the_argmax_is_recorded_as_made(tmp_path):

@@ -22,14 +22,25 @@ def run_command(
     workers: Annotated[int, typer.Option(min=1, help="Scripted episodes at once (worker processes)")] = 2,
     until: Annotated[str | None, typer.Option(help="Stop after this stage (tasks, split, oracle, sft, grpo, eval); the report shows what is there")] = None,
     minutes: Annotated[float, typer.Option(min=0, help="This invocation's wall-clock budget (a job's time limit; 0: none): once spent, no stage starts and GRPO pauses at a gated checkpoint; a rerun goes on")] = 0.0,
+    seeds: Annotated[str | None, typer.Option(help="Training seeds, e.g. 0,1,2: one folder each (OUT/seed-N, the same tasks) and one pooled report (OUT/pooled.md); default: the file's seeds, else its one seed")] = None,
 ) -> None:
     """Run an experiment end to end (tasks, split, oracle caches, SFT, GRPO, held-out eval, report); resumable."""
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.experiment.config import load_experiment
     from pdbgym.train.experiment.run import run_experiment
+    from pdbgym.train.experiment.seeds import parse_seeds, run_seeds
 
     console = Console(stderr=True)
     experiment = load_experiment(config, quick=quick)
-    report = run_experiment(experiment, out, device=device, workers=workers,
-                            say=lambda text: console.print(text, markup=False, highlight=False), until=until, minutes=minutes)
+    chosen = parse_seeds(seeds) if seeds is not None else experiment.seeds
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False)
+
+    if chosen:
+        pooled = run_seeds(experiment, out, chosen, run_experiment, say=say, device=device, workers=workers,
+                           until=until, minutes=minutes)
+        typer.echo(f"pooled report: {pooled}  (each seed's: {out}/seed-N/report.md)")
+        return
+    report = run_experiment(experiment, out, device=device, workers=workers, say=say, until=until, minutes=minutes)
     typer.echo(f"report: {report}  (also {report.with_suffix('.html')})")

@@ -5,7 +5,9 @@ Tables: ``[tasks]`` (``families``: family name -> count, ``suites``: suites or f
 (``turn_budget``, ``max_new_tokens``, ``max_context_tokens`` of the shared ``EpisodeSettings``; its
 temperature is ``[eval]``'s), ``[sft]`` (``steps``, or ``candidates``
 chosen on val by ``target``), ``[grpo]``, ``[eval]``; top
-level ``version`` (1), ``name``, ``base`` (``embedded`` or a model folder) and ``seed``. ``[quick]``
+level ``version`` (1), ``name``, ``base`` (``embedded`` or a model folder), ``seed``, ``seeds`` (several
+training seeds, one folder each: ``seeds.py``) and ``task_seed`` (the tasks' and split's draw; default
+``seed``). ``[quick]``
 holds the same tables with tiny counts; ``--quick`` lays them over the rest. Unknown keys are refused
 by name, so a typo never silently falls back to a default.
 """
@@ -54,13 +56,15 @@ class SFTSettings:
     lr: float = 5e-4
     rank: int = 16
     max_tokens: int = 2048
-    # How strong an SFT model GRPO starts from, chosen on val: one SFT run per step count in ``candidates``
-    # (none: one run of ``steps``), each played ``val_runs`` times a val task at the eval temperature; the
-    # one whose val pass@1 is nearest ``target`` is GRPO's start and the SFT arm (ties: more steps). A model
-    # that solves every task leaves GRPO no reward spread and no room to rise; one that solves none, no signal.
+    # SFT strength, chosen on val: one SFT run per step count in ``candidates`` (none: one run of ``steps``),
+    # each played ``val_runs`` times a val task at the eval temperature. The best on val (ties: more steps)
+    # is the ``sft-best`` arm; GRPO starts from it (``start = "best"``) or from the one whose val pass@1 is
+    # nearest ``target`` (``start = "target"``, ties: more steps), then also played as the arm ``sft-start``.
+    # A start that solves every task leaves GRPO no reward spread; one that solves none, no signal.
     candidates: list[int] = field(default_factory=list)
     target: float = 0.5
     val_runs: int = 3
+    start: str = "best"
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,9 @@ class EvalSettings:
     # cooler draw measures another one (on the lowest rung the SFT model solves nearly every held-out
     # task at 0.7, so no gain can show there).
     temperature: float = EPISODES.temperature
+    # More temperatures the model arms are played at, each its own campaign (``heldout.py``; 0: greedy, one
+    # run a task): a gain at one sampler only is a claim about that sampler.
+    temperatures: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,18 @@ class ExperimentConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     source: str = ""  # the file it was read from
     quick: bool = False
+    # Several training seeds (``seeds.py``): one folder each, the tasks and split drawn with ``task_seed``
+    # (None: ``seed``) in every one, so the held-out tasks are the same and the seeds pair on them.
+    seeds: list[int] = field(default_factory=list)
+    task_seed: int | None = None
+
+    def for_seed(self, seed: int) -> ExperimentConfig:
+        """This experiment as one seed's run: ``seed`` trains, the tasks and split keep the file's draw."""
+        return replace(self, seed=seed, seeds=[], task_seed=self.tasks_drawn_with())
+
+    def tasks_drawn_with(self) -> int:
+        """The seed the tasks are generated and split with."""
+        return self.seed if self.task_seed is None else self.task_seed
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "source"}
@@ -115,7 +134,7 @@ class ExperimentConfig:
 
 TABLES = {"tasks": TaskSettings, "split": SplitSettings, "episodes": EpisodeSettings, "sft": SFTSettings,
           "grpo": GRPOSettings, "eval": EvalSettings}
-TOP = {"version", "name", "base", "seed", "quick", *TABLES}
+TOP = {"version", "name", "base", "seed", "seeds", "task_seed", "quick", *TABLES}
 
 
 def _table(where: str, cls: type, values: Any, base: Any) -> Any:
@@ -150,6 +169,12 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
         raise ExperimentError(f"{path}: give the experiment a name (name = \"...\")")
     config = ExperimentConfig(name=str(data["name"]), base=str(data.get("base", "embedded")),
                               seed=int(data.get("seed", 0)), source=str(path))
+    seeds = data.get("seeds", [])
+    if not isinstance(seeds, list) or any(not isinstance(n, int) or n < 0 for n in seeds) or len(set(seeds)) < len(seeds):
+        raise ExperimentError(f"{path}: seeds = {seeds!r} must be a list of distinct integers >= 0")
+    if "task_seed" in data and not isinstance(data["task_seed"], int):
+        raise ExperimentError(f"{path}: task_seed = {data['task_seed']!r} must be an integer")
+    config = replace(config, seeds=list(seeds), task_seed=data.get("task_seed"))
     layers = [data] + ([data.get("quick", {})] if quick else [])
     for layer in layers:
         for table, cls in TABLES.items():
@@ -173,9 +198,15 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
             or len(set(counts)) < len(counts):
         raise ExperimentError(f"{path}: [sft] candidates = {sft.candidates!r} must be a list of distinct step counts "
                               ">= 1")
+    if sft.start not in ("best", "target"):
+        raise ExperimentError(f"{path}: [sft] start = {sft.start!r}: give \"best\" (GRPO from the best SFT model on "
+                              "val) or \"target\" (from the one nearest [sft] target)")
     if sft.candidates and not (0 < sft.target < 1 and sft.val_runs >= 1):
         raise ExperimentError(f"{path}: [sft] target = {sft.target} must lie in (0, 1) and val_runs = {sft.val_runs} "
                               "be >= 1")
+    if any(not isinstance(t, int | float) or t < 0 for t in config.eval.temperatures):
+        raise ExperimentError(f"{path}: [eval] temperatures = {config.eval.temperatures!r} must be numbers >= 0 "
+                              "(0: greedy)")
     if config.eval.temperature < 0:
         raise ExperimentError(f"{path}: [eval] temperature = {config.eval.temperature} must be >= 0 (0: greedy)")
     return config

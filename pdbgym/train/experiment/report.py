@@ -23,8 +23,10 @@ from pdbgym.evaluate.stats import estimate_mean, wilson_interval
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
+from pdbgym.train.experiment.arms import read_matched
 from pdbgym.train.experiment.checks import learning_check, quarter_rate, step_centred_check, task_paired_check
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig
+from pdbgym.train.experiment.heldout import ENTROPY_FILE, campaign_paths, extra_temperatures, label
 from pdbgym.train.experiment.report_html import markdown_page
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
@@ -137,16 +139,24 @@ def sft_choice_lines(out: Path) -> list[str]:
     choice = _load(out / "sft" / SFT_CHOICE_FILE)
     if not choice:
         return []
+    best = choice.get("best", choice["chosen"])  # folders from before the best was recorded: the start
     rows = []
     for steps, c in sorted(choice["candidates"].items(), key=lambda item: int(item[0])):
-        rows.append([steps, fmt(c.get("best_val_loss"), ".4f"), _ci(c["pass@1"]),
-                     "chosen" if c["name"] == choice["chosen"] else ""])
+        roles = [role for role, name in (("sft-best", best), ("GRPO's start", choice["chosen"]))
+                 if name == c["name"]]
+        rows.append([steps, fmt(c.get("best_val_loss"), ".4f"), _ci(c["pass@1"]), ", ".join(roles)])
     runs = f"{plural(choice['val_runs'], 'run')} a task"
+    if choice.get("start", "target") == "best":
+        rule = "the best val pass@1 (ties: more steps), also the held-out arm `sft-best`"
+    elif best == choice["chosen"]:
+        rule = f"the val pass@1 nearest {pct(choice['target'])}, also the best on val (the held-out arm `sft-best`)"
+    else:
+        rule = (f"the val pass@1 nearest {pct(choice['target'])}, played held out as `sft-start` beside `sft-best` "
+                f"(`{best}`, the best on val)")
     return ["## SFT strength (chosen on val)", ""] + md_table(
-        ["SFT steps", "best val loss", f"val pass@1 [95% CI] ({runs})", ""], rows) + [""] + \
-        md_bullets([f"GRPO starts from the SFT model whose val pass@1 is nearest {pct(choice['target'])}: "
-                    f"`{choice['chosen']}` ({choice['steps']} steps), also the held-out SFT arm. The choice used the "
-                    "val split only, and is recorded in the experiment's selection ledger.",
+        ["SFT steps", "best val loss", f"val pass@1 [95% CI] ({runs})", "role"], rows) + [""] + \
+        md_bullets([f"GRPO starts from the SFT model with {rule}: `{choice['chosen']}` ({choice['steps']} steps). "
+                    "The choice used the val split only, and is recorded in the experiment's selection ledger.",
                     *_sft_choice_warning(choice)]) + [""]
 
 
@@ -270,6 +280,61 @@ def paired_check_lines(paired: dict[str, Any] | None, centred: dict[str, Any] | 
     return [text]
 
 
+# The held-out differences the report shows, when both arms were played (``arms.py``): what GRPO adds to the
+# best SFT model, to the imitation-matched control and to its own start; what imitation alone added to the start;
+# what SFT added to the base. ("grpo", "sft") and ("sft", "base") read folders from before these arms.
+COMPARISONS = (("grpo", "sft-best"), ("grpo", "sft-matched"), ("grpo", "sft-start"), ("sft-matched", "sft-start"),
+               ("sft-best", "base"), ("grpo", "sft"), ("sft", "base"), ("grpo", "base"))
+
+
+def matched_lines(out: Path) -> list[str]:
+    """What the ``sft-matched`` control trained on (``OUT/matched/matched.json``), or why there is none."""
+    matched = read_matched(out)
+    if not matched:
+        return []
+    if not matched["examples"]:
+        return md_bullets(["`sft-matched`: GRPO's stage replayed no trajectory and had no anchor, so there is no "
+                           "imitation to match; GRPO's start is that control."]) + [""]
+    return md_bullets([f"`sft-matched`: SFT continued from GRPO's start on the {matched['examples']} corpus examples "
+                       f"GRPO's stage trained on beside its own samples ({matched['replayed']} replayed trajectories, "
+                       f"{matched['anchor']} anchor examples), {plural(matched['updates'], 'update')} of "
+                       f"{matched['effective_batch']} at GRPO's learning rate and adapter, no reward. GRPO - "
+                       "sft-matched is the part of GRPO's difference that imitating that data does not explain."]) + [""]
+
+
+def temperature_lines(config: ExperimentConfig, out: Path) -> list[str]:
+    """Held-out pass@1 of each arm at every sampling temperature played, each model arm's sampled entropy,
+    and what GRPO adds to sft-best and sft-matched at each (``heldout.py``); none without campaigns."""
+    primary, found = config.eval.temperature, {}
+    for temperature in [primary, *extra_temperatures(primary, config.eval.temperatures)]:
+        folder, summary_file = campaign_paths(out, temperature, primary)
+        if summary_file.is_file():
+            found[label(temperature)] = (_load(summary_file), _load(folder / ENTROPY_FILE))
+    if not found:
+        return []
+    arms = list(dict.fromkeys(arm for summary, _ in found.values() for arm in summary.get("arms", {})))
+    entropies = [name for name, (_, entropy) in found.items() if entropy]
+    rows = [[arm, *(_ci((summary.get("arms", {}).get(arm) or {}).get("pass@1")) for summary, _ in found.values()),
+             *(_entropy_cell(found[name][1].get(arm)) for name in entropies)] for arm in arms]
+    lines = ["## Held-out pass@1 by sampling temperature", "",
+             f"{plural(config.eval.runs, 'run')} a task (greedy: one); entropy is the mean surprisal of the tokens "
+             "an arm sampled (nats/token, 95% t interval over tasks).", ""]
+    lines += md_table(["arm", *(f"pass@1, {name} [95% CI]" for name in found),
+                       *(f"entropy, {name}" for name in entropies)], rows) + [""]
+    pairs = [[name, f"{a} - {b}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
+             for name, (summary, _) in found.items()
+             for a, b, diff, low, high, n in _pairs(summary, (("grpo", "sft-best"), ("grpo", "sft-matched")))]
+    return lines + (md_table(["temperature", "a - b", "difference [95% CI]", "tasks"], pairs) + [""] if pairs else [])
+
+
+def _entropy_cell(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "-"
+    low, high = entry["ci"]
+    interval = f" [{low:.3f}, {high:.3f}]" if np.isfinite(low) else ""
+    return f"{entry['nats_per_token']:.3f}{interval}"
+
+
 def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str, Any]) -> Path:
     summary = _load(out / "eval-summary.json")
     kl = _load(out / "kl.json").get("arms", {})
@@ -359,10 +424,11 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
                 [arm, *(f"{_ci(per[level])} ({plural(per[level]['tasks'], 'task')})" if level in per else "-" for level in levels)]
                 for arm, per in sorted(rungs.items(), key=lambda item: list(arms).index(item[0]) if item[0] in arms
                                        else len(arms))]) + [""]
-    lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + md_table(
+    lines += temperature_lines(config, out)
+    lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + matched_lines(out) + md_table(
         ["a - b", "difference [95% CI]", "tasks"], [
             [f"{label(a)} - {label(b)}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
-            for a, b, diff, low, high, n in _pairs(summary, (("grpo", "sft"), ("sft", "base"), ("grpo", "base")))])
+            for a, b, diff, low, high, n in _pairs(summary, COMPARISONS)])
     lines += [""]
     chosen = run.get("chosen")
     gate = next((g for g in gates if g.get("checkpoint") == chosen), None)

@@ -47,12 +47,20 @@ from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.checkpoints import checkpoint_step, last_complete_checkpoint
 from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
 from pdbgym.train.demo.report import oracle_kl, tool_call_validity
+from pdbgym.train.experiment.arms import best_on_val, read_matched, write_matched_corpus
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig, ExperimentError
+from pdbgym.train.experiment.heldout import (
+    ENTROPY_FILE,
+    campaign_paths,
+    extra_temperatures,
+    label,
+    sampled_entropy,
+)
 from pdbgym.train.experiment.report import write_experiment_report
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.run import train_grpo
-from pdbgym.train.grpo.trainer import RECIPE_STATE_FILE, STEPS_FILE
+from pdbgym.train.grpo.trainer import OUTCOMES_FILE, RECIPE_STATE_FILE, STEPS_FILE
 from pdbgym.train.quiet import quiet_future_warnings
 from pdbgym.train.sft.base import device_problem
 from pdbgym.train.sft.config import SFTTrainConfig
@@ -61,8 +69,8 @@ from pdbgym.train.sft.trainer import train_sft
 
 STATE_FILE = "experiment.json"
 LEDGER_FILE = "ledger.jsonl"  # the experiment's selection ledger: the SFT choice and GRPO's checkpoint choice
-STAGES = ("tasks", "split", "oracle", "sft", "grpo", "eval", "report")
-TRAINING_STAGES = ("sft", "grpo")  # their libraries' FutureWarnings are hidden while they run
+STAGES = ("tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "report")
+TRAINING_STAGES = ("sft", "grpo", "matched")  # their libraries' FutureWarnings are hidden while they run
 Say = Callable[[str], None]
 
 
@@ -107,7 +115,7 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
     steps: dict[str, Callable[[], dict[str, Any] | None]] = {
         "tasks": lambda: _tasks(config, out), "split": lambda: _split(config, out),
         "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device, workers, say),
-        "grpo": lambda: _grpo(config, out, device, left()), "eval": lambda: _eval(config, out, device, workers, say),
+        "grpo": lambda: _grpo(config, out, device, left()), "matched": lambda: _matched(config, out, device), "eval": lambda: _eval(config, out, device, workers, say),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
     wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
     for stage in dict.fromkeys(wanted):
@@ -134,14 +142,18 @@ def stage_summary(stage: str, config: ExperimentConfig, out: Path, device: str) 
     """What a training stage does, for its start line (None for the other stages)."""
     s, g = config.sft, config.grpo
     if stage == "sft":
-        runs = (f"one run per step count in {list(s.candidates)}, the one whose val pass@1 is nearest "
-                f"{s.target:g} chosen" if s.candidates else f"{s.steps} steps")
+        start = "GRPO starting from the best" if s.start == "best" else f"GRPO starting from the one nearest {s.target:g}"
+        runs = (f"one run per step count in {list(s.candidates)}, each played on val, {start}"
+                if s.candidates else f"{s.steps} steps")
         return f"LoRA SFT (rank {s.rank}) of {config.base} on the oracle's solved train episodes, {runs}, on {device}"
     if stage == "grpo":
         chosen = not s.candidates or (out / "sft" / SFT_CHOICE_FILE).is_file()
         policy = sft_name(config, out) if chosen else "the chosen SFT model"
         return (f"GRPO of {policy}: {g.steps} steps of {g.tasks_per_step} task(s) x {g.group} episodes, a "
                 f"checkpoint gated on val every {g.save_steps} steps, on {device}")
+    if stage == "matched":
+        return ("SFT continued from GRPO's start on the replayed and anchor examples GRPO trained on, as many "
+                f"updates, no reward (the sft-matched arm), on {device}")
     return None
 
 
@@ -149,7 +161,7 @@ def _tasks(config: ExperimentConfig, out: Path) -> dict[str, Any]:
     folder = out / "tasks" / "all"
     shutil.rmtree(folder, ignore_errors=True)
     for name, count in sorted(config.tasks.families.items()):
-        write_family(name, count, folder, seed=config.seed)
+        write_family(name, count, folder, seed=config.tasks_drawn_with())
     for suite in config.tasks.suites:
         for task in resolve_tasks(suite):
             shutil.copytree(task.path, folder / task.path.name, symlinks=True)
@@ -157,7 +169,7 @@ def _tasks(config: ExperimentConfig, out: Path) -> dict[str, Any]:
 
 
 def _split(config: ExperimentConfig, out: Path) -> dict[str, Any]:
-    data = make_splits(out / "tasks" / "all", config.split.val, config.split.test, seed=config.seed,
+    data = make_splits(out / "tasks" / "all", config.split.val, config.split.test, seed=config.tasks_drawn_with(),
                        stratify="rung")
     write_splits(data, out / "splits.json")
     splits = load_splits(out / "splits.json")
@@ -228,8 +240,9 @@ def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, fol
 
 def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
     """One SFT run per ``[sft] candidates`` step count, each played on the val split at the eval
-    temperature; the one whose val pass@1 is nearest ``[sft] target`` is chosen (``OUT/sft/choice.json``)
-    and the choice recorded in the experiment's selection ledger. Finished runs, played episodes and a
+    temperature; the best on val is ``sft-best``, and GRPO's start is it or, with ``[sft] start = "target"``,
+    the one whose val pass@1 is nearest ``[sft] target`` (``OUT/sft/choice.json``: ``best``, ``chosen``);
+    the start's choice is recorded in the experiment's selection ledger. Finished runs, played episodes and a
     made choice are kept across a kill. The candidates' merged copies serve these val episodes only and are
     removed after them (the eval stage merges the chosen one again)."""
     folder, s = out / "sft", config.sft
@@ -247,15 +260,18 @@ def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int, 
         _say_removed(copies, "sft", say)
         arms = json.loads((folder / "val-summary.json").read_text())["arms"]
         scores = {steps: arms[f"s{steps}"]["pass@1"] for steps in names}
-        chosen = nearest_to_target({steps: block["mean"] for steps, block in scores.items()}, s.target)
+        means = {steps: block["mean"] for steps, block in scores.items()}
+        best = best_on_val(means)
+        chosen = best if s.start == "best" else nearest_to_target(means, s.target)
         losses = {steps: read_train_record(folder / f"steps-{steps}").get("best_val_loss") for steps in names}
-        write_json_atomic(path, {"target": s.target, "chosen": names[chosen], "steps": chosen,
+        write_json_atomic(path, {"target": s.target, "start": s.start, "chosen": names[chosen], "steps": chosen,
+                                 "best": names[best], "best_steps": best,
                                  "val_runs": s.val_runs, "val_tasks": arms[f"s{chosen}"]["pass@1"].get("n_tasks"),
                                  "candidates": {str(steps): {"name": names[steps], "pass@1": scores[steps],
                                                              "best_val_loss": losses[steps]} for steps in names}})
     choice = json.loads(path.read_text())
     _record_sft_choice(out, choice)
-    return {"chosen": choice["chosen"], "steps": choice["steps"],
+    return {"chosen": choice["chosen"], "steps": choice["steps"], "best": choice.get("best", choice["chosen"]),
             "val_pass@1": {steps: round(c["pass@1"]["mean"], 4) for steps, c in choice["candidates"].items()}}
 
 
@@ -274,15 +290,17 @@ def _record_sft_choice(out: Path, choice: dict[str, Any]) -> None:
                      chosen=choice["chosen"], once=True)
 
 
-def sft_name(config: ExperimentConfig, out: Path) -> str:
-    """The adapter-store name of the SFT model GRPO starts from and the held-out SFT arm plays."""
+def sft_name(config: ExperimentConfig, out: Path, which: str = "chosen") -> str:
+    """The adapter-store name of the SFT model GRPO starts from (``which="chosen"``) or of the best on val
+    (``which="best"``; a folder from before the best was recorded: the start)."""
     if not config.sft.candidates:
         return f"{config.name}-sft"
     path = out / "sft" / SFT_CHOICE_FILE
     if not path.is_file():
         raise ExperimentError(f"{path} is missing: the sft stage chooses among [sft] candidates before GRPO and the "
                               "evaluation can start; run the experiment without --until, or from the sft stage")
-    return str(json.loads(path.read_text())["chosen"])
+    choice = json.loads(path.read_text())
+    return str(choice.get(which, choice["chosen"]))
 
 
 def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float) -> dict[str, Any] | None:
@@ -306,6 +324,31 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
     if record.get("paused"):
         return None
     return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"], "steps": record["steps"]}
+
+
+def _matched(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]:
+    """``sft-matched`` (``arms.py``): SFT continued from GRPO's start on the corpus examples GRPO's stage
+    trained on beside its own samples, for as many updates, at GRPO's learning rate and adapter (read from
+    its run record), no reward; registered as ``NAME-sft-matched``. A finished run is kept."""
+    record = json.loads((out / "grpo" / "grpo_run.json").read_text())
+    recipe, folder = record["recipe"], out / "matched"
+    if not read_matched(out):
+        write_matched_corpus(
+            out / "corpus", read_jsonl(out / "grpo" / OUTCOMES_FILE)[0], folder,
+            anchor=float(recipe["anchor_weight"]) if recipe.get("anchor_data") else 0.0,
+            anchor_batch=int(recipe["anchor_batch"]), anchor_decay_steps=int(recipe["anchor_decay_steps"]),
+            anchor_max_tokens=int(recipe["anchor_max_tokens"]), replay_max_tokens=int(recipe["max_context_tokens"]))
+    facts = read_matched(out)
+    if facts["examples"] and not is_finished(folder / "sft"):
+        shutil.rmtree(folder / "sft", ignore_errors=True)
+        train_sft(SFTTrainConfig(
+            base=str(recipe["policy"]), data=folder / "corpus", out=folder / "sft", seed=config.seed,
+            rank=int(recipe["rank"]), lora_alpha=int(recipe["alpha"]), use_dora=bool(recipe["use_dora"]),
+            lr=float(recipe["lr"]), effective_batch=facts["effective_batch"], max_steps=facts["updates"],
+            max_length=config.sft.max_tokens, max_tokens_per_example=config.sft.max_tokens, val_fraction=0.0,
+            device=device, name=f"{config.name}-sft-matched", store=out / "adapters", report=True))
+    return {"updates": facts["updates"], "replayed": facts["replayed"], "anchor": facts["anchor"],
+            "effective_batch": facts["effective_batch"]}
 
 
 def _grpo_tasks(config: ExperimentConfig, out: Path) -> Path:
@@ -350,9 +393,16 @@ def grpo_minutes_left(max_minutes: float, folder: Path, last: str | None) -> flo
 
 
 def arms_of(config: ExperimentConfig, out: Path, copies: StageCopies) -> dict[str, str]:
-    """The held-out arms: the base, and the SFT and GRPO models as merged folders (made by ``copies``)."""
-    return {"base": config.base, "sft": str(copies.folder(sft_name(config, out))),
-            "grpo": str(copies.folder(f"{config.name}-grpo")), "oracle": "scripted"}
+    """The held-out arms (``arms.py``): the base; ``sft-best``; ``sft-start`` when GRPO started from another
+    SFT model; ``sft-matched`` when GRPO's stage had imitation to match; ``grpo``; the oracle. The models
+    as merged folders made by ``copies``."""
+    best, start = sft_name(config, out, "best"), sft_name(config, out)
+    arms = {"base": config.base, "sft-best": str(copies.folder(best))}
+    if start != best:
+        arms["sft-start"] = str(copies.folder(start))
+    if read_matched(out).get("examples"):
+        arms["sft-matched"] = str(copies.folder(f"{config.name}-sft-matched"))
+    return arms | {"grpo": str(copies.folder(f"{config.name}-grpo")), "oracle": "scripted"}
 
 
 def _say_removed(copies: StageCopies, stage: str, say: Say) -> None:
@@ -362,19 +412,29 @@ def _say_removed(copies: StageCopies, stage: str, say: Say) -> None:
 
 
 def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
-    """The held-out campaign, KL to the oracle and tool-call validity; the SFT and GRPO arms' merged copies
-    serve these episodes only and are removed after them (a resumed eval merges them again)."""
+    """The held-out campaigns (``[eval] temperature``, then each of ``[eval] temperatures``: ``heldout.py``),
+    KL to the oracle, tool-call validity and each model arm's sampled entropy; the SFT and GRPO arms' merged
+    copies serve these episodes only and are removed after them (a resumed eval merges them again)."""
     copies = StageCopies(Store(out / "adapters"))
     arms = arms_of(config, out, copies)
-    run_evaluation(EvalConfig(
-        arms=[f"{k}={v}" for k, v in arms.items()], tasks=str(out / "tasks" / "test"), runs=config.eval.runs,
-        out=out / "eval", episode=_episode(config), ks=list(config.eval.k), seed=config.seed,
-        executor=ExecutorConfig(workers=workers), json_out=out / "eval-summary.json", device=device,
-        title=f"{config.name}: held-out evaluation"))
-    summary = json.loads((out / "eval-summary.json").read_text())
     models = {k: v for k, v in arms.items() if k != "oracle"}
+    primary, found = config.eval.temperature, {}
+    for temperature in [primary, *extra_temperatures(primary, config.eval.temperatures)]:
+        folder, summary_file = campaign_paths(out, temperature, primary)
+        greedy = temperature == 0
+        run_evaluation(EvalConfig(
+            arms=[f"{k}={v}" for k, v in arms.items()], tasks=str(out / "tasks" / "test"),
+            runs=1 if greedy else config.eval.runs, out=folder,
+            episode=replace(_episode(config), temperature=temperature), ks=[1] if greedy else list(config.eval.k),
+            seed=config.seed, executor=ExecutorConfig(workers=workers), json_out=summary_file, device=device,
+            title=f"{config.name}: held-out evaluation, {label(temperature)}"))
+        summary = json.loads(summary_file.read_text())
+        found[label(temperature)] = {k: summary["arms"][k]["pass@1"]["mean"] for k in arms}
+        entropy = {arm: sampled_entropy(folder / "cache" / arm) for arm in models if not greedy}
+        write_json_atomic(folder / ENTROPY_FILE, {k: v for k, v in entropy.items() if v is not None})
     kl = oracle_kl(out / "caches" / "oracle-test", models, out / "kl.json", config.eval.kl_tokens, device=device)
     validity = tool_call_validity(out / "eval", arms)
     write_json_atomic(out / "validity.json", validity)
     _say_removed(copies, "eval", say)
-    return {"arms": {k: summary["arms"][k]["pass@1"]["mean"] for k in arms}, "kl": bool(kl)}
+    return {"arms": found[label(primary)], "kl": bool(kl),
+            **({"by_temperature": found} if len(found) > 1 else {})}

@@ -1,0 +1,72 @@
+"""Several training seeds of one experiment: a folder each on the same tasks, one pooled report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdbgym.evaluate.results import EpisodeRow, ResultsStore
+from pdbgym.train.experiment.config import ExperimentError, load_experiment
+from pdbgym.train.experiment.seeds import parse_seeds, pooled_difference, run_seeds, seed_folder
+
+REPO_FILE = Path(__file__).resolve().parents[2] / "experiments" / "smollm2-ladder-short.toml"
+
+
+def _evaluated(folder: Path, solved: dict[str, dict[str, int]]) -> None:
+    """A seed folder whose held-out campaign holds 4 runs a task an arm, ``solved[arm][task]`` of them solved,
+    and whose stages are all recorded."""
+    store = ResultsStore(folder / "eval")
+    store.open({"arms": {arm: arm for arm in solved}})
+    store.append(EpisodeRow(arm, task, run, run < count, "finish_unresolved", 3, 1.0, "x.json")
+                 for arm, tasks in solved.items() for task, count in tasks.items() for run in range(4))
+    (folder / "experiment.json").write_text(json.dumps({"stages": {"eval": {}, "report": {}}}))
+
+
+def test_each_seed_runs_in_its_own_folder_on_the_same_tasks_and_a_finished_one_is_not_run_again(tmp_path):
+    config = load_experiment(REPO_FILE)
+    ran = []
+
+    def run_one(seed_config, folder, say=print, **_):
+        ran.append((seed_config.seed, seed_config.tasks_drawn_with(), folder.name))
+        grpo = {f"t{i}": 3 if seed_config.seed != 1 else 2 for i in range(6)}
+        _evaluated(folder, {"sft-best": {f"t{i}": 1 for i in range(6)}, "sft-matched": {f"t{i}": 2 for i in range(6)},
+                            "grpo": grpo})
+        return folder / "report.md"
+
+    seed_folder(tmp_path, 0).mkdir(parents=True)
+    _evaluated(seed_folder(tmp_path, 0), {"sft-best": {f"t{i}": 1 for i in range(6)},
+                                          "sft-matched": {f"t{i}": 2 for i in range(6)},
+                                          "grpo": {f"t{i}": 3 for i in range(6)}})
+    said = []
+    pooled = run_seeds(config, tmp_path, [0, 1, 2], run_one, say=said.append)
+    assert ran == [(1, config.seed, "seed-1"), (2, config.seed, "seed-2")]  # seed 0 had finished; tasks: the file's
+    assert any("[seed 0] finished earlier" in line for line in said)
+    text = pooled.read_text()
+    assert "| seed | sft-best | sft-matched | grpo | grpo - sft-best | grpo - sft-matched |" in text
+    assert "| 1 | 25.0% | 50.0% | 50.0% | 25.0% | 0.0% |" in text
+    assert "| grpo - sft-best | 41.7% [" in text and "| 6 x 3 |" in text
+
+
+def test_the_pooled_difference_pairs_tasks_every_seed_played():
+    seeds = [{"a": {"t0": 1.0, "t1": 0.5, "t2": 0.0}, "b": {"t0": 0.5, "t1": 0.5, "t2": 0.0}},
+             {"a": {"t0": 1.0, "t1": 0.75}, "b": {"t0": 0.25, "t1": 0.5}}]
+    found = pooled_difference(seeds, "a", "b")
+    assert found["tasks"] == 2 and found["seeds"] == 2 and found["diff"] == pytest.approx((0.5 + 0 + 0.75 + 0.25) / 4)
+    assert pooled_difference(seeds, "a", "missing") is None
+
+
+def test_seeds_are_read_from_the_flag_or_the_file_and_bad_ones_refused(tmp_path):
+    assert parse_seeds("0,1,2") == [0, 1, 2]
+    for bad in ("0,0", "a,b", "", "-1"):
+        with pytest.raises(ExperimentError, match="--seeds"):
+            parse_seeds(bad)
+    path = tmp_path / "x.toml"
+    path.write_text(REPO_FILE.read_text().replace("seed = 0\n", "seed = 0\nseeds = [0, 1, 2]\ntask_seed = 7\n", 1))
+    config = load_experiment(path)
+    assert config.seeds == [0, 1, 2] and config.for_seed(2).seed == 2 and config.for_seed(2).tasks_drawn_with() == 7
+    assert config.for_seed(2).seeds == [] and config.for_seed(1).digest() != config.for_seed(2).digest()
+    path.write_text(REPO_FILE.read_text().replace("seed = 0\n", "seed = 0\nseeds = [1, 1]\n", 1))
+    with pytest.raises(ExperimentError, match="distinct integers"):
+        load_experiment(path)
