@@ -60,8 +60,10 @@ def random_model(folder: Path, device: str) -> Path:
 
 
 def tasks(folder: Path, count: int, tree: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pdbgym.cli", "tasks", "family", "ladder0", "--out", str(folder),
-                    "--count", str(count)], cwd=tree, check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "pdbgym.cli", "tasks", "family", "ladder0", "--out", str(folder),
+                           "--count", str(count)], cwd=tree, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"tasks family failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
     return folder
 
 

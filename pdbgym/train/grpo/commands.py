@@ -63,6 +63,7 @@ def grpo(
     num_iterations: Annotated[int, typer.Option(help="TRL: optimizer passes per generated batch")] = R.num_iterations,
     epsilon: float = R.epsilon,
     save_steps: int = R.save_steps,
+    update_tokens: Annotated[int, typer.Option(help="padded ids one forward of the update holds at most: the step's sequences are grouped by length and each group's padding cut (0: TRL's one padded batch)")] = R.update_tokens,
     rollout_weights: Annotated[str, typer.Option(help="merged: rollouts decode from a plain copy of the policy with the delta merged in, refreshed every step (faster); merged-float32: that copy kept in float32 (a bf16 policy sampled as float32 arithmetic gives; twice the memory); live: from the PEFT model")] = R.rollout_weights,
     max_minutes: Annotated[float, typer.Option(min=0, help="stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and gated")] = R.max_minutes,
     pause_after_minutes: Annotated[float, typer.Option(min=0, help="a job's time limit (0: none): stop at a saved, gated checkpoint after this many minutes of this invocation, nothing chosen or registered; --resume goes on")] = R.pause_after_minutes,
@@ -92,7 +93,7 @@ def grpo(
         anchor_batch=anchor_batch, anchor_max_tokens=anchor_max_tokens,
         replay_data=replay_data, replay_fraction=replay_fraction, replay_decay_steps=replay_decay_steps,
         format_weight=format_weight, loss_type=loss_type, importance_sampling_level=importance_sampling_level,
-        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, rollout_weights=rollout_weights, max_minutes=max_minutes, pause_after_minutes=pause_after_minutes, val_tasks=val_tasks,
+        num_iterations=num_iterations, epsilon=epsilon, save_steps=save_steps, rollout_weights=rollout_weights, update_tokens=update_tokens, max_minutes=max_minutes, pause_after_minutes=pause_after_minutes, val_tasks=val_tasks,
         val_runs=val_runs, val_k=val_k, store=store, ledger=ledger, name=name, device=device, resume=resume,
         tensorboard=tensorboard, register_without_signal=register_without_signal)
 

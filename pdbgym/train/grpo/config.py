@@ -11,6 +11,7 @@ from pdbgym.episode_defaults import (
     GRPO_MAX_CONTEXT_TOKENS,
     GRPO_TEMPERATURE,
     EpisodeSettings,
+    SettingsError,
     check_setting,
 )
 
@@ -70,6 +71,7 @@ class GRPORunConfig:
     epsilon: float = 0.2  # TRL clip range
     save_steps: int = 10
     rollout_weights: str = "merged"  # merged: decode from a merged copy (merged.py); merged-float32; live
+    update_tokens: int = 65536  # padded ids a forward of the update holds at most (packing.py); 0: TRL's one batch
     max_minutes: float = 0.0  # wall-clock cap of this invocation's training (0: none); a last checkpoint is saved and gated
     pause_after_minutes: float = 0.0  # stop this invocation at a gated checkpoint, unchosen and unregistered, for --resume
     val_tasks: str | None = None
@@ -90,10 +92,13 @@ class GRPORunConfig:
         check_setting("budget_start", self.budget_start, rule="turn_budget")
         check_setting("budget_end", self.budget_end, rule="turn_budget")
         check_setting("val_runs", self.val_runs, rule="runs")
+        if isinstance(self.update_tokens, bool) or not isinstance(self.update_tokens, int) or self.update_tokens < 0:
+            raise SettingsError(f"update_tokens must be a whole number of ids >= 0 (0: one padded batch), got "
+                                f"{self.update_tokens!r}")
         EpisodeSettings(max_context_tokens=self.max_context_tokens, turn_budget=self.budget_end,
                         temperature=self.temperature, max_new_tokens=self.max_new_tokens)
 
     def recipe(self) -> dict[str, Any]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
-                "rollout_weights", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
+                "rollout_weights", "update_tokens", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

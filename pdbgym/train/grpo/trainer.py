@@ -37,6 +37,7 @@ from pdbgym.train.gradguard import GradientGuard, guard_callback
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
 from pdbgym.train.grpo.merged import MergedPolicy
+from pdbgym.train.grpo.packing import grouped_scores
 from pdbgym.train.grpo.rewards import RewardConfig
 from pdbgym.train.grpo.rollout import (
     BatchedGenerator,
@@ -121,11 +122,22 @@ def _trainer_class() -> type:
             with self.update_clock.timed("prepare"):
                 return super()._prepare_inputs(generation_batch)
 
-        def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, attention_mask: Any,
+                                               logits_to_keep: int, batch_size: int | None = None,
+                                               compute_entropy: bool = False, compute_aux_loss: bool = False,
+                                               **rest: Any) -> Any:
             import torch  # optional: torch (pdbgym[hf])
 
+            parent = super()._get_per_token_logps_and_entropies
+            budget = self.run_config.update_tokens
             with self.update_clock.timed("policy_forward" if torch.is_grad_enabled() else "reference"):
-                return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+                if budget <= 0 or compute_aux_loss or input_ids.size(0) < 2 or any(v is not None for v in rest.values()):
+                    return parent(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                                  compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **rest)
+                logps, entropies = grouped_scores(lambda ids, mask, keep, compute_entropy: parent(
+                    model, ids, mask, keep, compute_entropy=compute_entropy), input_ids, attention_mask,
+                    logits_to_keep, budget, compute_entropy)
+                return logps, entropies, None
 
         def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
             with self.update_clock.timed("train_step"):
