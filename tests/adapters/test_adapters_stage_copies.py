@@ -61,15 +61,15 @@ def test_the_experiments_eval_stage_leaves_no_merged_copy_and_says_what_it_wrote
         for arm in eval_config.arms:
             name, folder = arm.split("=", 1)
             seen[name] = name in ("base", "oracle") or (Path(folder) / "config.json").is_file()
-        (out / "eval-summary.json").write_text(json.dumps({"arms": {
-            name: {"pass@1": {"mean": 0.0}} for name in ("base", "sft", "grpo", "oracle")}}))
+        Path(eval_config.json_out).write_text(json.dumps({"arms": {  # one summary a sampling temperature
+            name: {"pass@1": {"mean": 0.0}} for name in ("base", "sft-best", "grpo", "oracle")}}))
 
     monkeypatch.setattr(run_module, "run_evaluation", campaign)
     monkeypatch.setattr(run_module, "oracle_kl", lambda *_args, **_kw: {})
     monkeypatch.setattr(run_module, "tool_call_validity", lambda *_args: {})
     said: list[str] = []
     run_module._eval(config, out, "cpu", 1, said.append)
-    assert seen == {"base": True, "sft": True, "grpo": True, "oracle": True}
+    assert seen == {"base": True, "sft-best": True, "grpo": True, "oracle": True}
     assert not list((home / "merged").iterdir())  # both copies removed after the stage
     assert len(said) == 1 and said[0].startswith(f"[eval] 2 merged model copies written to {home / 'merged'} ")
     assert f"{config.name}-sft-s32 (" in said[0] and f"{config.name}-grpo (" in said[0]

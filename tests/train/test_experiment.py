@@ -104,7 +104,7 @@ def test_the_repository_file_loads_and_settings_errors_are_named(tmp_path):
     bad.write_text('name = "x"\n[tasks]\nfamilies = { ladder0 = 2 }\n[grpo]\ntasks = 3\ntasks_per_step = 4\n')
     with pytest.raises(ExperimentError, match="tasks = 3 must be 0"):
         load_experiment(bad)
-    for sft, error in (("steps = 8\ncandidates = [8, 16]", "not both"), ("candidates = [8, 8]", "distinct"),
+    for sft, error in (("steps = 8\ncandidates = [8, 16]", "give one of steps"), ("candidates = [8, 8]", "distinct"),
                        ("candidates = [0, 4]", "distinct step counts >= 1"), ("candidates = 8", "a list"),
                        ("candidates = [8]\ntarget = 1.0", "target = 1.0 must lie in")):
         bad.write_text(f'name = "x"\n[tasks]\nfamilies = {{ ladder0 = 2 }}\n[sft]\n{sft}\n')
@@ -569,3 +569,49 @@ def test_a_grpo_run_whose_spread_came_from_replay_alone_is_named_so_in_the_repor
     assert "2 more steps had spread only between replayed corpus trajectories" in text
     assert "No GRPO step had reward spread among its on-policy episodes" in text
     assert "| grpo (no on-policy reward spread: imitation only) |" in text
+
+
+def test_the_report_lists_each_departure_from_the_seed_recipe_with_the_files_reason(tmp_path):
+    from pdbgym.train.experiment.recipe import SEED_RECIPE
+    from pdbgym.train.experiment.report import departure_lines
+
+    recipe = load_experiment(REPO_FILE.with_name("smollm2-seed-recipe.toml"))
+    assert departure_lines(recipe)[0].startswith("The settings are the seed recipe's")
+    for name in ("smollm2-ladder.toml", "smollm2-ladder-short.toml"):
+        config = load_experiment(REPO_FILE.with_name(name))
+        text = "\n".join(departure_lines(config))
+        assert "## Departures from the seed recipe" in text and "no reason given" not in text
+        assert "| SFT adapter | DoRA r24 | LoRA r16 |" in text and "| held-out temperature | 0.7 | 1 |" in text
+        assert set(config.departures) <= set(SEED_RECIPE)
+    # a departure the file does not explain says so; a reason for no known setting is refused by name
+    quiet = tmp_path / "quiet.toml"
+    quiet.write_text(REPO_FILE.read_text().replace('"eval.runs" = ', '"unused" = ', 1).replace(
+        '"unused" = "4 runs a task at three temperatures; 8 would double the eval stage\'s device time"\n', ""))
+    assert "no reason given (add eval.runs to [departures])" in "\n".join(departure_lines(load_experiment(quiet)))
+    typo = tmp_path / "typo.toml"
+    typo.write_text(REPO_FILE.read_text().replace('"eval.runs" = ', '"eval.run" = ', 1))
+    with pytest.raises(ExperimentError, match=r"\[departures\].*eval.run"):
+        load_experiment(typo)
+
+
+@pytest.mark.slow
+def test_the_seed_recipe_files_quick_profile_trains_dora_by_epochs_under_a_turn_budget_curriculum(
+        tmp_path, tiny_model_dir, monkeypatch):
+    from pdbgym.train.experiment.run import run_experiment
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    path = tmp_path / "recipe.toml"
+    path.write_text(REPO_FILE.with_name("smollm2-seed-recipe.toml").read_text().replace(
+        'base = "embedded"', f'base = "{tiny_model_dir}"'))
+    out = tmp_path / "run"
+    run_experiment(load_experiment(path, quick=True), out, say=lambda _: None)
+    adapter = json.loads(next((out / "sft").rglob("adapter_config.json")).read_text())
+    assert adapter["use_dora"] and adapter["r"] == 24
+    record = json.loads(next((out / "sft").rglob("pdbgym_train.json")).read_text())
+    from pdbgym.train.corpus.build import load_corpus, split_by_task
+
+    train, _ = split_by_task(load_corpus(out / "corpus").examples, 0.2, 42)
+    assert record["steps"] == -(-len(train) // 2)  # one epoch at effective batch 2
+    budgets = [json.loads(line)["turn_budget"] for line in (out / "grpo" / "steps.jsonl").read_text().splitlines()]
+    assert budgets == [8.0, 9.0]  # from 8 towards the 10-turn end over 2 steps
+    assert "seed 42" in (out / "report.md").read_text()

@@ -23,6 +23,7 @@ from typing import Any
 
 from pdbgym.episode_defaults import EpisodeSettings, SettingsError, episode_defaults_for
 from pdbgym.errors import PdbgymError
+from pdbgym.train.experiment.recipe import SEED_RECIPE, unknown_departures
 
 VERSION = 1
 SFT_CHOICE_FILE = "choice.json"  # OUT/sft/choice.json: each [sft] candidate's val pass@1 and the one chosen
@@ -65,6 +66,9 @@ class SFTSettings:
     target: float = 0.5
     val_runs: int = 3
     start: str = "best"
+    use_dora: bool = False  # DoRA (the seed recipe's adapter) instead of LoRA
+    effective_batch: int = 1  # examples per optimizer step
+    epochs: float = 0.0  # passes over the corpus instead of steps (0: steps or candidates decide)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,11 @@ class GRPOSettings:
     anchor_weight: float = 0.1
     max_minutes: float = 0.0  # minutes of GRPO steps in all, across resumed invocations (0: no cap)
     tasks: int = 0  # train tasks GRPO plays, a seeded pick stratified by rung (0: all of the train split)
+    # The turn budget: "fixed" at [episodes] turn_budget, or "schedule" from budget_start up to it over
+    # budget_ramp_steps (the seed recipe's turn-budget curriculum; pdbgym train grpo --curriculum).
+    curriculum: str = "fixed"
+    budget_start: int = 0  # 0: [episodes] turn_budget
+    budget_ramp_steps: int = 100
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,8 @@ class ExperimentConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     source: str = ""  # the file it was read from
     quick: bool = False
+    # Why each setting departs from the seed recipe (recipe.SEED_RECIPE keys -> reason), shown in the report.
+    departures: dict[str, str] = field(default_factory=dict)
     # Several training seeds (``seeds.py``): one folder each, the tasks and split drawn with ``task_seed``
     # (None: ``seed``) in every one, so the held-out tasks are the same and the seeds pair on them.
     seeds: list[int] = field(default_factory=list)
@@ -134,7 +145,7 @@ class ExperimentConfig:
 
 TABLES = {"tasks": TaskSettings, "split": SplitSettings, "episodes": EpisodeSettings, "sft": SFTSettings,
           "grpo": GRPOSettings, "eval": EvalSettings}
-TOP = {"version", "name", "base", "seed", "seeds", "task_seed", "quick", *TABLES}
+TOP = {"version", "name", "base", "seed", "seeds", "task_seed", "departures", "quick", *TABLES}
 
 
 def _table(where: str, cls: type, values: Any, base: Any) -> Any:
@@ -144,8 +155,9 @@ def _table(where: str, cls: type, values: Any, base: Any) -> Any:
     unknown = sorted(set(values) - known)
     if unknown:
         raise ExperimentError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
-    if cls is SFTSettings and {"steps", "candidates"} <= set(values):
-        raise ExperimentError(f"{where}: give steps (one SFT run) or candidates (several, one chosen on val), not both")
+    if cls is SFTSettings and len({"steps", "candidates", "epochs"} & set(values)) > 1:
+        raise ExperimentError(f"{where}: give one of steps (one SFT run), epochs (one run of that many passes) or "
+                              "candidates (several step counts, the best chosen on val)")
     try:
         return replace(base, **values)
     except SettingsError as exc:  # a value outside its range ([episodes] turn_budget = 0)
@@ -175,6 +187,13 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
     if "task_seed" in data and not isinstance(data["task_seed"], int):
         raise ExperimentError(f"{path}: task_seed = {data['task_seed']!r} must be an integer")
     config = replace(config, seeds=list(seeds), task_seed=data.get("task_seed"))
+    departures = data.get("departures", {})
+    if not isinstance(departures, dict) or unknown_departures(departures) or \
+            any(not isinstance(v, str) for v in departures.values()):
+        raise ExperimentError(f"{path}: [departures] must map settings of the seed recipe to reasons (text); unknown "
+                              f"or not text: {unknown_departures(departures) if isinstance(departures, dict) else departures}; "
+                              f"known: {sorted(SEED_RECIPE)}")
+    config = replace(config, departures=dict(departures))
     layers = [data] + ([data.get("quick", {})] if quick else [])
     for layer in layers:
         for table, cls in TABLES.items():
@@ -198,6 +217,11 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
             or len(set(counts)) < len(counts):
         raise ExperimentError(f"{path}: [sft] candidates = {sft.candidates!r} must be a list of distinct step counts "
                               ">= 1")
+    if config.grpo.curriculum not in ("fixed", "schedule"):
+        raise ExperimentError(f"{path}: [grpo] curriculum = {config.grpo.curriculum!r}: give \"fixed\" or \"schedule\"")
+    if not 0 <= config.grpo.budget_start <= config.episodes.turn_budget:
+        raise ExperimentError(f"{path}: [grpo] budget_start = {config.grpo.budget_start} must lie in 0 (the turn budget) "
+                              f"to [episodes] turn_budget ({config.episodes.turn_budget})")
     if sft.start not in ("best", "target"):
         raise ExperimentError(f"{path}: [sft] start = {sft.start!r}: give \"best\" (GRPO from the best SFT model on "
                               "val) or \"target\" (from the one nearest [sft] target)")

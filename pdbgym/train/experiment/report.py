@@ -27,6 +27,7 @@ from pdbgym.train.experiment.arms import read_matched
 from pdbgym.train.experiment.checks import learning_check, quarter_rate, step_centred_check, task_paired_check
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig
 from pdbgym.train.experiment.heldout import ENTROPY_FILE, campaign_paths, extra_temperatures, label
+from pdbgym.train.experiment.recipe import departure_rows
 from pdbgym.train.experiment.report_html import markdown_page
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
@@ -335,6 +336,15 @@ def _entropy_cell(entry: dict[str, Any] | None) -> str:
     return f"{entry['nats_per_token']:.3f}{interval}"
 
 
+def departure_lines(config: ExperimentConfig) -> list[str]:
+    """The settings that depart from the seed recipe (``recipe.py``), each with the file's reason."""
+    rows = departure_rows(config, config.departures)
+    if not rows:
+        return ["The settings are the seed recipe's (`recipe.SEED_RECIPE`).", ""]
+    return ["## Departures from the seed recipe", ""] + md_table(
+        ["setting", "seed recipe", "this experiment", "why (the file's [departures])"], rows) + [""]
+
+
 def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str, Any]) -> Path:
     summary = _load(out / "eval-summary.json")
     kl = _load(out / "kl.json").get("arms", {})
@@ -346,7 +356,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     lines = [f"# Experiment {config.name}" + (" (quick profile: smoke test)" if config.quick else ""), "",
              *smoke_test_lines(config),
              f"From `{config.source}` (settings digest {config.digest()}); base `{config.base}`; seed {config.seed}.",
-             ""]
+             "", *departure_lines(config)]
     lines += ["## Stages", ""] + md_table(["stage", "seconds", "facts"], [
         [name, facts.get("seconds"), facts_text(facts)]
         for name, facts in state.get("stages", {}).items()]) + [""]

@@ -24,6 +24,7 @@ never mixes two experiments.
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 import time
@@ -45,7 +46,7 @@ from pdbgym.tasks.families import write_family
 from pdbgym.tasks.splits import load_splits, make_splits, write_splits
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.checkpoints import checkpoint_step, last_complete_checkpoint
-from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
+from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus, load_corpus, split_by_task
 from pdbgym.train.demo.report import oracle_kl, tool_call_validity
 from pdbgym.train.experiment.arms import best_on_val, read_matched, write_matched_corpus
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig, ExperimentError
@@ -144,8 +145,9 @@ def stage_summary(stage: str, config: ExperimentConfig, out: Path, device: str) 
     if stage == "sft":
         start = "GRPO starting from the best" if s.start == "best" else f"GRPO starting from the one nearest {s.target:g}"
         runs = (f"one run per step count in {list(s.candidates)}, each played on val, {start}"
-                if s.candidates else f"{s.steps} steps")
-        return f"LoRA SFT (rank {s.rank}) of {config.base} on the oracle's solved train episodes, {runs}, on {device}"
+                if s.candidates else f"{s.epochs:g} epochs" if s.epochs else f"{s.steps} steps")
+        return (f"{'DoRA' if s.use_dora else 'LoRA'} SFT (rank {s.rank}) of {config.base} on the oracle's solved train "
+                f"episodes, {runs}, on {device}")
     if stage == "grpo":
         chosen = not s.candidates or (out / "sft" / SFT_CHOICE_FILE).is_file()
         policy = sft_name(config, out) if chosen else "the chosen SFT model"
@@ -221,8 +223,20 @@ def _sft(config: ExperimentConfig, out: Path, device: str, workers: int, say: Sa
                               f"({built['dropped']}); raise [sft] max_tokens")
     if config.sft.candidates:
         return {"examples": built["examples_kept"], **_sft_choice(config, out, device, workers, say)}
-    _train_sft(config, out, device, config.sft.steps, out / "sft", f"{config.name}-sft")
+    _train_sft(config, out, device, sft_steps(config, out), out / "sft", f"{config.name}-sft")
     return {"examples": built["examples_kept"]}
+
+
+SFT_VAL_FRACTION = 0.2  # of the corpus's tasks, held out from SFT for its best-checkpoint choice
+
+
+def sft_steps(config: ExperimentConfig, out: Path) -> int:
+    """The one SFT run's optimizer steps: ``[sft] steps``, or ``[sft] epochs`` passes over the corpus's
+    training slice (the examples ``train_sft`` keeps after holding out its val tasks) at the effective batch."""
+    if not config.sft.epochs:
+        return config.sft.steps
+    train, _ = split_by_task(load_corpus(out / "corpus").examples, SFT_VAL_FRACTION, config.seed)
+    return max(1, math.ceil(config.sft.epochs * len(train) / config.sft.effective_batch))
 
 
 def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, folder: Path, name: str) -> None:
@@ -231,9 +245,10 @@ def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, fol
         return
     shutil.rmtree(folder, ignore_errors=True)  # a killed run's checkpoints: SFT is short, start over
     train_sft(SFTTrainConfig(base=config.base, data=out / "corpus", out=folder, seed=config.seed,
-                             rank=config.sft.rank, use_dora=False, lr=config.sft.lr, effective_batch=1,
+                             rank=config.sft.rank, use_dora=config.sft.use_dora, lr=config.sft.lr,
+                             effective_batch=config.sft.effective_batch,
                              max_steps=steps, max_length=config.sft.max_tokens,
-                             max_tokens_per_example=config.sft.max_tokens, val_fraction=0.2,
+                             max_tokens_per_example=config.sft.max_tokens, val_fraction=SFT_VAL_FRACTION,
                              eval_steps=max(1, steps // 4), device=device, name=name, store=out / "adapters",
                              report=True))
 
@@ -314,7 +329,8 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
         policy=sft_name(config, out), tasks=str(_grpo_tasks(config, out)), out=out / "grpo", group=g.group,
         tasks_per_step=g.tasks_per_step, steps=g.steps, seed=config.seed, lr=g.lr,
         max_new_tokens=config.episodes.max_new_tokens, max_context_tokens=config.episodes.max_context_tokens,
-        budget_start=config.episodes.turn_budget, budget_end=config.episodes.turn_budget, curriculum="fixed",
+        budget_start=g.budget_start or config.episodes.turn_budget, budget_end=config.episodes.turn_budget,
+        curriculum=g.curriculum, budget_ramp_steps=g.budget_ramp_steps,
         anchor_data=out / "corpus", anchor_weight=g.anchor_weight, replay_data=out / "corpus",
         replay_fraction=g.replay_fraction, save_steps=g.save_steps, max_minutes=cap,
         pause_after_minutes=0.0 if minutes_left == float("inf") else max(minutes_left, 1e-3),
