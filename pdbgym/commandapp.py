@@ -1,4 +1,5 @@
-"""The one way pdbgym makes a command group, so every ``--help`` reads the same.
+"""The one way pdbgym makes a command group, so every ``--help`` reads the same, and commands whose flags
+are a config dataclass's fields (``config_command``).
 
 Help is click's plain text, not typer's rich panels: in rich mode a help text's square brackets are
 markup (``[quick]`` vanished from ``experiment run --help``) and every flag showed a ``<bool>``
@@ -7,7 +8,12 @@ placeholder as if it took a value.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import typer
 
@@ -15,3 +21,99 @@ import typer
 def command_app(**options: Any) -> typer.Typer:
     """A ``typer.Typer`` with plain help text; ``options`` as ``typer.Typer`` takes them."""
     return typer.Typer(rich_markup_mode=None, **options)
+
+
+@dataclass(frozen=True)
+class ConfigFlag:
+    """One flag of a ``config_command``: the parameter typer reads and the config field it fills."""
+
+    field: str
+    parameter: inspect.Parameter
+    negates: bool = False  # the field is the flag's opposite (--lora: use_dora False)
+    old_spelling: bool = False  # a hidden alias: a value given under it wins over the field's own flag
+
+
+def config_flags(config_class: type[Any]) -> list[ConfigFlag]:
+    """The flags of ``config_class``'s fields, in field order: each field's help and default as declared.
+
+    Every field needs ``metadata["help"]`` (``pdbgym.defaults.documented``) unless it says ``cli=False``:
+    a field without help is a ``TypeError`` naming it, so a new field cannot slip in as an unexplained flag.
+    """
+    hints = typing.get_type_hints(config_class)
+    flags: list[ConfigFlag] = []
+    for spec in dataclasses.fields(config_class):
+        meta = spec.metadata
+        if not meta.get("cli", True):
+            continue
+        if not meta.get("help"):
+            raise TypeError(f"{config_class.__name__}.{spec.name} has no help text: declare it with "
+                            f"pdbgym.defaults.documented(default, 'help'), or cli=False for no flag")
+        kind, default = hints[spec.name], _default(spec)
+        name = spec.name
+        declared = () if meta.get("flag") is None else (meta["flag"],)
+        if meta.get("negates"):
+            if kind is not bool or not declared:
+                raise TypeError(f"{config_class.__name__}.{spec.name}: only a bool field with its own flag negates")
+            name = _parameter_name(meta["flag"])
+            default = not default
+        option = typer.Option(*declared, help=meta["help"], **meta.get("option", {}))
+        flags.append(ConfigFlag(spec.name, _keyword(name, Annotated[kind, option], default), meta.get("negates", False)))
+        for old in meta.get("old_flags", ()):
+            hidden = typer.Option(old, hidden=True)
+            flags.append(ConfigFlag(spec.name, _keyword(_parameter_name(old), Annotated[kind | None, hidden], None),
+                                    old_spelling=True))
+    return flags
+
+
+def config_command(config_class: type[Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate ``run(config, **own)`` into a typer command whose flags are ``config_class``'s fields.
+
+    The command's flags are the fields' (``config_flags``), then ``run``'s own parameters besides ``config``
+    (options that are no setting of the config, such as ``--json``). Typer reads a function's signature, so
+    the command is a function whose ``__signature__`` is built here; called, it makes the config from the
+    flags (a bad value is refused there, by the config's own checks) and hands it to ``run``.
+    """
+
+    def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
+        flags = config_flags(config_class)
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+               for p in inspect.signature(run, eval_str=True).parameters.values() if p.name != "config"]
+        parameters = [flag.parameter for flag in flags] + own
+        names = [p.name for p in parameters]
+        if len(set(names)) != len(names):
+            raise TypeError(f"{run.__name__}: a parameter name is used twice: {sorted(names)}")
+
+        def command(**given: Any) -> Any:
+            values: dict[str, Any] = {}
+            for flag in flags:  # a field's own flag comes before its old spellings: one given wins
+                value = given[flag.parameter.name]
+                if not flag.old_spelling:
+                    values[flag.field] = not value if flag.negates else value
+                elif value is not None:
+                    values[flag.field] = value
+            return run(config_class(**values), **{p.name: given[p.name] for p in own})
+
+        command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in parameters}
+        for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
+            setattr(command, attribute, getattr(run, attribute))
+        command.config_class = config_class  # type: ignore[attr-defined]
+        return command
+
+    return decorate
+
+
+def _default(spec: dataclasses.Field) -> Any:
+    if spec.default is not dataclasses.MISSING:
+        return spec.default
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return inspect.Parameter.empty  # a required flag
+
+
+def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+def _parameter_name(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")

@@ -1,11 +1,12 @@
-"""The config of ``pdbgym train grpo``: every field but ``extra`` is a flag of the same name."""
+"""The config of ``pdbgym train grpo``: every field but ``extra`` is a flag, declared once here with its help."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pdbgym.defaults import documented
 from pdbgym.episode_defaults import (
     EPISODE,
     GRPO_MAX_CONTEXT_TOKENS,
@@ -22,69 +23,82 @@ ROLLOUT_WEIGHTS = ("merged", "merged-float32", "live")  # what GRPO's rollouts d
 class GRPORunConfig:
     """``pdbgym train grpo``: formulas of the recipe terms in ``schedules.py``.
 
-    Every field is a flag of the same name whose default is read from here, except ``use_dora`` (the
-    flag is ``--lora``, its negation) and ``extra`` (further ``GRPOConfig`` fields; library callers
-    only). Episode settings default to ``pdbgym.episode_defaults``: ``max_new_tokens`` and
-    ``budget_end`` (the turn budget the curriculum ends at, and val gates play) to ``EPISODE``'s;
-    ``temperature`` and ``max_context_tokens`` to the named GRPO exceptions there (``GRPO_TEMPERATURE``,
+    Every field is a flag of ``train grpo`` with its help text declared here (``documented``) and its
+    default read from here (``pdbgym.commandapp.config_command``), except ``extra`` (further
+    ``GRPOConfig`` fields; library callers only); ``use_dora``'s flag is ``--lora``, its negation.
+    Episode settings default to ``pdbgym.episode_defaults``: ``max_new_tokens`` and ``budget_end`` (the
+    turn budget the curriculum ends at, and val gates play) to ``EPISODE``'s; ``temperature`` and
+    ``max_context_tokens`` to the named GRPO exceptions there (``GRPO_TEMPERATURE``,
     ``GRPO_MAX_CONTEXT_TOKENS``, with their reasons). Each episode's draw is seeded by
     ``pdbgym.seeds.grpo_episode_seed`` from ``seed``.
     """
 
-    policy: str  # adapter-store reference of the SFT adapter, a model folder, or "embedded"
-    tasks: str  # suite, task id or folder: the training tasks
-    out: Path
-    group: int = 8  # G episodes per task per step (TRL num_generations)
-    tasks_per_step: int = 1  # groups per optimizer step
-    steps: int = 100  # optimizer steps
-    seed: int = 42
-    lr: float = 1e-5
-    rank: int = 16
-    alpha: int = 32
-    use_dora: bool = True
-    temperature: float = GRPO_TEMPERATURE
-    max_new_tokens: int = EPISODE.max_new_tokens  # per turn
-    max_context_tokens: int = GRPO_MAX_CONTEXT_TOKENS  # per episode (prompt + response)
-    command_timeout_s: float = 10.0
-    kl_mode: str = "adaptive"  # adaptive | fixed
-    beta: float = 0.04  # initial (or fixed) KL coefficient
-    target_kl: float = 0.05
-    kl_horizon_steps: int = 10  # adaptive leash: beta moves at most 0.2 / this a step
-    curriculum: str = "schedule"  # schedule | solve_rate | fixed
-    budget_start: int = 10
-    budget_end: int = EPISODE.turn_budget
-    budget_ramp_steps: int = 100
-    budget_threshold: float = 0.5
-    budget_increment: int = 2
-    anchor_data: Path | None = None  # SFT corpus folder for the BC anchor
-    anchor_weight: float = 0.1
-    anchor_decay_steps: int = 0
-    anchor_batch: int = 1
-    anchor_max_tokens: int = 4096
-    replay_data: Path | None = None  # SFT corpus folder; its solved examples seed early groups
-    replay_fraction: float = 0.25
-    replay_decay_steps: int = 20
-    format_weight: float = 0.0
-    loss_type: str = "dapo"  # TRL's loss_type
-    importance_sampling_level: str = "token"  # TRL: token | sequence
-    num_iterations: int = 1  # TRL: optimizer passes per generated batch (> 1 makes samples stale)
-    epsilon: float = 0.2  # TRL clip range
-    save_steps: int = 10
-    rollout_weights: str = "merged"  # merged: decode from a merged copy (merged.py); merged-float32; live
-    update_tokens: int = 65536  # padded ids a forward of the update holds at most (packing.py); 0: TRL's one batch
-    max_minutes: float = 0.0  # wall-clock cap of this invocation's training (0: none); a last checkpoint is saved and gated
-    pause_after_minutes: float = 0.0  # stop this invocation at a gated checkpoint, unchosen and unregistered, for --resume
-    val_tasks: str | None = None
-    val_runs: int = 4
-    val_k: int = 3
-    store: Path | None = None
-    ledger: Path | None = None
-    name: str | None = None  # store name of the result (default: grpo-<out folder name>)
-    device: str = "auto"
-    resume: bool = False
-    tensorboard: bool = False
-    register_without_signal: bool = False  # register the delta even when no step had reward spread
-    extra: dict[str, Any] = field(default_factory=dict)  # further GRPOConfig fields, as given
+    policy: str = documented(help="SFT adapter (store name/hash), a model folder, or 'embedded'")
+    tasks: str = documented(help="training tasks: suite, task id or folder")
+    out: Path = documented(help="run folder (checkpoints, steps.jsonl, gates.jsonl, adapter/)")
+    group: int = documented(8, "G: episodes per task per step, generated together (TRL num_generations)")
+    tasks_per_step: int = documented(1, "groups per optimizer step")
+    steps: int = documented(100, "optimizer steps")
+    seed: int = documented(42, "seed of training and of every episode's draw (pdbgym.seeds)")
+    lr: float = documented(1e-5, "learning rate of the delta")
+    rank: int = documented(16, "DoRA rank of the trainable delta")
+    alpha: int = documented(32, "LoRA/DoRA alpha of the delta (its scale is alpha / rank)")
+    use_dora: bool = documented(True, "plain LoRA delta instead of DoRA", flag="--lora", negates=True)
+    temperature: float = documented(GRPO_TEMPERATURE, "sampling temperature of the episodes")
+    max_new_tokens: int = documented(EPISODE.max_new_tokens, "tokens per model turn")
+    max_context_tokens: int = documented(GRPO_MAX_CONTEXT_TOKENS, "tokens per episode (prompt + response)",
+                                         old_flags=("--context-tokens",))
+    command_timeout_s: float = documented(10.0, "seconds before a pdb command is interrupted")
+    kl_mode: str = documented("adaptive", "adaptive: beta <- beta(1 + clip(KL/target-1, +-0.2) / horizon steps); "
+                                          "fixed")
+    beta: float = documented(0.04, "initial (or fixed) KL coefficient, k3 KL to the SFT model")
+    target_kl: float = documented(0.05, "adaptive leash target, nats/token")
+    kl_horizon_steps: int = documented(10, "adaptive leash horizon, optimizer steps (beta moves <= 0.2/this a step)")
+    curriculum: str = documented("schedule", "turn budget: schedule | solve_rate | fixed")
+    budget_start: int = documented(10, "the turn budget the curriculum starts at")
+    budget_end: int = documented(EPISODE.turn_budget, "the turn budget the curriculum ends at (and val gates play)")
+    budget_ramp_steps: int = documented(100, "schedule: start + floor((end-start) min(1, step/ramp))")
+    budget_threshold: float = documented(0.5, "solve_rate: grow after a step solving >= this")
+    budget_increment: int = documented(2, "solve_rate: tool calls the budget grows by (up to --budget-end)")
+    anchor_data: Path | None = documented(None, "SFT corpus for the behaviour-cloning anchor")
+    anchor_weight: float = documented(0.1, "w0 of loss = rl + w(step) nll; w = w0 max(0, 1-step/decay)")
+    anchor_decay_steps: int = documented(0, "decay of the anchor weight, optimizer steps (0: constant)")
+    anchor_batch: int = documented(1, "anchor examples per optimizer step")
+    anchor_max_tokens: int = documented(4096, "anchor examples cut to this many ids")
+    replay_data: Path | None = documented(None, "SFT corpus whose solved examples seed early groups")
+    replay_fraction: float = documented(0.25, "f0; replayed = min(G-1, floor(f(step) G + 0.5))")
+    replay_decay_steps: int = documented(20, "decay of the replay fraction: f = f0 max(0, 1-step/decay)")
+    format_weight: float = documented(0.0, "weight of the valid-tool-call term (<= 0.2)")
+    loss_type: str = documented("dapo", "TRL loss_type (dapo, grpo, dr_grpo, bnpo, ...)")
+    importance_sampling_level: str = documented("token", "TRL: token | sequence")
+    num_iterations: int = documented(1, "TRL: optimizer passes per generated batch (> 1 makes samples stale)")
+    epsilon: float = documented(0.2, "TRL: clip range of the importance ratio")
+    save_steps: int = documented(10, "a checkpoint every N optimizer steps, each gated on --val-tasks")
+    rollout_weights: str = documented(
+        "merged", "merged: rollouts decode from a plain copy of the policy with the delta merged in, refreshed every "
+        "step (faster); merged-float32: that copy kept in float32 (a bf16 policy sampled as float32 arithmetic "
+        "gives; twice the memory); live: from the PEFT model")
+    update_tokens: int = documented(
+        65536, "padded ids one forward of the update holds at most: the step's sequences are grouped by length and "
+        "each group's padding cut (0: TRL's one padded batch)")
+    max_minutes: float = documented(
+        0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
+        "gated", min=0)
+    pause_after_minutes: float = documented(
+        0.0, "a job's time limit (0: none): stop at a saved, gated checkpoint after this many minutes of this "
+        "invocation, nothing chosen or registered; --resume goes on", min=0)
+    val_tasks: str | None = documented(None, "val split tasks: every checkpoint is gated on them")
+    val_runs: int = documented(4, "episodes per val task at each gate")
+    val_k: int = documented(3, "k of each gate's pass@k")
+    store: Path | None = documented(None, "adapter store (default $PDBGYM_HOME/adapters)")
+    ledger: Path | None = documented(None, "selection ledger (default $PDBGYM_HOME's)")
+    name: str | None = documented(None, "store name of the result (default grpo-<out name>)")
+    device: str = documented("auto", "auto (this process's GPU when torch sees one, else cpu), cpu, cuda, cuda:N")
+    resume: bool = documented(False, "continue from the last checkpoint in --out", flag="--resume")
+    tensorboard: bool = documented(False, "also log every step to TensorBoard (event files in OUT/tensorboard)")
+    register_without_signal: bool = documented(False, "register the delta even if no step had reward spread")
+    extra: dict[str, Any] = documented(help="further GRPOConfig fields, as given (library callers only)", factory=dict,
+                                       cli=False)
 
     def __post_init__(self) -> None:
         # The episode settings by EpisodeSettings' rules: the curriculum's ends as turn budgets, the rest as

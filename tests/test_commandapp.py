@@ -1,0 +1,121 @@
+"""Commands built from a config dataclass (``pdbgym.commandapp.config_command``): every field is a flag
+with the help and default declared on the field, the flag's special shapes (a negation, a one-sided flag,
+a hidden old spelling, a range) hold, a field without help is refused, and ``--help`` stays plain."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from pdbgym.commandapp import command_app, config_command, config_flags
+from pdbgym.defaults import documented
+
+
+@dataclasses.dataclass
+class ToyConfig:
+    out: Path = documented(help="where it goes")
+    steps: int = documented(3, "optimizer steps")
+    use_dora: bool = documented(True, "plain LoRA instead of DoRA", flag="--lora", negates=True)
+    resume: bool = documented(False, "continue the run in --out", flag="--resume")
+    context: int = documented(64, "tokens an episode", old_flags=("--ctx",))
+    minutes: float = documented(0.0, "a cap in minutes (0: none)", min=0)
+    name: str | None = documented(None, "a name")
+    extra: dict = documented(help="library callers only", factory=dict, cli=False)
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+
+
+def _toy_app(made: list) -> typer.Typer:
+    app = command_app()
+
+    @config_command(ToyConfig)
+    def toy(config: ToyConfig,
+            json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+        """A toy command."""
+        made.append((config, json_out))
+
+    app.command("toy")(toy)
+    app.command("other")(lambda: None)  # two commands: the group needs the name
+    return app
+
+
+def _run(*args: str) -> tuple[typer.testing.Result, list]:
+    made: list = []
+    result = CliRunner().invoke(_toy_app(made), ["toy", *args], env={"COLUMNS": "80"})
+    return result, made
+
+
+def test_no_flags_make_the_configs_defaults():
+    result, made = _run("--out", "o")
+    assert result.exit_code == 0, result.output
+    assert made == [(ToyConfig(out=Path("o")), False)]
+
+
+def test_each_special_shape_reaches_the_field():
+    result, made = _run("--out", "o", "--lora", "--resume", "--ctx", "32", "--minutes", "1.5", "--name", "n",
+                        "--steps", "5", "--json")
+    assert result.exit_code == 0, result.output
+    assert made == [(ToyConfig(out=Path("o"), steps=5, use_dora=False, resume=True, context=32, minutes=1.5,
+                               name="n"), True)]
+    # a value under the field's own spelling counts when the old one is not given
+    assert _run("--out", "o", "--context", "16")[1][0][0].context == 16
+
+
+@pytest.mark.parametrize("args, says", [(["--minutes", "-1"], "--minutes"), (["--no-resume"], "--no-resume"),
+                                        (["--steps", "x"], "--steps"), ([], "--out")])
+def test_a_bad_flag_is_refused_before_the_command_runs(args, says):
+    result, made = _run(*([] if not args else ["--out", "o"]), *args)
+    assert result.exit_code == 2 and says in result.output and made == []
+
+
+def test_the_configs_own_check_refuses_a_value():
+    result, made = _run("--out", "o", "--steps", "0")
+    assert isinstance(result.exception, ValueError) and "steps must be >= 1" in str(result.exception)
+    assert made == []
+
+
+def test_help_shows_each_fields_help_and_default_and_hides_the_rest():
+    result, _ = _run("--help")
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for spec in dataclasses.fields(ToyConfig):
+        if spec.metadata["cli"]:
+            assert spec.metadata["help"] in text, spec.name
+    assert "--steps <int> optimizer steps [default: 3]" in text and "--lora plain LoRA instead of DoRA" in text
+    assert "--resume continue" in text and "--no-resume" not in text and "--no-lora" not in text
+    assert "--ctx" not in text and "--extra" not in text and "library callers only" not in text
+    assert "<bool>" not in text and "--json print JSON" in text
+
+
+def test_a_field_without_help_is_refused_naming_it():
+    @dataclasses.dataclass
+    class Undocumented:
+        steps: int = documented(3, "optimizer steps")
+        seed: int = 42
+
+    with pytest.raises(TypeError, match=r"Undocumented\.seed has no help text"):
+        config_flags(Undocumented)
+    with pytest.raises(TypeError, match="help text is required"):
+        documented(3)
+
+
+def test_a_new_field_is_a_flag_with_no_second_declaration():
+    @dataclasses.dataclass
+    class Grown(ToyConfig):
+        warmup: int = documented(7, "warm-up steps")
+
+    made: list = []
+    app = command_app()
+    app.command("grown")(config_command(Grown)(lambda config: made.append(config)))
+    app.command("other")(lambda: None)
+    runner = CliRunner()
+    assert "--warmup <int> warm-up steps [default: 7]" in " ".join(
+        runner.invoke(app, ["grown", "--help"], env={"COLUMNS": "80"}).output.split())
+    assert runner.invoke(app, ["grown", "--out", "o", "--warmup", "9"]).exit_code == 0 and made[0].warmup == 9
