@@ -6,13 +6,16 @@ which starts from it), DAgger's student and teacher, divergence scoring. A refer
 * ``embedded``: the packaged SmolLM2-135M-Instruct, de-quantized once from its GGUF into a plain
   Hugging Face folder under ``$PDBGYM_HOME/models`` (``embedded_model_dir``);
 * a local model folder (``config.json`` + weights) or a ``.gguf`` file;
-* an adapter-store name or hash. Given a ``lineage`` (the store a trainer writes to), the stack is
-  merged in memory and its id is the parent id; without one, a resolver registered in
-  ``pdbgym.modelrefs`` (the command line registers the store's) turns it into its merged folder.
+* an adapter-store name or hash, answered by a ``ModelLineage`` (an adapter store seen from below it).
+  Given one (the store a trainer writes to), the stack is merged in memory and its id is the parent id;
+  without one, a lineage registered here (``register_lineage``: the command line registers the default
+  store's) turns the name into its merged folder. Either way one object, one ``claims``, answers.
 
 A server URL (``pdbgym.policyname.is_server_url``) names weights that are not here: it is refused
 with what to pass instead. Nothing is ever downloaded (``local_files_only``). Models come back in eval
-mode, bf16 on CUDA and fp32 elsewhere unless ``dtype`` says otherwise, with sdpa attention.
+mode, bf16 on CUDA and fp32 elsewhere unless ``dtype`` says otherwise, with sdpa attention, on the
+device ``pick_device`` chooses (the one rule for ``auto``). Every tokenizer pdbgym reads is read by
+``load_tokenizer``.
 
 The parent id is what lineage records: the store id of the exact weights loaded (a folder's weights
 hash, registering the folder as a base when new; a stack's top artifact id). Only a ``lineage`` can
@@ -30,7 +33,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pdbgym.errors import PdbgymError
-from pdbgym.modelrefs import local_model_path
 from pdbgym.paths import pdbgym_home
 from pdbgym.policyname import is_server_url
 from pdbgym.versions import NO_HUB_CODE, require
@@ -65,23 +67,71 @@ class ModelLineage(Protocol):
 
     ``where``: the store in words, for error messages. ``claims(ref)``: ``ref`` names a stored
     artifact (a name, a hash, an adapter folder). ``load(ref, device, dtype)``: that artifact's whole
-    stack merged in memory, its id as ``parent_id``. ``parent_of(folder)``: the store id of a model
-    folder's weights, registering the folder as a base when it is new.
+    stack merged in memory, its id as ``parent_id``. ``folder(ref)``: a model folder holding that stack
+    merged (made once, reused). ``parent_of(folder)``: the store id of a model folder's weights,
+    registering the folder as a base when it is new.
     """
 
-    where: str
+    @property
+    def where(self) -> str: ...
 
     def claims(self, ref: str) -> bool: ...
 
     def load(self, ref: str, device: str, dtype: Any) -> LoadedModel: ...
 
+    def folder(self, ref: str) -> Path: ...
+
     def parent_of(self, folder: Path) -> str: ...
 
 
-def default_device() -> str:
+# Lineages whose names every reference may use without being handed one (lower layers, such as a
+# ``--policy`` or an ``--arm``, cannot import the store): the command line registers the default store.
+_LINEAGES: list[ModelLineage] = []
+
+
+def register_lineage(lineage: ModelLineage) -> None:
+    """Let references name ``lineage``'s artifacts anywhere a model is loaded (once; again is a no-op)."""
+    if lineage not in _LINEAGES:
+        _LINEAGES.append(lineage)
+
+
+def registered_lineage(text: str) -> ModelLineage | None:
+    """The registered lineage that claims ``text``; never one for an existing path or a server URL, which
+    name themselves."""
+    if not text or is_server_url(text) or Path(text).expanduser().exists():
+        return None
+    return next((lineage for lineage in _LINEAGES if lineage.claims(text)), None)
+
+
+def is_model_ref(text: str) -> bool:
+    """Whether ``text`` names an artifact of a registered lineage (an existing path never does)."""
+    return registered_lineage(text) is not None
+
+
+def pick_device(device: str | None = "auto") -> str:
+    """The device a model goes to: ``auto`` (or None) is this process's GPU when torch sees one
+    (``cuda:LOCAL_RANK`` under accelerate/torchrun, else ``cuda``), else ``cpu``; any other name as given."""
+    if device not in (None, "auto"):
+        return device
     import torch  # optional: torch (pdbgym[hf])
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:{os.environ['LOCAL_RANK']}" if "LOCAL_RANK" in os.environ else "cuda"
+
+
+def device_problem(device: str) -> str | None:
+    """Why ``device`` names no device torch knows (``cpu``, ``cuda``, ``cuda:1``, ``mps``...; ``auto`` is
+    pdbgym's), or None: checked when a command starts, not when its first model stage does."""
+    import torch  # optional: torch (pdbgym[hf])
+
+    if device == "auto":
+        return None
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        return f"--device {device!r} is not a device torch knows; use cpu, cuda, cuda:N, mps or auto"
+    return None
 
 
 def default_dtype(device: str) -> str:
@@ -90,11 +140,14 @@ def default_dtype(device: str) -> str:
 
 
 def torch_dtype(dtype: Any, device: str) -> Any:
-    """``dtype`` as a torch dtype (a name such as ``float32``, a torch dtype, or None: ``default_dtype``)."""
+    """``dtype`` as a torch dtype (a name such as ``float32``, a torch dtype, or None: ``default_dtype``);
+    ``auto`` stays itself: the dtype the weights were saved in."""
     import torch  # optional: torch (pdbgym[hf])
 
     if dtype is None:
         dtype = default_dtype(device)
+    if dtype == "auto":
+        return dtype
     if isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ModelLoadError(f"dtype {dtype!r} is not a torch dtype; give float32, bfloat16 or float16")
@@ -103,8 +156,8 @@ def torch_dtype(dtype: Any, device: str) -> Any:
 
 
 def model_path(ref: str | os.PathLike[str]) -> Path:
-    """The local path ``ref`` names, unchecked: ``embedded`` -> its folder (made on first use); an
-    adapter-store name with a registered resolver -> its merged folder; anything else -> itself."""
+    """The local path ``ref`` names, unchecked: ``embedded`` -> its folder (made on first use); a name a
+    registered lineage claims -> its merged folder; anything else -> itself."""
     text = str(ref)
     if is_server_url(text):
         raise ModelLoadError(f"{text} is a model server's URL: its weights are not here to load. Give "
@@ -112,7 +165,8 @@ def model_path(ref: str | os.PathLike[str]) -> Path:
                              "command takes one (--policy, --teacher)")
     if text == EMBEDDED:
         return embedded_model_dir()
-    return Path(local_model_path(text)).expanduser()
+    lineage = registered_lineage(text)
+    return lineage.folder(text) if lineage is not None else Path(text).expanduser()
 
 
 def checked_path(ref: str | os.PathLike[str], lineage: ModelLineage | None = None) -> Path:
@@ -136,7 +190,7 @@ def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtyp
     CPU memory) for a model too large for one GPU. A ``.gguf`` file is de-quantized by transformers."""
     if device_map is not None and device_map not in DEVICE_MAPS:
         raise ModelLoadError(f"device map {device_map!r} is not one of {', '.join(DEVICE_MAPS)}")
-    return _load_weights(checked_path(spec), device or default_device(), dtype, device_map)
+    return _load_weights(checked_path(spec), pick_device(device), dtype, device_map)
 
 
 def _load_weights(path: Path, device: str, dtype: Any, device_map: str | None = None) -> Any:
@@ -158,16 +212,17 @@ def _load_weights(path: Path, device: str, dtype: Any, device_map: str | None = 
 
 
 def load_tokenizer(path: Path) -> Any:
-    """The tokenizer shipped with a model folder, or inside a ``.gguf`` file."""
+    """The tokenizer shipped with a model folder (or a tokenizer's own folder), or inside a ``.gguf`` file:
+    the one place pdbgym reads a tokenizer."""
     require("transformers")
     from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
 
-    folder, kwargs = path, {"local_files_only": True}
-    if path.is_file():
-        folder, kwargs["gguf_file"] = path.parent, path.name
+    folder, kwargs = Path(path), {"local_files_only": True}
+    if folder.is_file():
+        folder, kwargs["gguf_file"] = folder.parent, folder.name
     try:
         return AutoTokenizer.from_pretrained(str(folder), **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelLoadError(f"cannot load the tokenizer of {path}: {exc}; a model folder needs its "
                              "tokenizer files beside the weights") from exc
 
@@ -182,7 +237,7 @@ def load_model(ref: str | os.PathLike[str], device: str | None = None, dtype: An
     and registers the folder in ``lineage`` as a base when new); a stack's is always its id.
     """
     text = str(ref)
-    device = device or default_device()
+    device = pick_device(device)
     if lineage is not None and text != EMBEDDED and not is_server_url(text) and lineage.claims(text):
         return lineage.load(text, device, torch_dtype(dtype, device))
     if device_map is not None and device_map not in DEVICE_MAPS:
@@ -222,10 +277,10 @@ def embedded_model_dir() -> Path:
 def _dequantize_into(target: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     require("torch", "transformers", "gguf")
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional: transformers (pdbgym[hf])
+    from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
     source = gguf_package_dir()
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
+    tokenizer = load_tokenizer(source / GGUF_FILE)
     model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE, **NO_HUB_CODE)
     # The de-quantized weights are plain fp32; drop the GGUF marker so they serialize as safetensors.
     model.hf_quantizer = None

@@ -4,7 +4,12 @@
 against the base's id), then, base first, loads each stored adapter with PEFT and merges it
 (``PeftModel.from_pretrained(model, layer).merge_and_unload()``): exactly the weights the top adapter
 was trained against, plus its own delta. A chain with a missing or changed layer is refused, never
-merged around. The tokenizer is the base folder's.
+merged around. The tokenizer is the base folder's. Base and tokenizer are read by the one model loader
+(``pdbgym.modelload``).
+
+``StoreLineage`` is how every layer below the store reaches it: the loader's ``ModelLineage``, handed to
+``load_model`` by a trainer or registered once (``register_store_refs``) so ``--policy``, ``--arm`` and
+``--student`` take store names.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from typing import Any
 from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.fingerprint import weights_hash
 from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
-from pdbgym.adapters.operations import merge_ref, stack_layers
+from pdbgym.adapters.operations import lookup, merge_ref, resolve_parent, stack_layers
+from pdbgym.adapters.peft_format import is_adapter_folder
 from pdbgym.adapters.store import Store
 from pdbgym.home import human, size_of
-from pdbgym.modelrefs import ModelRefResolver, register_model_refs
+from pdbgym.modelload import LoadedModel, load_causal_lm, load_tokenizer, register_lineage
 from pdbgym.paths import pdbgym_home
-from pdbgym.versions import NO_HUB_CODE, require
+from pdbgym.versions import require
 
 
 @dataclass(frozen=True)
@@ -72,21 +78,17 @@ def load_stacked_model(ref: str, store: Store | None = None, device: str = "cpu"
     ``verify_base`` re-hashes the base folder's weights against the id the store recorded (a base
     changed in place at the same file sizes would otherwise be merged onto silently)."""
     require("torch", "transformers", "peft")
-    import torch  # optional: torch (pdbgym[hf])
     from peft import PeftModel  # optional: peft (pdbgym[train])
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional: transformers (pdbgym[hf])
 
     store, node_id, chain, base_path = resolve_chain(ref, store)
     if verify_base and weights_hash(base_path) != chain[0]:
         raise LineageError(f"the base folder {base_path} no longer holds the weights {chain[0][:12]} the store "
                            f"recorded for {store.label(chain[0])}; restore it or register the base again")
     layers = stack_layers(store, store.lineage(node_id))  # re-hashes each stored adapter copy
-    if dtype is None:
-        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype, local_files_only=True, **NO_HUB_CODE).to(device)
+    model = load_causal_lm(base_path, device, dtype)
     for layer in layers:
         model = PeftModel.from_pretrained(model, str(store.object_dir(layer.node_id))).merge_and_unload()
-    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    tokenizer = load_tokenizer(base_path)
     return StackedModel(model.eval(), tokenizer, node_id, chain, base_path)
 
 
@@ -144,14 +146,53 @@ class StageCopies:
                 f"({human(sum(sizes.values()))}: {each}), removed after it (re-merged from the store when used)")
 
 
-_REGISTERED: dict[str | None, Any] = {}
+class StoreLineage:
+    """An adapter store as the model loader's lineage (``pdbgym.modelload.ModelLineage``): store names,
+    hashes and registered adapter folders load as their stack merged in memory (``folder``: merged once into
+    a model folder); a model folder's parent id is its weights' id, the folder registered as a base when new
+    (or the stack a merged folder holds). ``store`` None: the default store, found when asked (so it
+    follows ``$PDBGYM_HOME``)."""
+
+    def __init__(self, store: Store | None = None) -> None:
+        self._store = store
+
+    @property
+    def store(self) -> Store:
+        return self._store if self._store is not None else Store()
+
+    @property
+    def where(self) -> str:
+        return f"the adapter store at {self.store.root}"
+
+    def claims(self, ref: str) -> bool:
+        path = Path(ref).expanduser()
+        if path.exists():
+            return path.is_dir() and is_adapter_folder(path)
+        return is_store_ref(ref, self.store)
+
+    def load(self, ref: str, device: str, dtype: Any) -> LoadedModel:
+        node_id = lookup(self.store, ref)  # an unregistered adapter folder is refused here, with the register command
+        stacked = load_stacked_model(node_id, self.store, device, dtype)
+        return LoadedModel(stacked.model, stacked.tokenizer, stacked.node_id, self.store.label(node_id), None)
+
+    def folder(self, ref: str) -> Path:
+        return materialize_ref(ref, self.store)
+
+    def parent_of(self, folder: Path) -> str:
+        if not folder.is_dir():
+            raise AdapterError(f"{folder} is a single file; the adapter store records bases as Hugging Face model "
+                               "folders: give the folder (config.json + weights), 'embedded', or a store reference")
+        return resolve_parent(self.store, str(folder), [])
+
+
+_REGISTERED: dict[str | None, StoreLineage] = {}
 
 
 def register_store_refs(store_root: Path | None = None) -> None:
     """Let ``--policy``, ``--arm NAME=REF`` and ``--student`` take names and hashes of this store
-    (default: ``$PDBGYM_HOME/adapters``). Registering one store twice is a no-op."""
+    (default: ``$PDBGYM_HOME/adapters``), through ``pdbgym.modelload.register_lineage``. Registering one
+    store twice is a no-op."""
     key = str(store_root) if store_root is not None else None
     if key not in _REGISTERED:
-        _REGISTERED[key] = ModelRefResolver(lambda text: is_store_ref(text, Store(store_root)),
-                                            lambda text: materialize_ref(text, Store(store_root)))
-    register_model_refs(_REGISTERED[key])
+        _REGISTERED[key] = StoreLineage(Store(store_root) if store_root is not None else None)
+    register_lineage(_REGISTERED[key])

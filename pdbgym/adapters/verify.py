@@ -20,7 +20,8 @@ from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.fingerprint import weights_hash
 from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
 from pdbgym.fileio import write_json_atomic
-from pdbgym.versions import NO_HUB_CODE, require
+from pdbgym.modelload import load_causal_lm
+from pdbgym.versions import require
 
 # Relative logit error allowed per weight dtype: float32 merges differ from PEFT's only by summation order;
 # 16-bit weights are rounded once by us and once per layer by PEFT.
@@ -68,9 +69,8 @@ def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) ->
     require("torch", "transformers", "peft")
     import torch  # optional: torch (pdbgym[hf])
     from peft import PeftModel  # optional: peft (pdbgym[train])
-    from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype="auto", **NO_HUB_CODE)
+    model = load_causal_lm(base_path, "cpu", dtype="auto")
     for position, adapter_dir in enumerate(adapter_dirs):
         model = PeftModel.from_pretrained(model, adapter_dir)
         if position < len(adapter_dirs) - 1:
@@ -86,9 +86,8 @@ def plain_logits(model_path: Path, input_ids: Any) -> tuple[Any, str]:
     """Logits (batch, tokens, vocab) of a plain model folder, and its weights' dtype name."""
     require("torch", "transformers")
     import torch  # optional: torch (pdbgym[hf])
-    from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto", **NO_HUB_CODE).eval()
+    model = load_causal_lm(model_path, "cpu", dtype="auto")
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     with torch.no_grad():
         logits = model(input_ids=input_ids).logits.float()

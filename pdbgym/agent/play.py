@@ -9,7 +9,7 @@ from pathlib import Path
 from pdbgym.agent.backends.base import BackendError, SamplingParams
 from pdbgym.agent.jobs import EpisodeJob
 from pdbgym.agent.loop import AgentConfig, run_episode
-from pdbgym.agent.policies import PolicySpec, build_backend, load_tokenizer, parse_policy, tool_format_for
+from pdbgym.agent.policies import PolicySpec, build_backend, parse_policy, tokenizer_named, tool_format_for
 from pdbgym.agent.policy import Policy
 from pdbgym.agent.runner import run_job, run_to_end
 from pdbgym.agent.turns import ActionPolicyTurns
@@ -61,7 +61,7 @@ def play_episode(task: Task, policy: str, env_config: EnvConfig, transcript_path
         if spec.generates_tokens:
             build_backend(spec)
         else:
-            load_tokenizer(spec.tokenizer)
+            tokenizer_named(spec.tokenizer)
     except BackendError as exc:
         raise PdbgymError(f"policy '{policy}': {exc}") from exc
     agent = AgentConfig(sampling=sampling or SamplingParams(), dataset="run")
@@ -80,7 +80,7 @@ def play_policy(task: Task, policy: Policy, env_config: EnvConfig | None = None,
     ``tokenizer`` (``embedded`` or a folder) tokenizes the policy's turns for the record. Failures and
     Ctrl-C end the episode as ``play_episode`` describes; the transcript is written when a path is given.
     """
-    loaded = load_tokenizer(tokenizer)
+    loaded = tokenizer_named(tokenizer)
     tool_format = tool_format_for(PolicySpec(kind="scripted", tokenizer=tokenizer), loaded)
     turns = ActionPolicyTurns(policy, loaded, tool_format, policy.name)
     env = DebugEnv(task, env_config, sandbox)

@@ -26,7 +26,7 @@ from pdbgym.agent.room import check_context_room
 from pdbgym.agent.scripted import ScriptedPolicy
 from pdbgym.agent.toolcalls import FORMATS, detect_format
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns, TurnSource
-from pdbgym.modelrefs import is_model_ref, local_model_path
+from pdbgym.modelload import ModelLoadError, is_model_ref, load_tokenizer, model_path
 from pdbgym.policyname import (
     ACTION_POLICIES,
     CONSTRAINED_PREFIX,
@@ -37,7 +37,6 @@ from pdbgym.policyname import (
     split_constrained,
 )
 from pdbgym.tasks.model import Task
-from pdbgym.versions import require
 
 SERVER_APIS = ("auto", "chat", "sglang")
 _BACKENDS: dict[PolicySpec, Backend] = {}
@@ -84,30 +83,31 @@ def parse_policy(text: str, **options: Any) -> PolicySpec:
         return PolicySpec(kind=kind, target=text, **options)
     if kind == "path":
         if is_model_ref(text):  # an adapter-store name: its merged lineage, as a folder
-            return PolicySpec(kind=kind, target=local_model_path(text), **options)
+            return PolicySpec(kind=kind, target=str(model_path(text)), **options)
         if not Path(text).expanduser().exists():
             raise BackendError(f"--policy {text!r} is not {POLICY_CHOICES}")
         return PolicySpec(kind=kind, target=str(Path(text).expanduser().resolve()), **options)
     return PolicySpec(kind=kind, **options)
 
 
-def load_tokenizer(name: str) -> Any:
-    """A tokenizer by name (``embedded`` or a folder), loaded once per process."""
+def tokenizer_named(name: str) -> Any:
+    """A tokenizer by name (``embedded``: the copy shipped with pdbgym, or a folder), loaded once per
+    process by the one tokenizer reader (``pdbgym.modelload.load_tokenizer``)."""
     if name not in _TOKENIZERS:
-        _TOKENIZERS[name] = _load_tokenizer(name)
+        _TOKENIZERS[name] = _read_tokenizer(name)
     return _TOKENIZERS[name]
 
 
-def _load_tokenizer(name: str) -> Any:
+def _read_tokenizer(name: str) -> Any:
     if name == "embedded":
         return load_embedded_tokenizer()
     folder = Path(name).expanduser()
     if not folder.is_dir():
         raise BackendError(f"tokenizer folder {folder} does not exist; pass --tokenizer embedded or a folder")
-    require("transformers")
-    from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
-
-    return AutoTokenizer.from_pretrained(folder)
+    try:
+        return load_tokenizer(folder)
+    except ModelLoadError as exc:
+        raise BackendError(str(exc)) from exc
 
 
 def build_backend(spec: PolicySpec) -> Backend:
@@ -129,7 +129,7 @@ def build_backend(spec: PolicySpec) -> Backend:
 def _connect(spec: PolicySpec) -> Backend:
     if spec.api not in SERVER_APIS:
         raise BackendError(f"--api must be one of {SERVER_APIS}, got {spec.api!r}")
-    tokenizer = load_tokenizer(spec.tokenizer)
+    tokenizer = tokenizer_named(spec.tokenizer)
     api = spec.api
     if api == "auto":
         try:
@@ -154,7 +154,7 @@ def tool_format_for(spec: PolicySpec, tokenizer: Any) -> str:
 def build_turns(spec: PolicySpec, params: SamplingParams) -> tuple[TurnSource, str]:
     """A fresh turn source for one episode and its tool-call format."""
     if spec.kind in ACTION_POLICIES:
-        tokenizer = load_tokenizer(spec.tokenizer)
+        tokenizer = tokenizer_named(spec.tokenizer)
         fmt = tool_format_for(spec, tokenizer)
         return ActionPolicyTurns(_action_policy(spec.kind), tokenizer, fmt, spec.kind), fmt
     backend = build_backend(spec)

@@ -35,6 +35,7 @@ from pdbgym.divergence.pipeline import Execution
 from pdbgym.divergence.sampling import generate_samples, with_own_logprobs
 from pdbgym.divergence.scoring import ScoringConfig, plan_record_batches, record_lengths, score_records
 from pdbgym.errors import PdbgymError
+from pdbgym.modelload import pick_device
 from pdbgym.policyname import is_server_url
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
@@ -130,10 +131,10 @@ def compare_on_devices(config: DivergenceConfig, run_here: RunHere) -> Divergenc
 def _device_of(config: DivergenceConfig, local_rank: int, world: int) -> str:
     import torch  # optional: torch (pdbgym[hf])
 
-    wanted = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    wanted = config.device or pick_device()
     if wanted == "cpu":
         return "cpu"
-    if wanted != "cuda":
+    if config.device not in (None, "cuda"):
         raise DevicesError(f"--device {wanted} with several devices: give --device cuda (rank r uses "
                            "cuda:r) or cpu")
     if torch.cuda.device_count() < world:

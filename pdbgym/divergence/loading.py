@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.modelload import ModelLoadError, model_path
+from pdbgym.modelload import ModelLoadError, load_tokenizer, model_path
 from pdbgym.rollouts.record import RolloutRecord, declared_fingerprints, tokenizer_fingerprint
-from pdbgym.versions import require
 
 # Config fields that change logits after the lm_head; scoring without them would be silently wrong.
 _UNSUPPORTED_LOGIT_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
@@ -57,18 +56,11 @@ def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> Any | None:
     """The tokenizer shipped beside a local model (its folder, or the .gguf file itself); None when it
     has none or it cannot be read (then only the vocabulary size can be checked)."""
     path = model_path(spec)  # 'embedded' and adapter-store names included
-    folder, gguf = (path.parent, path.name) if path.is_file() else (path, None)
-    if gguf is None and not any((folder / name).exists() for name in _TOKENIZER_FILES):
+    if path.is_dir() and not any((path / name).exists() for name in _TOKENIZER_FILES):
         return None
-    require("transformers")
-    from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
-
     try:
-        kwargs: dict[str, Any] = {"local_files_only": True}
-        if gguf is not None:
-            kwargs["gguf_file"] = gguf
-        return AutoTokenizer.from_pretrained(str(folder), **kwargs)
-    except (OSError, ValueError, KeyError, TypeError):
+        return load_tokenizer(path)
+    except ModelLoadError:
         return None
 
 

@@ -25,7 +25,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.fileio import write_json_atomic
 from pdbgym.interrupts import Interrupted, deferred
-from pdbgym.modelrefs import is_model_ref
+from pdbgym.modelload import is_model_ref
 from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind, split_constrained
 from pdbgym.rollouts.cache import append_records
 from pdbgym.rollouts.record import RolloutRecord

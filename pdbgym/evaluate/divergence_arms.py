@@ -107,7 +107,7 @@ def local_model_of(model: str) -> tuple[str | None, str]:
     """(path of the arm's local model, "") or (None, why the arm has none).
 
     A model folder or ``.gguf`` is itself; ``embedded`` is the de-quantized SmolLM2 folder; a registered
-    model reference (``pdbgym.modelrefs``: adapter-store names) is materialized to its merged folder.
+    model reference (an adapter-store name a registered lineage claims, ``pdbgym.modelload.model_path``) is materialized to its merged folder.
     """
     kind = policy_kind(model)
     if split_constrained(model)[1]:

@@ -13,7 +13,7 @@ import sys
 import pytest
 from homefixtures import fresh_home
 
-from pdbgym.agent.policies import load_tokenizer
+from pdbgym.agent.policies import tokenizer_named
 from pdbgym.agent.room import check_context_room, first_prompt_tokens
 from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
@@ -52,7 +52,7 @@ def test_the_first_prompt_is_measured_on_the_longest_task(smol_tokenizer, tiny_t
 @pytest.mark.slow
 def test_eval_refuses_a_context_cap_below_the_first_prompt_before_any_episode(tiny_task, tmp_path):
     home = fresh_home(tmp_path / "home")
-    prompt = first_prompt_tokens(load_tokenizer("embedded"), "text", tiny_task)
+    prompt = first_prompt_tokens(tokenizer_named("embedded"), "text", tiny_task)
     out = tmp_path / "c"
     result = pdbgym(home, "eval", "--tasks", str(tiny_task.path), "--arm", "ref=scripted", "--runs", "1",
                     "--out", str(out), "--max-context-tokens", "200")
@@ -67,7 +67,7 @@ def test_eval_refuses_a_context_cap_below_the_first_prompt_before_any_episode(ti
 def test_a_model_arm_needs_room_for_a_full_turn(tiny_task, tiny_model_dir, tmp_path):
     """A sampled turn may take --max-new-tokens: the prompt fits but a full turn does not."""
     home = fresh_home(tmp_path / "home")
-    prompt = first_prompt_tokens(load_tokenizer(str(tiny_model_dir)), "text", tiny_task)
+    prompt = first_prompt_tokens(tokenizer_named(str(tiny_model_dir)), "text", tiny_task)
     cap = prompt + 100
     out = tmp_path / "c"
     result = pdbgym(home, "eval", "--tasks", str(tiny_task.path), "--arm", f"m={tiny_model_dir}", "--runs", "1",

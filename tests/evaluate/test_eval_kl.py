@@ -222,13 +222,13 @@ def test_a_teacher_cache_of_other_tasks_is_refused_before_any_episode(setup, tin
 
 def test_an_adapter_store_reference_is_scored_as_the_model_it_names(setup, tmp_path, monkeypatch):
     """A store name, resolved by the store's real resolver, gives the numbers of the folder it stands for."""
-    from pdbgym import modelrefs
+    from pdbgym import modelload
     from pdbgym.adapters.operations import register_path
     from pdbgym.adapters.stacked import register_store_refs
     from pdbgym.adapters.store import Store
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
-    monkeypatch.setattr(modelrefs, "_RESOLVERS", [])
+    monkeypatch.setattr(modelload, "_LINEAGES", [])
     register_path(Store(tmp_path / "store"), setup / "student", None, ["kl-student"], None)
     register_store_refs(tmp_path / "store")
     result = arm_divergence({"stored": "kl-student", "folder": str(setup / "student"), "gone": "no-such-name"},

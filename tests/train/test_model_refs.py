@@ -14,12 +14,12 @@ from pdbgym.train.sft.config import SFTTrainConfig
 @pytest.fixture
 def trained(tmp_path, monkeypatch, smol_tokenizer, tiny_model_dir):
     """A one-step LoRA adapter registered as ``ref-sft`` in a fresh store; the store's resolver registered."""
-    from pdbgym import modelrefs
+    from pdbgym import modelload
     from pdbgym.adapters.stacked import register_store_refs
     from pdbgym.train.sft.trainer import train_sft
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
-    monkeypatch.setattr(modelrefs, "_RESOLVERS", [])
+    monkeypatch.setattr(modelload, "_LINEAGES", [])
     records = [episode_record(smol_tokenizer, "t1", [("b calc.py:3", "Breakpoint"), ("submit", "graded")])]
     build_corpus(CorpusConfig(caches=[write_records(tmp_path / "cache", records)], out=tmp_path / "corpus"))
     config = SFTTrainConfig(base=str(tiny_model_dir), data=tmp_path / "corpus", out=tmp_path / "sft", rank=2,

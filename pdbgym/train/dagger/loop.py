@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from pdbgym.modelload import pick_device
 from pdbgym.train.dagger.checks import check_names_free, check_teacher, load_tasks
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.dagger.labels import label_episodes, write_labels
@@ -33,7 +34,6 @@ from pdbgym.train.dagger.play import play_iteration
 from pdbgym.train.dagger.policy import load_policy
 from pdbgym.train.dagger.report import DaggerResult, IterationRow, write_iterations, write_report
 from pdbgym.train.dagger.scores import kl_to_cache, val_pass1
-from pdbgym.train.sft.base import pick_device
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.trainer import train_sft
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pdbgym.adapters.stacked import StoreLineage
 from pdbgym.adapters.store import Store
 from pdbgym.agent.backends.hf import HFBackend
 from pdbgym.agent.backends.sglang import SGLangBackend
-from pdbgym.agent.policies import load_tokenizer
+from pdbgym.agent.policies import tokenizer_named
 from pdbgym.modelload import EMBEDDED, EMBEDDED_NAME, load_model
 from pdbgym.policyname import is_server_url
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.errors import DaggerError
-from pdbgym.train.sft.base import StoreLineage
 
 
 @dataclass
@@ -37,7 +37,7 @@ def load_policy(ref: str, config: DaggerConfig, device: str, name: str | None = 
                           "cannot label the student's states; give --teacher a model ('embedded', a folder, an "
                           "adapter-store reference) or an SGLang server URL")
     if is_server_url(ref):
-        return Policy(SGLangBackend.connect(ref, load_tokenizer(config.tokenizer)), ref)
+        return Policy(SGLangBackend.connect(ref, tokenizer_named(config.tokenizer)), ref)
     loaded = load_model(ref, device, lineage=StoreLineage(Store(config.store)))
     if ref == EMBEDDED:
         return Policy(HFBackend(loaded.model, loaded.tokenizer, EMBEDDED_NAME), EMBEDDED)

@@ -42,6 +42,7 @@ from pdbgym.episode_defaults import EpisodeSettings, episode_defaults_for
 from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import write_json_atomic
+from pdbgym.modelload import device_problem
 from pdbgym.tasks.families import write_family
 from pdbgym.tasks.splits import load_splits, make_splits, write_splits
 from pdbgym.tasks.suites import resolve_tasks
@@ -63,7 +64,6 @@ from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.trainer import OUTCOMES_FILE, RECIPE_STATE_FILE, STEPS_FILE
 from pdbgym.train.quiet import quiet_future_warnings
-from pdbgym.train.sft.base import device_problem
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.resume import is_finished, read_train_record
 from pdbgym.train.sft.trainer import train_sft

@@ -11,6 +11,7 @@ from pdbgym.adapters.store import Store
 from pdbgym.agent.loop import check_tool_turns
 from pdbgym.agent.toolcalls import detect_format
 from pdbgym.errors import PdbgymError
+from pdbgym.modelload import pick_device
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.inputs import load_tasks, recipe_parts
 from pdbgym.train.grpo.rewards import RewardConfig
@@ -23,7 +24,7 @@ from pdbgym.train.grpo.trainer import (
     make_callbacks,
     set_quiet_trl,
 )
-from pdbgym.train.sft.base import pick_device, resolve_base, world_size
+from pdbgym.train.sft.base import resolve_base, world_size
 from pdbgym.versions import require_training
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from pdbgym.adapters.store import Store
 from pdbgym.fileio import append_jsonl
 from pdbgym.interrupts import Interrupted
+from pdbgym.modelload import pick_device
 from pdbgym.train import seams
 from pdbgym.train.checkpoints import (
     TENSORBOARD_DIR,
@@ -39,7 +40,7 @@ from pdbgym.train.checkpoints import (
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
 from pdbgym.train.errors import TrainError
 from pdbgym.train.gradguard import GradientGuard, guard_callback
-from pdbgym.train.sft.base import BaseModel, pick_device, resolve_base, world_size
+from pdbgym.train.sft.base import BaseModel, resolve_base, world_size
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.register import SFTResult, finished_result, record_run
 from pdbgym.train.sft.resume import (
