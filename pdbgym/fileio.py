@@ -1,5 +1,5 @@
 """Atomic file writes: a reader sees the old file or the new one, never a half-written one; JSONL logs
-grow by whole lines."""
+grow by whole lines, and one reader reads them back."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+from pdbgym.errors import PdbgymError
 
 
 def _read_umask() -> int:
@@ -71,10 +74,71 @@ def write_json_atomic(path: Path, data: Any, *, indent: int = 1, sort_keys: bool
 
 def append_jsonl(path: Path, rows: list[Any], *, sort_keys: bool = False) -> None:
     """Append ``rows`` to the JSONL log ``path`` in one write of whole lines, flushed to disk: a crash leaves
-    whole lines, or a cut last line that readers of these logs skip."""
+    whole lines, or a cut last line that ``read_jsonl`` skips."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        handle.write("".join(json.dumps(row, sort_keys=sort_keys) + "\n" for row in rows))
+    with open(path, "a+b") as handle:
+        # After a cut last line the first new row starts a line of its own, so only the cut one is lost.
+        text = ("\n" if _ends_mid_line(handle) else "") + "".join(json.dumps(row, sort_keys=sort_keys) + "\n"
+                                                                 for row in rows)
+        handle.write(text.encode())
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _ends_mid_line(handle: BinaryIO) -> bool:
+    """Whether the binary file ``handle`` has bytes after its last newline (appends still go to the end)."""
+    end = handle.seek(0, os.SEEK_END)
+    if end == 0:
+        return False
+    handle.seek(end - 1)
+    return handle.read(1) != b"\n"
+
+
+class JsonlError(PdbgymError):
+    """A line of a JSONL file that must be whole is not a JSON object: ``where`` (``path:line``) and why."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where, self.reason = where, reason
+
+
+@dataclass
+class JsonlRows:
+    """What a JSONL file holds: ``rows``, each line's JSON object in file order; ``numbers``, each row's line
+    number (from 1, for messages); ``torn``, lines that were not a JSON object and were skipped."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    torn: int = 0
+
+
+def read_jsonl(path: Path, *, strict: bool = False) -> JsonlRows:
+    """The one JSONL reader: every line's JSON object, blank lines skipped; a missing file holds none.
+
+    A line that is not a JSON object is counted in ``torn`` and skipped: a kill can cut the last line of
+    an ``append_jsonl``, and the next append starts a fresh line, so a cut line can sit anywhere in a log.
+    ``strict``: such a line is a ``JsonlError`` naming the file and line instead (a file a person wrote,
+    or one whose content is hashed)."""
+    path = Path(path)
+    found = JsonlRows()
+    if not path.is_file():
+        return found
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if strict:
+                raise JsonlError(f"{path}:{number}", f"not JSON ({exc})") from exc
+            found.torn += 1
+            continue
+        if not isinstance(row, dict):
+            if strict:
+                raise JsonlError(f"{path}:{number}", f"a line must hold a JSON object, not {type(row).__name__}")
+            found.torn += 1
+            continue
+        found.rows.append(row)
+        found.numbers.append(number)
+    return found

@@ -16,7 +16,6 @@ was trained over the lost layer, whose recorded parent hash stays unmatched.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from pdbgym.adapters.errors import AdapterError
 from pdbgym.adapters.files import read_json
 from pdbgym.adapters.peft_format import adapter_content_hash, load_adapter
+from pdbgym.fileio import JsonlError, read_jsonl
 
 DEFAULT_VAL_LOSS_TOLERANCE = 0.005
 
@@ -93,16 +93,17 @@ def validation_curve(candidate: Path, metrics: Path | None) -> tuple[list[tuple[
     last_step = 0
     if path.suffix == ".jsonl":
         curve = []
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
+        try:
+            found = read_jsonl(path, strict=True)
+        except JsonlError as exc:
+            raise AdapterError(f"{exc.where}: expected {{'step': int, 'val_loss': float}} ({exc.reason}).") from exc
+        for number, row in zip(found.numbers, found.rows, strict=True):
             try:
-                row = json.loads(line)
                 loss = row.get("val_loss", row.get("eval_loss"))
                 last_step = max(last_step, int(row["step"]))
                 if loss is not None:
                     curve.append((int(row["step"]), float(loss)))
-            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError) as exc:
                 raise AdapterError(f"{path}:{number}: expected {{'step': int, 'val_loss': float}} ({exc}).") from exc
     else:
         state = read_json(path, "training state")

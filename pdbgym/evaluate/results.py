@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import append_jsonl, write_json_atomic
+from pdbgym.fileio import append_jsonl, read_jsonl, write_json_atomic
 
 CONFIG_FILE = "campaign.json"
 EPISODES_FILE = "episodes.jsonl"
@@ -115,15 +115,13 @@ class ResultsStore:
         return json.loads(config_file.read_text())["config"]
 
     def rows(self) -> list[EpisodeRow]:
-        path = self.out_dir / EPISODES_FILE
-        if not path.is_file():
-            return []
         rows: dict[tuple[str, str, int], EpisodeRow] = {}
-        for line in path.read_text().splitlines():
+        # A line cut short by a kill is skipped by read_jsonl: that episode simply reruns.
+        for fields in read_jsonl(self.out_dir / EPISODES_FILE).rows:
             try:
-                row = EpisodeRow(**json.loads(line))
-            except (json.JSONDecodeError, TypeError):
-                continue  # a line cut short by a kill: that episode simply reruns
+                row = EpisodeRow(**fields)
+            except TypeError:  # a row of another shape
+                continue
             rows.setdefault(row.key, row)
         return list(rows.values())
 

@@ -10,14 +10,13 @@ the expected inflation.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.stats import winners_curse_inflation
-from pdbgym.fileio import append_jsonl
+from pdbgym.fileio import append_jsonl, read_jsonl
 from pdbgym.paths import pdbgym_home
 
 
@@ -42,13 +41,11 @@ class SelectionLedger:
         self.path = path or pdbgym_home() / "selection-ledger.jsonl"
 
     def entries(self) -> list[Selection]:
-        if not self.path.is_file():
-            return []
         found = []
-        for line in self.path.read_text().splitlines():
+        for row in read_jsonl(self.path).rows:
             try:
-                found.append(Selection(**json.loads(line)))
-            except (json.JSONDecodeError, TypeError):
+                found.append(Selection(**row))
+            except TypeError:  # a row of another shape
                 continue
         return found
 

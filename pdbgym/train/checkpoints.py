@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import write_text_atomic
+from pdbgym.fileio import read_jsonl, write_text_atomic
 from pdbgym.train.seams import tensorboard_callback_class
 
 TRAINER_STATE = "trainer_state.json"
@@ -64,8 +64,8 @@ def drop_checkpoints_after(folder: Path, step: int) -> list[Path]:
 def forget_steps_after(path: Path, step: int) -> None:
     """Drop JSONL rows whose ``step`` exceeds ``step``: a killed run's unsaved steps are played again."""
     if path.is_file():
-        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        write_text_atomic(path, "".join(line + "\n" for line in kept))
+        kept = [row for row in read_jsonl(path).rows if row["step"] <= step]
+        write_text_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
 def logged_history(checkpoint: Path | str) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from pdbgym.agent.policies import tokenizer_named
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import write_json_atomic, write_text_atomic
+from pdbgym.fileio import read_jsonl, write_json_atomic, write_text_atomic
 from pdbgym.rollouts.cache import iter_cache
 from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
 from pdbgym.rollouts.validate import validate_record
@@ -236,7 +236,7 @@ def load_corpus(path: Path | str) -> Corpus:
         raise CorpusError(f"{folder} is not a corpus folder (needs {MANIFEST_FILE} and {EXAMPLES_FILE}); "
                           "build one with `pdbgym train corpus`")
     manifest = json.loads(manifest_path.read_text())
-    rows = [json.loads(line) for line in examples_path.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(examples_path, strict=True).rows
     examples = [Example(**{k: row[k] for k in Example.__dataclass_fields__}) for row in rows]
     actual = corpus_hash(examples)
     if actual != manifest.get("content_hash"):

@@ -16,11 +16,11 @@ does not extend the rendering of a shorter one (e.g. one that rewrites earlier t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import JsonlError, read_jsonl
 from pdbgym.train.corpus.example import Example
 
 MESSAGE_KEYS = ("messages", "history", "trajectory")
@@ -31,9 +31,7 @@ class ChatFormatError(PdbgymError):
     """A JSONL trajectory line does not have an accepted shape, or its template cannot be segmented."""
 
 
-def _messages_of(row: Any, where: str) -> list[dict[str, str]]:
-    if not isinstance(row, dict):
-        raise ChatFormatError(f"{where}: expected a JSON object, got {type(row).__name__}")
+def _messages_of(row: dict[str, Any], where: str) -> list[dict[str, str]]:
     key = next((k for k in MESSAGE_KEYS if k in row), None)
     if key is None or not isinstance(row[key], list):
         raise ChatFormatError(f"{where}: no message list under any of {MESSAGE_KEYS}")
@@ -99,14 +97,12 @@ def tokenize_conversation(messages: list[dict[str, str]], tokenizer: Any, where:
 def read_chat_jsonl(path: Path, tokenizer: Any) -> list[Any]:
     """Examples (``pdbgym.train.corpus.build.Example``) from one JSONL file; errors name the file and line."""
     examples = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+    try:
+        found = read_jsonl(path, strict=True)
+    except JsonlError as exc:
+        raise ChatFormatError(str(exc)) from exc
+    for number, row in zip(found.numbers, found.rows, strict=True):
         where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ChatFormatError(f"{where}: not JSON ({exc})") from exc
         messages = _messages_of(row, where)
         ids, mask = tokenize_conversation(messages, tokenizer, where)
         instance_id = str(row.get("instance_id") or f"{Path(path).stem}:{number}")

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pdbgym.fileio import write_json_atomic
+from pdbgym.fileio import read_jsonl, write_json_atomic
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.report import write_training_report
 
@@ -49,9 +48,7 @@ def write_iterations(out: Path, rows: list[IterationRow]) -> None:
 def write_report(out: Path, config: DaggerConfig, result: DaggerResult, fingerprint: str) -> Path:
     history = []
     for row in result.rows:
-        metrics = out / f"iter{row.iteration}" / "sft" / "metrics.jsonl"
-        for line in metrics.read_text().splitlines() if metrics.is_file() else []:
-            entry = json.loads(line)
+        for entry in read_jsonl(out / f"iter{row.iteration}" / "sft" / "metrics.jsonl").rows:
             history.append({"step": entry["step"], f"iter{row.iteration}_loss": entry.get("loss")}
                            if "loss" in entry else {})
     history = [h for h in history if h]

@@ -20,6 +20,7 @@ import numpy as np
 
 from pdbgym.evaluate.results import ResultsStore
 from pdbgym.evaluate.stats import estimate_mean, wilson_interval
+from pdbgym.fileio import read_jsonl
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung
 from pdbgym.tasks.suites import resolve_tasks
@@ -31,7 +32,6 @@ from pdbgym.train.experiment.recipe import departure_rows
 from pdbgym.train.experiment.report_html import markdown_page
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
-from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.spread import spread_steps
 from pdbgym.train.grpo.trainer import OUTCOMES_FILE
 
@@ -350,8 +350,8 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
     kl = _load(out / "kl.json").get("arms", {})
     validity = _load(out / "validity.json")
     run = _load(out / "grpo" / "grpo_run.json")
-    rows, _ = read_jsonl(out / "grpo" / "steps.jsonl")
-    gates, _ = read_jsonl(out / "grpo" / "gates.jsonl")
+    rows = read_jsonl(out / "grpo" / "steps.jsonl").rows
+    gates = read_jsonl(out / "grpo" / "gates.jsonl").rows
     per_step = config.grpo.group * config.grpo.tasks_per_step
     lines = [f"# Experiment {config.name}" + (" (quick profile: smoke test)" if config.quick else ""), "",
              *smoke_test_lines(config),
@@ -373,7 +373,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
          f"{fmt(r.get('engine/busy_s'), '.1f')} ({fmt(r.get('engine/prefill_s'), '.1f')})",
          fmt(r.get("engine/live_rows"), ".1f")] for r in rows]) + [""]
     check = learning_check(rows, per_step)
-    outcomes = read_jsonl(out / "grpo" / OUTCOMES_FILE)[0]
+    outcomes = read_jsonl(out / "grpo" / OUTCOMES_FILE).rows
     notes = spread_lines(outcomes, run, len(rows))
     stopped_at = (run.get("nonfinite") or {}).get("stopped_at")
     if rows and len(rows) < config.grpo.steps:

@@ -41,7 +41,7 @@ from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.episode_defaults import EpisodeSettings, episode_defaults_for
 from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
-from pdbgym.fileio import write_json_atomic
+from pdbgym.fileio import read_jsonl, write_json_atomic
 from pdbgym.modelload import device_problem
 from pdbgym.tasks.families import write_family
 from pdbgym.tasks.splits import load_splits, make_splits, write_splits
@@ -60,7 +60,6 @@ from pdbgym.train.experiment.heldout import (
 )
 from pdbgym.train.experiment.report import write_experiment_report
 from pdbgym.train.grpo.config import GRPORunConfig
-from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.trainer import OUTCOMES_FILE, RECIPE_STATE_FILE, STEPS_FILE
 from pdbgym.train.quiet import quiet_future_warnings
@@ -350,7 +349,7 @@ def _matched(config: ExperimentConfig, out: Path, device: str) -> dict[str, Any]
     recipe, folder = record["recipe"], out / "matched"
     if not read_matched(out):
         write_matched_corpus(
-            out / "corpus", read_jsonl(out / "grpo" / OUTCOMES_FILE)[0], folder,
+            out / "corpus", read_jsonl(out / "grpo" / OUTCOMES_FILE).rows, folder,
             anchor=float(recipe["anchor_weight"]) if recipe.get("anchor_data") else 0.0,
             anchor_batch=int(recipe["anchor_batch"]), anchor_decay_steps=int(recipe["anchor_decay_steps"]),
             anchor_max_tokens=int(recipe["anchor_max_tokens"]), replay_max_tokens=int(recipe["max_context_tokens"]))
@@ -402,7 +401,7 @@ def grpo_minutes_left(max_minutes: float, folder: Path, last: str | None) -> flo
     the steps kept by the checkpoint it resumes from (steps after it are played again)."""
     if max_minutes <= 0:
         return 0.0
-    rows, _ = read_jsonl(folder / STEPS_FILE)
+    rows = read_jsonl(folder / STEPS_FILE).rows
     kept = checkpoint_step(last) if last else 0
     spent = sum(float(r.get("step_time", 0.0)) for r in rows if int(r.get("step", 0)) <= kept) / 60
     return max(max_minutes - spent, 1e-3)

@@ -10,10 +10,9 @@ from typing import Any
 
 from pdbgym.adapters.store import Store
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
-from pdbgym.fileio import write_json_atomic
+from pdbgym.fileio import read_jsonl, write_json_atomic
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.config import GRPORunConfig
-from pdbgym.train.grpo.report import read_jsonl
 from pdbgym.train.grpo.spread import spread_steps
 from pdbgym.train.grpo.trainer import GATES_FILE, OUTCOMES_FILE, STEPS_FILE
 from pdbgym.train.grpo.valgate import read_gates
@@ -33,8 +32,8 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[A
     adapter_dir.mkdir(parents=True)
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         shutil.copy2(source / name, adapter_dir / name)
-    rows, _ = read_jsonl(config.out / STEPS_FILE)
-    spread = signal_counts(rows, read_jsonl(config.out / OUTCOMES_FILE)[0])
+    rows = read_jsonl(config.out / STEPS_FILE).rows
+    spread = signal_counts(rows, read_jsonl(config.out / OUTCOMES_FILE).rows)
     signal = spread["reward_signal_steps"]
     registered = signal > 0 or config.register_without_signal
     node_id = _register(config, adapter_dir, base.parent_id) if registered else None

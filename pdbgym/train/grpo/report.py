@@ -16,6 +16,7 @@ from typing import Any
 
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.selection import SelectionLedger
+from pdbgym.fileio import read_jsonl
 from pdbgym.reportkit import Link, pct_interval
 from pdbgym.termination import transcript_grading, verdict_refused
 from pdbgym.train.gradguard import skipped_steps
@@ -52,18 +53,6 @@ MEANINGS = {
               "policy's own signal), and groups whose only spread came from a replayed trajectory scoring apart from "
               "the played episodes (TRL's frac_reward_zero_std counts both).",
 }
-
-
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The rows of a JSONL file and how many lines did not parse (a kill can tear the last one)."""
-    rows, torn = [], 0
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                torn += 1
-    return rows, torn
 
 
 def _with_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -154,7 +143,7 @@ def _gate_rows(out: Path, gates: list[dict[str, Any]], checkpoints: dict[int, Pa
 
 
 def _step_rows(out: Path, rows: list[dict[str, Any]], checkpoints: dict[int, Path], finished: bool) -> list[dict[str, Any]]:
-    spread = {int(row["step"]): step_spread(row) for row in read_jsonl(out / OUTCOMES_FILE)[0]}
+    spread = {int(row["step"]): step_spread(row) for row in read_jsonl(out / OUTCOMES_FILE).rows}
     table = []
     for row in rows:
         groups = spread.get(row["step"])
@@ -220,7 +209,7 @@ def _summary(out: Path, record: dict[str, Any] | None, rows: list[dict[str, Any]
                        ("episodes/replayed_total", "replayed episodes (total)")):
         if key in last:
             summary[label] = int(last[key])
-    outcomes = read_jsonl(out / OUTCOMES_FILE)[0]
+    outcomes = read_jsonl(out / OUTCOMES_FILE).rows
     if outcomes:
         spread = spread_steps(outcomes)
         summary["steps with reward spread"] = (f"{spread['on_policy']} of {spread['steps']} among on-policy episodes; "
@@ -249,8 +238,8 @@ def write_grpo_report(out_dir: Path, ledger: Path | None = None) -> Path:
     ``ledger``: the selection ledger the run wrote to (default ``$PDBGYM_HOME/selection-ledger.jsonl``).
     """
     out = Path(out_dir)
-    raw, torn = read_jsonl(out / STEPS_FILE)
-    gates, torn_gates = read_jsonl(out / GATES_FILE)
+    steps_log, gates_log = read_jsonl(out / STEPS_FILE), read_jsonl(out / GATES_FILE)
+    raw, torn, gates, torn_gates = steps_log.rows, steps_log.torn, gates_log.rows, gates_log.torn
     if not raw and not gates and not (out / RUN_FILE).is_file():
         raise PdbgymError(f"{out} holds no GRPO run ({STEPS_FILE}, {GATES_FILE} and {RUN_FILE} are all missing); "
                           "pass the --out folder of a pdbgym train grpo run")

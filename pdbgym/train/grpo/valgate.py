@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbgym.evaluate.stats import estimate_mean, per_task_pass_at_k
-from pdbgym.fileio import write_text_atomic
+from pdbgym.fileio import read_jsonl, write_text_atomic
 
 
 @dataclass
@@ -43,7 +43,7 @@ def append_gate(path: Path, result: GateResult) -> None:
 
 
 def read_gates(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return read_jsonl(path).rows
 
 
 def gate_on_val(play: Callable[[list[Any]], list[dict[str, Any]]], val_tasks: list[Any], runs: int, k: int,

@@ -24,7 +24,7 @@ from typing import Any
 
 from pdbgym.adapters.peft_format import adapter_content_hash, is_adapter_folder, load_adapter
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import write_json_atomic, write_text_atomic
+from pdbgym.fileio import read_jsonl, write_json_atomic, write_text_atomic
 from pdbgym.train.checkpoints import (
     TENSORBOARD_DIR,
     checkpoint_step,
@@ -150,5 +150,4 @@ def name_is_ours(names: dict[str, str], name: str, out: Path) -> bool:
 
 
 def read_rows(out: Path) -> list[dict[str, Any]]:
-    path = out / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return read_jsonl(out / METRICS_FILE).rows
