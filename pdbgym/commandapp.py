@@ -31,6 +31,13 @@ class ConfigFlag:
     parameter: inspect.Parameter
     negates: bool = False  # the field is the flag's opposite (--lora: use_dora False)
     old_spelling: bool = False  # a hidden alias: a value given under it wins over the field's own flag
+    parse: Callable[[str], Any] | None = None  # the flag takes text, parsed into the field's value
+
+    def value(self, given: Any) -> Any:
+        """The field's value from what typer parsed for this flag."""
+        if self.parse is not None and given is not None:
+            return self.parse(given)
+        return not given if self.negates else given
 
 
 def config_flags(config_class: type[Any]) -> list[ConfigFlag]:
@@ -42,26 +49,33 @@ def config_flags(config_class: type[Any]) -> list[ConfigFlag]:
     hints = typing.get_type_hints(config_class)
     flags: list[ConfigFlag] = []
     for spec in dataclasses.fields(config_class):
-        meta = spec.metadata
-        if not meta.get("cli", True):
+        if not spec.metadata.get("cli", True):
             continue
-        if not meta.get("help"):
+        if not spec.metadata.get("help"):
             raise TypeError(f"{config_class.__name__}.{spec.name} has no help text: declare it with "
                             f"pdbgym.defaults.documented(default, 'help'), or cli=False for no flag")
-        kind, default = hints[spec.name], _default(spec)
-        name = spec.name
-        declared = () if meta.get("flag") is None else (meta["flag"],)
-        if meta.get("negates"):
-            if kind is not bool or not declared:
-                raise TypeError(f"{config_class.__name__}.{spec.name}: only a bool field with its own flag negates")
-            name = _parameter_name(meta["flag"])
-            default = not default
-        option = typer.Option(*declared, help=meta["help"], **meta.get("option", {}))
-        flags.append(ConfigFlag(spec.name, _keyword(name, Annotated[kind, option], default), meta.get("negates", False)))
-        for old in meta.get("old_flags", ()):
-            hidden = typer.Option(old, hidden=True)
-            flags.append(ConfigFlag(spec.name, _keyword(_parameter_name(old), Annotated[kind | None, hidden], None),
-                                    old_spelling=True))
+        flags += _field_flags(spec, hints[spec.name], f"{config_class.__name__}.{spec.name}")
+    return flags
+
+
+def _field_flags(spec: dataclasses.Field, kind: Any, where: str) -> list[ConfigFlag]:
+    """The flag of one field, then its hidden old spellings."""
+    meta, name, default, parse = spec.metadata, spec.name, _default(spec), None
+    declared = () if meta.get("flag") is None else (meta["flag"],)
+    if meta.get("negates"):
+        if kind is not bool or not declared:
+            raise TypeError(f"{where}: only a bool field with its own flag can be negated by it")
+        name, default = _parameter_name(meta["flag"]), not default
+    if meta.get("text") is not None:  # the flag takes text: the default shown as text, a value parsed back
+        show, parse = meta["text"]
+        kind, default = str, default if default is inspect.Parameter.empty else show(default)
+    option = typer.Option(*declared, help=meta["help"], **meta.get("option", {}))
+    flags = [ConfigFlag(spec.name, _keyword(name, Annotated[kind, option], default), meta.get("negates", False),
+                        parse=parse)]
+    for old in meta.get("old_flags", ()):
+        hidden = typer.Option(old, hidden=True)
+        flags.append(ConfigFlag(spec.name, _keyword(_parameter_name(old), Annotated[kind | None, hidden], None),
+                                old_spelling=True, parse=parse))
     return flags
 
 
@@ -87,10 +101,8 @@ def config_command(config_class: type[Any]) -> Callable[[Callable[..., Any]], Ca
             values: dict[str, Any] = {}
             for flag in flags:  # a field's own flag comes before its old spellings: one given wins
                 value = given[flag.parameter.name]
-                if not flag.old_spelling:
-                    values[flag.field] = not value if flag.negates else value
-                elif value is not None:
-                    values[flag.field] = value
+                if not flag.old_spelling or value is not None:
+                    values[flag.field] = flag.value(value)
             return run(config_class(**values), **{p.name: given[p.name] for p in own})
 
         command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ their help text (``documented``), so a command's flags take both from the config
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,19 +13,21 @@ from pdbgym.episode_defaults import EpisodeSettings
 
 def documented(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
                flag: str | None = None, negates: bool = False, old_flags: tuple[str, ...] = (),
-               cli: bool = True, **option: Any) -> Any:
+               text: tuple[Callable[[Any], str], Callable[[str], Any]] | None = None, cli: bool = True,
+               **option: Any) -> Any:
     """A dataclass field with its help text in ``metadata["help"]`` (TRL's ``HfArgumentParser`` convention).
 
     The help is the flag's, as ``--help`` shows it. The rest shapes the flag when a command is built from
     the config (``config_command``): ``flag`` its own spelling (a bool so named is one-sided: ``--resume``);
     ``negates`` the flag sets the field to the opposite (``--lora`` sets ``use_dora`` False; its help says
     what the flag does); ``old_flags`` hidden spellings still read (a value given under one wins);
+    ``text`` (format, parse) a flag that takes the value as text (a tuple of names as ``a,b``);
     ``cli=False`` no flag (library callers only); ``option`` further ``typer.Option`` settings (``min=0``).
     """
     if not help:
         raise TypeError("documented(): a field's help text is required (it is the flag's --help line)")
     metadata = {"help": help, "cli": cli, "flag": flag, "negates": negates, "old_flags": tuple(old_flags),
-                "option": dict(option)}
+                "text": text, "option": dict(option)}
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

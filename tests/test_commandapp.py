@@ -25,6 +25,8 @@ class ToyConfig:
     context: int = documented(64, "tokens an episode", old_flags=("--ctx",))
     minutes: float = documented(0.0, "a cap in minutes (0: none)", min=0)
     name: str | None = documented(None, "a name")
+    modules: tuple[str, ...] = documented(("q", "v"), "module names, comma-separated",
+                                          text=(",".join, lambda text: tuple(text.split(","))))
     extra: dict = documented(help="library callers only", factory=dict, cli=False)
 
     def __post_init__(self) -> None:
@@ -60,10 +62,10 @@ def test_no_flags_make_the_configs_defaults():
 
 def test_each_special_shape_reaches_the_field():
     result, made = _run("--out", "o", "--lora", "--resume", "--ctx", "32", "--minutes", "1.5", "--name", "n",
-                        "--steps", "5", "--json")
+                        "--steps", "5", "--modules", "k,o,v", "--json")
     assert result.exit_code == 0, result.output
     assert made == [(ToyConfig(out=Path("o"), steps=5, use_dora=False, resume=True, context=32, minutes=1.5,
-                               name="n"), True)]
+                               name="n", modules=("k", "o", "v")), True)]
     # a value under the field's own spelling counts when the old one is not given
     assert _run("--out", "o", "--context", "16")[1][0][0].context == 16
 
@@ -88,7 +90,7 @@ def test_help_shows_each_fields_help_and_default_and_hides_the_rest():
     for spec in dataclasses.fields(ToyConfig):
         if spec.metadata["cli"]:
             assert spec.metadata["help"] in text, spec.name
-    assert "--steps <int> optimizer steps [default: 3]" in text and "--lora plain LoRA instead of DoRA" in text
+    assert "--steps <int> optimizer steps [default: 3]" in text and "[default: q,v]" in text and "--lora plain LoRA instead of DoRA" in text
     assert "--resume continue" in text and "--no-resume" not in text and "--no-lora" not in text
     assert "--ctx" not in text and "--extra" not in text and "library callers only" not in text
     assert "<bool>" not in text and "--json print JSON" in text

@@ -10,13 +10,12 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from pdbgym.commandapp import command_app
+from pdbgym.commandapp import command_app, config_command
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.progress import progress
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.sft.config import SFTTrainConfig
 
-S = defaults_of(SFTTrainConfig)
 G = defaults_of(DaggerConfig)
 
 app = command_app(no_args_is_help=True, help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
@@ -49,54 +48,12 @@ def corpus_command(
 
 
 @app.command("sft")
-def sft_command(
-    base: Annotated[str, typer.Option(help="'embedded', a HF model folder, or an adapter-store reference")],
-    data: Annotated[Path, typer.Option(help="Corpus folder (pdbgym train corpus)")],
-    out: Annotated[Path, typer.Option(help="Run folder: checkpoints/, adapter/, metrics.jsonl, report")],
-    seed: Annotated[int, typer.Option(help="Seed of init, shuffling and the held-out slice")] = S.seed,
-    rank: Annotated[int, typer.Option(help="LoRA/DoRA rank r")] = S.rank,
-    lora_alpha: Annotated[int | None, typer.Option(help="alpha (scale alpha/r); default 2r")] = S.lora_alpha,
-    lora: Annotated[bool, typer.Option("--lora", help="Plain LoRA instead of DoRA")] = not S.use_dora,
-    target_modules: Annotated[str, typer.Option(help="Comma-separated module names")] = ",".join(S.target_modules),
-    epochs: Annotated[float, typer.Option(help="Passes over the training slice")] = S.epochs,
-    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate (linear decay to 0)")] = S.lr,
-    effective_batch: Annotated[int, typer.Option(help="Examples per optimizer step")] = S.effective_batch,
-    micro_batch: Annotated[int, typer.Option(help="Examples per forward pass")] = S.micro_batch,
-    max_length: Annotated[int, typer.Option(help="Most ids per example (the end is cut)")] = S.max_length,
-    max_steps: Annotated[int, typer.Option(help="Stop after this many optimizer steps (0: epochs decide)")] = S.max_steps,
-    max_tokens_per_example: Annotated[int, typer.Option(help="Cut examples to this many ids first (0: off)")] = S.max_tokens_per_example,
-    val_fraction: Annotated[float, typer.Option(help="Share of task ids held out for validation loss")] = S.val_fraction,
-    eval_steps: Annotated[int, typer.Option(help="Validation loss every N steps")] = S.eval_steps,
-    save_steps: Annotated[int, typer.Option(help="A checkpoint every N steps (0: every --eval-steps); must divide "
-                                                 "--eval-steps")] = S.save_steps,
-    gradient_checkpointing: Annotated[bool, typer.Option(help="Recompute activations in backward")] = S.gradient_checkpointing,
-    recompute_every: Annotated[int, typer.Option(help="With --gradient-checkpointing: recompute one decoder layer in "
-                                                      "N, keep the rest (faster, more memory)")] = S.recompute_every,
-    selective_recompute: Annotated[bool, typer.Option(help="With --gradient-checkpointing: keep attention outputs "
-                                                           "instead of recomputing them")] = S.selective_recompute,
-    packing: Annotated[bool, typer.Option(help="Pack examples padding-free (TRL bfd packing)")] = S.packing,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N")] = S.device,
-    name: Annotated[str | None, typer.Option(help="Store name of the adapter (default: the out folder's name)")] = S.name,
-    store: Annotated[Path | None, typer.Option(help="Adapter store root")] = S.store,
-    register: Annotated[bool, typer.Option(help="Register the adapter in the store with its parent")] = S.register,
-    report: Annotated[bool, typer.Option(help="Write training_report.html/.md with loss curves")] = S.report,
-    tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard: event files in OUT/tensorboard")] = S.tensorboard,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the killed run in --out from its last checkpoint")] = S.resume,
-    restart: Annotated[bool, typer.Option("--restart", help="Delete the run in --out and start over")] = S.restart,
-) -> None:
+@config_command(SFTTrainConfig)
+def sft_command(config: SFTTrainConfig) -> None:
     """Train a LoRA/DoRA adapter with TRL's SFTTrainer; defaults are the seed recipe."""
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.train.sft.trainer import train_sft
 
-    config = SFTTrainConfig(base=base, data=data, out=out, seed=seed, rank=rank, lora_alpha=lora_alpha,
-                            use_dora=not lora, target_modules=tuple(m for m in target_modules.split(",") if m),
-                            epochs=epochs, lr=lr, effective_batch=effective_batch, micro_batch=micro_batch,
-                            max_length=max_length, max_steps=max_steps, max_tokens_per_example=max_tokens_per_example,
-                            val_fraction=val_fraction, eval_steps=eval_steps, save_steps=save_steps,
-                            gradient_checkpointing=gradient_checkpointing, recompute_every=recompute_every,
-                            selective_recompute=selective_recompute, packing=packing, device=device, name=name,
-                            store=store, register=register, report=report, tensorboard=tensorboard,
-                            resume=resume, restart=restart)
     with _step_progress() as on_log:
         result = train_sft(config, on_log=on_log)
     typer.echo(json.dumps({"adapter": str(result.adapter_dir), "store_id": result.node_id, "name": result.name,

@@ -48,3 +48,47 @@ def test_shipped_accelerate_configs_load_with_accelerate():
     kinds = {path.stem: load_config_from_file(str(path)).distributed_type for path in sorted(folder.glob("*.yaml"))}
     assert {name: str(kind).split(".")[-1] for name, kind in kinds.items()} == {
         "ddp": "MULTI_GPU", "fsdp": "FSDP", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED"}
+
+
+def test_every_sft_config_field_is_a_flag_with_the_fields_help():
+    """``train sft``'s flags are SFTTrainConfig's fields, help and default declared once on the field."""
+    import dataclasses
+
+    import typer
+
+    from pdbgym.train.sft.config import SFTTrainConfig
+
+    options = {option.name: option for option in typer.main.get_command(app).commands["sft"].params}
+    flags = {"use_dora": "lora"}  # --lora sets use_dora False
+    fields = [spec for spec in dataclasses.fields(SFTTrainConfig) if spec.name != "extra"]
+    for spec in fields:
+        option = options[flags.get(spec.name, spec.name)]
+        assert option.help == spec.metadata["help"] and not option.hidden, spec.name
+    assert {flags.get(spec.name, spec.name) for spec in fields} == set(options)  # nothing else
+    assert options["target_modules"].default == "q_proj,k_proj,v_proj,o_proj"
+    assert [options[name].secondary_opts for name in ("lora", "resume", "restart")] == [[], [], []]
+
+
+def test_sft_flags_make_the_config(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from pdbgym.train.sft import trainer
+    from pdbgym.train.sft.config import SFTTrainConfig
+
+    made = []
+
+    def train_sft(config, on_log):
+        made.append(config)
+        return SimpleNamespace(adapter_dir=tmp_path, node_id=None, name="n", parent_id=None, best_val_loss=None,
+                               best_step=None, steps=0, tensor_count=0, report=None)
+
+    monkeypatch.setattr(trainer, "train_sft", train_sft)
+    base = ["sft", "--base", "embedded", "--data", str(tmp_path / "corpus"), "--out", str(tmp_path / "run")]
+    assert CliRunner().invoke(app, base).exit_code == 0
+    assert made.pop() == SFTTrainConfig("embedded", tmp_path / "corpus", tmp_path / "run")
+    run = CliRunner().invoke(app, [*base, "--lora", "--target-modules", "q_proj,,v_proj", "--resume", "--rank", "8",
+                                   "--ledger", str(tmp_path / "ledger.jsonl")])
+    assert run.exit_code == 0, run.output
+    assert made.pop() == SFTTrainConfig("embedded", tmp_path / "corpus", tmp_path / "run", use_dora=False,
+                                        target_modules=("q_proj", "v_proj"), resume=True, rank=8,
+                                        ledger=tmp_path / "ledger.jsonl")

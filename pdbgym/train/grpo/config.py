@@ -71,7 +71,7 @@ class GRPORunConfig:
     format_weight: float = documented(0.0, "weight of the valid-tool-call term (<= 0.2)")
     loss_type: str = documented("dapo", "TRL loss_type (dapo, grpo, dr_grpo, bnpo, ...)")
     importance_sampling_level: str = documented("token", "TRL: token | sequence")
-    num_iterations: int = documented(1, "TRL: optimizer passes per generated batch (> 1 makes samples stale)")
+    num_iterations: int = documented(1, "TRL: optimizer passes per generated batch (more than 1 reuses stale samples)")
     epsilon: float = documented(0.2, "TRL: clip range of the importance ratio")
     save_steps: int = documented(10, "a checkpoint every N optimizer steps, each gated on --val-tasks")
     rollout_weights: str = documented(

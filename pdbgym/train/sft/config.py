@@ -2,18 +2,26 @@
 
 Defaults are the seed recipe: the SFT layer that reached best_val_loss 0.11644 at step 156 of a
 312-row corpus (DoRA rank 24, seed 42, 4 epochs, lr 1e-4, effective batch 8, 16k context). Every field
-is a flag of ``pdbgym train sft`` with the same name (``--lora-alpha`` for ``lora_alpha``).
+but ``extra`` is a flag of ``pdbgym train sft`` of the same name (``--lora-alpha`` for ``lora_alpha``;
+``--lora`` sets ``use_dora`` off), its help text declared here (``documented``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from pdbgym.defaults import documented
 
 # Four attention projections per layer: with DoRA (lora_A, lora_B, magnitude per module) that is
 # 36 layers x 4 modules x 3 tensors = 432 tensors on Qwen3-4B, the seed adapter's recorded count.
 SEED_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def _module_names(text: str) -> tuple[str, ...]:
+    """``q_proj,v_proj`` -> ``("q_proj", "v_proj")``: the flag's comma list as the field's tuple."""
+    return tuple(name for name in text.split(",") if name)
 
 
 @dataclass
@@ -56,38 +64,42 @@ class SFTTrainConfig:
     59.3 GiB, every 3rd 45.2% at 75.2 GiB.
     """
 
-    base: str
-    data: Path
-    out: Path
-    seed: int = 42
-    rank: int = 24
-    lora_alpha: int | None = None  # None: 2 * rank
-    use_dora: bool = True
-    target_modules: tuple[str, ...] = SEED_TARGET_MODULES
-    epochs: float = 4.0
-    lr: float = 1e-4
-    effective_batch: int = 8
-    micro_batch: int = 1
-    max_length: int = 16384
-    max_steps: int = 0
-    max_tokens_per_example: int = 0
-    val_fraction: float = 0.1
-    eval_steps: int = 10
-    save_steps: int = 0  # 0: eval_steps
-    gradient_checkpointing: bool = False
-    recompute_every: int = 1  # with gradient_checkpointing: one decoder layer in N recomputes
-    selective_recompute: bool = False  # with gradient_checkpointing: keep attention outputs
-    packing: bool = False
-    device: str = "auto"  # auto: cuda when available
-    name: str | None = None  # store name of the adapter; default: the out folder's name
-    store: Path | None = None  # adapter store root; default $PDBGYM_HOME/adapters
-    ledger: Path | None = None  # selection ledger; default $PDBGYM_HOME/selection-ledger.jsonl
-    report: bool = False
-    tensorboard: bool = False
-    register: bool = True
-    resume: bool = False
-    restart: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)  # passed to TRL's SFTConfig as given
+    base: str = documented(help="'embedded', a HF model folder, or an adapter-store reference")
+    data: Path = documented(help="Corpus folder (pdbgym train corpus)")
+    out: Path = documented(help="Run folder: checkpoints/, adapter/, metrics.jsonl, report")
+    seed: int = documented(42, "Seed of init, shuffling and the held-out slice")
+    rank: int = documented(24, "LoRA/DoRA rank r")
+    lora_alpha: int | None = documented(None, "alpha (scale alpha/r); default 2r")
+    use_dora: bool = documented(True, "Plain LoRA instead of DoRA", flag="--lora", negates=True)
+    target_modules: tuple[str, ...] = documented(SEED_TARGET_MODULES, "Comma-separated module names",
+                                                 text=(",".join, _module_names))
+    epochs: float = documented(4.0, "Passes over the training slice")
+    lr: float = documented(1e-4, "Peak AdamW learning rate (linear decay to 0)")
+    effective_batch: int = documented(8, "Examples per optimizer step")
+    micro_batch: int = documented(1, "Examples per forward pass")
+    max_length: int = documented(16384, "Most ids per example (the end is cut)")
+    max_steps: int = documented(0, "Stop after this many optimizer steps (0: epochs decide)")
+    max_tokens_per_example: int = documented(0, "Cut examples to this many ids first (0: off)")
+    val_fraction: float = documented(0.1, "Share of task ids held out for validation loss")
+    eval_steps: int = documented(10, "Validation loss every N steps")
+    save_steps: int = documented(0, "A checkpoint every N steps (0: every --eval-steps); must divide --eval-steps")
+    gradient_checkpointing: bool = documented(False, "Recompute activations in backward")
+    recompute_every: int = documented(1, "With --gradient-checkpointing: recompute one decoder layer in N, keep the "
+                                         "rest (faster, more memory)")
+    selective_recompute: bool = documented(False, "With --gradient-checkpointing: keep attention outputs instead of "
+                                                  "recomputing them")
+    packing: bool = documented(False, "Pack examples padding-free (TRL bfd packing)")
+    device: str = documented("auto", "auto, cpu, cuda, cuda:N")
+    name: str | None = documented(None, "Store name of the adapter (default: the out folder's name)")
+    store: Path | None = documented(None, "Adapter store root (default $PDBGYM_HOME/adapters)")
+    ledger: Path | None = documented(None, "Selection ledger (default $PDBGYM_HOME/selection-ledger.jsonl)")
+    report: bool = documented(False, "Write training_report.html/.md with loss curves")
+    tensorboard: bool = documented(False, "Also log to TensorBoard: event files in OUT/tensorboard")
+    register: bool = documented(True, "Register the adapter in the store with its parent")
+    resume: bool = documented(False, "Continue the killed run in --out from its last checkpoint", flag="--resume")
+    restart: bool = documented(False, "Delete the run in --out and start over", flag="--restart")
+    extra: dict[str, Any] = documented(help="TRL SFTConfig fields, passed as given (library callers only)",
+                                       factory=dict, cli=False)
 
     @property
     def checkpoint_every(self) -> int:
