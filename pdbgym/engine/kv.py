@@ -38,39 +38,59 @@ def rows_problem(cache: Any) -> str | None:
     return None
 
 
-def cut_row(cache: Any, model: Any, row: int, start: int, end: int) -> Any:
-    """A new one-row dynamic cache holding row ``row``'s positions ``[start, end)`` of ``cache``."""
+def _filled(model: Any, keys: list[torch.Tensor], values: list[torch.Tensor]) -> Any:
+    """A dynamic cache whose layer i holds ``keys[i]`` and ``values[i]`` as they are (no copy): what
+    ``DynamicLayer.update`` would hold after its first call, without the two copies it makes to get there."""
     out = new_dynamic_cache(model)
-    for index, layer in enumerate(cache.layers):
-        out.update(layer.keys[row:row + 1, :, start:end].clone(), layer.values[row:row + 1, :, start:end].clone(), index)
+    for layer, k, v in zip(out.layers, keys, values, strict=True):
+        layer.device, layer.keys, layer.values, layer.is_initialized = k.device, k, v, True
     return out
+
+
+def cut_row(cache: Any, model: Any, row: int, start: int, end: int) -> Any:
+    """A new one-row dynamic cache holding row ``row``'s positions ``[start, end)`` of ``cache``: every
+    layer's keys copied by one stack (a few kernels, not two copies a layer), each layer a view of it."""
+    keys = torch.stack([layer.keys[row:row + 1, :, start:end] for layer in cache.layers])
+    values = torch.stack([layer.values[row:row + 1, :, start:end] for layer in cache.layers])
+    return _filled(model, list(keys.unbind(0)), list(values.unbind(0)))
 
 
 def join_rows(caches: list[Any], model: Any, width: int) -> Any:
     """One dynamic cache of ``len(caches)`` rows: each one-row cache right-aligned in ``width`` columns,
-    zeros to its left (the attention mask hides them)."""
-    out = new_dynamic_cache(model)
-    for index in range(len(caches[0].layers)):
-        keys, values = [], []
-        for cache in caches:
-            layer = cache.layers[index]
-            pad = width - layer.keys.shape[-2]
-            keys.append(torch.nn.functional.pad(layer.keys, (0, 0, pad, 0)))
-            values.append(torch.nn.functional.pad(layer.values, (0, 0, pad, 0)))
-        out.update(torch.cat(keys), torch.cat(values), index)
-    return out
+    zeros to its left (the attention mask hides them). All layers at once: one buffer of
+    ``[layers, rows, heads, width, head_dim]`` for keys and one for values, a row's layers copied in one go
+    where they are views of one stack (``cut_row``'s), and each layer a view of the buffers."""
+    first = caches[0].layers[0].keys
+    shape = (len(caches[0].layers), len(caches), first.shape[1], width, first.shape[-1])
+    keys = torch.zeros(shape, dtype=first.dtype, device=first.device)
+    values = torch.zeros(shape, dtype=first.dtype, device=first.device)
+    for i, cache in enumerate(caches):
+        n = cache.layers[0].keys.shape[-2]
+        keys[:, i, :, width - n:] = _stacked(cache, "keys")
+        values[:, i, :, width - n:] = _stacked(cache, "values")
+    return _filled(model, list(keys.unbind(0)), list(values.unbind(0)))
+
+
+def _stacked(cache: Any, name: str) -> torch.Tensor:
+    """A one-row cache's ``name`` tensors as ``[layers, heads, length, head_dim]``: the stack they are views
+    of when they are (no copy), else a stack made now."""
+    tensors = [getattr(layer, name)[0] for layer in cache.layers]
+    base = tensors[0]._base
+    if base is not None and base.dim() == 5 and base.shape[0] == len(tensors) and base.shape[1] == 1 \
+            and all(t._base is base for t in tensors) and base[:, 0].shape[1:] == tensors[0].shape:
+        return base[:, 0]
+    return torch.stack(tensors)
 
 
 def right_align(cache: Any, model: Any, ends: torch.Tensor, width: int) -> Any:
     """A dynamic cache whose row i holds ``cache``'s row i columns ``[ends[i] - width, ends[i])``: rows that
     end at different columns, right-aligned in ``width`` columns (a column before 0 repeats column 0,
     which the attention mask hides, as ``join_rows``' zeros)."""
-    out = new_dynamic_cache(model)
     columns = (ends[:, None] - width + torch.arange(width, device=ends.device)).clamp(min=0)
-    for index, layer in enumerate(cache.layers):
-        take = columns[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
-        out.update(torch.gather(layer.keys, 2, take), torch.gather(layer.values, 2, take), index)
-    return out
+    keys = torch.stack([layer.keys for layer in cache.layers])  # [layers, rows, heads, length, head_dim]
+    values = torch.stack([layer.values for layer in cache.layers])
+    take = columns[None, :, None, :, None].expand(keys.shape[0], -1, keys.shape[2], -1, keys.shape[-1])
+    return _filled(model, list(torch.gather(keys, 3, take).unbind(0)), list(torch.gather(values, 3, take).unbind(0)))
 
 
 def cache_bytes(cache: Any) -> int:
