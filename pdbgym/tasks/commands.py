@@ -51,7 +51,8 @@ def ladder_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON: every task's demands and rung, and the counts")] = False,
 ) -> None:
     """The task ladder of a task set: each task's demands (patch lines, files, hunks, oracle actions, distance
-    from the failing test to the fix) and rung, then how many tasks sit on each rung, per source and in all."""
+    from the failing test to the fix, whether the statement names the fix's site) and rung, then how many
+    tasks sit on each rung, per source and in all."""
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.tasks.difficulty import RUNGS, ladder
     from pdbgym.tasks.suites import resolve_tasks
@@ -60,7 +61,7 @@ def ladder_command(
     if as_json:
         print(json.dumps(data, indent=2))
         return
-    columns = ("patch_lines", "files", "hunks", "oracle_actions", "fix_distance", "rung")
+    columns = ("patch_lines", "files", "hunks", "oracle_actions", "fix_distance", "site_named", "rung")
     if not summary:
         table = Table(title=f"demands of {data['total']} task(s) in {spec}")
         table.add_column("instance_id", no_wrap=True)  # an id is copied into other commands: never cut

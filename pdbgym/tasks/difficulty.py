@@ -6,25 +6,33 @@
 - ``oracle_actions``: tool calls the scripted oracle needs (``pdbgym.agent.scripted``: break, continue,
   where, args, view, one edit per hunk, run the failing tests, submit = 6 + hunks);
 - ``fix_distance``: how far the fix is from the failing test: 0 when the fixed file is the test file,
-  1 when a failing test file imports the fixed module, 2 otherwise (reached through other modules).
+  1 when a failing test file imports the fixed module, 2 otherwise (reached through other modules);
+- ``site_named``: whether the statement the agent is told names the fix's site: a file the patch
+  changes (its path or file name) or a function around a changed line, as a whole word. A statement
+  that names the site has done the locating for the agent; one that gives the symptom alone has not.
 
 ``rung(d)`` orders tasks into a ladder: 0 for a one-line fix in one hunk of a module the test imports,
-1 for a small fix (at most 6 lines) in one file, 2 for one file otherwise, 3 for several files. Task
-families generated for the purpose (``pdbgym.tasks.families``) fill the lowest rungs; ``tasks split
---stratify rung`` keeps each rung's share alike in every split. ``ladder(tasks)`` tabulates a task set's
-demands and rungs (``pdbgym tasks ladder``).
+at a site the statement names; 1 for a small fix (at most 6 lines) in one file; 2 for one file
+otherwise; 3 for several files. So a one-line fix the agent has to find from the symptom alone sits on
+rung 1. Task families generated for the purpose (``pdbgym.tasks.families``) fill the lowest rungs:
+``ladder0`` rung 0, ``ladder1`` and ``symptom`` rung 1; ``tasks split --stratify rung`` keeps each
+rung's share alike in every split. ``ladder(tasks)`` tabulates a task set's demands and rungs
+(``pdbgym tasks ladder``).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from pdbgym.errors import PdbgymError
 from pdbgym.sandbox.beneath import read_bytes
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.patches import parse_patch
+from pdbgym.tasks.wrongsite import patched_sites
 
 ORACLE_FIXED_ACTIONS = 6  # break, continue, where, args, view ... run_tests, submit
 TEST_FILE_LIMIT = 1 << 20  # bytes of a failing test file read for its imports
@@ -37,6 +45,7 @@ class Demands:
     hunks: int
     oracle_actions: int
     fix_distance: int
+    site_named: bool = True  # the statement names the fixed file or function (unknown: as before, named)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rung": rung(self)}
@@ -86,17 +95,36 @@ def fix_distance(task: Task, fixed_files: list[str]) -> int:
     return 2
 
 
+def _named(word: str, text: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(word)}(?![\w])", text) is not None
+
+
+def site_named(task: Task, fixed_files: list[str]) -> bool:
+    """Whether the task's statement names a file the patch changes (its repo path or file name) or a
+    function around a changed line (``wrongsite.patched_sites``), each as a whole word. A fixed file that
+    cannot be read (gone, a link, not Python) names nothing."""
+    statement = task.statement()
+    if any(_named(path, statement) or _named(PurePosixPath(path).name, statement) for path in fixed_files):
+        return True
+    try:
+        functions = {site.function for site in patched_sites(task, task.patch)} - {"<module>"}
+    except (PdbgymError, OSError, ValueError):
+        return False
+    return any(_named(name, statement) for name in functions)
+
+
 def demands(task: Task) -> Demands:
     hunks = parse_patch(task.patch)
     files = sorted({h.path for h in hunks})
     return Demands(patch_lines=_changed_lines(task.patch), files=len(files), hunks=len(hunks),
-                   oracle_actions=ORACLE_FIXED_ACTIONS + len(hunks), fix_distance=fix_distance(task, files))
+                   oracle_actions=ORACLE_FIXED_ACTIONS + len(hunks), fix_distance=fix_distance(task, files),
+                   site_named=site_named(task, files))
 
 
 def rung(d: Demands) -> int:
     if d.files > 1:
         return 3
-    if d.hunks == 1 and d.patch_lines <= 2 and d.fix_distance <= 1:
+    if d.hunks == 1 and d.patch_lines <= 2 and d.fix_distance <= 1 and d.site_named:
         return 0
     if d.patch_lines <= 6:
         return 1

@@ -10,6 +10,10 @@ module) never puts two variants of one project on both sides of a split.
   test imports; the statement names the function and the wrong and right results.
 - ``ladder1`` (rung 1): the same kind of bug one call away: in a helper module that the tested module
   imports, at a line that varies, with the statement naming only the tested function.
+- ``symptom`` (rung 1): a two-module project with one wrong line of five kinds (off by one, a wrong
+  comparison, default, key, or arguments swapped), told by its symptom and failing tests alone
+  (``pdbgym.tasks.symptoms``); each task's ``source_module`` is its project template, so a split by
+  source module keeps a template's variants on one side.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.difficulty import demands
 from pdbgym.tasks.model import load_task, write_task
+from pdbgym.tasks.symptoms import SITES, TEMPLATES
 
 OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 VERBS = {"+": ("total", "combine", "sum_of", "joined", "plus"),
@@ -112,7 +117,37 @@ def _ladder1(rng: random.Random, index: int) -> dict[str, Any]:
             "bug_class": "wrong_operator"}
 
 
-FAMILIES: dict[str, Callable[[random.Random, int], dict[str, Any]]] = {"ladder0": _ladder0, "ladder1": _ladder1}
+def _symptom(rng: random.Random, index: int) -> dict[str, Any]:
+    template, key = SITES[index % len(SITES)]
+    package = f"{rng.choice(NOUNS)}{index}"
+    project = TEMPLATES[template](rng, package)
+    site = project.sites[key]
+    good = project.modules[site.path].split("\n")
+    if good.count(site.good) != 1:  # a template whose site line is not unique would patch the wrong line
+        raise FamilyError(f"symptom template {template!r}: site {key!r} matches {good.count(site.good)} lines of "
+                          f"{site.path}")
+    line = good.index(site.good) + 1
+    bad = list(good)
+    bad[line - 1] = site.bad
+    path = f"{package}/{site.path}"
+    files = {f"{package}/__init__.py": [""], project.test_file: project.tests.split("\n"),
+             **{f"{package}/{name}": text.split("\n") for name, text in project.modules.items()}}
+    files[path] = bad
+    test_names = [line.split("(")[0].removeprefix("def ") for line in project.tests.split("\n")
+                  if line.startswith("def test_")]
+    failing = [f"{project.test_file}::{name}" for name in site.failing]
+    tests = (f"The failing test is `{failing[0]}`" if len(failing) == 1
+             else "The failing tests are " + " and ".join(f"`{node}`" for node in failing))
+    return {"files": files, "patch": _diff(path, bad, good, line), "package": package, "module": template,
+            "failing": failing,
+            "passing": [f"{project.test_file}::{name}" for name in test_names if name not in site.failing],
+            "statement": f"{site.statement} {tests}.", "bug_class": site.kind, "difficulty": "medium",
+            "identity": _diff(path, bad, good, line) + project.tests,
+            "extra": {"source_module": template, "mutated_file": path, "mutated_function": site.function}}
+
+
+FAMILIES: dict[str, Callable[[random.Random, int], dict[str, Any]]] = {
+    "ladder0": _ladder0, "ladder1": _ladder1, "symptom": _symptom}
 
 
 def write_family(name: str, count: int, out: Path, seed: int = 0) -> list[Path]:
@@ -128,7 +163,9 @@ def write_family(name: str, count: int, out: Path, seed: int = 0) -> list[Path]:
     folders = []
     for index in range(count):
         spec = FAMILIES[name](rng, index)
-        digest = hashlib.sha256(spec["patch"].encode()).hexdigest()[:8]
+        # ladder ids hash the patch alone (kept: earlier runs' splits deal by id); a symptom task's patch may
+        # not show the constants that tell two seeds' variants apart, so its id hashes the tests (which hold them) too
+        digest = hashlib.sha256(spec.get("identity", spec["patch"]).encode()).hexdigest()[:8]
         instance_id = f"{name}__{spec['package']}-{digest}"
         folder = out / instance_id
         staging = out / f".{instance_id}.tmp"
@@ -141,8 +178,8 @@ def write_family(name: str, count: int, out: Path, seed: int = 0) -> list[Path]:
         write_task(staging, {
             "instance_id": instance_id, "problem_statement": spec["statement"], "FAIL_TO_PASS": spec["failing"],
             "PASS_TO_PASS": spec["passing"], "patch": spec["patch"], "test_command": "python -m pytest",
-            "source": f"family:{name}/{spec['module']}", "bug_class": spec["bug_class"], "difficulty": "easy",
-            "test_timeout_s": 10})
+            "source": f"family:{name}/{spec['module']}", "bug_class": spec["bug_class"],
+            "difficulty": spec.get("difficulty", "easy"), "test_timeout_s": 10, **spec.get("extra", {})})
         task = load_task(staging)
         data = dict(task_json(staging))
         data["demands"] = demands(task).to_dict()

@@ -101,7 +101,7 @@ def _declared_sites(task: Task, declared: Any) -> list[WrongSite]:
     return sites
 
 
-def _patched_sites(task: Task, patch: str) -> list[WrongSite]:
+def patched_sites(task: Task, patch: str) -> list[WrongSite]:
     """The innermost function around every line ``patch`` changes (a pure insertion: the line above)."""
     sites: dict[tuple[str, int, int], WrongSite] = {}
     for hunk in parse_patch(patch):
@@ -123,7 +123,7 @@ def wrong_sites(task: Task) -> list[WrongSite]:
     if task.extra.get("wrong_site"):
         return _declared_sites(task, task.extra["wrong_site"])
     if task.extra.get("wrong_site_patch"):
-        return _patched_sites(task, str(task.extra["wrong_site_patch"]))
+        return patched_sites(task, str(task.extra["wrong_site_patch"]))
     return []
 
 

@@ -15,7 +15,9 @@ from pdbgym.tasks.families import FamilyError, write_family
 from pdbgym.tasks.model import load_task
 from pdbgym.tasks.splits import SplitError, check_splits, make_splits
 from pdbgym.tasks.suites import resolve_tasks
+from pdbgym.tasks.symptoms import KINDS, SITES
 from pdbgym.tasks.validate import validate_task
+from pdbgym.tasks.wrongsite import patched_sites
 
 
 @pytest.mark.parametrize(("family", "expected_rung"), [("ladder0", 0), ("ladder1", 1)])
@@ -98,3 +100,60 @@ def test_the_ladder_of_a_family_folder_puts_each_family_on_its_rung_as_one_sourc
     assert data["by_source"] == {"family:ladder0": {0: 3, 1: 0, 2: 0, 3: 0},
                                  "family:ladder1": {0: 0, 1: 2, 2: 0, 3: 0}}
     assert all(row["oracle_actions"] == 7 and row["files"] == 1 for row in data["tasks"])
+
+
+def test_symptom_tasks_cover_every_bug_kind_and_their_statements_never_name_the_fix(tmp_path):
+    """Five tasks are one of each kind; no statement names the fixed file or function, though each names
+    its failing tests; the same seed writes the same tasks, another seed other ones."""
+    folders = write_family("symptom", len(SITES), tmp_path / "a", seed=7)
+    tasks = [load_task(folder) for folder in folders]
+    assert {t.bug_class for t in tasks[:len(KINDS)]} == set(KINDS)
+    assert len({(t.source, t.extra["mutated_function"], t.bug_class) for t in tasks}) == len(SITES)  # every site
+    for task in tasks:
+        assert all(f"`{node}`" in task.problem_statement for node in task.FAIL_TO_PASS)
+        described = task.problem_statement
+        for node in task.FAIL_TO_PASS:
+            described = described.replace(node, "")
+        assert task.extra["mutated_file"].split("/")[-1] not in described
+        assert task.extra["mutated_function"] not in described
+        d = demands(task)
+        assert not d.site_named and d.patch_lines == 2 and rung(d) == 1
+    again = [f.name for f in write_family("symptom", 5, tmp_path / "b", seed=7)]
+    assert again == [f.name for f in folders[:5]]
+    assert not set(again) & {f.name for f in write_family("symptom", 5, tmp_path / "c", seed=8)}
+
+
+def test_a_symptom_task_of_each_kind_is_valid(tmp_path):
+    """One task of each bug kind, validated as `tasks validate` does: the failing tests fail, the others
+    pass, the reference fix makes them all pass, and pdb reaches the failure."""
+    for folder in write_family("symptom", len(KINDS), tmp_path, seed=11):
+        task = load_task(folder)
+        report = validate_task(task)
+        assert report.ok, (folder.name, report.problems)
+        assert task.extra["demands"] == demands(task).to_dict() and task.extra["demands"]["rung"] == 1
+
+
+def test_a_split_by_source_module_keeps_each_symptom_template_on_one_side(tmp_path):
+    write_family("symptom", 2 * len(SITES), tmp_path, seed=2)
+    data = make_splits(tmp_path, val_fraction=0.3, test_fraction=0.3, seed=5, stratify="rung")
+    assert check_splits(data["splits"]) == []
+    sides: dict[str, set[str]] = {}
+    for split, items in data["splits"].items():
+        for item in items:
+            sides.setdefault(load_task(item["path"]).extra["source_module"], set()).add(split)
+    assert len(sides) == 6 and all(len(splits) == 1 for splits in sides.values())
+    assert {split for splits in sides.values() for split in splits} == {"train", "val", "test"}
+
+
+def test_the_rung_counts_a_statement_that_names_the_site(tmp_path):
+    """A one-line fix in an imported module sits on rung 0 only when the statement names the fixed file or
+    function: ladder0's does; told by its symptom alone the same task moves to rung 1."""
+    task = load_task(write_family("ladder0", 1, tmp_path, seed=4)[0])
+    assert demands(task).site_named and rung(demands(task)) == 0
+    told = replace(task, problem_statement="The test `" + task.FAIL_TO_PASS[0] + "` fails.")
+    assert not demands(told).site_named and rung(demands(told)) == 1
+    (site,) = patched_sites(task, task.patch)
+    assert demands(replace(task, problem_statement=f"Calling {site.function}() gives the wrong answer.")).site_named
+    assert not demands(replace(task, problem_statement=f"Calling {site.function}_all() is wrong.")).site_named
+    regression = resolve_tasks("regression")
+    assert all(not demands(t).site_named for t in regression) and all(rung(demands(t)) >= 1 for t in regression)
