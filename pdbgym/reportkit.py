@@ -56,9 +56,14 @@ class Link:
     css_class: str = ""
 
 
+Cell = str | int | float | Link | Sequence[Link] | None
+"""What a table cell holds: text (``Html`` is text kept as markup), a number (a float to five significant
+digits), a link, several links side by side, or None (``-``)."""
+
+
 # --- numbers ---------------------------------------------------------------------------------------------
 
-def _missing(value: Any) -> bool:
+def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
@@ -101,7 +106,7 @@ def correlation(value: float | None, missing: str = NA) -> str:
     return fmt(value, CORR, missing)
 
 
-def cell(value: Any) -> str:
+def cell(value: Cell) -> str:
     """The text of a plain table cell: a float with five significant digits, ``-`` for None."""
     if isinstance(value, float):
         return f"{value:.5g}"
@@ -115,11 +120,11 @@ def md_escape(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _links(value: Any) -> bool:
+def _links(value: Cell) -> bool:
     return isinstance(value, list) and all(isinstance(v, Link) for v in value)
 
 
-def md_cell(value: Any) -> str:
+def md_cell(value: Cell) -> str:
     """A Markdown table cell: a :class:`Link` (or a list of them) as links, anything else via :func:`cell`."""
     if isinstance(value, Link):
         return f"[{md_escape(value.text)}]({md_escape(value.href)})"
@@ -132,7 +137,7 @@ def md_row(cells: Sequence[str]) -> str:
     return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
 
 
-def md_table(head: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
+def md_table(head: Sequence[Cell], rows: Sequence[Sequence[Cell]]) -> list[str]:
     """The lines of a Markdown table, every cell through :func:`md_cell`."""
     return ([md_row([md_cell(h) for h in head]), "|" + "---|" * len(head)]
             + [md_row([md_cell(c) for c in row]) for row in rows])
@@ -144,12 +149,12 @@ def md_bullets(items: Sequence[str]) -> list[str]:
 
 # --- HTML ------------------------------------------------------------------------------------------------
 
-def escape(value: Any) -> str:
+def escape(value: object) -> str:
     """``value`` as text safe in HTML content and in a quoted attribute."""
     return html.escape(str(value))
 
 
-def html_cell(value: Any) -> str:
+def html_cell(value: Cell) -> str:
     """An HTML table cell's content: :class:`Html` as it is, links as ``<a>``, anything else escaped."""
     if isinstance(value, Html):
         return str(value)
@@ -161,7 +166,7 @@ def html_cell(value: Any) -> str:
     return escape(cell(value))
 
 
-def html_table(head: Sequence[Any] | None, rows: Sequence[Sequence[Any]], *, id: str = "",
+def html_table(head: Sequence[Cell] | None, rows: Sequence[Sequence[Cell]], *, id: str = "",
                row_headers: bool = False) -> str:
     """A ``<table>``: ``head`` as its first row of ``<th>`` (none when None); with ``row_headers`` each
     row's first cell is a ``<th>`` too (a two-column summary of name and value)."""

@@ -25,6 +25,7 @@ from pdbgym.policyname import is_server_url
 from pdbgym.reportkit import (
     PCT_DIFF,
     PCT_POINTS,
+    Cell,
     Link,
     bounds,
     correlation,
@@ -190,7 +191,7 @@ def _runs_by_cell(rows: Sequence[EpisodeRow]) -> dict[tuple[str, str], list[Epis
 COMPARISON_HEAD = ["A", "B", "mean diff", "CI", "SE", "correlation", "min. detectable diff (80% power)"]
 
 
-def _headline(summary: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+def _headline(summary: dict[str, Any]) -> tuple[list[str], list[list[Cell]]]:
     """Head and rows of the headline table: each arm's pass@k in percent, linked to its per-task row."""
     keys = _pass_keys(summary)
     rows = []
@@ -211,12 +212,12 @@ def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
             for c in summary["comparisons"]]
 
 
-def _endings(summary: dict[str, Any]) -> list[list[Any]]:
+def _endings(summary: dict[str, Any]) -> list[list[Cell]]:
     return [[arm, *(summary["arm_results"][arm]["termination_reasons"].get(r, 0) for r in REASONS)]
             for arm in summary["arms"]]
 
 
-def _per_task(summary: dict[str, Any], rows: Sequence[EpisodeRow]) -> list[list[Any]]:
+def _per_task(summary: dict[str, Any], rows: Sequence[EpisodeRow]) -> list[list[Cell]]:
     """One row per task: each arm's runs as marks (✓ solved, ✗ not, ! tampered, ? verdict refused), each
     linking to its transcript."""
     cells = _runs_by_cell(rows)

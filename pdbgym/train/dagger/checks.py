@@ -9,12 +9,11 @@ OpenAI-chat server re-renders messages, so its turn is not conditioned on the st
 
 from __future__ import annotations
 
-from typing import Any
-
 from pdbgym.adapters.store import Store
 from pdbgym.agent.loop import check_tool_turns
 from pdbgym.agent.toolcalls import detect_format
 from pdbgym.rollouts.record import tokenizer_fingerprint
+from pdbgym.tasks.model import Task
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.corpus.build import refuse_held_out
 from pdbgym.train.dagger.config import DaggerConfig
@@ -22,7 +21,7 @@ from pdbgym.train.dagger.policy import Policy
 from pdbgym.train.errors import DaggerError
 
 
-def load_tasks(config: DaggerConfig) -> tuple[list[Any], list[Any]]:
+def load_tasks(config: DaggerConfig) -> tuple[list[Task], list[Task]]:
     """(train tasks, val tasks): none of the train tasks held out, none shared with val."""
     train = resolve_tasks(config.tasks)
     refuse_held_out([t.instance_id for t in train], config.splits, "DAgger training rollouts")

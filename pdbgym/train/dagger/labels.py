@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from pdbgym.agent.backends.base import GenerationRequest, SamplingParams
+from pdbgym.agent.backends.base import Generation, GenerationRequest, SamplingParams
+from pdbgym.agent.loop import EpisodeOutcome
 from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.seeds import turn_seed
 from pdbgym.train.corpus.build import Example, write_corpus
@@ -32,7 +32,7 @@ def turn_spans(record: RolloutRecord) -> list[tuple[int, int]]:
     return spans
 
 
-async def label_states(record: RolloutRecord, teacher: Policy, params: Any, iteration: int,
+async def label_states(record: RolloutRecord, teacher: Policy, params: SamplingParams, iteration: int,
                        max_context: int) -> list[Example]:
     """The teacher's own next turn at every assistant turn's state of ``record`` (see the module doc), all
     states asked at once (a local teacher's engine batches them). Each state's draw is seeded by
@@ -40,7 +40,7 @@ async def label_states(record: RolloutRecord, teacher: Policy, params: Any, iter
     states = [(index, record.tokens[:start]) for index, (start, _end) in enumerate(turn_spans(record))
               if max_context - start > 0]
 
-    async def one(state: list[int]) -> Any:
+    async def one(state: list[int]) -> Generation:
         room = max_context - len(state)
         seed = turn_seed(params.seed, len(state)) if params.seed is not None else None
         request = GenerationRequest(list(state), [], None,
@@ -58,7 +58,7 @@ async def label_states(record: RolloutRecord, teacher: Policy, params: Any, iter
     return examples
 
 
-def label_episodes(outcomes: list[Any], teacher: Policy, config: DaggerConfig, iteration: int) -> list[Example]:
+def label_episodes(outcomes: list[EpisodeOutcome], teacher: Policy, config: DaggerConfig, iteration: int) -> list[Example]:
     """The teacher's labels of every state of ``outcomes`` (its own draw: ``teacher_temperature``), every
     episode's states asked together."""
     params = SamplingParams(config.teacher_temperature, 1.0, config.episode.max_new_tokens, config.seed)

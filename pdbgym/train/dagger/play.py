@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import LOCAL_EPISODES_GPU
-from pdbgym.agent.loop import AgentConfig, run_episode
+from pdbgym.agent.loop import AgentConfig, EpisodeOutcome, run_episode
 from pdbgym.agent.toolcalls import detect_format
 from pdbgym.agent.turns import ModelTurns
 from pdbgym.env import DebugEnv, EnvConfig
 from pdbgym.fileio import write_json_atomic
 from pdbgym.rollouts.cache import append_records
 from pdbgym.seeds import episode_seed
+from pdbgym.tasks.model import Task
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.dagger.policy import Policy
 
 
-async def play(policy: Policy, tasks: list[Any], runs: int, config: DaggerConfig, seed: int,
-               transcripts: Path) -> list[Any]:
+async def play(policy: Policy, tasks: list[Task], runs: int, config: DaggerConfig, seed: int,
+               transcripts: Path) -> list[EpisodeOutcome]:
     """Episodes of ``policy`` on ``tasks`` x ``runs``, transcripts written as ``TASK__RUN.json``; the outcomes
     in (task, run) order. Up to ``episodes_at_once(policy)`` play together, their turns batched by the
     policy's engine."""
@@ -30,7 +30,7 @@ async def play(policy: Policy, tasks: list[Any], runs: int, config: DaggerConfig
     env_config = EnvConfig(turn_budget=episode.turn_budget)
     gate = asyncio.Semaphore(episodes_at_once(policy))
 
-    async def one(task: Any, run: int) -> Any:
+    async def one(task: Task, run: int) -> EpisodeOutcome:
         params = SamplingParams(episode.temperature, 1.0, episode.max_new_tokens, episode_seed(seed, task.instance_id, run))
         agent = AgentConfig(tool_format=fmt, max_context_tokens=episode.max_context_tokens, sampling=params,
                             dataset="dagger", sample_idx=run)
@@ -49,8 +49,8 @@ def episodes_at_once(policy: Policy) -> int:
     return LOCAL_EPISODES_GPU if engine is not None and engine.device.type == "cuda" else 1
 
 
-def play_iteration(student: Policy, tasks: list[Any], config: DaggerConfig, iteration: int,
-                   folder: Path) -> list[Any]:
+def play_iteration(student: Policy, tasks: list[Task], config: DaggerConfig, iteration: int,
+                   folder: Path) -> list[EpisodeOutcome]:
     """Iteration ``iteration``'s student episodes: ``runs`` per task, kept as the rollout cache
     ``folder/rollouts`` with transcripts in ``folder/transcripts``."""
     outcomes = asyncio.run(play(student, tasks, config.runs, config, config.seed + 100 * iteration,

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from pdbgym.divergence.tocache import kl_to_cache as kl_of_model
 from pdbgym.divergence.tocache import open_teacher_cache
 from pdbgym.evaluate.analysis import summarize
 from pdbgym.evaluate.results import EpisodeRow
+from pdbgym.tasks.model import Task
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.dagger.play import play
 from pdbgym.train.dagger.policy import Policy
 from pdbgym.train.errors import DaggerError
 
 
-def val_pass1(policy: Policy, tasks: list[Any], config: DaggerConfig, transcripts: Path) -> tuple[float, str] | None:
+def val_pass1(policy: Policy, tasks: list[Task], config: DaggerConfig, transcripts: Path) -> tuple[float, str] | None:
     """pass@1 on ``tasks`` (``eval_runs`` each) with its task-clustered CI, via ``pdbgym.evaluate``."""
     if not tasks:
         return None

@@ -11,6 +11,7 @@ from typing import Any
 from pdbgym.adapters.store import Store
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import read_jsonl, write_json_atomic
+from pdbgym.tasks.model import Task
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.spread import spread_steps
@@ -22,7 +23,7 @@ RUN_FILE = "grpo_run.json"
 SELECTION_SPLIT = "val"
 
 
-def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[Any]) -> dict[str, Any]:
+def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[Task]) -> dict[str, Any]:
     """Choose the checkpoint, copy its delta to ``adapter/``, register it, write ``grpo_run.json``."""
     chosen, gate = choose_checkpoint(config, val_tasks, config.name or f"grpo-{config.out.name}")
     adapter_dir = config.out / "adapter"
@@ -101,7 +102,7 @@ def nonfinite_warning(steps: list[int], stopped_at: int | None) -> str:
             "grpo_run.json's nonfinite, for this invocation's steps)")
 
 
-def choose_checkpoint(config: GRPORunConfig, val_tasks: list[Any], name: str) -> tuple[str, dict[str, Any] | None]:
+def choose_checkpoint(config: GRPORunConfig, val_tasks: list[Task], name: str) -> tuple[str, dict[str, Any] | None]:
     """The checkpoint with the best val pass@1, recorded in the selection ledger; the final one without val."""
     gates = read_gates(config.out / GATES_FILE)
     if not val_tasks or not gates:

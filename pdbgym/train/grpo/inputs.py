@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdbgym.errors import PdbgymError
+from pdbgym.tasks.model import Task
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.grpo.config import ROLLOUT_WEIGHTS, GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, load_checked_corpus
 from pdbgym.train.grpo.schedules import AdaptiveKLController, RecipeState, TurnBudgetCurriculum
 
 
-def load_tasks(config: GRPORunConfig) -> tuple[list[Any], list[Any]]:
+def load_tasks(config: GRPORunConfig) -> tuple[list[Task], list[Task]]:
     """(train tasks, val tasks): disjoint, and at least ``tasks_per_step`` to train on."""
     train = resolve_tasks(config.tasks)
     val = resolve_tasks(config.val_tasks) if config.val_tasks else []

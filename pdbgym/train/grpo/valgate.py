@@ -10,6 +10,7 @@ from typing import Any
 
 from pdbgym.evaluate.stats import estimate_mean, per_task_pass_at_k
 from pdbgym.fileio import read_jsonl, write_text_atomic
+from pdbgym.tasks.model import Task
 
 
 @dataclass
@@ -46,7 +47,7 @@ def read_gates(path: Path) -> list[dict[str, Any]]:
     return read_jsonl(path).rows
 
 
-def gate_on_val(play: Callable[[list[Any]], list[dict[str, Any]]], val_tasks: list[Any], runs: int, k: int,
+def gate_on_val(play: Callable[[list[Task]], list[dict[str, Any]]], val_tasks: list[Task], runs: int, k: int,
                 step: int, checkpoint: str) -> GateResult:
     """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> each episode's facts:
     ``final_test_passed``, ``termination_reason``, ``grade_refused``) and score them."""
