@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,36 +122,46 @@ def split_warnings(data: Mapping[str, Any]) -> list[str]:
 
 
 def make_splits(task_root: str | Path, val_fraction: float, test_fraction: float = 0.0,
-                group_by: str = "source-module", seed: int = 0, stratify: str | None = None) -> dict[str, Any]:
+                group_by: str = "source-module", seed: int = 0, stratify: str | None = None,
+                test_only: Collection[str] = ()) -> dict[str, Any]:
     """Build a split file's content for every task under ``task_root``.
 
     ``stratify="rung"`` deals the groups of each rung of the task ladder (``pdbgym.tasks.difficulty``)
     on their own, so every split holds about its fraction of each rung; a group whose tasks sit on
     several rungs counts as its highest. Groups stay whole either way (no leakage by source module).
+    ``test_only`` (instance ids) are held out: each group holding one goes to test whole, and the
+    fractions are dealt over the other groups, as if the held-out ones were not there.
     """
     if stratify not in (None, "rung"):
         raise SplitError(f"--stratify {stratify!r}: the one stratum is 'rung' (the task ladder's)")
     tasks = resolve_tasks(task_root)
     items = [split_item(t, group_by) for t in tasks]
+    unknown = sorted(set(test_only) - {item["instance_id"] for item in items})
+    if unknown:
+        raise SplitError(f"test_only names {len(unknown)} task(s) not under {task_root}: {', '.join(unknown[:5])}")
+    held = {item["group"] for item in items if item["instance_id"] in set(test_only)}
     sizes: dict[str, int] = {}
     for item in items:
-        sizes[item["group"]] = sizes.get(item["group"], 0) + 1
+        if item["group"] not in held:
+            sizes[item["group"]] = sizes.get(item["group"], 0) + 1
     if stratify is None:
         assignment = assign_groups(sizes, val_fraction, test_fraction, seed)
     else:
         strata: dict[str, int] = {}
         for task, item in zip(tasks, items, strict=True):
             item["rung"] = rung(demands(task))
-            strata[item["group"]] = max(strata.get(item["group"], 0), item["rung"])
+            if item["group"] not in held:
+                strata[item["group"]] = max(strata.get(item["group"], 0), item["rung"])
         assignment = {}
         for level in sorted(set(strata.values())):
             within = {group: size for group, size in sizes.items() if strata[group] == level}
             assignment.update(assign_groups(within, val_fraction, test_fraction, seed))
+    assignment.update(dict.fromkeys(held, "test"))
     splits: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
     for item in sorted(items, key=lambda i: i["instance_id"]):
         splits[assignment[item["group"]]].append(item)
     return {"group_by": group_by, "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction,
-            "stratify": stratify, "splits": splits}
+            "stratify": stratify, "test_only": sorted(test_only), "splits": splits}
 
 
 @dataclass(frozen=True)

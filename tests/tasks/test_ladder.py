@@ -157,3 +157,18 @@ def test_the_rung_counts_a_statement_that_names_the_site(tmp_path):
     assert not demands(replace(task, problem_statement=f"Calling {site.function}_all() is wrong.")).site_named
     regression = resolve_tasks("regression")
     assert all(not demands(t).site_named for t in regression) and all(rung(demands(t)) >= 1 for t in regression)
+
+
+def test_tasks_held_out_for_test_go_there_whole_and_the_rest_split_as_without_them(tmp_path):
+    write_family("ladder0", 12, tmp_path / "tasks", seed=3)
+    alone = make_splits(tmp_path / "tasks", 0.25, 0.25, seed=6, stratify="rung")
+    held = write_family("symptom", 8, tmp_path / "tasks", seed=3)
+    ids = {load_task(folder).instance_id for folder in held}
+    data = make_splits(tmp_path / "tasks", 0.25, 0.25, seed=6, stratify="rung", test_only=ids)
+    assert check_splits(data["splits"]) == [] and data["test_only"] == sorted(ids)
+    assert ids <= {item["instance_id"] for item in data["splits"]["test"]}
+    for split in ("train", "val", "test"):  # the ladder0 tasks fall exactly as they did without the held-out ones
+        assert [i["instance_id"] for i in alone["splits"][split]] == \
+            [i["instance_id"] for i in data["splits"][split] if i["instance_id"] not in ids]
+    with pytest.raises(SplitError, match="not under"):
+        make_splits(tmp_path / "tasks", 0.25, 0.25, test_only={"symptom__nowhere-0"})
