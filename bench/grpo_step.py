@@ -67,14 +67,15 @@ def tasks(folder: Path, count: int, tree: Path) -> Path:
     return folder
 
 
-def play(tree: Path, model: Path, task_folder: Path, out: Path, args: argparse.Namespace) -> list[dict]:
+def play(tree: Path, model: Path, task_folder: Path, out: Path, args: argparse.Namespace,
+         flags: list[str]) -> list[dict]:
     command = [sys.executable, "-m", "pdbgym.cli", "train", "grpo", "--policy", str(model), "--tasks", str(task_folder),
                "--out", str(out), "--steps", str(args.steps), "--group", str(args.group),
                "--tasks-per-step", str(args.tasks_per_step), "--curriculum", "fixed",
                "--budget-start", str(args.turn_budget), "--budget-end", str(args.turn_budget),
                "--max-new-tokens", str(args.max_new_tokens), "--max-context-tokens", str(args.max_context_tokens),
                "--temperature", "1.0", "--lr", "3e-4", "--save-steps", "1000", "--seed", "1",
-               "--device", args.device, "--register-without-signal"]
+               "--device", args.device, "--register-without-signal", *flags]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
     if done.returncode != 0:
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-context-tokens", type=int, default=4096)
     p.add_argument("--against", default=None,
                    help="a git revision (or a folder holding its tree): the same steps with its code, and the ratio")
+    p.add_argument("--flags", default="", help="more train grpo flags for this tree, e.g. --no-gradient-checkpointing")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pdbgym-grpo-step-") as tmp:
@@ -127,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
             trees.insert(0, (args.against, checkout(args.against, work / "baseline")))
         results = {}
         for name, tree in trees:
-            rows = play(tree, model, task_folder, work / f"out-{len(results)}", args)
+            rows = play(tree, model, task_folder, work / f"out-{len(results)}", args,
+                        args.flags.split() if tree == ROOT else [])
             results[name] = {"steps": rows, "median": summary(rows)}
             for row in rows:
                 print(f"  step {row.get('step')}: " + ", ".join(f"{k} {float(row[k]):.2f}" for k in SHOWN if k in row))

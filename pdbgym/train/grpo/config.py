@@ -81,6 +81,9 @@ class GRPORunConfig:
     update_tokens: int = documented(
         65536, "padded ids one forward of the update holds at most: the step's sequences are grouped by length and "
         "each group's padding cut (0: TRL's one padded batch)")
+    gradient_checkpointing: bool = documented(
+        True, "recompute each layer's activations in the backward (TRL's default; off is faster where the "
+        "step's activations fit the card: a DoRA delta's held over 1 MB an id at SmolLM2-135M's shape)")
     max_minutes: float = documented(
         0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
         "gated", min=0)
@@ -114,5 +117,5 @@ class GRPORunConfig:
 
     def recipe(self) -> dict[str, Any]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
-                "rollout_weights", "update_tokens", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
+                "rollout_weights", "update_tokens", "gradient_checkpointing", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

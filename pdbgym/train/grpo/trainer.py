@@ -98,7 +98,7 @@ def grpo_arguments(config: GRPORunConfig, device: str, processes: int = 1) -> An
         importance_sampling_level=config.importance_sampling_level,
         reward_weights=RewardConfig(config.format_weight).functions()[1],
         logging_steps=1, logging_nan_inf_filter=False, save_strategy="steps", save_steps=config.save_steps, disable_tqdm=True,
-        report_to=[], bf16=device.startswith("cuda"),
+        report_to=[], bf16=device.startswith("cuda"), gradient_checkpointing=config.gradient_checkpointing,
         use_cpu=device == "cpu", log_completions=False, max_completion_length=config.max_context_tokens,
     )
     kwargs.update(config.extra)
