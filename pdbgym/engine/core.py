@@ -190,7 +190,7 @@ class LocalEngine(Sessions, Rounds):
                 self.stats.busy_seconds += time.perf_counter() - started
 
     # -- shared pieces -------------------------------------------------------------------------------
-    def _forward(self, model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+    def _forward(self, model: Any, ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor,
                  cache: Any, step: Callable[..., Any] | None = None, last: Sequence[int] | None = None) -> torch.Tensor:
         """The logits ([rows, vocab]) at each row's ``last`` column of ``ids`` (default: the last column of
         all). Where the model takes ``logits_to_keep``, a prefill projects only those columns on the

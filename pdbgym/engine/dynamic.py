@@ -51,7 +51,9 @@ class Rounds:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = new_dynamic_cache(model)
         started = time.perf_counter()
-        logits = self._forward(model, ids, mask, positions, cache)
+        # prompts of one length need no mask: transformers then attends causally (sdpa's flash kernel)
+        even = all(len(r.request.prompt_ids) == width for r in rows)
+        logits = self._forward(model, ids, None if even else mask, positions, cache)
         if self.device.type == "cuda":
             synchronize()
         self.stats.prefill_seconds += time.perf_counter() - started
