@@ -51,6 +51,7 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
                     "## Held-out pass@1 by sampling temperature", "pass@1, greedy [95% CI]", "entropy, T1",
                     "`sft-matched`: SFT continued from GRPO's start",
                     "## Held-out pass@1 by rung of the task ladder", "Wrong-site fixation: no held-out task",
+                    "## Held-out pass@1 by task set", "symptom (rung 1; held out whole)",
                     "### On-policy solve rate by rung of the task ladder", "Model arms sample at T = 1 ",
                     "## SFT strength (chosen on val)", "| sft-best, GRPO's start |"):
         assert section in report, section
@@ -615,3 +616,76 @@ def test_the_seed_recipe_files_quick_profile_trains_dora_by_epochs_under_a_turn_
     budgets = [json.loads(line)["turn_budget"] for line in (out / "grpo" / "steps.jsonl").read_text().splitlines()]
     assert budgets == [8.0, 9.0]  # from 8 towards the 10-turn end over 2 steps
     assert "seed 42" in (out / "report.md").read_text()
+
+
+def test_the_repository_files_hold_other_task_sets_out_whole_and_split_rung_0_as_before(tmp_path):
+    """The shipped files' held-out split: 24 ladder0 tasks dealt as before the other sets were added, and every
+    task of ladder1, symptom and the two hand-written suites, none of them in train or val; the report's table
+    by task set tells each set apart."""
+    from pdbgym.tasks.splits import check_splits, load_splits, make_splits
+    from pdbgym.train.experiment.run import run_experiment
+
+    config = load_experiment(REPO_FILE)
+    assert config.split.test_only == ["ladder1", "symptom", "builtin", "regression"]
+    out = tmp_path / "run"
+    run_experiment(config, out, until="split", say=lambda _: None)
+    sets = json.loads((out / "tasks" / "sets.json").read_text())
+    splits = load_splits(out / "splits.json")
+    assert check_splits(splits) == []
+    in_split = {name: {sets[item["instance_id"]] for item in items} for name, items in splits.items()}
+    assert in_split["train"] == in_split["val"] == {"ladder0"}
+    assert in_split["test"] == {"ladder0", "ladder1", "symptom", "builtin", "regression"}
+    counts = {name: sum(sets[item["instance_id"]] == name for item in splits["test"]) for name in in_split["test"]}
+    assert counts == {"ladder0": 24, "ladder1": 12, "symptom": 18, "builtin": 21, "regression": 16}
+    alone = tmp_path / "ladder0"
+    alone.mkdir()
+    for instance_id in (i for i, name in sets.items() if name == "ladder0"):
+        (alone / instance_id).symlink_to(out / "tasks" / "all" / instance_id)
+    before = make_splits(alone, 0.15, 0.25, seed=0, stratify="rung")["splits"]
+    for name in ("train", "val", "test"):
+        assert [i["instance_id"] for i in before[name]] == \
+            [i["instance_id"] for i in splits[name] if sets[i["instance_id"]] == "ladder0"]
+
+
+def test_a_held_out_set_must_be_a_task_set_of_the_file(tmp_path):
+    path = tmp_path / "experiment.toml"
+    text = REPO_FILE.read_text()
+    path.write_text(text.replace('test_only = ["ladder1", "symptom", "builtin", "regression"]', 'test_only = ["ladder2"]'))
+    with pytest.raises(ExperimentError, match="ladder2"):
+        load_experiment(path)
+    path.write_text(text.replace('test_only = ["ladder1", "symptom", "builtin", "regression"]',
+                                 'test_only = ["ladder0", "ladder1", "symptom", "builtin", "regression"]'))
+    with pytest.raises(ExperimentError, match="leave one to train on"):
+        load_experiment(path)
+
+
+def test_the_report_tells_each_task_set_apart_with_its_rungs(tmp_path):
+    """Held-out pass@1 per family and suite of [tasks], each labelled with its rungs and whether it was held out
+    whole; the table by rung pools ladder1 and symptom (both rung 1), the table by task set does not."""
+    import shutil
+
+    from pdbgym.evaluate.results import EpisodeRow, ResultsStore
+    from pdbgym.tasks.families import write_family
+    from pdbgym.tasks.suites import resolve_tasks
+    from pdbgym.train.experiment.report import by_rung, by_task_set
+
+    out = tmp_path / "run"
+    test = out / "tasks" / "test"
+    sets = {folder.name: family for family in ("ladder0", "ladder1", "symptom")
+            for folder in write_family(family, 2, test, seed=1)}
+    regression = resolve_tasks("regression")[:2]
+    for task in regression:
+        shutil.copytree(task.path, test / task.path.name)
+        sets[task.instance_id] = "regression"
+    (out / "tasks" / "sets.json").write_text(json.dumps(sets))
+    (out / "eval").mkdir()
+    ResultsStore(out / "eval").append(
+        EpisodeRow(arm, instance_id, 0, arm == "sft" and name != "symptom", "solved", 7, 1.0, "x.json")
+        for arm in ("base", "sft") for instance_id, name in sets.items())
+    table = by_task_set(out, ["ladder1", "symptom", "regression"])
+    assert set(table["sft"]) == {"ladder0 (rung 0)", "ladder1 (rung 1; held out whole)",
+                                 "symptom (rung 1; held out whole)", "regression (rung 1; held out whole)"}
+    assert table["sft"]["symptom (rung 1; held out whole)"]["mean"] == 0.0
+    assert table["sft"]["ladder1 (rung 1; held out whole)"]["mean"] == 1.0
+    assert all(cell["tasks"] == 2 for cell in table["sft"].values())
+    assert by_rung(out)["sft"][1]["tasks"] == 6  # pooled by rung: ladder1, symptom and regression together

@@ -1,7 +1,8 @@
 """An experiment's settings, read from a versioned TOML file (``experiments/*.toml`` in the repository).
 
 Tables: ``[tasks]`` (``families``: family name -> count, ``suites``: suites or folders), ``[split]``
-(``val``, ``test`` fractions; groups are source modules, stratified by rung), ``[episodes]``
+(``val``, ``test`` fractions; groups are source modules, stratified by rung; ``test_only``: families and
+suites of ``[tasks]`` held out whole in the test split, the fractions dealt over the rest), ``[episodes]``
 (``turn_budget``, ``max_new_tokens``, ``max_context_tokens`` of the shared ``EpisodeSettings``; its
 temperature is ``[eval]``'s), ``[sft]`` (``steps``, or ``candidates``
 chosen on val by ``target``), ``[grpo]``, ``[eval]``; top
@@ -43,6 +44,9 @@ class TaskSettings:
 class SplitSettings:
     val: float = 0.15
     test: float = 0.25
+    # Task sets of [tasks] (a family's name or a suite as written there) held out whole: every task of them in
+    # the test split, none trained on or chosen with; the fractions are dealt over the other tasks.
+    test_only: list[str] = field(default_factory=list)
 
 
 # The [episodes] keys an experiment file sets (its episodes' temperature is [eval]'s); the rest of the
@@ -205,6 +209,12 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
     config = replace(config, quick=quick)
     if not config.tasks.families and not config.tasks.suites:
         raise ExperimentError(f"{path}: [tasks] names no family and no suite")
+    named = [*config.tasks.families, *config.tasks.suites]
+    if unknown_sets := [name for name in config.split.test_only if name not in named]:
+        raise ExperimentError(f"{path}: [split] test_only = {unknown_sets!r} names no family or suite of [tasks] "
+                              f"({', '.join(named)})")
+    if not [name for name in named if name not in config.split.test_only]:
+        raise ExperimentError(f"{path}: [split] test_only holds every task set of [tasks]; leave one to train on")
     bad_k = [k for k in config.eval.k if not 1 <= k <= config.eval.runs]
     if bad_k:
         raise ExperimentError(f"{path}: [eval] k = {bad_k} needs 1 <= k <= runs ({config.eval.runs})")

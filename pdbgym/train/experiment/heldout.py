@@ -14,6 +14,7 @@ temperature can undo; one that kept it learned something else.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ import numpy as np
 from pdbgym.evaluate.stats import t_interval
 
 ENTROPY_FILE = "entropy.json"  # in each campaign folder: arm -> sampled_entropy
+TASK_SETS_FILE = "sets.json"  # OUT/tasks/sets.json: instance id -> its task set ([tasks] family or suite)
+
+
+def task_sets(out: Path) -> dict[str, str]:
+    """Each task's set as the tasks stage recorded it (``{}`` for a folder from before it did)."""
+    path = out / "tasks" / TASK_SETS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def label(temperature: float) -> str:

@@ -13,6 +13,7 @@ score next to its held-out score, and how much choosing on val inflated it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,13 @@ from pdbgym.evaluate.results import ResultsStore
 from pdbgym.evaluate.stats import estimate_mean, wilson_interval
 from pdbgym.fileio import read_jsonl
 from pdbgym.reportkit import fmt, md_bullets, md_table, pct
-from pdbgym.tasks.difficulty import demands, rung
+from pdbgym.tasks.difficulty import demands, rung, source_group
+from pdbgym.tasks.model import Task
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.experiment.arms import read_matched
 from pdbgym.train.experiment.checks import learning_check, quarter_rate, step_centred_check, task_paired_check
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig
-from pdbgym.train.experiment.heldout import ENTROPY_FILE, campaign_paths, extra_temperatures, label
+from pdbgym.train.experiment.heldout import ENTROPY_FILE, campaign_paths, extra_temperatures, label, task_sets
 from pdbgym.train.experiment.recipe import departure_rows
 from pdbgym.train.experiment.report_html import markdown_page
 from pdbgym.train.gradguard import skipped_steps
@@ -96,16 +98,42 @@ def smoke_test_lines(config: ExperimentConfig) -> list[str]:
 
 def by_rung(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """arm -> rung -> held-out pass@1 (mean, CI over the rung's tasks, episodes) from the eval campaign."""
+    return held_out_by(out, lambda tasks: {task.instance_id: rung(demands(task)) for task in tasks})
+
+
+def by_task_set(out: Path, test_only: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """arm -> task set -> held-out pass@1, as :func:`by_rung`; a set is a family or suite of ``[tasks]``
+    (``OUT/tasks/sets.json``; a folder from before it: the task's source), labelled with its rungs and, when
+    ``[split] test_only`` held it out whole, so."""
+    sets = task_sets(out)
+
+    def columns(tasks: list[Task]) -> dict[str, str]:
+        names = {task.instance_id: sets.get(task.instance_id) or source_group(task) for task in tasks}
+        levels: dict[str, set[int]] = {}
+        for task in tasks:
+            levels.setdefault(names[task.instance_id], set()).add(rung(demands(task)))
+        labels = {}
+        for name, found in levels.items():
+            span = f"rung {min(found)}" if len(found) == 1 else f"rungs {min(found)}-{max(found)}"
+            labels[name] = f"{name} ({span}{'; held out whole' if name in test_only else ''})"
+        return {instance_id: labels[name] for instance_id, name in names.items()}
+
+    return held_out_by(out, columns)
+
+
+def held_out_by(out: Path, columns: Callable[[list[Task]], dict[str, Any]]) -> dict[str, dict[Any, dict[str, Any]]]:
+    """arm -> column -> held-out pass@1 (mean, CI over the column's tasks, episodes) from the eval campaign,
+    ``columns`` giving each test task's column (instance id -> column)."""
     folder = out / "tasks" / "test"
     if not (out / "eval").is_dir() or not folder.is_dir():
         return {}
-    rungs = {task.instance_id: rung(demands(task)) for task in resolve_tasks(folder)}
-    outcomes: dict[str, dict[int, dict[str, list[int]]]] = {}
+    rungs = columns(resolve_tasks(folder))
+    outcomes: dict[str, dict[Any, dict[str, list[int]]]] = {}
     for row in ResultsStore(out / "eval").rows():
         if row.instance_id in rungs:
             tasks = outcomes.setdefault(row.arm, {}).setdefault(rungs[row.instance_id], {})
             tasks.setdefault(row.instance_id, []).append(int(row.final_test_passed))
-    table: dict[str, dict[int, dict[str, Any]]] = {}
+    table: dict[str, dict[Any, dict[str, Any]]] = {}
     for arm, per_rung in outcomes.items():
         for level, tasks in sorted(per_rung.items()):
             rates = np.array([sum(v) / len(v) for v in tasks.values()])
@@ -433,6 +461,16 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
             ["arm", *(f"rung {level}" for level in levels)], [
                 [arm, *(f"{_ci(per[level])} ({plural(per[level]['tasks'], 'task')})" if level in per else "-" for level in levels)]
                 for arm, per in sorted(rungs.items(), key=lambda item: list(arms).index(item[0]) if item[0] in arms
+                                       else len(arms))]) + [""]
+    sets = by_task_set(out, config.split.test_only)
+    names = sorted({name for per in sets.values() for name in per})
+    if names:
+        lines += ["## Held-out pass@1 by task set", "", "Each family and suite of `[tasks]` apart, with the rungs its "
+                  "held-out tasks sit on; a set held out whole (`[split] test_only`) had no task in train or val, so "
+                  "its score is what learning on the other sets carried over.", ""] + md_table(
+            ["arm", *names], [
+                [arm, *(f"{_ci(per[name])} ({plural(per[name]['tasks'], 'task')})" if name in per else "-" for name in names)]
+                for arm, per in sorted(sets.items(), key=lambda item: list(arms).index(item[0]) if item[0] in arms
                                        else len(arms))]) + [""]
     lines += temperature_lines(config, out)
     lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + matched_lines(out) + md_table(

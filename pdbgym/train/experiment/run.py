@@ -3,8 +3,10 @@
 Stages, in order (``OUT/experiment.json`` records the finished ones; a rerun skips them, and the stages
 that hold their own progress resume inside: cache builds, GRPO, the evaluation campaign):
 
-1. ``tasks``: the families' tasks written and the suites copied into ``OUT/tasks/all``;
-2. ``split``: ``OUT/splits.json``, train / val / test by source module, stratified by rung, copied into
+1. ``tasks``: the families' tasks written and the suites copied into ``OUT/tasks/all``, each task's family
+   or suite in ``OUT/tasks/sets.json``;
+2. ``split``: ``OUT/splits.json``, train / val / test by source module, stratified by rung, the sets of
+   ``[split] test_only`` all in test, copied into
    ``OUT/tasks/{train,val,test}``;
 3. ``oracle``: scripted-oracle caches on the train split (the SFT data) and on the test split (for KL);
 4. ``sft``: the token-exact corpus of the solved train episodes, then SFT of the base (``NAME-sft``), or
@@ -53,10 +55,12 @@ from pdbgym.train.experiment.arms import best_on_val, read_matched, write_matche
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig, ExperimentError
 from pdbgym.train.experiment.heldout import (
     ENTROPY_FILE,
+    TASK_SETS_FILE,
     campaign_paths,
     extra_temperatures,
     label,
     sampled_entropy,
+    task_sets,
 )
 from pdbgym.train.experiment.report import write_experiment_report
 from pdbgym.train.grpo.config import GRPORunConfig
@@ -161,17 +165,21 @@ def stage_summary(stage: str, config: ExperimentConfig, out: Path, device: str) 
 def _tasks(config: ExperimentConfig, out: Path) -> dict[str, Any]:
     folder = out / "tasks" / "all"
     shutil.rmtree(folder, ignore_errors=True)
+    sets: dict[str, str] = {}  # instance id -> the family or suite it came from, for the split and the report
     for name, count in sorted(config.tasks.families.items()):
-        write_family(name, count, folder, seed=config.tasks_drawn_with())
+        sets |= dict.fromkeys((path.name for path in write_family(name, count, folder, seed=config.tasks_drawn_with())), name)
     for suite in config.tasks.suites:
         for task in resolve_tasks(suite):
             shutil.copytree(task.path, folder / task.path.name, symlinks=True)
+            sets[task.instance_id] = suite
+    write_json_atomic(out / "tasks" / TASK_SETS_FILE, sets)
     return {"tasks": len(resolve_tasks(folder))}
 
 
 def _split(config: ExperimentConfig, out: Path) -> dict[str, Any]:
+    held = {instance_id for instance_id, name in task_sets(out).items() if name in config.split.test_only}
     data = make_splits(out / "tasks" / "all", config.split.val, config.split.test, seed=config.tasks_drawn_with(),
-                       stratify="rung")
+                       stratify="rung", test_only=held)
     write_splits(data, out / "splits.json")
     splits = load_splits(out / "splits.json")
     by_id = {task.instance_id: task for task in resolve_tasks(out / "tasks" / "all")}
