@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pdbgym.evaluate.stats import t_interval
+from pdbgym.rollouts.cache import read_cache
 
 ENTROPY_FILE = "entropy.json"  # in each campaign folder: arm -> sampled_entropy
 TASK_SETS_FILE = "sets.json"  # OUT/tasks/sets.json: instance id -> its task set ([tasks] family or suite)
@@ -53,8 +54,6 @@ def campaign_paths(out: Path, temperature: float, primary: float) -> tuple[Path,
 def sampled_entropy(cache_dir: Path) -> dict[str, Any] | None:
     """Mean surprisal of an arm's sampled model tokens (nats/token) with a t interval over tasks, from its
     campaign records (``OUT/eval/cache/ARM``); None when it holds no log-probs (scripted arms, no records)."""
-    from pdbgym.rollouts.cache import read_cache
-
     if not cache_dir.is_dir():
         return None
     per_task: dict[str, list[float]] = {}
