@@ -110,7 +110,7 @@ def _print_reports(reports: list) -> None:
 
 
 def family_command(
-    name: Annotated[str, typer.Argument(help="Family: ladder0 (rung 0) or ladder1 (rung 1).")],
+    name: Annotated[str, typer.Argument(help="Family: ladder0 (rung 0), ladder1 (rung 1) or symptom (rung 1: the bug told by its symptom alone).")],
     out: Annotated[Path, typer.Option("--out", help="Folder to write the task folders into.")],
     count: Annotated[int, typer.Option("--count", min=1, help="Tasks to write.")] = 50,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the variants; same seed, same tasks.")] = 0,
