@@ -73,18 +73,11 @@ class Figures:
         write_json_atomic(self.path, self.data, indent=1)
 
 
-def demo_config(args: argparse.Namespace) -> Any:
-    """The demo's phases do the split, the oracle caches and the corpus: its config for this run."""
-    from pdbgym.train.demo.config import DemoConfig
-
-    return DemoConfig(out=args.out, tasks=str(args.out / "tasks" / "all"), held_out=args.held_out,
-                      sft_tokens=args.max_length, workers=args.workers)
-
-
 def split(args: argparse.Namespace) -> dict[str, Path]:
-    """Both suites copied into ``OUT/tasks/all``, then split by group (``demo.split_tasks``)."""
+    """Both suites copied into ``OUT/tasks/all``, then split by source-module group into train and test
+    (``OUT/splits.json``, the two folders in ``OUT/tasks``); a rerun keeps the split it made."""
+    from pdbgym.tasks.splits import load_splits, make_splits, write_splits
     from pdbgym.tasks.suites import resolve_tasks
-    from pdbgym.train.demo.data import split_tasks
 
     every = {t.instance_id: t for suite in ("builtin", "regression") for t in resolve_tasks(suite)}
     if args.quick:
@@ -93,8 +86,42 @@ def split(args: argparse.Namespace) -> dict[str, Path]:
     if not root.is_dir():
         for task in every.values():
             shutil.copytree(task.path, root / task.instance_id, symlinks=True)
-    split_tasks(demo_config(args))
+    if not (args.out / "splits.json").is_file():
+        write_splits(make_splits(str(root), val_fraction=0.0, test_fraction=args.held_out, seed=0),
+                     args.out / "splits.json")
+    splits = load_splits(args.out / "splits.json")
+    for name in ("train", "test"):
+        folder = args.out / "tasks" / name
+        if not folder.is_dir():
+            for item in splits.get(name, []):
+                shutil.copytree(root / item["instance_id"], folder / item["instance_id"], symlinks=True)
     return {name: args.out / "tasks" / name for name in ("train", "test")}
+
+
+def oracle_caches(args: argparse.Namespace) -> dict[str, Any]:
+    """Scripted-oracle caches on the train and test folders (``OUT/cache-{train,test}``; a rerun plays only
+    the missing episodes); their summaries."""
+    from dataclasses import replace
+
+    from pdbgym.agent.build import CacheBuildConfig, build_cache
+    from pdbgym.episode_defaults import episode_defaults_for
+
+    episode = replace(episode_defaults_for("cache build"), temperature=0.0)
+    return {name: build_cache(CacheBuildConfig(policy="scripted", out=args.out / f"cache-{name}",
+                                               tasks=str(args.out / "tasks" / name), runs=1, workers=args.workers,
+                                               seed=0, tokenizer="embedded", episode=episode))
+            for name in ("train", "test")}
+
+
+def oracle_corpus(args: argparse.Namespace) -> dict[str, Any]:
+    """The corpus of the train cache's solved episodes, each cut to ``--max-length`` ids; its manifest."""
+    from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus
+
+    manifest = args.out / "corpus" / MANIFEST_FILE
+    if not manifest.is_file():
+        build_corpus(CorpusConfig(caches=[args.out / "cache-train"], out=args.out / "corpus", solved_only=True,
+                                  max_length=args.max_length, overlength="truncate", splits=args.out / "splits.json"))
+    return json.loads(manifest.read_text())
 
 
 def sft(args: argparse.Namespace, row: dict[str, Any]) -> None:
@@ -134,7 +161,7 @@ def model_folder(args: argparse.Namespace, arm: str) -> Path:
 
 
 def kl(args: argparse.Namespace, arms: list[str], row: dict[str, Any]) -> None:
-    from pdbgym.train.demo.report import oracle_kl
+    from pdbgym.evaluate.arm_figures import oracle_kl
 
     result = oracle_kl(args.out / "cache-test", {arm: str(model_folder(args, arm)) for arm in arms},
                        args.out / "kl.json", 0, device=args.device)
@@ -271,19 +298,17 @@ def main(argv: list[str] | None = None) -> None:
         args.sft_epochs, args.sft_eval_steps, args.runs, args.turn_budget = 1, 1, 1, 3
         args.max_new_tokens, args.group, args.grpo_steps, args.max_length = 24, 2, 1, 2048
         args.tasks_per_step, args.workers = 1, 2
-    from pdbgym.train.demo.data import build_caches, build_demo_corpus
-
     args.out.mkdir(parents=True, exist_ok=True)
     figures = Figures(args.out, args.device)
     if args.stage == "sft":
         with figures.phase("teacher") as row:
             folders = split(args)
-            caches = build_caches(demo_config(args), lambda: None)
+            caches = oracle_caches(args)
             row.update({name: {"tasks": len(list(folder.iterdir()))} for name, folder in folders.items()},
                        summaries={k: {kk: v.get(kk) for kk in ("episodes", "solved", "tokens") if kk in v}
                                   for k, v in caches.items() if isinstance(v, dict)})
         with figures.phase("corpus") as row:
-            built = build_demo_corpus(demo_config(args))
+            built = oracle_corpus(args)
             row.update({k: built.get(k) for k in ("examples_kept", "tokens", "dropped")})
         if "sft" not in figures.data:
             with figures.phase("sft") as row:

@@ -105,19 +105,13 @@ DAGGER_MAX_CONTEXT_TOKENS = 16_384
 # (``logprob_semantics.top_p``), so the divergence library accounts for the nucleus.
 TEACHER_TOP_P = 0.9
 
-# ``pdbgym demo`` is the loop in miniature on CPU, on the embedded SmolLM2-135M: its held-out episodes keep
-# that model's own context (8,192 positions), the 8 tool calls the oracle needs on each built-in task, and
-# 64 tokens a turn (a pdb call is 20-60 tokens), so the whole demo runs in minutes on two cores.
-DEMO_MAX_CONTEXT_TOKENS = 8_192
-DEMO_TURN_BUDGET = 8
-DEMO_MAX_NEW_TOKENS = 64
-
 # ``pdbgym experiment run`` trains and measures a small model's SFT -> GRPO on synthesized task families whose
 # oracle solves each task in a few calls: 10 tool calls leave room past the oracle's, 96 tokens hold a pdb
 # call with its arguments, and 4,096 tokens hold ten such turns with their observations; GRPO holds G of
 # these episodes at once. Its episodes sample at GRPO_TEMPERATURE: the policy GRPO trains is the T = 1
 # sampler, and a cooler draw measures another one. The [episodes] table of an experiment file sets the
-# first three, its [eval] table the temperature.
+# first three, its [eval] table the temperature. ``pdbgym demo`` runs one such file (``train/demo/demo.toml``),
+# so its episodes are that file's.
 EXPERIMENT_MAX_CONTEXT_TOKENS = 4_096
 EXPERIMENT_TURN_BUDGET = 10
 EXPERIMENT_MAX_NEW_TOKENS = 96
@@ -130,8 +124,6 @@ COMMAND_EPISODES: dict[str, EpisodeSettings] = {
     "eval select": EPISODE,
     "train dagger": replace(EPISODE, max_context_tokens=DAGGER_MAX_CONTEXT_TOKENS),
     "train grpo": replace(EPISODE, max_context_tokens=GRPO_MAX_CONTEXT_TOKENS, temperature=GRPO_TEMPERATURE),
-    "demo": replace(EPISODE, max_context_tokens=DEMO_MAX_CONTEXT_TOKENS, turn_budget=DEMO_TURN_BUDGET,
-                    max_new_tokens=DEMO_MAX_NEW_TOKENS),
     "experiment run": replace(EPISODE, max_context_tokens=EXPERIMENT_MAX_CONTEXT_TOKENS,
                               turn_budget=EXPERIMENT_TURN_BUDGET, max_new_tokens=EXPERIMENT_MAX_NEW_TOKENS,
                               temperature=GRPO_TEMPERATURE),

@@ -1,6 +1,6 @@
 """The pieces every report is built from: number formats, Markdown and HTML tables, embedded plots, the page.
 
-The training reports (``train/report.py``, GRPO's and the demo's), the campaign report
+The training reports (``train/report.py``, GRPO's and the experiment's), the campaign report
 (``evaluate/report.py`` and its sections) and the divergence tables (``divergence/render.py``) all write
 through these, so one house style holds everywhere:
 

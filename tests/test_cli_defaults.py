@@ -63,7 +63,7 @@ def test_flag_defaults_are_the_config_defaults(command, config):
 DOC = Path(__file__).resolve().parents[1] / "docs" / "defaults.md"
 SETTINGS = tuple(f.name for f in dataclasses.fields(EpisodeSettings))
 COMMANDS = {"run": run_command, "cache build": cache_build_command, "eval": eval_command,
-            "eval select": select_command, "train dagger": dagger_command, "train grpo": grpo, "demo": demo_command,
+            "eval select": select_command, "train dagger": dagger_command, "train grpo": grpo,
             "experiment run": experiment_command}
 SETTING_OF = {("train grpo", "budget_end"): "turn_budget"}  # GRPO's turn budget is where its curriculum ends
 
@@ -96,7 +96,7 @@ def test_every_episode_flag_defaults_to_the_shared_home_or_a_named_exception():
     assert all(value != getattr(EPISODE, setting) for (_, setting), value in EXCEPTIONS.items())
     experiment = ExperimentConfig("x")
     held = {"cache build": CacheBuildConfig.episode, "eval": EvalConfig.episode, "eval select": SelectConfig.episode,
-            "train dagger": DaggerConfig.episode, "demo": DemoConfig.episode,
+            "train dagger": DaggerConfig.episode,
             "experiment run": dataclasses.replace(experiment.episodes, temperature=experiment.eval.temperature)}
     assert all(held[command] == COMMAND_EPISODES[command] for command in held)
     grpo_config = GRPORunConfig("p", "t", Path("o"))
@@ -105,6 +105,17 @@ def test_every_episode_flag_defaults_to_the_shared_home_or_a_named_exception():
                                             COMMAND_EPISODES["train grpo"].turn_budget,
                                             COMMAND_EPISODES["train grpo"].temperature,
                                             COMMAND_EPISODES["train grpo"].max_new_tokens)
+
+
+def test_the_demos_episode_flags_keep_its_files_values_unless_given():
+    """``pdbgym demo`` runs an experiment file: its episode flags default to None, the file's value."""
+    from pdbgym.train.demo.config import demo_experiment
+
+    flags = inspect.signature(demo_command).parameters
+    assert flags["turn_budget"].default is None and flags["temperature"].default is None
+    experiment = demo_experiment(DemoConfig())
+    assert experiment.episodes == COMMAND_EPISODES["experiment run"] and experiment.eval.temperature == 0
+    assert demo_experiment(DemoConfig(overrides={"episodes": {"turn_budget": 3}})).episodes.turn_budget == 3
 
 
 def test_two_classes_declare_a_turn_budget():

@@ -149,7 +149,7 @@ def test_a_campaign_report_escapes_a_hostile_task_id_and_keeps_its_markdown_colu
     assert len(re.findall(r"(?<!\\)\|", row)) == 4  # task, a, b: the escaped pipe is not a column
 
 
-REPORTS = ("train/report.py", "train/grpo/report.py", "train/demo/report.py", "evaluate/report.py",
+REPORTS = ("train/report.py", "train/grpo/report.py", "train/experiment/report.py", "evaluate/report.py",
            "evaluate/report_sections.py", "divergence/render.py")
 
 

@@ -1,7 +1,7 @@
 """KL(teacher || model) on a teacher cache: the one entry point for code outside the divergence library.
 
 ``kl_to_cache(model_or_ref, cache) -> KLToCache`` is what the evaluation's arms
-(``evaluate.divergence_arms``), the demo's KL to the oracle (``train.demo.report.oracle_kl``) and
+(``evaluate.divergence_arms``), the experiment's KL to the oracle (``evaluate.arm_figures.oracle_kl``) and
 DAgger's per-iteration KL (``train.dagger.scores.kl_to_cache``) compute, so the three give the same number
 for the same model and cache.
 

@@ -1,4 +1,4 @@
-"""One KL to a teacher cache: the evaluation's arms, the demo's KL to the oracle and DAgger's KL give the
+"""One KL to a teacher cache: the evaluation's arms, the experiment's KL to the oracle and DAgger's KL give the
 same number (the divergence library's token mean) for the same model and cache, and train/ reaches the
 divergence library through that one entry point only."""
 
@@ -67,7 +67,7 @@ def test_arms_demo_and_dagger_give_the_same_kl(tmp_path, smol_tokenizer, tiny_mo
     from pdbgym.train.dagger.config import DaggerConfig
     from pdbgym.train.dagger.policy import load_policy
     from pdbgym.train.dagger.scores import kl_to_cache as dagger_kl
-    from pdbgym.train.demo.report import oracle_kl
+    from pdbgym.evaluate.arm_figures import oracle_kl
 
     cache = _cache(tmp_path / "cache", smol_tokenizer, semantics)
     model = str(tiny_model_dir)

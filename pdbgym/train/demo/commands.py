@@ -1,41 +1,50 @@
-"""``pdbgym demo``: parses its flags into a ``DemoConfig`` and runs ``pdbgym.train.demo.phases.run_demo``."""
+"""``pdbgym demo``: parses its flags into a ``DemoConfig`` and runs ``pdbgym.train.demo.config.run_demo``."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from pdbgym.defaults import defaults_of
+from pdbgym.episode_defaults import check_setting
 from pdbgym.train.demo.config import DemoConfig
 
 D = defaults_of(DemoConfig)
+FILE = "(default: demo.toml's)"
+# flag -> (table, key) of demo.toml it replaces for one run
+OVERRIDES = {"sft_steps": ("sft", "steps"), "sft_tokens": ("sft", "max_tokens"), "eval_runs": ("eval", "runs"),
+             "turn_budget": ("episodes", "turn_budget"), "temperature": ("eval", "temperature")}
+RULES = {"eval_runs": "runs", "sft_steps": "max_new_tokens", "sft_tokens": "max_new_tokens"}  # whole, >= 1
 
 
 def demo_command(
-    out: Annotated[Path, typer.Option(help="Demo folder (a rerun reuses finished phases)")] = D.out,
-    teacher: Annotated[str, typer.Option(help="scripted (oracle: applies the reference fix), a model or URL")] = D.teacher,
-    tasks: Annotated[str, typer.Option(help="Suite or folder split into train and held-out")] = D.tasks,
-    sft_steps: Annotated[int, typer.Option(help="SFT optimizer steps (one example each)")] = D.sft_steps,
-    sft_tokens: Annotated[int, typer.Option(help="Each SFT example cut to its first N ids")] = D.sft_tokens,
-    eval_runs: Annotated[int, typer.Option(help="Episodes per held-out task per arm")] = D.eval_runs,
-    turn_budget: Annotated[int, typer.Option(help="Tool calls per held-out episode")] = D.turn_budget,
-    constrained: Annotated[bool, typer.Option(help="Add the grammar-constrained base as an arm")] = D.constrained,
+    out: Annotated[Path, typer.Option(help="Demo folder, an experiment folder (a rerun resumes the stages left)")] = D.out,
+    teacher: Annotated[str, typer.Option(help="scripted only: the oracle that replays each task's reference fix")] = D.teacher,
+    tasks: Annotated[str | None, typer.Option(help=f"Suite or task folder instead of the file's tasks {FILE}")] = None,
+    sft_steps: Annotated[int | None, typer.Option(help=f"SFT optimizer steps, one example each {FILE}")] = None,
+    sft_tokens: Annotated[int | None, typer.Option(help=f"Longest oracle episode kept for SFT, in ids {FILE}")] = None,
+    eval_runs: Annotated[int | None, typer.Option(help=f"Episodes per held-out task per arm {FILE}")] = None,
+    turn_budget: Annotated[int | None, typer.Option(help=f"Tool calls per episode {FILE}")] = None,
+    temperature: Annotated[float | None, typer.Option(help=f"Held-out sampling temperature, 0 greedy {FILE}")] = None,
+    constrained: Annotated[bool, typer.Option(hidden=True, help="Removed: refused")] = D.constrained,
 ) -> None:
-    """The research loop in miniature on CPU: teacher cache -> LoRA SFT of SmolLM2-135M -> base vs SFT on
-    held-out tasks -> one report."""
-    # the command's code loads when it runs: every other command starts without it
-    from pdbgym.progress import progress
-    from pdbgym.train.demo.phases import run_demo
+    """The research loop in miniature on CPU: oracle caches -> LoRA SFT of SmolLM2-135M -> base vs SFT on
+    held-out tasks -> one report. It runs the experiment file demo.toml, shipped with pdbgym, through the
+    stages of pdbgym experiment run."""
+    from pdbgym.train.demo.config import run_demo
 
+    given = {"sft_steps": sft_steps, "sft_tokens": sft_tokens, "eval_runs": eval_runs, "turn_budget": turn_budget,
+             "temperature": temperature}
+    overrides: dict[str, dict[str, Any]] = {"tasks": {"families": {}, "suites": [tasks]}} if tasks else {}
+    for flag, value in given.items():
+        if value is not None:
+            check_setting(flag, value, rule=RULES.get(flag))
+            table, key = OVERRIDES[flag]
+            overrides.setdefault(table, {})[key] = value
+    config = DemoConfig(out=out, teacher=teacher, constrained=constrained, overrides=overrides)
     console = Console(stderr=True)
-    config = DemoConfig(out=out, teacher=teacher, tasks=tasks, sft_steps=sft_steps, sft_tokens=sft_tokens,
-                        eval_runs=eval_runs, episode=replace(D.episode, turn_budget=turn_budget),
-                        constrained=constrained)
-    with progress(console) as bars:
-        outcome = run_demo(config, lambda text: console.print(text, markup=False, highlight=False), bars)
-    console.print(", ".join(f"{k} {v['seconds']:.0f} s" for k, v in outcome.phases.items()))
-    typer.echo(f"report: {outcome.page}  (also {outcome.markdown})")
+    report = run_demo(config, lambda text: console.print(text, markup=False, highlight=False))
+    typer.echo(f"report: {report.with_suffix('.html')}  (also {report})")

@@ -1,54 +1,74 @@
-"""The config of ``pdbgym demo``: its flags are fields of the same name (``episode``'s by their own names)."""
+"""The demo as an experiment: ``demo.toml`` (package data) with the demo's flags laid over its tables.
+
+The demo has no stages, report or figures of its own: ``run_demo`` loads the file with the tables its flags
+give laid over it (``demo_experiment``) and hands it to ``train.experiment.run.run_experiment``, so a demo
+folder is an experiment folder (``experiment.json``, ``report.md``), resumed or refused by the same rules.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
+from pdbgym.errors import PdbgymError
+from pdbgym.train.experiment.config import ExperimentConfig, load_experiment
+
+PRESET = Path(__file__).with_name("demo.toml")
+LEGACY_STATE = "demo.json"  # what a demo folder held before the demo was an experiment file
 
 
 @dataclass
 class DemoConfig:
-    """The demo's budget; defaults fit about 10 minutes on 2 CPU cores (docs/benchmarks.md).
+    """What ``pdbgym demo`` runs.
 
     Args:
-        out: demo folder; a rerun reuses every finished phase. Default ``runs/demo``.
-        base: the student: ``embedded`` (SmolLM2-135M-Instruct) or a HF model folder. Default ``embedded``.
-        teacher: ``scripted`` (oracle: replays the reference fix), ``embedded``, a model folder or a URL.
-        tasks: suite or folder split into train and held-out. Default ``builtin`` (21 tasks).
-        held_out: share of tasks (whole source-module groups) held out for evaluation. Default 0.25.
-        seed: seed of the split, the caches, SFT and sampling. Default 0.
-        sft_steps: optimizer steps of SFT (one example per step). Default 12.
-        sft_tokens: each example cut to its first N ids (prompt ~720 + first tool calls). Default 1024.
-        rank: LoRA rank r (alpha 2r). Default 16.
-        lr: peak AdamW learning rate, linear decay. Default 1e-3 (a short run).
-        eval_runs: episodes per held-out task per arm. Default 1.
-        episode: the held-out episodes' settings. Default the demo's named exceptions
-            (``pdbgym.episode_defaults``): 8 tool calls (the oracle uses 8 on each built-in task), 64 tokens
-            a turn (a pdb call is 20-60 tokens), 8,192 tokens of context (SmolLM2-135M's); T 0.7, top-p 1.
-        constrained: add the base model with grammar-constrained tool calls as an arm. Default False.
-        kl_tokens: KL scored on the first N ids of each held-out oracle episode (0: whole). Default 1024.
-        workers: episodes at once (scripted ones in worker processes; 1: all in this process). Default 2.
-        threads: torch threads of training and KL scoring (episodes use 1). Default 2.
+        out: demo folder (an experiment folder): a rerun resumes the stages left. Default ``runs/demo``.
+        teacher: ``scripted`` only: the experiment's oracle stage replays each task's reference fix. A model
+            teacher's cache goes through ``pdbgym cache build`` and ``pdbgym train corpus``/``sft`` instead.
+        constrained: removed (the experiment's arms are base, SFT and oracle); refused when set.
+        workers: scripted episodes at once (worker processes). Default 2.
+        overrides: table -> key -> value laid over ``demo.toml`` and checked as its own values are; the
+            command's ``--sft-steps``, ``--turn-budget``, ... give them (``commands.OVERRIDES``).
+        base: the student in place of the file's ``base`` (None: the file's, the embedded SmolLM2-135M); for
+            library callers and tests, no flag.
     """
 
     out: Path = Path("runs/demo")
-    base: str = "embedded"
     teacher: str = "scripted"
-    tasks: str = "builtin"
-    held_out: float = 0.25
-    seed: int = 0
-    sft_steps: int = 12
-    sft_tokens: int = 1024
-    rank: int = 16
-    lr: float = 1e-3
-    eval_runs: int = 1
-    episode: EpisodeSettings = episode_defaults_for("demo")
     constrained: bool = False
-    kl_tokens: int = 1024
     workers: int = 2
-    threads: int = 2
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    base: str | None = None
 
     def __post_init__(self) -> None:
-        check_setting("eval_runs", self.eval_runs, rule="runs")
+        if self.teacher != "scripted":
+            raise PdbgymError(f"--teacher {self.teacher!r}: the demo's teacher is the scripted oracle; for a model "
+                              "teacher run pdbgym cache build, then pdbgym train corpus and train sft")
+        if self.constrained:
+            raise PdbgymError("--constrained was removed: the demo plays base, SFT and the oracle; play the "
+                              "grammar-constrained base with pdbgym eval --arm guided=constrained:embedded")
+
+
+def demo_experiment(config: DemoConfig) -> ExperimentConfig:
+    """``demo.toml`` with ``config.overrides`` laid over its tables."""
+    experiment = load_experiment(PRESET, over=config.overrides)
+    experiment = replace(experiment, base=config.base) if config.base else experiment
+    if experiment.eval.temperature == 0 and experiment.eval.runs > 1:
+        raise PdbgymError(f"--eval-runs {experiment.eval.runs}: greedy held-out episodes (temperature 0) play one run "
+                          "a task; give --temperature above 0 to sample several")
+    return experiment
+
+
+def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> Path:
+    """Every stage of the demo not yet finished in ``config.out``; returns the report's path (``report.md``)."""
+    from pdbgym.train.experiment.run import STATE_FILE, run_experiment
+
+    out = Path(config.out)
+    if (out / LEGACY_STATE).is_file() and not (out / STATE_FILE).is_file():
+        raise PdbgymError(f"{out} holds a demo run from before the demo was an experiment file ({LEGACY_STATE}); "
+                          "remove that folder or give another --out")
+    experiment = demo_experiment(config)
+    say(f"[demo] the experiment file {PRESET}" + (f", with {config.overrides}" if config.overrides else ""))
+    return run_experiment(experiment, out, workers=config.workers, say=say)

@@ -77,7 +77,7 @@ class SFTSettings:
 
 @dataclass(frozen=True)
 class GRPOSettings:
-    steps: int = 40
+    steps: int = 40  # 0: no GRPO stage (and no sft-matched control): the experiment ends at SFT against the base
     group: int = 8
     tasks_per_step: int = 2
     lr: float = 2e-5
@@ -168,8 +168,9 @@ def _table(where: str, cls: type, values: Any, base: Any) -> Any:
         raise ExperimentError(f"{where}: {exc}") from exc
 
 
-def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
-    """The experiment in ``path``, with its ``[quick]`` tables laid over when ``quick``."""
+def load_experiment(path: Path, quick: bool = False, over: dict[str, dict[str, Any]] | None = None) -> ExperimentConfig:
+    """The experiment in ``path``, with its ``[quick]`` tables laid over when ``quick``, then ``over`` (table ->
+    key -> value, as a command's flags give them: ``pdbgym demo``), every value checked as the file's are."""
     try:
         data = tomllib.loads(Path(path).read_text())
     except FileNotFoundError as exc:
@@ -198,11 +199,11 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
                               f"or not text: {unknown_departures(departures) if isinstance(departures, dict) else departures}; "
                               f"known: {sorted(SEED_RECIPE)}")
     config = replace(config, departures=dict(departures))
-    layers = [data] + ([data.get("quick", {})] if quick else [])
-    for layer in layers:
+    layers = [(data, "[{}]"), (data.get("quick", {}) if quick else {}, "[quick.{}]"), (over or {}, "[{}] as given")]
+    for layer, label in layers:
         for table, cls in TABLES.items():
             if table in layer:
-                where = f"{path}: [{'quick.' if layer is not data else ''}{table}]"
+                where = f"{path}: {label.format(table)}"
                 config = replace(config, **{table: _table(where, cls, layer[table], getattr(config, table))})
     if quick and "quick" not in data:
         raise ExperimentError(f"{path}: --quick needs a [quick] table with the tiny counts")
@@ -227,6 +228,12 @@ def load_experiment(path: Path, quick: bool = False) -> ExperimentConfig:
             or len(set(counts)) < len(counts):
         raise ExperimentError(f"{path}: [sft] candidates = {sft.candidates!r} must be a list of distinct step counts "
                               ">= 1")
+    if config.grpo.steps < 0:
+        raise ExperimentError(f"{path}: [grpo] steps = {config.grpo.steps} must be >= 0 (0: no GRPO stage)")
+    if not config.split.val and (config.sft.candidates or config.grpo.steps):
+        raise ExperimentError(f"{path}: [split] val = 0 leaves no val tasks for the SFT choice among [sft] "
+                              "candidates and GRPO's checkpoint gates; give val > 0, or [grpo] steps = 0 and one "
+                              "[sft] steps")
     if config.grpo.curriculum not in ("fixed", "schedule"):
         raise ExperimentError(f"{path}: [grpo] curriculum = {config.grpo.curriculum!r}: give \"fixed\" or \"schedule\"")
     if not 0 <= config.grpo.budget_start <= config.episodes.turn_budget:

@@ -28,6 +28,7 @@ from pdbgym.tasks.model import Task
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.experiment.arms import read_matched
 from pdbgym.train.experiment.checks import learning_check, quarter_rate, step_centred_check, task_paired_check
+from pdbgym.train.experiment.conclusion import what_this_run_shows
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig
 from pdbgym.train.experiment.heldout import ENTROPY_FILE, campaign_paths, extra_temperatures, label, task_sets
 from pdbgym.train.experiment.recipe import departure_rows
@@ -374,21 +375,44 @@ def departure_lines(config: ExperimentConfig) -> list[str]:
 
 
 def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str, Any]) -> Path:
-    summary = _load(out / "eval-summary.json")
-    kl = _load(out / "kl.json").get("arms", {})
-    validity = _load(out / "validity.json")
-    run = _load(out / "grpo" / "grpo_run.json")
-    rows = read_jsonl(out / "grpo" / "steps.jsonl").rows
-    gates = read_jsonl(out / "grpo" / "gates.jsonl").rows
-    per_step = config.grpo.group * config.grpo.tasks_per_step
+    """``OUT/report.md`` and ``OUT/report.html`` from the folder as it is; returns the Markdown's path."""
     lines = [f"# Experiment {config.name}" + (" (quick profile: smoke test)" if config.quick else ""), "",
              *smoke_test_lines(config),
              f"From `{config.source}` (settings digest {config.digest()}); base `{config.base}`; seed {config.seed}.",
              "", *departure_lines(config)]
+    lines += conclusion_lines(out)
     lines += ["## Stages", ""] + md_table(["stage", "seconds", "facts"], [
         [name, facts.get("seconds"), facts_text(facts)]
         for name, facts in state.get("stages", {}).items()]) + [""]
     lines += sft_choice_lines(out)
+    if config.grpo.steps:
+        lines += grpo_lines(config, out)
+    lines += heldout_lines(config, out)
+    if config.grpo.steps:
+        lines += stop_at_peak_lines(out)
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    (out / "report.html").write_text(markdown_page(lines))  # the same lines as a page, beside it
+    return path
+
+
+def conclusion_lines(out: Path) -> list[str]:
+    """"What this run shows" (``conclusion.py``), once the held-out campaign has a summary."""
+    summary, campaign = _load(out / "eval" / "summary.json"), _load(out / "eval" / "campaign.json")
+    if not summary:
+        return []
+    arms = campaign.get("config", {}).get("arms") or {arm: "" for arm in summary.get("arm_results", {})}
+    sentences = what_this_run_shows(arms, summary, _load(out / "validity.json"), _load(out / "kl.json"))
+    return ["## What this run shows", "", " ".join(sentences), ""]
+
+
+def grpo_lines(config: ExperimentConfig, out: Path) -> list[str]:
+    """The GRPO steps, the learning checks, the on-policy rate by rung and the val gates."""
+    run = _load(out / "grpo" / "grpo_run.json")
+    rows = read_jsonl(out / "grpo" / "steps.jsonl").rows
+    gates = read_jsonl(out / "grpo" / "gates.jsonl").rows
+    per_step = config.grpo.group * config.grpo.tasks_per_step
+    lines: list[str] = []
     lines += ["## GRPO steps", ""] + md_table(
         ["step", "reward", "on-policy solve rate", "tampered", "verdict-refused", "replayed", "KL", "beta",
          "seconds (rollouts)",
@@ -437,6 +461,15 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         ["checkpoint", "step", "val pass@1 [95% CI]", "tampered", "verdict-refused"], [
             [g.get("checkpoint"), g.get("step"), _ci(g.get("pass_at_1")),
              (g.get("termination_reasons") or {}).get("tampered", 0), g.get("refused", "-")] for g in gates]) + [""]
+    return lines
+
+
+def heldout_lines(config: ExperimentConfig, out: Path) -> list[str]:
+    """The held-out table, pass@1 by rung and by temperature, and the paired comparisons."""
+    summary = _load(out / "eval-summary.json")
+    kl = _load(out / "kl.json").get("arms", {})
+    validity = _load(out / "validity.json")
+    outcomes = read_jsonl(out / "grpo" / OUTCOMES_FILE).rows
     arms = summary.get("arms", {})
     no_signal = bool(outcomes) and not spread_steps(outcomes)["on_policy"]
 
@@ -444,7 +477,7 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         return f"{arm} (no on-policy reward spread: imitation only)" if no_signal and arm.startswith("grpo") else arm
 
     ks = [f"pass@{k}" for k in config.eval.k if k > 1]
-    lines += ["## Held-out test split", "", f"Model arms sample at T = {config.eval.temperature:g} "
+    lines = ["## Held-out test split", "", f"Model arms sample at T = {config.eval.temperature:g} "
               f"({plural(config.eval.runs, 'run')} a task).", ""] + md_table(
         ["arm", "pass@1 [95% CI]", *ks, "episodes", "tampered", "verdict-refused", "valid tool calls",
          "wrong-site fixation", "KL to the oracle (nats/token) [95% CI]"], [
@@ -477,11 +510,18 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
         ["a - b", "difference [95% CI]", "tasks"], [
             [f"{label(a)} - {label(b)}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
             for a, b, diff, low, high, n in _pairs(summary, COMPARISONS)])
-    lines += [""]
+    return lines + [""]
+
+
+def stop_at_peak_lines(out: Path) -> list[str]:
+    """The chosen GRPO checkpoint's val score beside its held-out score."""
+    run = _load(out / "grpo" / "grpo_run.json")
+    gates = read_jsonl(out / "grpo" / "gates.jsonl").rows
+    arms = _load(out / "eval-summary.json").get("arms", {})
     chosen = run.get("chosen")
     gate = next((g for g in gates if g.get("checkpoint") == chosen), None)
     held = (arms.get("grpo") or {}).get("pass@1", {})
-    lines += ["## Stop at peak", ""]
+    lines = ["## Stop at peak", ""]
     if gate and held:
         val = gate["pass_at_1"]["mean"]
         lines += md_bullets([
@@ -490,7 +530,4 @@ def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str
             "(val minus test; the test split never took part in the choice)."])
     else:
         lines += md_bullets(["No gated checkpoint or no held-out GRPO score yet."])
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    (out / "report.html").write_text(markdown_page(lines))  # the same lines as a page, beside it
-    return path
+    return lines

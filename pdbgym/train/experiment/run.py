@@ -41,6 +41,7 @@ from pdbgym.adapters.store import Store
 from pdbgym.agent.build import CacheBuildConfig, build_cache
 from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.episode_defaults import EpisodeSettings, episode_defaults_for
+from pdbgym.evaluate.arm_figures import oracle_kl, tool_call_validity
 from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
 from pdbgym.fileio import read_jsonl, write_json_atomic
@@ -50,7 +51,6 @@ from pdbgym.tasks.splits import load_splits, make_splits, write_splits
 from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.checkpoints import checkpoint_step, last_complete_checkpoint
 from pdbgym.train.corpus.build import MANIFEST_FILE, CorpusConfig, build_corpus, load_corpus, split_by_task
-from pdbgym.train.demo.report import oracle_kl, tool_call_validity
 from pdbgym.train.experiment.arms import best_on_val, read_matched, write_matched_corpus
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig, ExperimentError
 from pdbgym.train.experiment.heldout import (
@@ -74,6 +74,7 @@ from pdbgym.train.sft.trainer import train_sft
 STATE_FILE = "experiment.json"
 LEDGER_FILE = "ledger.jsonl"  # the experiment's selection ledger: the SFT choice and GRPO's checkpoint choice
 STAGES = ("tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "report")
+GRPO_SKIPPED = "[grpo] steps = 0 (the file plays no GRPO, so no sft-matched control either)"
 TRAINING_STAGES = ("sft", "grpo", "matched")  # their libraries' FutureWarnings are hidden while they run
 Say = Callable[[str], None]
 
@@ -83,8 +84,10 @@ class _State:
         self.path = out / STATE_FILE
         old = json.loads(self.path.read_text()) if self.path.is_file() else {}
         if old and old.get("digest") != config.digest():
-            raise ExperimentError(f"{out} holds experiment {old.get('name')!r} run with other settings (digest "
-                                  f"{old.get('digest')} vs {config.digest()}); give another --out")
+            changed = ", ".join(changed_settings(old.get("config", {}), config.to_dict())) or "settings digest " \
+                f"{old.get('digest')} -> {config.digest()}"
+            raise ExperimentError(f"{out} holds experiment {old.get('name')!r} run with other settings ({changed}); "
+                                  "give another --out, or remove that folder")
         self.data = old or {"name": config.name, "digest": config.digest(), "config": config.to_dict(),
                             "source": config.source, "stages": {}}
 
@@ -94,6 +97,18 @@ class _State:
     def finish(self, stage: str, seconds: float, facts: dict[str, Any] | None = None) -> None:
         self.data["stages"][stage] = {"seconds": round(seconds, 1), **(facts or {})}
         write_json_atomic(self.path, self.data)
+
+
+def changed_settings(old: dict[str, Any], new: dict[str, Any], where: str = "") -> list[str]:
+    """``table.key: old -> new`` for each setting that differs between two ``ExperimentConfig.to_dict()``."""
+    found = []
+    for key in dict.fromkeys([*old, *new]):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict) and key != "departures":
+            found += changed_settings(a, b, f"{where}{key}.")
+        elif a != b:
+            found.append(f"{where}{key}: {a!r} -> {b!r}")
+    return found
 
 
 def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", workers: int = 2,
@@ -119,7 +134,8 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
     steps: dict[str, Callable[[], dict[str, Any] | None]] = {
         "tasks": lambda: _tasks(config, out), "split": lambda: _split(config, out),
         "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device, workers, say),
-        "grpo": lambda: _grpo(config, out, device, left()), "matched": lambda: _matched(config, out, device), "eval": lambda: _eval(config, out, device, workers, say),
+        "grpo": lambda: _grpo(config, out, device, left()), "matched": lambda: _matched(config, out, device),
+        "eval": lambda: _eval(config, out, device, workers, say),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
     wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
     for stage in dict.fromkeys(wanted):
@@ -129,6 +145,10 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
         if stage != "report" and left() <= 0:
             say(f"[{stage}] not started: the {minutes:g}-minute budget (--minutes) is spent; run again to go on")
             return write_experiment_report(config, out, state.data)  # what is there; unrecorded
+        if stage in ("grpo", "matched") and not config.grpo.steps:
+            state.finish(stage, 0.0, {"skipped": GRPO_SKIPPED})
+            say(f"[{stage}] skipped: {GRPO_SKIPPED}")
+            continue
         say(f"[{stage}] started" + (f": {what}" if (what := stage_summary(stage, config, out, device)) else ""))
         started = time.perf_counter()
         with quiet_future_warnings() if stage in TRAINING_STAGES else nullcontext():  # for this stage only
@@ -184,7 +204,7 @@ def _split(config: ExperimentConfig, out: Path) -> dict[str, Any]:
     splits = load_splits(out / "splits.json")
     by_id = {task.instance_id: task for task in resolve_tasks(out / "tasks" / "all")}
     sizes = {}
-    for name in ("train", "val", "test"):
+    for name in ("train", "val", "test") if uses_val(config) else ("train", "test"):
         ids = [item["instance_id"] for item in splits.get(name, [])]
         if not ids:
             raise ExperimentError(f"the {name} split is empty ({len(by_id)} tasks); give more tasks or other "
@@ -192,6 +212,11 @@ def _split(config: ExperimentConfig, out: Path) -> dict[str, Any]:
         _write_task_folder(out / "tasks" / name, {instance_id: by_id[instance_id].path for instance_id in ids})
         sizes[name] = len(ids)
     return sizes
+
+
+def uses_val(config: ExperimentConfig) -> bool:
+    """Whether a stage plays the val split: the SFT choice among ``[sft] candidates``, or GRPO's gates."""
+    return bool(config.sft.candidates or config.grpo.steps)
 
 
 def _write_task_folder(folder: Path, tasks: dict[str, Path]) -> None:
@@ -417,15 +442,17 @@ def grpo_minutes_left(max_minutes: float, folder: Path, last: str | None) -> flo
 
 def arms_of(config: ExperimentConfig, out: Path, copies: StageCopies) -> dict[str, str]:
     """The held-out arms (``arms.py``): the base; ``sft-best``; ``sft-start`` when GRPO started from another
-    SFT model; ``sft-matched`` when GRPO's stage had imitation to match; ``grpo``; the oracle. The models
-    as merged folders made by ``copies``."""
+    SFT model; ``sft-matched`` when GRPO's stage had imitation to match; ``grpo`` unless ``[grpo] steps = 0``;
+    the oracle. The models as merged folders made by ``copies``."""
     best, start = sft_name(config, out, "best"), sft_name(config, out)
     arms = {"base": config.base, "sft-best": str(copies.folder(best))}
     if start != best:
         arms["sft-start"] = str(copies.folder(start))
     if read_matched(out).get("examples"):
         arms["sft-matched"] = str(copies.folder(f"{config.name}-sft-matched"))
-    return arms | {"grpo": str(copies.folder(f"{config.name}-grpo")), "oracle": "scripted"}
+    if config.grpo.steps:
+        arms["grpo"] = str(copies.folder(f"{config.name}-grpo"))
+    return arms | {"oracle": "scripted"}
 
 
 def _say_removed(copies: StageCopies, stage: str, say: Say) -> None:

@@ -1,10 +1,12 @@
-"""The demo report's "What this run shows": its conclusion in words, every sentence computed from the run.
+"""The experiment report's "What this run shows": what the held-out evaluation says about SFT, in words.
 
-Nothing here is a fixed claim: each sentence reads the campaign summary (pass@1 with task-clustered CIs and
-paired comparisons, ``evaluate.analysis.summarize``), the valid tool-call rates (``report.tool_call_validity``)
-and the KL per arm, and says what those numbers support at the 95% level, and what they do not. A
-difference is called a change only where its interval leaves 0 out (pass@1, valid-call rate: the paired
-per-task interval of ``evaluate.stats.paired_comparison``) or where the two arms' KL intervals do not overlap.
+Every sentence is computed from the run: the campaign summary (pass@1 with task-clustered CIs and paired
+comparisons, ``evaluate.analysis.summarize``), the valid tool-call rates (``evaluate.arm_figures``) and the
+KL to the oracle per arm, and it says what those numbers support at the 95% level and what they do not.
+A difference is called a change only where its interval leaves 0 out (pass@1, valid-call rate: the paired
+per-task interval of ``evaluate.stats.paired_comparison``) or where the two arms' KL intervals do not
+overlap. GRPO's figures have their own sections of the report; these sentences compare the SFT model
+(``TRAINED``) with the base.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from pdbgym.divergence.tocache import HEADLINE
 from pdbgym.evaluate import stats
 from pdbgym.reportkit import NATS, PCT_DIFF, PCT_POINTS, bounds, interval
 
+TRAINED, BASE = "sft-best", "base"
 REPEATS_WORTH_SAYING = 3  # the same call this many times in a row in one episode is named
+KL = tuple[float, float | None, float | None]
 
 
 def _points(estimate: dict[str, Any]) -> str:
@@ -55,26 +58,27 @@ def _solving(arms: Mapping[str, str], summary: dict[str, Any]) -> list[str]:
 
 def _stored_comparison(summary: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
     """The summary's paired pass@1 comparison of ``a`` and ``b`` in the direction it is stored (and shown in
-    the report's paired-comparison table): ``a - b`` or ``b - a``."""
+    the evaluation report's paired-comparison table): ``a - b`` or ``b - a``."""
     return next((c for c in summary.get("comparisons", []) if {c["arm_a"], c["arm_b"]} == {a, b}), None)
 
 
-def _sft_vs_base(summary: dict[str, Any]) -> list[str]:
-    """Pass@1 of sft against base, as the same difference, in the same direction, as the table's row."""
-    c = _stored_comparison(summary, "sft", "base")
+def _trained_vs_base(summary: dict[str, Any]) -> list[str]:
+    """Pass@1 of the SFT model against the base, as the same difference, in the same direction, as the
+    evaluation report's row."""
+    c = _stored_comparison(summary, TRAINED, BASE)
     if c is None:
         return []
     low, high = c["ci"]
     said = interval(100 * c["mean_diff"], 100 * low, 100 * high, PCT_DIFF)
     raised, lowered = "SFT raised it", "SFT lowered it"
-    up, down = (raised, lowered) if c["arm_a"] == "sft" else (lowered, raised)
+    up, down = (raised, lowered) if c["arm_a"] == TRAINED else (lowered, raised)
     change = _direction(low, high, up, down, "the interval holds 0: no detectable change")
     return [f"Pass@1, {c['arm_a']} - {c['arm_b']}: {said} points paired by task; {change}."]
 
 
 def _valid_calls(arms: Mapping[str, str], validity: dict[str, dict[str, Any]]) -> list[str]:
     sentences = []
-    base, sft = validity.get("base", {}), validity.get("sft", {})
+    base, sft = validity.get(BASE, {}), validity.get(TRAINED, {})
     shared = sorted(set(base.get("per_task_rate", {})) & set(sft.get("per_task_rate", {})))
     if shared and base.get("episode_rate") and sft.get("episode_rate"):
         diff = stats.paired_comparison(np.array([sft["per_task_rate"][t] for t in shared]),
@@ -82,9 +86,9 @@ def _valid_calls(arms: Mapping[str, str], validity: dict[str, dict[str, Any]]) -
         change = _direction(diff.ci_low, diff.ci_high, "SFT raised it", "SFT lowered it",
                             "the interval holds 0: no detectable change")
         said = interval(100 * diff.mean_diff, 100 * diff.ci_low, 100 * diff.ci_high, PCT_DIFF)
-        sentences.append(f"Share of turns that are a valid tool call, per episode: base {_points(base['episode_rate'])}, "
-                         f"sft {_points(sft['episode_rate'])}; sft minus base {said} points paired over "
-                         f"{len(shared)} task(s): {change}.")
+        sentences.append(f"Share of turns that are a valid tool call, per episode: {BASE} "
+                         f"{_points(base['episode_rate'])}, {TRAINED} {_points(sft['episode_rate'])}; {TRAINED} "
+                         f"minus {BASE} {said} points paired over {len(shared)} task(s): {change}.")
     repeaters = [(a, v["longest_repeat"]) for a, v in validity.items()
                  if arms.get(a) != "scripted" and v.get("longest_repeat", 0) >= REPEATS_WORTH_SAYING]
     if repeaters:
@@ -93,56 +97,47 @@ def _valid_calls(arms: Mapping[str, str], validity: dict[str, dict[str, Any]]) -
     return sentences
 
 
-def kl_estimates(arms: Mapping[str, str], summary: dict[str, Any],
-                 kl: dict[str, Any] | None) -> dict[str, tuple[float, float, float]]:
-    """arm -> (KL, CI low, CI high) in nats/token, for the arms that have one: from ``oracle_kl``'s file when
-    the teacher is the scripted oracle, else from the campaign's divergence block (its headline metric)."""
-    found: dict[str, tuple[float, float, float]] = {}
-    if kl is not None:
-        for arm in arms:
-            e = kl["arms"].get(arm, {})
-            if e.get("available"):
-                found[arm] = (e["kl_per_token"], e["ci_low"], e["ci_high"])
-        return found
-    for arm, e in ((summary.get("divergence") or {}).get("arms") or {}).items():
-        m = (e.get("metrics") or {}).get(HEADLINE, {})
-        if e.get("available") and m.get("value") is not None:
-            found[arm] = (m["value"], m.get("ci_low"), m.get("ci_high"))
+def kl_estimates(arms: Mapping[str, str], kl: dict[str, Any] | None) -> dict[str, KL]:
+    """arm -> (KL, CI low, CI high) in nats/token, for the arms ``oracle_kl`` scored."""
+    found: dict[str, KL] = {}
+    for arm in arms:
+        e = (kl or {}).get("arms", {}).get(arm, {})
+        if e.get("available"):
+            found[arm] = (e["kl_per_token"], e["ci_low"], e["ci_high"])
     return found
 
 
-def _kl(estimates: dict[str, tuple[float, float, float]]) -> list[str]:
-    if not {"base", "sft"} <= set(estimates):
+def _kl(estimates: dict[str, KL]) -> list[str]:
+    if not {BASE, TRAINED} <= set(estimates):
         return []
-    (b, b_low, b_high), (s, s_low, s_high) = estimates["base"], estimates["sft"]
-    said = (f"from {interval(b, b_low, b_high, NATS)} (base) to {interval(s, s_low, s_high, NATS)} nats/token (sft)")
-    if None in (b_low, b_high, s_low, s_high):
-        return [f"KL to the teacher went {said}, without intervals to judge the change by."]
+    (b, b_low, b_high), (s, s_low, s_high) = estimates[BASE], estimates[TRAINED]
+    said = f"from {interval(b, b_low, b_high, NATS)} ({BASE}) to {interval(s, s_low, s_high, NATS)} nats/token ({TRAINED})"
+    if b_low is None or b_high is None or s_low is None or s_high is None:
+        return [f"KL to the oracle went {said}, without intervals to judge the change by."]
     if s_high < b_low:
-        return [f"KL to the teacher fell {said}; the intervals do not overlap: SFT moved the model's "
-                "distribution toward the teacher's tokens on held-out tasks."]
+        return [f"KL to the oracle fell {said}; the intervals do not overlap: SFT moved the model's "
+                "distribution toward the oracle's tokens on held-out tasks."]
     if s_low > b_high:
-        return [f"KL to the teacher rose {said}; the intervals do not overlap: SFT moved the model away from "
-                "the teacher's tokens on held-out tasks."]
-    return [f"KL to the teacher went {said}; the intervals overlap, so this run shows no clear change."]
+        return [f"KL to the oracle rose {said}; the intervals do not overlap: SFT moved the model away from "
+                "the oracle's tokens on held-out tasks."]
+    return [f"KL to the oracle went {said}; the intervals overlap, so this run shows no clear change."]
 
 
-def _limits(summary: dict[str, Any], validity: dict[str, dict[str, Any]],
-            estimates: dict[str, tuple[float, float, float]]) -> list[str]:
+def _limits(summary: dict[str, Any], validity: dict[str, dict[str, Any]], estimates: dict[str, KL]) -> list[str]:
     """What the run does not show."""
     results = summary["arm_results"]
     sentences = []
-    if "base" in results and "sft" in results:
+    if BASE in results and TRAINED in results:
         closer = []
-        if {"base", "sft"} <= set(estimates) and estimates["sft"][0] < estimates["base"][0]:
+        if {BASE, TRAINED} <= set(estimates) and estimates[TRAINED][0] < estimates[BASE][0]:
             closer.append("a lower KL")
-        if (validity.get("sft", {}).get("rate") or 0) > (validity.get("base", {}).get("rate") or 0):
+        if (validity.get(TRAINED, {}).get("rate") or 0) > (validity.get(BASE, {}).get("rate") or 0):
             closer.append("more valid tool calls")
-        if closer and results["sft"]["solved"] <= results["base"]["solved"]:
+        if closer and results[TRAINED]["solved"] <= results[BASE]["solved"]:
             sentences.append(f"It does not show that imitation helps debugging: {' and '.join(closer)} did not "
-                             f"turn into more solved episodes here (sft {results['sft']['solved']}, base "
-                             f"{results['base']['solved']}).")
-    c = _stored_comparison(summary, "sft", "base") or next(iter(summary.get("comparisons", [])), None)
+                             f"turn into more solved episodes here ({TRAINED} {results[TRAINED]['solved']}, "
+                             f"{BASE} {results[BASE]['solved']}).")
+    c = _stored_comparison(summary, TRAINED, BASE) or next(iter(summary.get("comparisons", [])), None)
     if c is not None:
         sentences.append(f"It cannot tell apart arms whose pass@1 differs by less than about "
                          f"{100 * c['min_detectable_diff']:.0f} points ({c['arm_a']} - {c['arm_b']}): that is the "
@@ -153,10 +148,11 @@ def _limits(summary: dict[str, Any], validity: dict[str, dict[str, Any]],
 
 def what_this_run_shows(arms: Mapping[str, str], summary: dict[str, Any], validity: dict[str, dict[str, Any]],
                         kl: dict[str, Any] | None) -> list[str]:
-    """The conclusion's sentences, in order: solving, pass@1 of SFT against base, valid tool calls, KL, limits."""
+    """The conclusion's sentences, in order: solving, pass@1 of SFT against base, valid tool calls, KL, limits.
+    ``summary``: the held-out campaign's (``OUT/eval/summary.json``); ``kl``: ``oracle_kl``'s file."""
     if not summary.get("tasks"):
         return ["No held-out task has finished in every arm yet, so this run shows nothing about the arms; "
-                "rerun `pdbgym demo` with the same --out to play the missing episodes."]
-    estimates = kl_estimates(arms, summary, kl)
-    return (_solving(arms, summary) + _sft_vs_base(summary) + _valid_calls(arms, validity) + _kl(estimates)
+                "run it again with the same --out to play the missing episodes."]
+    estimates = kl_estimates(arms, kl)
+    return (_solving(arms, summary) + _trained_vs_base(summary) + _valid_calls(arms, validity) + _kl(estimates)
             + _limits(summary, validity, estimates))
