@@ -6,6 +6,7 @@ refused in one line, and the removed flags say what to do instead."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,14 +16,16 @@ from pathlib import Path
 
 import pytest
 from homefixtures import fresh_home
+from rich.console import Console
 
 from pdbgym.errors import PdbgymError
+from pdbgym.progress import progress
 from pdbgym.train.demo.config import PRESET, DemoConfig, demo_experiment, run_demo
 from pdbgym.train.experiment.config import load_experiment
 from pdbgym.train.experiment.run import GRPO_SKIPPED
 
 SMALL = {"tasks": {"families": {"ladder0": 4}}, "split": {"test": 0.25}, "sft": {"steps": 2},
-         "episodes": {"turn_budget": 2, "max_new_tokens": 16}}
+         "episodes": {"max_new_tokens": 16}}  # the oracle needs its 8 calls: the turn budget stays
 
 
 def test_the_shipped_file_is_package_data_and_plays_no_grpo():
@@ -41,11 +44,16 @@ def test_the_demo_runs_the_experiments_stages_and_report_and_resumes(tmp_path, t
     out = tmp_path / "demo"
     config = DemoConfig(out=out, base=str(tiny_model_dir), overrides=SMALL, workers=1)
     said: list[str] = []
-    report = run_demo(config, said.append)
+    log = io.StringIO()  # not a terminal: plain progress lines
+    with progress(Console(file=log, width=200), heartbeat_s=1.0) as bars:
+        report = run_demo(config, said.append, bars)
+    for bar in ("oracle episodes, train", "sft steps, demo-sft", "held-out episodes, greedy"):
+        assert f"[{bar}]" in log.getvalue(), bar
     state = json.loads((out / "experiment.json").read_text())
     assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "report"]
     assert state["stages"]["grpo"]["skipped"] == GRPO_SKIPPED and f"[grpo] skipped: {GRPO_SKIPPED}" in said
-    assert state["stages"]["split"] == {"train": 3, "test": 1} and not (out / "tasks" / "val").exists()
+    split = state["stages"]["split"]
+    assert (split["train"], split["test"]) == (3, 1) and "val" not in split and not (out / "tasks" / "val").exists()
     summary = json.loads((out / "eval-summary.json").read_text())
     assert set(summary["arms"]) == {"base", "sft-best", "oracle"} and summary["arms"]["oracle"]["solved"] == 1
     kl = json.loads((out / "kl.json").read_text())["arms"]
@@ -55,7 +63,8 @@ def test_the_demo_runs_the_experiments_stages_and_report_and_resumes(tmp_path, t
     assert "Held-out episodes solved: base 0 of 1, sft-best" in text and "oracle 1 of 1" in text
     assert "| sft-best - base |" in text and "## GRPO steps" not in text and "## Stop at peak" not in text
     assert report.with_suffix(".html").is_file()
-    written = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name not in ("report.md", "report.html")}
+    rewritten = ("report.md", "report.html", "experiment.json")  # the report stage runs on every invocation
+    written = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name not in rewritten}
     again: list[str] = []
     run_demo(config, again.append)
     assert all(f"[{stage}] finished earlier" in again for stage in ("tasks", "split", "oracle", "sft", "eval"))

@@ -34,6 +34,7 @@ def demo_command(
     """The research loop in miniature on CPU: oracle caches -> LoRA SFT of SmolLM2-135M -> base vs SFT on
     held-out tasks -> one report. It runs the experiment file demo.toml, shipped with pdbgym, through the
     stages of pdbgym experiment run."""
+    from pdbgym.progress import progress
     from pdbgym.train.demo.config import run_demo
 
     given = {"sft_steps": sft_steps, "sft_tokens": sft_tokens, "eval_runs": eval_runs, "turn_budget": turn_budget,
@@ -46,5 +47,6 @@ def demo_command(
             overrides.setdefault(table, {})[key] = value
     config = DemoConfig(out=out, teacher=teacher, constrained=constrained, overrides=overrides)
     console = Console(stderr=True)
-    report = run_demo(config, lambda text: console.print(text, markup=False, highlight=False))
+    with progress(console) as bars:
+        report = run_demo(config, lambda text: console.print(text, markup=False, highlight=False), bars)
     typer.echo(f"report: {report.with_suffix('.html')}  (also {report})")

@@ -61,8 +61,9 @@ def demo_experiment(config: DemoConfig) -> ExperimentConfig:
     return experiment
 
 
-def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> Path:
-    """Every stage of the demo not yet finished in ``config.out``; returns the report's path (``report.md``)."""
+def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: Any = None) -> Path:
+    """Every stage of the demo not yet finished in ``config.out``; returns the report's path (``report.md``).
+    ``progress``: a ``pdbgym.progress`` task set for the long stages' bars."""
     from pdbgym.train.experiment.run import STATE_FILE, run_experiment
 
     out = Path(config.out)
@@ -71,4 +72,4 @@ def run_demo(config: DemoConfig, say: Callable[[str], None] = print) -> Path:
                           "remove that folder or give another --out")
     experiment = demo_experiment(config)
     say(f"[demo] the experiment file {PRESET}" + (f", with {config.overrides}" if config.overrides else ""))
-    return run_experiment(experiment, out, workers=config.workers, say=say)
+    return run_experiment(experiment, out, workers=config.workers, say=say, progress=progress)

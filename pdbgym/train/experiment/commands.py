@@ -26,6 +26,7 @@ def run_command(
 ) -> None:
     """Run an experiment end to end (tasks, split, oracle caches, SFT, GRPO, held-out eval, report); resumable."""
     # the command's code loads when it runs: every other command starts without it
+    from pdbgym.progress import progress
     from pdbgym.train.experiment.config import load_experiment
     from pdbgym.train.experiment.run import run_experiment
     from pdbgym.train.experiment.seeds import parse_seeds, run_seeds
@@ -37,10 +38,14 @@ def run_command(
     def say(text: str) -> None:
         console.print(text, markup=False, highlight=False)
 
+    with progress(console) as bars:
+        if chosen:
+            pooled = run_seeds(experiment, out, chosen, run_experiment, say=say, device=device, workers=workers,
+                               until=until, minutes=minutes, progress=bars)
+        else:
+            report = run_experiment(experiment, out, device=device, workers=workers, say=say, until=until,
+                                    minutes=minutes, progress=bars)
     if chosen:
-        pooled = run_seeds(experiment, out, chosen, run_experiment, say=say, device=device, workers=workers,
-                           until=until, minutes=minutes)
         typer.echo(f"pooled report: {pooled}  (each seed's: {out}/seed-N/report.md)")
         return
-    report = run_experiment(experiment, out, device=device, workers=workers, say=say, until=until, minutes=minutes)
     typer.echo(f"report: {report}  (also {report.with_suffix('.html')})")

@@ -73,6 +73,9 @@ class SFTSettings:
     use_dora: bool = False  # DoRA (the seed recipe's adapter) instead of LoRA
     effective_batch: int = 1  # examples per optimizer step
     epochs: float = 0.0  # passes over the corpus instead of steps (0: steps or candidates decide)
+    # Share of the corpus's tasks held out from each SFT run for its val loss, by which the best checkpoint
+    # is kept (0: none held out, every task trains and the last step is kept; no val-loss passes).
+    val_fraction: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,8 @@ def load_experiment(path: Path, quick: bool = False, over: dict[str, dict[str, A
     if not 0 <= config.grpo.budget_start <= config.episodes.turn_budget:
         raise ExperimentError(f"{path}: [grpo] budget_start = {config.grpo.budget_start} must lie in 0 (the turn budget) "
                               f"to [episodes] turn_budget ({config.episodes.turn_budget})")
+    if not 0 <= sft.val_fraction < 1:
+        raise ExperimentError(f"{path}: [sft] val_fraction = {sft.val_fraction} must lie in [0, 1)")
     if sft.start not in ("best", "target"):
         raise ExperimentError(f"{path}: [sft] start = {sft.start!r}: give \"best\" (GRPO from the best SFT model on "
                               "val) or \"target\" (from the one nearest [sft] target)")

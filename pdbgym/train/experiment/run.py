@@ -63,6 +63,7 @@ from pdbgym.train.experiment.heldout import (
     task_sets,
 )
 from pdbgym.train.experiment.report import write_experiment_report
+from pdbgym.train.experiment.stagebars import StageBars
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.run import train_grpo
 from pdbgym.train.grpo.trainer import OUTCOMES_FILE, RECIPE_STATE_FILE, STEPS_FILE
@@ -112,30 +113,32 @@ def changed_settings(old: dict[str, Any], new: dict[str, Any], where: str = "") 
 
 
 def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", workers: int = 2,
-                   say: Say = print, until: str | None = None, minutes: float = 0.0) -> Path:
+                   say: Say = print, until: str | None = None, minutes: float = 0.0, progress: Any = None) -> Path:
     """Every stage not yet finished in ``out`` (up to and including ``until`` when given; the report is
     then written from what is there); returns the report's path.
 
     ``minutes`` (0: none) is this invocation's wall-clock budget, as a job scheduler's time limit: once
     it is spent no further stage starts, and GRPO pauses at a gated checkpoint (unchosen, unregistered)
     for the next invocation to resume; the report is written from what is there. A stage already
-    running otherwise runs to its end."""
+    running otherwise runs to its end. ``progress``: a ``pdbgym.progress`` task set the long stages show
+    their episodes and steps on (None: none)."""
     if until is not None and until not in STAGES:
         raise ExperimentError(f"--until {until!r}: the stages are {', '.join(STAGES)}")
     if (problem := device_problem(device)) is not None:
         raise ExperimentError(problem)
     out.mkdir(parents=True, exist_ok=True)
     state = _State(out, config)
-    clock = time.monotonic()
+    clock, bars = time.monotonic(), StageBars(progress)
 
     def left() -> float:  # minutes of the budget left (inf without one)
         return minutes - (time.monotonic() - clock) / 60 if minutes > 0 else float("inf")
 
     steps: dict[str, Callable[[], dict[str, Any] | None]] = {
         "tasks": lambda: _tasks(config, out), "split": lambda: _split(config, out),
-        "oracle": lambda: _oracle(config, out, workers), "sft": lambda: _sft(config, out, device, workers, say),
+        "oracle": lambda: _oracle(config, out, workers, bars),
+        "sft": lambda: _sft(config, out, device, workers, say, bars),
         "grpo": lambda: _grpo(config, out, device, left()), "matched": lambda: _matched(config, out, device),
-        "eval": lambda: _eval(config, out, device, workers, say),
+        "eval": lambda: _eval(config, out, device, workers, say, bars),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
     wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
     for stage in dict.fromkeys(wanted):
@@ -231,20 +234,22 @@ def _episode(config: ExperimentConfig) -> EpisodeSettings:
     return replace(config.episodes, temperature=config.eval.temperature)
 
 
-def _oracle(config: ExperimentConfig, out: Path, workers: int) -> dict[str, Any]:
+def _oracle(config: ExperimentConfig, out: Path, workers: int, bars: StageBars | None = None) -> dict[str, Any]:
     facts = {}
     for name in ("train", "test"):
+        plan, each = (bars or StageBars()).episodes(f"oracle episodes, {name}")
         summary = build_cache(CacheBuildConfig(
             policy="scripted", out=out / "caches" / f"oracle-{name}", tasks=str(out / "tasks" / name), runs=1,
             workers=workers, seed=config.seed, tokenizer=config.base,
             episode=replace(episode_defaults_for("cache build"), temperature=0.0,
                             turn_budget=config.episodes.turn_budget,
-                            max_context_tokens=config.episodes.max_context_tokens)))
+                            max_context_tokens=config.episodes.max_context_tokens)), on_result=each, on_plan=plan)
         facts[name] = {k: summary.get(k) for k in ("episodes", "solved") if k in summary}
     return facts
 
 
-def _sft(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
+def _sft(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print,
+         bars: StageBars | None = None) -> dict[str, Any]:
     corpus = out / "corpus"
     if not (corpus / MANIFEST_FILE).is_file():
         build_corpus(CorpusConfig(caches=[out / "caches" / "oracle-train"], out=corpus, solved_only=True,
@@ -255,11 +260,8 @@ def _sft(config: ExperimentConfig, out: Path, device: str, workers: int, say: Sa
                               f"({built['dropped']}); raise [sft] max_tokens")
     if config.sft.candidates:
         return {"examples": built["examples_kept"], **_sft_choice(config, out, device, workers, say)}
-    _train_sft(config, out, device, sft_steps(config, out), out / "sft", f"{config.name}-sft")
+    _train_sft(config, out, device, sft_steps(config, out), out / "sft", f"{config.name}-sft", bars)
     return {"examples": built["examples_kept"]}
-
-
-SFT_VAL_FRACTION = 0.2  # of the corpus's tasks, held out from SFT for its best-checkpoint choice
 
 
 def sft_steps(config: ExperimentConfig, out: Path) -> int:
@@ -267,11 +269,12 @@ def sft_steps(config: ExperimentConfig, out: Path) -> int:
     training slice (the examples ``train_sft`` keeps after holding out its val tasks) at the effective batch."""
     if not config.sft.epochs:
         return config.sft.steps
-    train, _ = split_by_task(load_corpus(out / "corpus").examples, SFT_VAL_FRACTION, config.seed)
+    train, _ = split_by_task(load_corpus(out / "corpus").examples, config.sft.val_fraction, config.seed)
     return max(1, math.ceil(config.sft.epochs * len(train) / config.sft.effective_batch))
 
 
-def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, folder: Path, name: str) -> None:
+def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, folder: Path, name: str,
+               bars: StageBars | None = None) -> None:
     """One SFT run of ``steps`` steps into ``folder``, registered as ``name``; a finished one is kept."""
     if is_finished(folder):
         return
@@ -280,9 +283,9 @@ def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, fol
                              rank=config.sft.rank, use_dora=config.sft.use_dora, lr=config.sft.lr,
                              effective_batch=config.sft.effective_batch,
                              max_steps=steps, max_length=config.sft.max_tokens,
-                             max_tokens_per_example=config.sft.max_tokens, val_fraction=SFT_VAL_FRACTION,
+                             max_tokens_per_example=config.sft.max_tokens, val_fraction=config.sft.val_fraction,
                              eval_steps=max(1, steps // 4), device=device, name=name, store=out / "adapters",
-                             report=True))
+                             report=True), on_log=(bars or StageBars()).steps(f"sft steps, {name}"))
 
 
 def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
@@ -461,7 +464,8 @@ def _say_removed(copies: StageCopies, stage: str, say: Say) -> None:
         say(f"[{stage}] {line}")
 
 
-def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
+def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print,
+          bars: StageBars | None = None) -> dict[str, Any]:
     """The held-out campaigns (``[eval] temperature``, then each of ``[eval] temperatures``: ``heldout.py``),
     KL to the oracle, tool-call validity and each model arm's sampled entropy; the SFT and GRPO arms' merged
     copies serve these episodes only and are removed after them (a resumed eval merges them again)."""
@@ -472,12 +476,13 @@ def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: S
     for temperature in [primary, *extra_temperatures(primary, config.eval.temperatures)]:
         folder, summary_file = campaign_paths(out, temperature, primary)
         greedy = temperature == 0
+        plan, each = (bars or StageBars()).episodes(f"held-out episodes, {label(temperature)}")
         run_evaluation(EvalConfig(
             arms=[f"{k}={v}" for k, v in arms.items()], tasks=str(out / "tasks" / "test"),
             runs=1 if greedy else config.eval.runs, out=folder,
             episode=replace(_episode(config), temperature=temperature), ks=[1] if greedy else list(config.eval.k),
             seed=config.seed, executor=ExecutorConfig(workers=workers), json_out=summary_file, device=device,
-            title=f"{config.name}: held-out evaluation, {label(temperature)}"))
+            title=f"{config.name}: held-out evaluation, {label(temperature)}"), on_episode=each, on_plan=plan)
         summary = json.loads(summary_file.read_text())
         found[label(temperature)] = {k: summary["arms"][k]["pass@1"]["mean"] for k in arms}
         entropy = {arm: sampled_entropy(folder / "cache" / arm) for arm in models if not greedy}
