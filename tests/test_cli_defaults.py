@@ -109,12 +109,14 @@ def test_every_episode_flag_defaults_to_the_shared_home_or_a_named_exception():
 
 def test_the_demos_episode_flags_keep_its_files_values_unless_given():
     """``pdbgym demo`` runs an experiment file: its episode flags default to None, the file's value."""
-    from pdbgym.train.demo.config import demo_experiment
+    import tomllib
+
+    from pdbgym.train.demo.config import PRESET, demo_experiment
 
     flags = inspect.signature(demo_command).parameters
     assert flags["turn_budget"].default is None and flags["temperature"].default is None
-    experiment = demo_experiment(DemoConfig())
-    assert experiment.episodes == COMMAND_EPISODES["experiment run"] and experiment.eval.temperature == 0
+    experiment, table = demo_experiment(DemoConfig()), tomllib.loads(PRESET.read_text())["episodes"]
+    assert {name: getattr(experiment.episodes, name) for name in table} == table and experiment.eval.temperature == 0
     assert demo_experiment(DemoConfig(overrides={"episodes": {"turn_budget": 3}})).episodes.turn_budget == 3
 
 

@@ -22,6 +22,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.progress import progress
 from pdbgym.train.demo.config import PRESET, DemoConfig, demo_experiment, run_demo
 from pdbgym.train.experiment.config import load_experiment
+from pdbgym.train.experiment.recipe import departure_rows
 from pdbgym.train.experiment.run import GRPO_SKIPPED
 
 SMALL = {"tasks": {"families": {"ladder0": 4}}, "split": {"test": 0.25}, "sft": {"steps": 2},
@@ -36,6 +37,8 @@ def test_the_shipped_file_is_package_data_and_plays_no_grpo():
     assert PRESET.parent.name == "demo" and experiment.name == "demo" and experiment.grpo.steps == 0
     assert experiment.split.val == 0 and experiment.eval.temperature == 0 and experiment.tasks.families
     assert demo_experiment(DemoConfig()) == experiment  # no flag given: the file as it is
+    rows = departure_rows(experiment, experiment.departures)  # each with the file's reason; none of GRPO's
+    assert rows and all("no reason given" not in row[3] for row in rows) and not any("GRPO" in row[0] for row in rows)
 
 
 @pytest.mark.slow

@@ -33,6 +33,8 @@ def departure_rows(config: Any, reasons: dict[str, str]) -> list[list[str]]:
     """[what, the recipe's value, this experiment's, the file's reason] for each setting that departs."""
     rows = []
     for key, (what, recipe, ours) in SEED_RECIPE.items():
+        if key.startswith("grpo.") and not config.grpo.steps:
+            continue  # no GRPO stage ([grpo] steps = 0): its settings shape nothing
         value = ours(config)
         if value != recipe:
             rows.append([what, recipe, value, reasons.get(key) or f"no reason given (add {key} to [departures])"])
