@@ -59,7 +59,8 @@ def _mount() -> None:
     app.add_typer(eval_app, name="eval", help="Evaluation campaigns, planning and checkpoint selection.")
     app.add_typer(store_app, name="store", help="What $PDBGYM_HOME (~/.pdbgym) holds: show it, prune what is rebuilt on demand.")
     app.command("run", help="Run one episode on a task with a policy.")(run_command)
-    app.command("demo", help="The research loop in miniature on CPU: teacher cache, SFT, held-out eval, one report.")(demo_command)
+    app.command("demo", help="The research loop in miniature on CPU: the experiment file demo.toml, shipped with pdbgym "
+                "(oracle caches, SFT, held-out eval, one report).")(demo_command)
     app.command("divergence", help="KL/JSD of students against a teacher cache.")(divergence_command)
     app.add_typer(train_app, name="train", help="Train students: SFT corpora and adapters, online DAgger, GRPO.")
     app.add_typer(experiment_app, name="experiment", help="One experiment end to end from a TOML file: SFT -> GRPO -> held-out report.")
