@@ -57,7 +57,7 @@ def test_the_experiments_eval_stage_leaves_no_merged_copy_and_says_what_it_wrote
     (out / "sft" / SFT_CHOICE_FILE).write_text(json.dumps({"chosen": f"{config.name}-sft-s32"}))
     seen: dict[str, bool] = {}
 
-    def campaign(eval_config):  # the episodes: every model arm's folder is there while they play
+    def campaign(eval_config, on_episode=None, on_plan=None):  # the episodes: every model arm's folder is there while they play
         for arm in eval_config.arms:
             name, folder = arm.split("=", 1)
             seen[name] = name in ("base", "oracle") or (Path(folder) / "config.json").is_file()
