@@ -63,11 +63,11 @@ def _pooled_neg_logprob(model_dir: Path, cache: Path) -> tuple[float, list[float
 @pytest.mark.parametrize("semantics", [POINT_MASS, SAMPLED], ids=["deterministic-teacher", "sampled-teacher"])
 def test_arms_demo_and_dagger_give_the_same_kl(tmp_path, smol_tokenizer, tiny_model_dir, semantics):
     from pdbgym.divergence.tocache import kl_to_cache
+    from pdbgym.evaluate.arm_figures import oracle_kl
     from pdbgym.evaluate.divergence_arms import ArmDivergenceConfig, arm_divergence
     from pdbgym.train.dagger.config import DaggerConfig
     from pdbgym.train.dagger.policy import load_policy
     from pdbgym.train.dagger.scores import kl_to_cache as dagger_kl
-    from pdbgym.evaluate.arm_figures import oracle_kl
 
     cache = _cache(tmp_path / "cache", smol_tokenizer, semantics)
     model = str(tiny_model_dir)

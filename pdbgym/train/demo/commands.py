@@ -34,6 +34,7 @@ def demo_command(
     """The research loop in miniature on CPU: oracle caches -> LoRA SFT of SmolLM2-135M -> base vs SFT on
     held-out tasks -> one report. It runs the experiment file demo.toml, shipped with pdbgym, through the
     stages of pdbgym experiment run."""
+    # the command's code loads when it runs: every other command starts without it
     from pdbgym.progress import progress
     from pdbgym.train.demo.config import run_demo
 

@@ -64,6 +64,7 @@ def demo_experiment(config: DemoConfig) -> ExperimentConfig:
 def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: Any = None) -> Path:
     """Every stage of the demo not yet finished in ``config.out``; returns the report's path (``report.md``).
     ``progress``: a ``pdbgym.progress`` task set for the long stages' bars."""
+    # heavy: the stages' trainers, loaded when the demo runs
     from pdbgym.train.experiment.run import STATE_FILE, run_experiment
 
     out = Path(config.out)
