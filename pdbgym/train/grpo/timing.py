@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-PARTS = ("prepare", "reference", "policy_forward", "anchor", "loss", "train_step", "optimizer")
-
 
 def _sync() -> None:
     import torch  # optional: torch (pdbgym[hf])
@@ -32,7 +30,8 @@ def _sync() -> None:
 
 
 class UpdateClock:
-    """Seconds of each part of the step in progress (``PARTS``), summed over its calls."""
+    """Seconds of each part of the step in progress (prepare, reference, policy_forward, anchor, loss,
+    train_step, optimizer), summed over its calls."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
