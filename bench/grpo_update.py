@@ -8,7 +8,9 @@ timed as the median of ``--repeats`` after a warm-up, in one run:
   log-probs and entropies, ``trl.trainer.utils.add_fused_lm_head``), no gradient (the reference forward);
 - ``dora_scoring``: the same with a fresh DoRA delta (rank 16 on every linear layer) under gradient (the
   policy forward), and ``dora_backward``: its backward;
-- ``lora_scoring`` / ``lora_backward``: the same with a plain LoRA delta.
+- ``lora_scoring`` / ``lora_backward``: the same with a plain LoRA delta;
+
+and each piece's ratio to the plain forward (``ratio_vs_forward``).
 
     python bench/grpo_update.py --device cuda --rows 32 --length 1024
 """
@@ -98,8 +100,9 @@ def main() -> None:
         out[f"{kind}_forward_and_backward"] = timed(both, args.device, args.repeats)
         out[f"{kind}_backward"] = round(out[f"{kind}_forward_and_backward"] - out[f"{kind}_scoring"], 4)
         del model
-    tokens = args.rows * args.length
-    out["ids"] = tokens
+    out["ids"] = args.rows * args.length
+    out["ratio_vs_forward"] = {key: round(value / out["forward"], 2) for key, value in out.items()
+                               if key not in ("rows", "length", "device", "ids", "forward") and isinstance(value, float)}
     print(json.dumps(out, indent=1))
 
 
