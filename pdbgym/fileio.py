@@ -11,9 +11,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeAlias
 
 from pdbgym.errors import PdbgymError
+
+# A value as ``json.loads`` returns it, for data whose shape is truly open (a user's file, a library's
+# settings); a record whose fields are known is a dataclass or a TypedDict instead.
+JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
 
 
 def _read_umask() -> int:
