@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from pdbgym.agent.policies import tokenizer_named
 from pdbgym.errors import PdbgymError
@@ -29,13 +29,67 @@ from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
 from pdbgym.rollouts.validate import validate_record
 from pdbgym.tasks.splits import load_splits
 from pdbgym.train.corpus.chat_jsonl import read_chat_jsonl
-from pdbgym.train.corpus.example import Example
+from pdbgym.train.corpus.example import Example, ExampleRow
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a tokenizer
+    from transformers import PreTrainedTokenizerBase
 
 EXAMPLES_FILE = "examples.jsonl"
 MANIFEST_FILE = "corpus.json"
 CORPUS_FORMAT = "pdbgym-sft-corpus/1"
 OVERLENGTH = ("drop", "truncate")
 HELD_OUT_SPLITS = ("val", "test")
+
+
+class TokenizerId(TypedDict):
+    """The tokenizer a corpus' ids belong to: its fingerprint (``rollouts.record.tokenizer_fingerprint``) and
+    name (None where the records carried none)."""
+
+    fingerprint: str | None
+    name: str | None
+
+
+class CorpusSources(TypedDict, total=False):
+    """Where a corpus' examples came from: rollout caches and JSONL files (``pdbgym train corpus``), a DAgger
+    run's folder, or the corpus a matched control was drawn from (``experiment.arms``)."""
+
+    caches: list[str]
+    jsonl: list[str]
+    dagger: str
+    matched_to: str
+
+
+class CorpusFilters(TypedDict, total=False):
+    """The filters ``pdbgym train corpus`` applied (none for a corpus made otherwise)."""
+
+    solved_only: bool
+    dedupe: bool
+    max_length: int | None
+    overlength: str
+    splits: str | None
+
+
+class CorpusExtra(TypedDict, total=False):
+    """What the maker of a corpus adds to its manifest."""
+
+    sources: CorpusSources
+    filters: CorpusFilters
+    records_read: int
+    dropped: dict[str, int]  # reason -> examples dropped
+    iteration: int  # DAgger: the iteration whose labels these are
+
+
+class CorpusManifest(CorpusExtra):
+    """``corpus.json``: what a corpus holds, its tokenizer and its content hash."""
+
+    format: str
+    examples_kept: int
+    truncated: int
+    tokens: int
+    loss_tokens: int
+    task_ids: list[str]
+    tokenizer: TokenizerId
+    content_hash: str
 
 
 class CorpusError(PdbgymError):
@@ -179,7 +233,7 @@ def corpus_hash(examples: Iterable[Example]) -> str:
     return digest.hexdigest()
 
 
-def build_corpus(config: CorpusConfig) -> dict[str, Any]:
+def build_corpus(config: CorpusConfig) -> CorpusManifest:
     """Read, check, filter and write a corpus; return its manifest (also written as ``corpus.json``)."""
     if config.overlength not in OVERLENGTH:
         raise CorpusError(f"--overlength must be one of {OVERLENGTH}, got {config.overlength!r}")
@@ -189,21 +243,21 @@ def build_corpus(config: CorpusConfig) -> dict[str, Any]:
     refuse_held_out((e.instance_id for e in examples), config.splits)
     kept, dropped = select_examples(examples, config)
     fingerprint = next(iter(tokenizers), None)
-    sources = {"caches": [str(p) for p in config.caches], "jsonl": [str(p) for p in config.jsonl]}
-    filters = {"solved_only": config.solved_only, "dedupe": config.dedupe, "max_length": config.max_length,
+    sources: CorpusSources = {"caches": [str(p) for p in config.caches], "jsonl": [str(p) for p in config.jsonl]}
+    filters: CorpusFilters = {"solved_only": config.solved_only, "dedupe": config.dedupe, "max_length": config.max_length,
                "overlength": config.overlength, "splits": str(config.splits) if config.splits else None}
     return write_corpus(config.out, kept, {"fingerprint": fingerprint, "name": tokenizers.get(fingerprint or "")},
                         {"sources": sources, "filters": filters, "records_read": read,
                          "dropped": dict(sorted(dropped.items()))})
 
 
-def write_corpus(out: Path, examples: list[Example], tokenizer: dict[str, Any],
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_corpus(out: Path, examples: list[Example], tokenizer: TokenizerId,
+                 extra: CorpusExtra | None = None) -> CorpusManifest:
     """Write ``examples`` (sorted by task, dataset, sample, hash) and their manifest; return the manifest."""
     kept = sorted(examples, key=lambda e: (e.instance_id, e.dataset, e.sample_idx, e.content_hash))
     if not kept:
         raise CorpusError(f"no example survived the filters ({(extra or {}).get('dropped', {})}); nothing to write")
-    manifest = {
+    manifest: CorpusManifest = {
         "format": CORPUS_FORMAT, **(extra or {}), "examples_kept": len(kept),
         "truncated": sum(e.truncated for e in kept),
         "tokens": sum(len(e.input_ids) for e in kept), "loss_tokens": sum(e.loss_tokens for e in kept),
@@ -220,12 +274,13 @@ class Corpus:
     """A corpus read back: its manifest and examples (each a dict with ``input_ids``, ``assistant_masks``)."""
 
     path: Path
-    manifest: dict[str, Any]
-    examples: list[dict[str, Any]]
+    manifest: CorpusManifest
+    examples: list[ExampleRow]
 
     @property
     def fingerprint(self) -> str | None:
-        return (self.manifest.get("tokenizer") or {}).get("fingerprint")
+        tokenizer = self.manifest.get("tokenizer")
+        return tokenizer.get("fingerprint") if tokenizer else None
 
 
 def load_corpus(path: Path | str) -> Corpus:
@@ -235,8 +290,8 @@ def load_corpus(path: Path | str) -> Corpus:
     if not manifest_path.is_file() or not examples_path.is_file():
         raise CorpusError(f"{folder} is not a corpus folder (needs {MANIFEST_FILE} and {EXAMPLES_FILE}); "
                           "build one with `pdbgym train corpus`")
-    manifest = json.loads(manifest_path.read_text())
-    rows = read_jsonl(examples_path, strict=True).rows
+    manifest: CorpusManifest = json.loads(manifest_path.read_text())
+    rows: list[ExampleRow] = read_jsonl(examples_path, strict=True).rows
     examples = [Example(**{k: row[k] for k in Example.__dataclass_fields__}) for row in rows]
     actual = corpus_hash(examples)
     if actual != manifest.get("content_hash"):
@@ -245,7 +300,7 @@ def load_corpus(path: Path | str) -> Corpus:
     return Corpus(folder, manifest, rows)
 
 
-def check_corpus_tokenizer(corpus: Corpus, tokenizer: Any, model_label: str) -> None:
+def check_corpus_tokenizer(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, model_label: str) -> None:
     """Refuse a corpus whose recorded tokenizer fingerprint is not ``tokenizer``'s."""
     ours = tokenizer_fingerprint(tokenizer)
     theirs = corpus.fingerprint
@@ -258,7 +313,7 @@ def check_corpus_tokenizer(corpus: Corpus, tokenizer: Any, model_label: str) -> 
                           "other tokens. Build the corpus from rollouts of a model sharing this tokenizer.")
 
 
-def split_by_task(examples: list[dict[str, Any]], val_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+def split_by_task(examples: list[ExampleRow], val_fraction: float, seed: int) -> tuple[list[ExampleRow], list[ExampleRow]]:
     """(train, val) with whole tasks on one side: ``round(val_fraction * tasks)`` task ids (at least one
     when ``val_fraction > 0`` and two or more tasks exist), drawn with ``seed``."""
     if not 0 <= val_fraction < 1:

@@ -17,11 +17,14 @@ does not extend the rendering of a shorter one (e.g. one that rewrites earlier t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import JsonlError, read_jsonl
+from pdbgym.fileio import JsonlError, JSONValue, read_jsonl
 from pdbgym.train.corpus.example import Example
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a tokenizer
+    from transformers import PreTrainedTokenizerBase
 
 MESSAGE_KEYS = ("messages", "history", "trajectory")
 ROLES = ("system", "user", "assistant", "tool")
@@ -31,7 +34,7 @@ class ChatFormatError(PdbgymError):
     """A JSONL trajectory line does not have an accepted shape, or its template cannot be segmented."""
 
 
-def _messages_of(row: dict[str, Any], where: str) -> list[dict[str, str]]:
+def _messages_of(row: dict[str, JSONValue], where: str) -> list[dict[str, str]]:
     key = next((k for k in MESSAGE_KEYS if k in row), None)
     if key is None or not isinstance(row[key], list):
         raise ChatFormatError(f"{where}: no message list under any of {MESSAGE_KEYS}")
@@ -45,7 +48,7 @@ def _messages_of(row: dict[str, Any], where: str) -> list[dict[str, str]]:
     return messages
 
 
-def _solved(row: dict[str, Any]) -> bool:
+def _solved(row: dict[str, JSONValue]) -> bool:
     for key in ("resolved", "solved"):
         if key in row:
             return bool(row[key])
@@ -53,12 +56,12 @@ def _solved(row: dict[str, Any]) -> bool:
     return isinstance(reward, int | float) and reward >= 1.0
 
 
-def _stop_text(tokenizer: Any) -> str | None:
+def _stop_text(tokenizer: PreTrainedTokenizerBase) -> str | None:
     vocab = tokenizer.get_vocab()
     return "<|im_end|>" if "<|im_end|>" in vocab else tokenizer.eos_token
 
 
-def tokenize_conversation(messages: list[dict[str, str]], tokenizer: Any, where: str = "conversation"
+def tokenize_conversation(messages: list[dict[str, str]], tokenizer: PreTrainedTokenizerBase, where: str = "conversation"
                           ) -> tuple[list[int], list[int]]:
     """(input_ids, assistant_masks) of a conversation, segment by segment (see the module docstring)."""
     if not getattr(tokenizer, "chat_template", None):
@@ -94,9 +97,9 @@ def tokenize_conversation(messages: list[dict[str, str]], tokenizer: Any, where:
     return ids, mask
 
 
-def read_chat_jsonl(path: Path, tokenizer: Any) -> list[Any]:
+def read_chat_jsonl(path: Path, tokenizer: PreTrainedTokenizerBase) -> list[Example]:
     """Examples (``pdbgym.train.corpus.build.Example``) from one JSONL file; errors name the file and line."""
-    examples = []
+    examples: list[Example] = []
     try:
         found = read_jsonl(path, strict=True)
     except JsonlError as exc:

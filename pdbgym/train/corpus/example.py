@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
+
+
+class ExampleRow(TypedDict):
+    """One line of a corpus' ``examples.jsonl``: an ``Example``'s fields and its content hash."""
+
+    instance_id: str
+    dataset: str
+    sample_idx: int
+    source: str
+    solved: bool
+    input_ids: list[int]
+    assistant_masks: list[int]
+    truncated: bool
+    termination_reason: str | None
+    content_hash: str
 
 
 @dataclass
@@ -33,5 +48,8 @@ class Example:
     def loss_tokens(self) -> int:
         return sum(self.assistant_masks)
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "content_hash": self.content_hash}
+    def to_json(self) -> ExampleRow:
+        return {"instance_id": self.instance_id, "dataset": self.dataset, "sample_idx": self.sample_idx,
+                "source": self.source, "solved": self.solved, "input_ids": list(self.input_ids),
+                "assistant_masks": list(self.assistant_masks), "truncated": self.truncated,
+                "termination_reason": self.termination_reason, "content_hash": self.content_hash}
