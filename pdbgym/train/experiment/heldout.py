@@ -3,6 +3,9 @@
 The model arms play the test split at ``[eval] temperature`` (the primary: ``OUT/eval``,
 ``OUT/eval-summary.json``) and again at each of ``[eval] temperatures`` (``OUT/eval-T0.7``,
 ``OUT/eval-summary-T0.7.json``; 0 is greedy, played once a task since every run would be the same).
+The extra campaigns play the trained arms only: the base and the oracle are controls whose figure does
+not bear on what training changed, and the oracle is scripted (no sampler), so both play the primary
+campaign alone (with three seeds and four runs a task they would be about a third of the held-out episodes).
 A gain that shows at one temperature only is a claim about that sampler, not about the model: the seed
 recipe evaluated at T = 0.7, GRPO trains the T = 1 sampler, and greedy decoding is what a user would run.
 
@@ -42,6 +45,14 @@ def label(temperature: float) -> str:
 def extra_temperatures(primary: float, temperatures: list[float]) -> list[float]:
     """``[eval] temperatures`` less the primary one, in the file's order, each once."""
     return [t for t in dict.fromkeys(temperatures) if t != primary]
+
+
+CONTROL_ARMS = ("base", "oracle")  # played in the primary campaign only
+
+
+def arms_at(arms: dict[str, str], temperature: float, primary: float) -> dict[str, str]:
+    """The arms a campaign at ``temperature`` plays: all at the primary temperature, else the trained ones."""
+    return arms if temperature == primary else {k: v for k, v in arms.items() if k not in CONTROL_ARMS}
 
 
 def campaign_paths(out: Path, temperature: float, primary: float) -> tuple[Path, Path]:

@@ -56,6 +56,7 @@ from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig, Ex
 from pdbgym.train.experiment.heldout import (
     ENTROPY_FILE,
     TASK_SETS_FILE,
+    arms_at,
     campaign_paths,
     extra_temperatures,
     label,
@@ -477,14 +478,15 @@ def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: S
         folder, summary_file = campaign_paths(out, temperature, primary)
         greedy = temperature == 0
         plan, each = (bars or StageBars()).episodes(f"held-out episodes, {label(temperature)}")
+        played = arms_at(arms, temperature, primary)
         run_evaluation(EvalConfig(
-            arms=[f"{k}={v}" for k, v in arms.items()], tasks=str(out / "tasks" / "test"),
+            arms=[f"{k}={v}" for k, v in played.items()], tasks=str(out / "tasks" / "test"),
             runs=1 if greedy else config.eval.runs, out=folder,
             episode=replace(_episode(config), temperature=temperature), ks=[1] if greedy else list(config.eval.k),
             seed=config.seed, executor=ExecutorConfig(workers=workers), json_out=summary_file, device=device,
             title=f"{config.name}: held-out evaluation, {label(temperature)}"), on_episode=each, on_plan=plan)
         summary = json.loads(summary_file.read_text())
-        found[label(temperature)] = {k: summary["arms"][k]["pass@1"]["mean"] for k in arms}
+        found[label(temperature)] = {k: summary["arms"][k]["pass@1"]["mean"] for k in played}
         entropy = {arm: sampled_entropy(folder / "cache" / arm) for arm in models if not greedy}
         write_json_atomic(folder / ENTROPY_FILE, {k: v for k, v in entropy.items() if v is not None})
     kl = oracle_kl(out / "caches" / "oracle-test", models, out / "kl.json", config.eval.kl_tokens, device=device)
