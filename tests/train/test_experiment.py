@@ -212,7 +212,7 @@ def test_a_selection_by_another_rule_than_the_argmax_is_recorded_as_made(tmp_pat
         record_selection("val", ["t1"], {"a": 0.9}, 0.1, ledger, chosen="c")
 
 
-@pytest.mark.parametrize("name", ["smollm2-ladder.toml", "smollm2-ladder-short.toml"])
+@pytest.mark.parametrize("name", ["smollm2-ladder.toml", "smollm2-ladder-short.toml", "smollm2-ladder-seeds.toml"])
 def test_the_repository_experiments_put_every_task_in_the_first_and_last_quarter_of_grpo_steps(name):
     """The learning check pairs each task across the first and last quarter of the steps. TRL's sampler
     deals every task once an epoch, epochs starting at step 1, so the first quarter holds a whole epoch
@@ -586,6 +586,9 @@ def test_the_report_lists_each_departure_from_the_seed_recipe_with_the_files_rea
         assert "## Departures from the seed recipe" in text and "no reason given" not in text
         assert "| SFT adapter | DoRA r24 | LoRA r16 |" in text and "| held-out temperature | 0.7 | 1 |" in text
         assert set(config.departures) <= set(SEED_RECIPE)
+    seeds = load_experiment(REPO_FILE.with_name("smollm2-ladder-seeds.toml"))  # held out at the recipe's 0.7
+    text = "\n".join(departure_lines(seeds))
+    assert seeds.seeds == [0, 1, 2] and "held-out temperature" not in text and "no reason given" not in text
     # a departure the file does not explain says so; a reason for no known setting is refused by name
     quiet = tmp_path / "quiet.toml"
     quiet.write_text(REPO_FILE.read_text().replace('"eval.runs" = ', '"unused" = ', 1).replace(
