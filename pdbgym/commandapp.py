@@ -10,17 +10,31 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, TypeVar
 
 import typer
+from typer.models import Default
+
+from pdbgym.defaults import DataclassType
+
+R = TypeVar("R")
 
 
-def command_app(**options: Any) -> typer.Typer:
-    """A ``typer.Typer`` with plain help text; ``options`` as ``typer.Typer`` takes them."""
-    return typer.Typer(rich_markup_mode=None, **options)
+def command_app(*, name: str | None = None, help: str | None = None, no_args_is_help: bool | None = None,
+                invoke_without_command: bool | None = None, add_completion: bool = True,
+                pretty_exceptions_enable: bool = True) -> typer.Typer:
+    """A ``typer.Typer`` with plain help text; the options as ``typer.Typer`` takes them. One not given stays
+    typer's own default placeholder, so a group mounted with ``add_typer`` can still set it."""
+    return typer.Typer(rich_markup_mode=None, name=Default(None) if name is None else name,
+                       help=Default(None) if help is None else help,
+                       no_args_is_help=Default(False) if no_args_is_help is None else no_args_is_help,
+                       invoke_without_command=(Default(False) if invoke_without_command is None
+                                               else invoke_without_command),
+                       add_completion=add_completion, pretty_exceptions_enable=pretty_exceptions_enable)
 
 
 @dataclass(frozen=True)
@@ -31,16 +45,16 @@ class ConfigFlag:
     parameter: inspect.Parameter
     negates: bool = False  # the field is the flag's opposite (--lora: use_dora False)
     old_spelling: bool = False  # a hidden alias: a value given under it wins over the field's own flag
-    parse: Callable[[str], Any] | None = None  # the flag takes text, parsed into the field's value
+    parse: Callable[[str], object] | None = None  # the flag takes text, parsed into the field's value
 
-    def value(self, given: Any) -> Any:
+    def value(self, given: object) -> object:
         """The field's value from what typer parsed for this flag."""
         if self.parse is not None and given is not None:
-            return self.parse(given)
+            return self.parse(str(given))
         return not given if self.negates else given
 
 
-def config_flags(config_class: type[Any]) -> list[ConfigFlag]:
+def config_flags(config_class: type[DataclassType]) -> list[ConfigFlag]:
     """The flags of ``config_class``'s fields, in field order: each field's help and default as declared.
 
     Every field needs ``metadata["help"]`` (``pdbgym.defaults.documented``) unless it says ``cli=False``:
@@ -58,8 +72,8 @@ def config_flags(config_class: type[Any]) -> list[ConfigFlag]:
     return flags
 
 
-def _field_flags(spec: dataclasses.Field, kind: Any, where: str) -> list[ConfigFlag]:
-    """The flag of one field, then its hidden old spellings."""
+def _field_flags(spec: dataclasses.Field[object], kind: type | types.UnionType, where: str) -> list[ConfigFlag]:
+    """The flag of one field, then its hidden old spellings; ``kind``: the field's resolved annotation."""
     meta, name, default, parse = spec.metadata, spec.name, _default(spec), None
     declared = () if meta.get("flag") is None else (meta["flag"],)
     if meta.get("negates"):
@@ -79,7 +93,7 @@ def _field_flags(spec: dataclasses.Field, kind: Any, where: str) -> list[ConfigF
     return flags
 
 
-def config_command(config_class: type[Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def config_command(config_class: type[DataclassType]) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Decorate ``run(config, **own)`` into a typer command whose flags are ``config_class``'s fields.
 
     The command's flags are the fields' (``config_flags``), then ``run``'s own parameters besides ``config``
@@ -88,7 +102,7 @@ def config_command(config_class: type[Any]) -> Callable[[Callable[..., Any]], Ca
     flags (a bad value is refused there, by the config's own checks) and hands it to ``run``.
     """
 
-    def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(run: Callable[..., R]) -> Callable[..., R]:
         flags = config_flags(config_class)
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                for p in inspect.signature(run, eval_str=True).parameters.values() if p.name != "config"]
@@ -97,8 +111,8 @@ def config_command(config_class: type[Any]) -> Callable[[Callable[..., Any]], Ca
         if len(set(names)) != len(names):
             raise TypeError(f"{run.__name__}: a parameter name is used twice: {sorted(names)}")
 
-        def command(**given: Any) -> Any:
-            values: dict[str, Any] = {}
+        def command(**given: object) -> R:
+            values: dict[str, object] = {}
             for flag in flags:  # a field's own flag comes before its old spellings: one given wins
                 value = given[flag.parameter.name]
                 if not flag.old_spelling or value is not None:
@@ -115,7 +129,7 @@ def config_command(config_class: type[Any]) -> Callable[[Callable[..., Any]], Ca
     return decorate
 
 
-def _default(spec: dataclasses.Field) -> Any:
+def _default(spec: dataclasses.Field[object]) -> object:
     if spec.default is not dataclasses.MISSING:
         return spec.default
     if spec.default_factory is not dataclasses.MISSING:
@@ -123,7 +137,7 @@ def _default(spec: dataclasses.Field) -> Any:
     return inspect.Parameter.empty  # a required flag
 
 
-def _keyword(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+def _keyword(name: str, annotation: object, default: object) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
 
 

@@ -6,15 +6,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import ClassVar, Protocol, TypeVar, cast
 
 from pdbgym.episode_defaults import EpisodeSettings
 
+T = TypeVar("T")
 
-def documented(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING,
+
+class DataclassType(Protocol):
+    """A dataclass (the class itself or an instance): what ``dataclasses.fields`` reads."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[object]]]
+
+
+def documented(default: T | dataclasses._MISSING_TYPE = dataclasses.MISSING, help: str = "", *,
+               factory: Callable[[], T] | None = None,
                flag: str | None = None, negates: bool = False, old_flags: tuple[str, ...] = (),
-               text: tuple[Callable[[Any], str], Callable[[str], Any]] | None = None, cli: bool = True,
-               **option: Any) -> Any:
+               text: tuple[Callable[[T], str], Callable[[str], T]] | None = None, cli: bool = True,
+               min: float | None = None) -> T:
     """A dataclass field with its help text in ``metadata["help"]`` (TRL's ``HfArgumentParser`` convention).
 
     The help is the flag's, as ``--help`` shows it. The rest shapes the flag when a command is built from
@@ -22,34 +31,38 @@ def documented(default: Any = dataclasses.MISSING, help: str = "", *, factory: A
     ``negates`` the flag sets the field to the opposite (``--lora`` sets ``use_dora`` False; its help says
     what the flag does); ``old_flags`` hidden spellings still read (a value given under one wins);
     ``text`` (format, parse) a flag that takes the value as text (a tuple of names as ``a,b``);
-    ``cli=False`` no flag (library callers only); ``option`` further ``typer.Option`` settings (``min=0``).
+    ``cli=False`` no flag (library callers only); ``min`` the flag's ``typer.Option`` lower bound (``min=0``).
+
+    Typed as returning the field's value, as ``dataclasses.field`` is: the dataclass decorator replaces it.
     """
     if not help:
         raise TypeError("documented(): a field's help text is required (it is the flag's --help line)")
+    option = {} if min is None else {"min": min}
     metadata = {"help": help, "cli": cli, "flag": flag, "negates": negates, "old_flags": tuple(old_flags),
-                "text": text, "option": dict(option)}
-    if factory is not dataclasses.MISSING:
+                "text": text, "option": option}
+    if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+    return cast(T, dataclasses.field(default=default, metadata=metadata))
 
 
-def defaults_of(config_class: type[Any]) -> SimpleNamespace:
+def defaults_of(config_class: type[DataclassType]) -> SimpleNamespace:
     """The defaults of ``config_class``'s fields by name (``default_factory`` called); required fields are absent.
 
     The fields of a nested ``EpisodeSettings`` (a config's ``episode``) are there by their own names too, as
     the command's flags are named: ``defaults_of(EvalConfig).turn_budget`` is ``EvalConfig().episode``'s.
     """
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for spec in dataclasses.fields(config_class):
         if spec.default is not dataclasses.MISSING:
             values[spec.name] = spec.default
         elif spec.default_factory is not dataclasses.MISSING:
             values[spec.name] = spec.default_factory()
-        if isinstance(values.get(spec.name), EpisodeSettings):
-            values.update(dataclasses.asdict(values[spec.name]))
+        episode = values.get(spec.name)
+        if isinstance(episode, EpisodeSettings):
+            values.update(dataclasses.asdict(episode))
     return SimpleNamespace(**values)
 
 
-def pick(value: Any, alias: Any) -> Any:
+def pick(value: T, alias: T | None) -> T:
     """The value given under a flag's old (hidden) spelling when one was given, else the new flag's value."""
     return value if alias is None else alias

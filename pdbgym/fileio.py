@@ -7,11 +7,11 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, TypeAlias
+from typing import BinaryIO, TypeAlias
 
 from pdbgym.errors import PdbgymError
 
@@ -59,7 +59,7 @@ def write_text_atomic(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def json_safe(data: Any) -> Any:
+def json_safe(data: object) -> object:
     """``data`` with every NaN or infinite float replaced by None: JSON has no such numbers, and a figure that
     does not exist (an SE of one task) is ``null`` to every JSON reader, where a bare ``NaN`` breaks strict ones."""
     if isinstance(data, float):
@@ -71,12 +71,13 @@ def json_safe(data: Any) -> Any:
     return data
 
 
-def write_json_atomic(path: Path, data: Any, *, indent: int = 1, sort_keys: bool = False) -> None:
-    """Write ``data`` as JSON to ``path`` atomically."""
+def write_json_atomic(path: Path, data: object, *, indent: int = 1, sort_keys: bool = False) -> None:
+    """Write ``data`` (anything ``json.dumps`` takes: a record's TypedDict, a list of them) as JSON to ``path``
+    atomically."""
     write_text_atomic(path, json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n")
 
 
-def append_jsonl(path: Path, rows: list[Any], *, sort_keys: bool = False) -> None:
+def append_jsonl(path: Path, rows: Iterable[object], *, sort_keys: bool = False) -> None:
     """Append ``rows`` to the JSONL log ``path`` in one write of whole lines, flushed to disk: a crash leaves
     whole lines, or a cut last line that ``read_jsonl`` skips."""
     path = Path(path)
@@ -112,7 +113,7 @@ class JsonlRows:
     """What a JSONL file holds: ``rows``, each line's JSON object in file order; ``numbers``, each row's line
     number (from 1, for messages); ``torn``, lines that were not a JSON object and were skipped."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, JSONValue]] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)
     torn: int = 0
 

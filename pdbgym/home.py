@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -79,7 +80,7 @@ def prune(names: list[str], home: Path | None = None, dry_run: bool = False) -> 
     return removed
 
 
-def _writable_then_retry(remove: Any, path: str, _error: Any) -> None:
+def _writable_then_retry(remove: Callable[[str], object], path: str, _error: object) -> None:
     """Task environments are read-only trees: make the folder holding ``path`` writable (never following
     a link: rmtree does not) and remove again; a path already gone is fine."""
     parent = os.path.dirname(path)

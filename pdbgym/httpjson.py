@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Mapping
 
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import JSONValue
 
 
 class HttpJsonError(PdbgymError):
@@ -38,8 +39,8 @@ class HttpNotJsonError(HttpJsonError):
     """The server answered, but not with JSON."""
 
 
-def request_json(url: str, body: dict[str, Any] | None = None, timeout_s: float = 30.0,
-                 api_key: str | None = None) -> Any:
+def request_json(url: str, body: Mapping[str, object] | None = None, timeout_s: float = 30.0,
+                 api_key: str | None = None) -> JSONValue:
     """GET (``body`` None) or POST ``body`` as JSON to ``url``; the decoded answer.
 
     ``timeout_s`` bounds connecting and each read (seconds). Raises ``HttpStatusError`` (with the

@@ -26,14 +26,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from types import FrameType
+from typing import NoReturn
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_ORPHANED = 129  # 128 + SIGHUP: a worker whose parent died, as a terminal's hang-up ends its jobs
 
 _stop = threading.Event()
 _lock = threading.RLock()  # re-entrant: a signal handler may run while this thread holds it
-_running: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = set()
+_running: set[tuple[asyncio.AbstractEventLoop, asyncio.Task[object]]] = set()
 
 
 def exit_interrupted() -> NoReturn:
@@ -84,7 +85,7 @@ def request_stop() -> int:
 
 
 @contextmanager
-def tracked(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Iterator[None]:
+def tracked(loop: asyncio.AbstractEventLoop, task: asyncio.Task[object]) -> Iterator[None]:
     """Register ``task`` (running on ``loop``, in any thread) for cancellation by :func:`request_stop`."""
     entry = (loop, task)
     with _lock:
@@ -118,7 +119,7 @@ def deferred() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
-def _stop_here(signum: int, frame: Any) -> None:
+def _stop_here(signum: int, frame: FrameType | None) -> None:
     request_stop()  # no exception at a random line: the episode's task is cancelled and unwinds at an await
 
 

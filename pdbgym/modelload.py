@@ -30,12 +30,19 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 from pdbgym.errors import PdbgymError
 from pdbgym.paths import pdbgym_home
 from pdbgym.policyname import is_server_url
 from pdbgym.versions import NO_HUB_CODE, require
+
+if TYPE_CHECKING:  # annotations only: torch and transformers load with a model (pdbgym[hf])
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+# A dtype as callers give it: a torch dtype, its name (``float32``), ``auto`` (as saved) or None (``default_dtype``).
+DtypeSpec: TypeAlias = "torch.dtype | str | None"
 
 EMBEDDED = "embedded"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -55,8 +62,8 @@ class LoadedModel:
     lineage); ``label``: how to name the model to a person; ``path``: the folder (or .gguf) the weights
     came from, None for a stack merged in memory."""
 
-    model: Any
-    tokenizer: Any
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     parent_id: str | None
     label: str
     path: Path | None
@@ -77,7 +84,7 @@ class ModelLineage(Protocol):
 
     def claims(self, ref: str) -> bool: ...
 
-    def load(self, ref: str, device: str, dtype: Any) -> LoadedModel: ...
+    def load(self, ref: str, device: str, dtype: torch.dtype | Literal["auto"]) -> LoadedModel: ...
 
     def folder(self, ref: str) -> Path: ...
 
@@ -139,7 +146,7 @@ def default_dtype(device: str) -> str:
     return "bfloat16" if str(device).startswith("cuda") else "float32"
 
 
-def torch_dtype(dtype: Any, device: str) -> Any:
+def torch_dtype(dtype: DtypeSpec, device: str) -> torch.dtype | Literal["auto"]:
     """``dtype`` as a torch dtype (a name such as ``float32``, a torch dtype, or None: ``default_dtype``);
     ``auto`` stays itself: the dtype the weights were saved in."""
     import torch  # optional: torch (pdbgym[hf])
@@ -147,7 +154,7 @@ def torch_dtype(dtype: Any, device: str) -> Any:
     if dtype is None:
         dtype = default_dtype(device)
     if dtype == "auto":
-        return dtype
+        return "auto"
     if isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ModelLoadError(f"dtype {dtype!r} is not a torch dtype; give float32, bfloat16 or float16")
@@ -183,8 +190,8 @@ def checked_path(ref: str | os.PathLike[str], lineage: ModelLineage | None = Non
     return path
 
 
-def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtype: Any = None,
-                   device_map: str | None = None) -> Any:
+def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtype: DtypeSpec = None,
+                   device_map: str | None = None) -> PreTrainedModel:
     """The model alone (``load_model`` without tokenizer or lineage); in eval mode on ``device``, or with
     ``device_map`` (one of ``DEVICE_MAPS``) its layers spread by accelerate over every visible GPU (then
     CPU memory) for a model too large for one GPU. A ``.gguf`` file is de-quantized by transformers."""
@@ -193,11 +200,11 @@ def load_causal_lm(spec: str | os.PathLike[str], device: str | None = None, dtyp
     return _load_weights(checked_path(spec), pick_device(device), dtype, device_map)
 
 
-def _load_weights(path: Path, device: str, dtype: Any, device_map: str | None = None) -> Any:
+def _load_weights(path: Path, device: str, dtype: DtypeSpec, device_map: str | None = None) -> PreTrainedModel:
     require("torch", "transformers")
     from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
-    kwargs: dict[str, Any] = {"dtype": torch_dtype(dtype, device), "attn_implementation": "sdpa",
+    kwargs: dict[str, object] = {"dtype": torch_dtype(dtype, device), "attn_implementation": "sdpa",
                               "local_files_only": True, **NO_HUB_CODE}
     if device_map is not None:
         kwargs["device_map"] = device_map
@@ -211,7 +218,7 @@ def _load_weights(path: Path, device: str, dtype: Any, device_map: str | None = 
     return (model if device_map is not None else model.to(device)).eval()
 
 
-def load_tokenizer(path: Path) -> Any:
+def load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     """The tokenizer shipped with a model folder (or a tokenizer's own folder), or inside a ``.gguf`` file:
     the one place pdbgym reads a tokenizer."""
     require("transformers")
@@ -227,7 +234,7 @@ def load_tokenizer(path: Path) -> Any:
                              "tokenizer files beside the weights") from exc
 
 
-def load_model(ref: str | os.PathLike[str], device: str | None = None, dtype: Any = None, *,
+def load_model(ref: str | os.PathLike[str], device: str | None = None, dtype: DtypeSpec = None, *,
                lineage: ModelLineage | None = None, parent: bool = False,
                device_map: str | None = None) -> LoadedModel:
     """Model, tokenizer and parent id of ``ref`` (module docstring for what a reference is).

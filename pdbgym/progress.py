@@ -26,10 +26,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 HEARTBEAT_S = 30.0  # the longest a non-terminal log stays silent while a phase runs
 MIN_INTERVAL_S = 5.0  # the shortest gap between two completion lines of one phase
@@ -64,6 +64,18 @@ class _Phase:
         return self.description, self.total, self.completed
 
 
+class TaskSet(Protocol):
+    """What :func:`progress` yields: the subset of ``rich.progress.Progress`` that pdbgym's commands use
+    (``PlainProgress`` and the disabled set take the same calls)."""
+
+    def add_task(self, description: str, *, total: float | None = ..., completed: int = ...) -> TaskID: ...
+
+    def update(self, task_id: TaskID, *, total: float | None = ..., completed: float | None = ...,
+               advance: float | None = ..., description: str | None = ..., visible: bool | None = ...) -> None: ...
+
+    def advance(self, task_id: TaskID, advance: float = ...) -> None: ...
+
+
 class PlainProgress:
     """Rich-``Progress``-like task set printing plain progress lines (see the module docstring)."""
 
@@ -72,7 +84,7 @@ class PlainProgress:
         self.console = console
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else heartbeat_from_env()
         self.min_interval_s = min(min_interval_s, self.heartbeat_s)
-        self._phases: dict[int, _Phase] = {}
+        self._phases: dict[TaskID, _Phase] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._timer = threading.Thread(target=self._beat, name="pdbgym-progress", daemon=True)
@@ -89,16 +101,17 @@ class PlainProgress:
                 if not phase.finished and phase.state() != phase.shown:  # a repeat would only add time
                     self._line(phase, time.monotonic())
 
-    def add_task(self, description: str, total: float | None = None, completed: float = 0, **_: Any) -> int:
+    def add_task(self, description: str, total: float | None = None, completed: float = 0) -> TaskID:
         """A new phase and its start line; ``completed``: work already done before it (a resumed campaign)."""
         with self._lock:
-            task_id = len(self._phases)
+            task_id = TaskID(len(self._phases))
             self._phases[task_id] = phase = _Phase(description, total, completed)
             self._line(phase, phase.started)
         return task_id
 
-    def update(self, task_id: int, *, completed: float | None = None, total: float | None = None,
-               description: str | None = None, advance: float | None = None, **_: Any) -> None:
+    def update(self, task_id: TaskID, *, completed: float | None = None, total: float | None = None,
+               description: str | None = None, advance: float | None = None, visible: bool | None = None) -> None:
+        """As rich's ``update``; ``visible`` is a bar's and means nothing to lines."""
         with self._lock:
             phase = self._phases[task_id]
             learned = total is not None and phase.total is None  # the plan: a log shows the total at once
@@ -118,7 +131,7 @@ class PlainProgress:
                 self._line(phase, now)
                 phase.finished = done
 
-    def advance(self, task_id: int, advance: float = 1) -> None:
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
         self.update(task_id, advance=advance)
 
     def _line(self, phase: _Phase, now: float) -> None:
@@ -144,19 +157,20 @@ class PlainProgress:
 class _Silent:
     """The disabled task set: accepts every call, prints nothing (``--json`` output stays clean)."""
 
-    def add_task(self, description: str, total: float | None = None, completed: float = 0, **_: Any) -> int:
-        return 0
+    def add_task(self, description: str, total: float | None = None, completed: float = 0) -> TaskID:
+        return TaskID(0)
 
-    def update(self, task_id: int, **_: Any) -> None:
+    def update(self, task_id: TaskID, *, total: float | None = None, completed: float | None = None,
+               advance: float | None = None, description: str | None = None, visible: bool | None = None) -> None:
         return None
 
-    def advance(self, task_id: int, advance: float = 1) -> None:
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
         return None
 
 
 @contextmanager
 def progress(console: Console | None = None, *, disable: bool = False, transient: bool = False,
-             heartbeat_s: float | None = None, min_interval_s: float = MIN_INTERVAL_S) -> Iterator[Any]:
+             heartbeat_s: float | None = None, min_interval_s: float = MIN_INTERVAL_S) -> Iterator[TaskSet]:
     """A task set for long work: a rich bar on a terminal, plain timed lines elsewhere, nothing if disabled.
 
     ``console`` defaults to one on stderr, so progress never mixes into a command's stdout results.

@@ -25,7 +25,8 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TypedDict
 
 from pdbgym.errors import PdbgymError
 from pdbgym.versions import import_optional
@@ -93,7 +94,19 @@ def interval(value: float | None, low: float | None, high: float | None, spec: s
     return f"{format(value, spec)} {ends}" if ends else format(value, spec)
 
 
-def pct_interval(estimate: dict[str, Any], missing: str = NA) -> str:
+class EstimateDict(TypedDict):
+    """An estimate as reports and ``summary.json`` hold it (``evaluate.stats.Estimate.to_dict``): a mean over
+    tasks, its clustered standard error, the interval ``[low, high]`` and how it was made."""
+
+    mean: float
+    se: float
+    ci: list[float]
+    n_tasks: int
+    ci_method: str
+    confidence: float
+
+
+def pct_interval(estimate: EstimateDict, missing: str = NA) -> str:
     """An estimate of a share (``{"mean", "ci": [low, high]}``) in percent points: ``"50.0 [25.0, 75.0]"``."""
     mean = estimate.get("mean")
     low, high = estimate.get("ci") or (None, None)
@@ -201,7 +214,7 @@ def page(title: str, body: str, style: str = "") -> str:
 
 # --- plots -----------------------------------------------------------------------------------------------
 
-def pyplot() -> Any:
+def pyplot() -> ModuleType:
     """matplotlib's pyplot on the Agg backend (files only, no display), after checking matplotlib's floor."""
     matplotlib = import_optional("matplotlib", "report", "this report's figures", PdbgymError)
     matplotlib.use("Agg")

@@ -12,13 +12,12 @@ import array
 import json
 import os
 import socket
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 MAX_MESSAGE = 1 << 20  # bytes of one message's JSON
 
 
-def send_message(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = (), flags: int = 0) -> None:
+def send_message(sock: socket.socket, message: Mapping[str, object], fds: Sequence[int] = (), flags: int = 0) -> None:
     """Send ``message`` with ``fds`` (the receiver gets its own copies; ours stay open). Raises ``OSError``."""
     data = json.dumps(message).encode()
     if fds:
@@ -27,11 +26,12 @@ def send_message(sock: socket.socket, message: dict[str, Any], fds: Sequence[int
         sock.send(data, flags)
 
 
-def receive_message(sock: socket.socket, max_fds: int) -> tuple[dict[str, Any] | None, list[int]]:
+def receive_message(sock: socket.socket, max_fds: int) -> tuple[dict[str, object] | None, list[int]]:
     """One message and the descriptors it carried (at most ``max_fds``; the kernel closes any beyond).
 
     ``(None, [])`` when the peer has closed the socket (descriptors that came with an empty packet are
-    closed); ``{}`` for a packet that is not a JSON object, so a caller answers it as no request at all.
+    closed); ``{}`` for a packet that is not a JSON object, so a caller answers it as no request at all. The
+    message is the peer's: its values are checked by whoever reads them, so they are ``object`` here.
     Raises ``OSError`` as ``recvmsg`` does."""
     fds = array.array("i")
     data, ancillary, _, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_LEN(max_fds * fds.itemsize))

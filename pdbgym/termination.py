@@ -20,7 +20,6 @@ are not tampered, but they pass nothing; reports count them beside the tampered 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 TERMINATION_REASONS: tuple[str, ...] = (
     "solved", "finish_unresolved", "ctx_overflow", "budget", "other", "tampered",
@@ -37,14 +36,16 @@ TERMINATION_MEANINGS: dict[str, str] = {
 }
 
 
-def verdict_refused(grading: Mapping[str, Any] | None, termination_reason: str | None = None) -> bool:
+def verdict_refused(grading: Mapping[str, object] | None, termination_reason: str | None = None) -> bool:
     """Whether an episode's grading (``GradeResult.to_dict()``; a missing ``refused`` key is ``[]``) refused
     the run's verdict without the episode being tampered (``termination_reason`` or ``grading["tampered"]``)."""
     grading = grading or {}
     return bool(grading.get("refused")) and not grading.get("tampered") and termination_reason != "tampered"
 
 
-def transcript_grading(transcript: Mapping[str, Any]) -> dict[str, Any]:
+def transcript_grading(transcript: Mapping[str, object]) -> dict[str, object]:
     """The grading dict of an episode's transcript (``transcript["env"]["result"]["grading"]``; ``{}`` if none)."""
-    result = (transcript.get("env") or {}).get("result") or {}
-    return dict(result.get("grading") or {})
+    env = transcript.get("env")
+    result = env.get("result") if isinstance(env, Mapping) else None
+    grading = result.get("grading") if isinstance(result, Mapping) else None
+    return dict(grading) if isinstance(grading, Mapping) else {}
