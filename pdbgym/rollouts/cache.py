@@ -15,17 +15,16 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 from urllib.parse import quote
 
 from pdbgym.fileio import atomic_target, write_json_atomic
 from pdbgym.rollouts.compare import record_differences
 from pdbgym.rollouts.optional import import_optional
 from pdbgym.rollouts.parquet import read_parquet, write_parquet
-from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
+from pdbgym.rollouts.record import CacheFormatError, RecordDict, RolloutRecord
 
 CACHE_DIR_ENV = "KL_EVAL_TEACHER_CACHE_DIR"
 MANIFEST_NAME = "manifest.json"
@@ -169,8 +168,9 @@ def entry_file(cache_dir: Path, entry: ManifestEntry) -> Path:
     return Path(cache_dir) / entry.path
 
 
-def load_file_dicts(path: Path) -> list[dict[str, Any]]:
-    """The raw record dicts in one cache file (``.pt`` or ``.parquet``), without field checks."""
+def load_file_dicts(path: Path) -> Sequence[Mapping[str, object]]:
+    """The raw record dicts in one cache file (``.pt`` or ``.parquet``), without field checks: a ``.pt``
+    file's values are whatever it holds (``RolloutRecord.from_dict`` checks them)."""
     path = Path(path)
     if not path.is_file():
         raise CacheFormatError(f"cache file {path} does not exist")
@@ -181,7 +181,7 @@ def load_file_dicts(path: Path) -> list[dict[str, Any]]:
     return _load_pt(path)
 
 
-def _load_pt(path: Path) -> list[dict[str, Any]]:
+def _load_pt(path: Path) -> list[dict[str, object]]:
     torch = import_optional("torch", "hf", "reading .pt cache files")
 
     try:
@@ -334,7 +334,8 @@ def save_instance_file(path: Path, samples: list[RolloutRecord]) -> None:
         write_parquet(path, samples)
         return
     torch = import_optional("torch", "hf", "writing .pt cache files")
-    payload: Any = samples[0].to_dict() if len(samples) == 1 else [s.to_dict() for s in samples]
+    payload: RecordDict | list[RecordDict] = (samples[0].to_dict() if len(samples) == 1
+                                              else [s.to_dict() for s in samples])
     with atomic_target(path) as tmp:
         torch.save(payload, tmp)
 

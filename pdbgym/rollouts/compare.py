@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from pdbgym.rollouts.record import RECORD_KEYS, RolloutRecord
+from pdbgym.rollouts.record import RECORD_KEYS, RecordMetadata, RolloutRecord
 
 
 def _floats_bit_equal(first: list[float], second: list[float]) -> bool:
@@ -21,7 +19,7 @@ def _floats_bit_equal(first: list[float], second: list[float]) -> bool:
     )
 
 
-def _without_sample_idx(metadata: dict[str, Any]) -> dict[str, Any]:
+def _without_sample_idx(metadata: RecordMetadata) -> dict[str, object]:
     return {key: value for key, value in metadata.items() if key != "_sample_idx"}
 
 

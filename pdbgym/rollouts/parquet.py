@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from pdbgym.fileio import atomic_target
+from pdbgym.fileio import JSONValue, atomic_target
 from pdbgym.rollouts.optional import import_optional
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
+
+if TYPE_CHECKING:  # annotations only: pyarrow is optional (pdbgym[parquet])
+    import pyarrow as pa
 
 LogprobDtype = Literal["auto", "float32", "float64"]
 FORMAT_TAG = b"pdbgym-teacher-cache"
@@ -32,7 +36,7 @@ INT32_MAX = 2**31 - 1
 RECORDS_PER_BATCH = 256  # 256 x 128k tokens stays far below the 2^31 values a list<> batch can hold
 
 
-def _json_text(value: dict[str, Any], record: RolloutRecord, field_name: str) -> str:
+def _json_text(value: Mapping[str, object], record: RolloutRecord, field_name: str) -> str:
     try:
         return json.dumps(value, allow_nan=True)
     except (TypeError, ValueError) as exc:
@@ -47,14 +51,15 @@ def _float32_exact(values: np.ndarray) -> bool:
     return bool(np.array_equal(as32.astype(np.float64), values, equal_nan=True))
 
 
-def _list_column(pa: Any, flat: np.ndarray, lengths: list[int], value_type: Any) -> Any:
+def _list_column(pa: ModuleType, flat: np.ndarray, lengths: list[int], value_type: pa.DataType) -> pa.ListArray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     # list<...> has int32 offsets; write_parquet keeps each batch's total well under 2^31 values
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat, type=value_type))
 
 
-def choose_logprob_dtype(records: list[RolloutRecord], logprob_dtype: LogprobDtype) -> str:
+def choose_logprob_dtype(records: list[RolloutRecord], logprob_dtype: LogprobDtype
+                         ) -> Literal["float32", "float64"]:
     """``float32`` or ``float64`` for the log-prob column; refuses a lossy float32."""
     exact32 = all(
         _float32_exact(np.asarray(r.rollout_log_probs, dtype=np.float64)) for r in records
@@ -69,7 +74,7 @@ def choose_logprob_dtype(records: list[RolloutRecord], logprob_dtype: LogprobDty
     return logprob_dtype
 
 
-def records_to_table(records: list[RolloutRecord], *, logprob_dtype: LogprobDtype = "auto") -> Any:
+def records_to_table(records: list[RolloutRecord], *, logprob_dtype: LogprobDtype = "auto") -> pa.Table:
     """A ``pyarrow.Table`` with one row per record (see the module docstring for the schema)."""
     pa = import_optional("pyarrow", "parquet", "Parquet caches")
 
@@ -81,8 +86,8 @@ def records_to_table(records: list[RolloutRecord], *, logprob_dtype: LogprobDtyp
     if masks.size and (masks.min() < -128 or masks.max() > 127):
         raise CacheFormatError("field 'loss_mask' has values outside int8; masks must be 0 or 1")
     log_probs = np.fromiter((x for r in records for x in r.rollout_log_probs), dtype=np.float64)
-    logprob_dtype = choose_logprob_dtype(records, logprob_dtype)
-    float_type = pa.float32() if logprob_dtype == "float32" else pa.float64()
+    chosen = choose_logprob_dtype(records, logprob_dtype)
+    float_type = pa.float32() if chosen == "float32" else pa.float64()
     columns = {
         "instance_id": pa.array([r.instance_id for r in records], type=pa.string()),
         "dataset": pa.array([r.dataset for r in records], type=pa.string()),
@@ -91,7 +96,7 @@ def records_to_table(records: list[RolloutRecord], *, logprob_dtype: LogprobDtyp
         "response_length": pa.array([r.response_length for r in records], type=pa.int64()),
         "loss_mask": _list_column(pa, masks.astype(np.int8), [len(r.loss_mask) for r in records], pa.int8()),
         "rollout_log_probs": _list_column(
-            pa, log_probs.astype(logprob_dtype), [len(r.rollout_log_probs) for r in records], float_type
+            pa, log_probs.astype(chosen), [len(r.rollout_log_probs) for r in records], float_type
         ),
         "reward_score": pa.array([r.reward_score for r in records], type=pa.float64()),
         "reward_extra": pa.array([_json_text(r.reward_extra, r, "reward_extra") for r in records]),
@@ -120,12 +125,12 @@ def write_parquet(
     return path
 
 
-def _split_list_column(column: Any) -> list[list[Any]]:
+def _split_list_column(column: pa.ListArray | pa.ChunkedArray) -> list[list[float]]:
     """Rows of a list column as Python lists, sliced from one numpy buffer (fast for long rows)."""
     import pyarrow as pa  # optional: pyarrow (pdbgym[parquet])
 
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    rows: list[list[Any]] = []
+    rows: list[list[float]] = []  # ids and mask values are ints
     for chunk in chunks:
         if chunk.null_count:
             raise CacheFormatError("a list column holds nulls; every row needs tokens, mask and log-probs")
@@ -135,7 +140,7 @@ def _split_list_column(column: Any) -> list[list[Any]]:
     return rows
 
 
-def _load_json(text: str | None, row: int, field_name: str, path: Path) -> dict[str, Any]:
+def _load_json(text: str | None, row: int, field_name: str, path: Path) -> dict[str, JSONValue]:
     try:
         value = json.loads(text) if text else {}
     except json.JSONDecodeError as exc:

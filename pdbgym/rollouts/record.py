@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import NotRequired, Protocol, TypedDict, TypeVar, cast, runtime_checkable
 
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import JSONValue
 
 RECORD_KEYS = (
     "instance_id",
@@ -31,6 +32,95 @@ RECORD_KEYS = (
 OPTIONAL_RECORD_KEYS = ("reward_score", "reward_extra", "metadata")
 
 
+class SemanticsDict(TypedDict):
+    """``LogprobSemantics.to_dict()``: ``constrained`` and ``grammar`` only for a constrained producer."""
+
+    engine: str
+    temperature: float
+    top_p: float
+    top_p_renormalized: bool
+    constrained: NotRequired[bool]
+    grammar: NotRequired[str]
+
+
+class TokenizerInfo(TypedDict):
+    """``metadata["tokenizer"]``: the tokenizer's name, ``len(tokenizer)`` and ``tokenizer_fingerprint``
+    (synthetic caches carry no fingerprint)."""
+
+    name: str
+    vocab_size: int
+    fingerprint: NotRequired[str]
+
+
+class RecordMetadata(TypedDict, total=False):
+    """The ``metadata`` keys pdbgym writes and reads; a cache made elsewhere may hold others besides.
+
+    ``_termination_reason`` one of ``TERMINATION_REASONS``; ``_sample_idx`` tells the samples of one
+    instance apart; ``wrong_site_touched`` None where the task declares no wrong site; ``_sampler`` and
+    ``_stop`` are divergence sampling's (the sampler's name, ``eos`` or ``max_new_tokens``)."""
+
+    instance_id: str
+    _eval_dataset_name: str
+    task_type: str
+    _termination_reason: str | None
+    actions_used: int
+    _sample_idx: int
+    tokenizer: TokenizerInfo
+    policy: str
+    tool_format: str
+    wrong_site_touched: bool | None
+    logprob_semantics: SemanticsDict
+    _sampler: str
+    _stop: str
+
+
+class RewardExtra(TypedDict, total=False):
+    """``reward_extra`` as pdbgym writes it; other producers' keys may sit beside these."""
+
+    final_test_passed: bool
+    duration_s: float
+
+
+class RecordDict(TypedDict):
+    """The teacher-cache dict of one record: exactly ``RECORD_KEYS``, in that order."""
+
+    instance_id: str
+    dataset: str
+    tokens: list[int]
+    prompt_len: int
+    response_length: int
+    loss_mask: list[int]
+    rollout_log_probs: list[float]
+    reward_score: float
+    reward_extra: RewardExtra
+    metadata: RecordMetadata
+
+
+class Vocabulary(Protocol):
+    """A tokenizer as ``tokenizer_fingerprint`` reads it: its id -> token map."""
+
+    def get_vocab(self) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class _Array(Protocol):
+    """A torch tensor or a numpy array, as record fields may come (torch is optional: no import of it)."""
+
+    shape: tuple[int, ...]
+
+    def tolist(self) -> list[JSONValue]: ...
+
+
+@runtime_checkable
+class _Item(Protocol):
+    """A tensor or numpy scalar: ``item()`` is its Python number."""
+
+    def item(self) -> JSONValue: ...
+
+
+Number = TypeVar("Number", int, float)
+
+
 class CacheFormatError(PdbgymError):
     """A record, cache file or manifest does not follow the teacher-cache format."""
 
@@ -40,14 +130,14 @@ def record_label(dataset: object, instance_id: object, sample_idx: object = 0) -
     return f"{dataset}/{instance_id}#{sample_idx}"
 
 
-def _all_of_type(values: list[Any], kind: type) -> bool:
+def _all_of_type(values: Sequence[object], kind: type) -> bool:
     # set(map(type, ...)) runs in C: about twice as fast as all(type(v) is kind ...) on 32k-item lists
     return set(map(type, values)) <= {kind}
 
 
-def _plain_sequence(value: Any, label: str, field_name: str) -> list[Any]:
+def _plain_sequence(value: object, label: str, field_name: str) -> list[JSONValue]:
     """A new list of Python scalars from a list, tuple, 1-D torch tensor or 1-D numpy array."""
-    if hasattr(value, "tolist") and hasattr(value, "shape"):
+    if isinstance(value, _Array):
         if len(value.shape) != 1:
             raise CacheFormatError(
                 f"{label}: field {field_name!r} must be 1-D, got shape {tuple(value.shape)}"
@@ -60,13 +150,13 @@ def _plain_sequence(value: Any, label: str, field_name: str) -> list[Any]:
     )
 
 
-def as_int_list(value: Any, label: str, field_name: str) -> list[int]:
+def as_int_list(value: object, label: str, field_name: str) -> list[int]:
     """Integer ids or mask values; integral floats (1.0) are accepted, fractional ones are refused."""
     if type(value) is list and _all_of_type(value, int):
         return list(value)  # the common case (the source's own files)
     items = _plain_sequence(value, label, field_name)
     if _all_of_type(items, int):
-        return items
+        return cast(list[int], items)
     out: list[int] = []
     for position, item in enumerate(items):
         if isinstance(item, bool) or not isinstance(item, (int, float)):
@@ -81,13 +171,13 @@ def as_int_list(value: Any, label: str, field_name: str) -> list[int]:
     return out
 
 
-def as_float_list(value: Any, label: str, field_name: str) -> list[float]:
+def as_float_list(value: object, label: str, field_name: str) -> list[float]:
     """Floats, converted exactly (a float32 tensor's values are kept bit-for-bit as Python floats)."""
     if type(value) is list and _all_of_type(value, float):
         return list(value)
     items = _plain_sequence(value, label, field_name)
     if _all_of_type(items, float):
-        return items
+        return cast(list[float], items)
     out: list[float] = []
     for position, item in enumerate(items):
         if isinstance(item, bool) or not isinstance(item, (int, float)):
@@ -98,8 +188,8 @@ def as_float_list(value: Any, label: str, field_name: str) -> list[float]:
     return out
 
 
-def _as_scalar(value: Any, kind: type, label: str, field_name: str) -> Any:
-    if hasattr(value, "item") and getattr(value, "shape", ()) in ((), (1,)):
+def _as_scalar(value: object, kind: type[Number], label: str, field_name: str) -> Number:
+    if isinstance(value, _Item) and getattr(value, "shape", ()) in ((), (1,)):
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CacheFormatError(f"{label}: field {field_name!r} is {value!r}, expected {kind.__name__}")
@@ -129,14 +219,15 @@ class LogprobSemantics:
     constrained: bool = False
     grammar: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+    def to_dict(self) -> SemanticsDict:
+        data = cast(SemanticsDict, asdict(self))
         if not self.constrained:  # unconstrained records keep the four-field form
             del data["constrained"], data["grammar"]
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LogprobSemantics:
+    def from_dict(cls, data: SemanticsDict) -> LogprobSemantics:
+        """From ``to_dict``'s form, each value converted (a cache written elsewhere may hold ``1`` for 1.0)."""
         return cls(
             engine=str(data["engine"]),
             temperature=float(data["temperature"]),
@@ -166,8 +257,8 @@ class RolloutRecord:
     loss_mask: list[int]
     rollout_log_probs: list[float]
     reward_score: float = 0.0
-    reward_extra: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    reward_extra: RewardExtra = field(default_factory=lambda: RewardExtra())
+    metadata: RecordMetadata = field(default_factory=lambda: RecordMetadata())
 
     @property
     def termination_reason(self) -> str | None:
@@ -184,16 +275,19 @@ class RolloutRecord:
 
     @property
     def vocab_size(self) -> int | None:
-        tok = self.metadata.get("tokenizer") or {}
-        return tok.get("vocab_size")
+        tok = self.metadata.get("tokenizer")
+        return tok.get("vocab_size") if tok else None
 
     @property
     def response_tokens(self) -> list[int]:
         return self.tokens[self.prompt_len :]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The teacher-cache dict: exactly ``RECORD_KEYS``."""
-        return {key: getattr(self, key) for key in RECORD_KEYS}
+    def to_dict(self) -> RecordDict:
+        """The teacher-cache dict: exactly ``RECORD_KEYS``, in their order (the values are this record's own)."""
+        return {"instance_id": self.instance_id, "dataset": self.dataset, "tokens": self.tokens,
+                "prompt_len": self.prompt_len, "response_length": self.response_length, "loss_mask": self.loss_mask,
+                "rollout_log_probs": self.rollout_log_probs, "reward_score": self.reward_score,
+                "reward_extra": self.reward_extra, "metadata": self.metadata}
 
     @property
     def label(self) -> str:
@@ -201,7 +295,7 @@ class RolloutRecord:
         return record_label(self.dataset, self.instance_id, self.metadata.get("_sample_idx", 0))
 
     @classmethod
-    def from_dict(cls, data: Any) -> RolloutRecord:
+    def from_dict(cls, data: object) -> RolloutRecord:
         """Build from a teacher-cache dict; token/mask/log-prob values may be lists or 1-D tensors.
 
         Types are converted strictly (a mask value of 0.5 or a token id of 3.7 is refused, never
@@ -236,8 +330,8 @@ class RolloutRecord:
             loss_mask=as_int_list(data["loss_mask"], label, "loss_mask"),
             rollout_log_probs=as_float_list(data["rollout_log_probs"], label, "rollout_log_probs"),
             reward_score=_as_scalar(data.get("reward_score", 0.0), float, label, "reward_score"),
-            reward_extra=dict(reward_extra or {}),
-            metadata=dict(meta),
+            reward_extra=cast(RewardExtra, dict(reward_extra or {})),  # checked a dict above; its keys are open
+            metadata=cast(RecordMetadata, dict(meta)),
         )
 
 
@@ -247,7 +341,7 @@ def declared_fingerprints(records: Iterable[RolloutRecord]) -> set[str]:
             if isinstance(tok := r.metadata.get("tokenizer"), dict) and tok.get("fingerprint")}
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str:
+def tokenizer_fingerprint(tokenizer: Vocabulary) -> str:
     """16 hex digits of sha256 over the tokenizer's id -> token map (added tokens included).
 
     Two tokenizers with one fingerprint turn ids into the same strings; two with the same vocab size
@@ -261,7 +355,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
         digest.update(f"{index}\t{token}\n".encode("utf-8", "surrogatepass"))
     fingerprint = digest.hexdigest()[:16]
     try:
-        tokenizer._pdbgym_fingerprint = fingerprint
+        setattr(tokenizer, "_pdbgym_fingerprint", fingerprint)  # noqa: B010 (not an attribute of the protocol)
     except AttributeError:
         pass
     return fingerprint

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from pdbgym.rollouts.cache import FileProgress
 from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
@@ -14,6 +14,26 @@ from pdbgym.rollouts.validate import ValidationReport, iter_validated_cache
 from pdbgym.termination import TERMINATION_REASONS
 
 NO_REASON = "unknown"
+
+
+class CacheSummaryDict(TypedDict):
+    """``CacheSummary.to_dict()``: its fields, then the figures computed from them."""
+
+    instances: int
+    samples: int
+    prompt_tokens: int
+    response_tokens: int
+    masked_tokens: int
+    solved_samples: int
+    instances_solved: int
+    max_sequence_tokens: int
+    mean_masked_log_prob: float
+    datasets: dict[str, int]
+    terminations: dict[str, int]
+    total_tokens: int
+    solve_rate: float
+    masked_fraction: float
+    termination_line: str
 
 
 @dataclass
@@ -55,11 +75,14 @@ class CacheSummary:
         """E.g. ``30 solved, 48 finish_unresolved, 19 ctx_overflow, 1 budget, 2 other``."""
         return ", ".join(f"{count} {reason}" for reason, count in self.terminations.items()) or "no samples"
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.update(total_tokens=self.total_tokens, solve_rate=self.solve_rate,
-                    masked_fraction=self.masked_fraction, termination_line=self.termination_line())
-        return data
+    def to_dict(self) -> CacheSummaryDict:
+        return {"instances": self.instances, "samples": self.samples, "prompt_tokens": self.prompt_tokens,
+                "response_tokens": self.response_tokens, "masked_tokens": self.masked_tokens,
+                "solved_samples": self.solved_samples, "instances_solved": self.instances_solved,
+                "max_sequence_tokens": self.max_sequence_tokens, "mean_masked_log_prob": self.mean_masked_log_prob,
+                "datasets": dict(self.datasets), "terminations": dict(self.terminations),
+                "total_tokens": self.total_tokens, "solve_rate": self.solve_rate,
+                "masked_fraction": self.masked_fraction, "termination_line": self.termination_line()}
 
 
 def _ordered_terminations(counts: Counter[str]) -> dict[str, int]:

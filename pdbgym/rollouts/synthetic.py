@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from pdbgym.rollouts.cache import write_cache
-from pdbgym.rollouts.record import CacheFormatError, LogprobSemantics, RolloutRecord
+from pdbgym.rollouts.record import CacheFormatError, LogprobSemantics, RecordMetadata, RolloutRecord
 
 TEACHER_TERMINATION_MIX = {"solved": 30, "finish_unresolved": 48, "ctx_overflow": 19, "budget": 1, "other": 2}
 SYNTHETIC_REPOS = (
@@ -98,7 +98,7 @@ def make_synthetic_records(
             prompt_len = max(1, min(total - 1, int(total * rng.uniform(0.08, 0.35))))
             mask = synthetic_loss_mask(total - prompt_len, rng)
             tokens = np.floor(vocab * rng.random(total) ** 4).astype(np.int64)
-            metadata = {
+            metadata: RecordMetadata = {
                 "instance_id": instance_id,
                 "_eval_dataset_name": dataset,
                 "task_type": "swe_gym",

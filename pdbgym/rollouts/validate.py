@@ -13,10 +13,9 @@ leaves room for that and still catches sign errors and probabilities stored inst
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -57,7 +56,7 @@ class ValidationReport:
         self.warnings.extend(other.warnings)
 
 
-def _first_bad(values: list[Any], bad: np.ndarray) -> tuple[int, Any, int] | None:
+def _first_bad(values: Sequence[float], bad: np.ndarray) -> tuple[int, float, int] | None:
     """(first bad position, its value, how many are bad) for a boolean ``bad`` over ``values``."""
     positions = np.flatnonzero(bad)
     return None if positions.size == 0 else (int(positions[0]), values[positions[0]], int(positions.size))
@@ -135,7 +134,7 @@ def _check_metadata(rec: RolloutRecord, report: ValidationReport) -> None:
                                f"_termination_reason {reason!r}")
 
 
-def _semantics_problems(label: str, semantics: Any) -> list[str]:
+def _semantics_problems(label: str, semantics: object) -> list[str]:
     where = f"{label}: metadata['logprob_semantics']"
     if not isinstance(semantics, dict):
         return [f"{where} must be a dict with engine, temperature, top_p, top_p_renormalized"]
@@ -181,7 +180,7 @@ def _check_file(path: Path, dataset: str | None, instance_id: str | None, vocab_
         report.errors.append(str(exc))
         return []
     built = []
-    if len(raw_records) > 1 and any(not isinstance(r.get("metadata"), dict) or "_sample_idx" not in r["metadata"]
+    if len(raw_records) > 1 and any(not isinstance(meta := r.get("metadata"), dict) or "_sample_idx" not in meta
                                     for r in raw_records):
         report.errors.append(f"{path}: holds {len(raw_records)} samples, so each needs metadata['_sample_idx']")
     for position, data in enumerate(raw_records):
