@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import read_jsonl, write_text_atomic
+from pdbgym.train.records import LogRow
 from pdbgym.train.seams import tensorboard_callback_class
+
+if TYPE_CHECKING:  # annotations only: transformers loads with the trainer
+    from transformers import TrainerCallback
 
 TRAINER_STATE = "trainer_state.json"
 TENSORBOARD_DIR = "tensorboard"
@@ -68,13 +72,13 @@ def forget_steps_after(path: Path, step: int) -> None:
         write_text_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
-def logged_history(checkpoint: Path | str) -> list[dict[str, Any]]:
+def logged_history(checkpoint: Path | str) -> list[LogRow]:
     """TRL's log history as saved in a checkpoint: one dict per ``Trainer.log`` call before the save."""
     state = json.loads((Path(checkpoint) / TRAINER_STATE).read_text())
     return list(state.get("log_history", []))
 
 
-def tensorboard_callback(folder: Path, purge_step: int | None = None) -> Any:
+def tensorboard_callback(folder: Path, purge_step: int | None = None) -> TrainerCallback:
     """A transformers ``TensorBoardCallback`` writing event files to ``folder`` (main process only).
 
     ``purge_step``: on resume from checkpoint N, N + 1. TensorBoard then hides the events a killed run

@@ -20,8 +20,14 @@ flag, and one host read a step.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypedDict
+
+from pdbgym.train.records import LogRow
+
+if TYPE_CHECKING:  # annotations only: torch and transformers load with the trainer
+    import torch
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +36,15 @@ SKIPPED_KEY = "grad/nonfinite_skipped"  # logged on every training step: 1.0 whe
 NAMES_SHOWN = 8  # tensor names a warning lists
 
 
-def skipped_steps(rows: list[dict[str, Any]]) -> list[int]:
+class GuardSummary(TypedDict):
+    """What a run record keeps of the guard (``GradientGuard.summary``)."""
+
+    skipped_steps: list[int]
+    nonfinite_tensors: dict[str, list[str]]  # skipped step -> tensors non-finite in this process's backward
+    stopped_at: int | None
+
+
+def skipped_steps(rows: Sequence[LogRow]) -> list[int]:
     """The steps of logged rows (``steps.jsonl``, ``metrics.jsonl``) that the guard skipped."""
     return [int(row["step"]) for row in rows if row.get(SKIPPED_KEY)]
 
@@ -38,7 +52,7 @@ def skipped_steps(rows: list[dict[str, Any]]) -> list[int]:
 class GradientGuard:
     """Skips optimizer steps whose gradients are not all finite; see the module docstring."""
 
-    def __init__(self, patience: int = DEFAULT_PATIENCE, on_skip: Callable[[int], Any] | None = None):
+    def __init__(self, patience: int = DEFAULT_PATIENCE, on_skip: Callable[[int], object] | None = None):
         if patience < 1:
             raise ValueError(f"patience must be >= 1, got {patience}")
         self.patience = patience
@@ -47,10 +61,10 @@ class GradientGuard:
         self.offenders: dict[int, list[str]] = {}  # skipped step -> tensors non-finite in this process's backward
         self.stopped_at: int | None = None  # the step at which `patience` skips in a row stopped the run
         self._in_a_row = 0
-        self._flags: dict[str, Any] = {}  # tensor name -> device bool: its gradient was non-finite this step
-        self._hooks: list[Any] = []
+        self._flags: dict[str, torch.Tensor] = {}  # tensor name -> device bool: its gradient was non-finite this step
+        self._hooks: list[torch.utils.hooks.RemovableHandle] = []
 
-    def attach(self, model: Any) -> None:
+    def attach(self, model: torch.nn.Module) -> None:
         """Flag, per trainable tensor of ``model``, a non-finite gradient as it accumulates (device-side)."""
         self.detach()
         for name, parameter in model.named_parameters():
@@ -62,16 +76,16 @@ class GradientGuard:
             hook.remove()
         self._hooks, self._flags = [], {}
 
-    def _flagger(self, name: str) -> Any:
+    def _flagger(self, name: str) -> Callable[[torch.Tensor], None]:
         import torch  # optional: torch (pdbgym[hf])
 
-        def flag(parameter: Any) -> None:
+        def flag(parameter: torch.Tensor) -> None:
             bad = ~torch.isfinite(parameter.grad).all()
             seen = self._flags.get(name)
             self._flags[name] = bad if seen is None else seen | bad
         return flag
 
-    def check(self, model: Any, step: int) -> bool:
+    def check(self, model: torch.nn.Module, step: int) -> bool:
         """True if the gradients of ``model``'s trainable tensors are all finite. If not, drop them all
         (the optimizer then skips every tensor: weights and moments stay as they were) and record ``step``."""
         import torch  # optional: torch (pdbgym[hf])
@@ -116,34 +130,37 @@ class GradientGuard:
                            step, self._in_a_row, step - self._in_a_row)
         return False
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> GuardSummary:
         """What a run record keeps: the skipped steps, the tensors named at each, and a stop if there was one."""
         return {"skipped_steps": list(self.skipped),
                 "nonfinite_tensors": {str(step): names for step, names in self.offenders.items()},
                 "stopped_at": self.stopped_at}
 
 
-def guard_callback(guard: GradientGuard) -> Any:
+def guard_callback(guard: GradientGuard) -> TrainerCallback:
     """A transformers ``TrainerCallback`` running ``guard`` before each optimizer step: a skipped step is
     logged (``SKIPPED_KEY`` in the step's log row: put this callback before those that write the rows),
     and ``patience`` skips in a row stop the run with the (unchanged) weights saved as a checkpoint."""
     from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
     class GradientGuardCallback(TrainerCallback):
-        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                           model: torch.nn.Module | None = None, **kwargs: object) -> None:
             guard.attach(model)
 
-        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None,
-                                  **kwargs: Any) -> None:
+        def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                                  model: torch.nn.Module | None = None, **kwargs: object) -> None:
             if not guard.check(model, state.global_step + 1) and guard.stopped_at is not None:
                 control.should_training_stop = True
                 control.should_save = True
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                   logs: dict[str, float] | None = None, **kwargs: object) -> None:
             if logs is not None and "grad_norm" in logs:  # a training step's row, not an evaluation's
                 logs[SKIPPED_KEY] = float(state.global_step in guard.skipped)
 
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                         **kwargs: object) -> None:
             guard.detach()
 
     return GradientGuardCallback()

@@ -12,15 +12,33 @@ plot with its meaning written under it, and the metrics no panel names follow as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from pdbgym.fileio import write_json_atomic, write_text_atomic
-from pdbgym.reportkit import Link, escape, html_list, html_table, img, md_bullets, md_table, page, pyplot
+from pdbgym.reportkit import (
+    Cell,
+    Link,
+    escape,
+    html_list,
+    html_table,
+    img,
+    md_bullets,
+    md_table,
+    page,
+    pyplot,
+)
+from pdbgym.train.records import LogRow
+
+if TYPE_CHECKING:  # annotations only: matplotlib loads with the first plot
+    from matplotlib.figure import Figure
 
 REPORT_NAME = "training_report"
+Summary = Mapping[str, Cell]  # name -> value, the report's first table
+Tables = Mapping[str, Sequence[Mapping[str, Cell]]]  # title -> rows of equal keys
 _SKIP = {"step", "epoch", "total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second",
          "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"}
 
@@ -42,7 +60,7 @@ class Panel:
     hline: tuple[str, float] | None = None
 
 
-def metric_series(history: Sequence[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+def metric_series(history: Sequence[LogRow]) -> dict[str, list[tuple[int, float]]]:
     """metric -> [(step, value)] for every numeric metric logged more than zero times."""
     series: dict[str, list[tuple[int, float]]] = {}
     for row in history:
@@ -62,7 +80,7 @@ def _groups(series: dict[str, list[tuple[int, float]]]) -> dict[str, list[str]]:
     return groups
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
+def _save(plt: ModuleType, fig: Figure, path: Path) -> Path:
     from matplotlib.ticker import MaxNLocator  # optional: matplotlib (pdbgym[report])
 
     for ax in fig.axes:
@@ -73,7 +91,7 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_metrics(history: Sequence[dict[str, Any]], out_dir: Path, skip: Sequence[str] = ()) -> dict[str, Path]:
+def plot_metrics(history: Sequence[LogRow], out_dir: Path, skip: Sequence[str] = ()) -> dict[str, Path]:
     """One PNG per metric group, named ``train_<group>.png`` (metrics in ``skip`` left out)."""
     plt = pyplot()
     series = {k: v for k, v in metric_series(history).items() if k not in set(skip)}
@@ -92,7 +110,7 @@ def plot_metrics(history: Sequence[dict[str, Any]], out_dir: Path, skip: Sequenc
     return figures
 
 
-def plot_panels(history: Sequence[dict[str, Any]], panels: Sequence[Panel], out_dir: Path) -> dict[str, Path]:
+def plot_panels(history: Sequence[LogRow], panels: Sequence[Panel], out_dir: Path) -> dict[str, Path]:
     """One PNG per panel, ``plot_<name>.png``, drawn even when none of its metrics was logged (it says so)."""
     plt = pyplot()
     series = metric_series(history)
@@ -125,8 +143,8 @@ def plot_panels(history: Sequence[dict[str, Any]], panels: Sequence[Panel], out_
     return figures
 
 
-def _plain(value: Any) -> Any:
-    """JSON form of a cell: a link becomes {text, href}."""
+def _plain(value: object) -> object:
+    """JSON form of a cell, a row or a table: a link becomes {text, href}."""
     if isinstance(value, Link):
         return {"text": value.text, "href": value.href}
     if isinstance(value, list):
@@ -136,7 +154,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def markdown_report(title: str, summary: dict[str, Any], tables: dict[str, list[dict[str, Any]]],
+def markdown_report(title: str, summary: Summary, tables: Tables,
                     figures: dict[str, Path], panels: Sequence[Panel] = (),
                     notes: dict[str, list[str]] | None = None) -> str:
     lines = [f"# {title}", "", *md_table(["", ""], list(summary.items()))]
@@ -162,7 +180,7 @@ STYLE = "img{max-width:32em;margin:.5em}.panels{display:flex;flex-wrap:wrap}figu
         "figure img{max-width:100%}"
 
 
-def html_report(title: str, summary: dict[str, Any], tables: dict[str, list[dict[str, Any]]],
+def html_report(title: str, summary: Summary, tables: Tables,
                 figures: dict[str, Path], panels: Sequence[Panel] = (),
                 notes: dict[str, list[str]] | None = None) -> str:
     named = {p.name for p in panels}
@@ -182,8 +200,8 @@ def html_report(title: str, summary: dict[str, Any], tables: dict[str, list[dict
     return page(title, "".join(blocks), STYLE)
 
 
-def write_training_report(out_dir: Path, title: str, history: Sequence[dict[str, Any]], summary: dict[str, Any],
-                          tables: dict[str, list[dict[str, Any]]] | None = None, *,
+def write_training_report(out_dir: Path, title: str, history: Sequence[LogRow], summary: Summary,
+                          tables: Tables | None = None, *,
                           panels: Sequence[Panel] = (), notes: dict[str, list[str]] | None = None) -> Path:
     """Write ``training_report.{html,md,json}`` and the plots into ``out_dir``; return the HTML path.
 

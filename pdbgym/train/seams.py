@@ -27,9 +27,14 @@ import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.train.errors import TrainError
+
+if TYPE_CHECKING:  # annotations only: torch, transformers and TRL load with the trainer
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from trl import GRPOTrainer
 
 
 class SeamError(TrainError):
@@ -77,12 +82,12 @@ def grpo_trainer_base() -> type:
     return GRPOTrainer
 
 
-def checkpoint_folder(trainer: Any, trial: Any) -> str:
+def checkpoint_folder(trainer: Trainer, trial: object) -> str:
     """The output folder ``Trainer._save_checkpoint`` writes its ``checkpoint-N`` folder into."""
     return str(trainer._get_output_dir(trial=trial))
 
 
-def metrics_buffer(trainer: Any) -> dict[str, list[float]]:
+def metrics_buffer(trainer: GRPOTrainer) -> dict[str, list[float]]:
     """TRL's per-step metric lists of the training mode (averaged and logged with TRL's own metrics)."""
     buffers = getattr(trainer, "_metrics", None)
     if not isinstance(buffers, dict) or "train" not in buffers:
@@ -90,19 +95,19 @@ def metrics_buffer(trainer: Any) -> dict[str, list[float]]:
     return buffers["train"]
 
 
-def append_metric(trainer: Any, key: str, value: float) -> None:
+def append_metric(trainer: GRPOTrainer, key: str, value: float) -> None:
     """Log ``value`` under ``key`` for the current step, beside TRL's own metrics."""
     metrics_buffer(trainer)[key].append(value)
 
 
-def set_token_count(trainer: Any, count: int) -> None:
+def set_token_count(trainer: Trainer, count: int) -> None:
     """Continue TRL's ``num_tokens`` counter (not saved in checkpoints) from ``count``."""
     if not hasattr(trainer, "_total_train_tokens"):
         raise _missing(f"{type(trainer).__name__}._total_train_tokens")
     trainer._total_train_tokens = int(count)
 
 
-def load_checkpoint_weights(trainer: Any, checkpoint: str) -> None:
+def load_checkpoint_weights(trainer: Trainer, checkpoint: str) -> None:
     """Load a checkpoint's model weights into ``trainer.model`` (transformers' resume step, on its own)."""
     loader = getattr(trainer, "_load_from_checkpoint", None)
     if loader is None:
@@ -110,7 +115,7 @@ def load_checkpoint_weights(trainer: Any, checkpoint: str) -> None:
     loader(checkpoint)
 
 
-def load_best_model(trainer: Any) -> None:
+def load_best_model(trainer: Trainer) -> None:
     """What ``load_best_model_at_end`` does, for runs that save more often than they evaluate."""
     loader = getattr(trainer, "_load_best_model", None)
     if loader is None:
@@ -119,7 +124,7 @@ def load_best_model(trainer: Any) -> None:
 
 
 @contextmanager
-def unwrapped_for_generation(trainer: Any) -> Iterator[Any]:
+def unwrapped_for_generation(trainer: GRPOTrainer) -> Iterator[torch.nn.Module]:
     """The trainer's live policy, outside DDP/ZeRO wrappers, for generation (TRL's own helper)."""
     try:
         from trl.models.utils import unwrap_model_for_generation  # optional: trl (pdbgym[train])
@@ -130,14 +135,14 @@ def unwrapped_for_generation(trainer: Any) -> Iterator[Any]:
         yield model
 
 
-def tensorboard_callback_class(folder: str, purge_step: int | None) -> Callable[[], Any]:
+def tensorboard_callback_class(folder: str, purge_step: int | None) -> Callable[[], TrainerCallback]:
     """A ``TensorBoardCallback`` subclass whose writer logs to ``folder`` with ``purge_step``."""
     from transformers.integrations import TensorBoardCallback  # optional: transformers (pdbgym[hf])
 
     require_method(TensorBoardCallback, "_init_summary_writer", ("args",))
 
     class FolderTensorBoard(TensorBoardCallback):
-        def _init_summary_writer(self, args: Any) -> None:
+        def _init_summary_writer(self, args: TrainingArguments) -> None:
             writer = getattr(self, "_SummaryWriter", None)
             if writer is None:
                 raise _missing("TensorBoardCallback._SummaryWriter")

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from pdbgym.agent.policies import tokenizer_named
 from pdbgym.errors import PdbgymError
@@ -291,7 +291,7 @@ def load_corpus(path: Path | str) -> Corpus:
         raise CorpusError(f"{folder} is not a corpus folder (needs {MANIFEST_FILE} and {EXAMPLES_FILE}); "
                           "build one with `pdbgym train corpus`")
     manifest: CorpusManifest = json.loads(manifest_path.read_text())
-    rows: list[ExampleRow] = read_jsonl(examples_path, strict=True).rows
+    rows = cast(list[ExampleRow], read_jsonl(examples_path, strict=True).rows)
     examples = [Example(**{k: row[k] for k in Example.__dataclass_fields__}) for row in rows]
     actual = corpus_hash(examples)
     if actual != manifest.get("content_hash"):

@@ -5,31 +5,38 @@ trainer with its callbacks."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.adapters.store import Store
 from pdbgym.agent.loop import check_tool_turns
 from pdbgym.agent.toolcalls import detect_format
 from pdbgym.errors import PdbgymError
 from pdbgym.modelload import pick_device
+from pdbgym.tasks.model import Task
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.inputs import load_tasks, recipe_parts
 from pdbgym.train.grpo.rewards import RewardConfig
+from pdbgym.train.grpo.rollout import EpisodeProgress
 from pdbgym.train.grpo.trainer import (
     STEPS_FILE,
     PdbgymRollout,
+    PlayEpisodes,
     StepLogCallback,
     _trainer_class,
     grpo_arguments,
     make_callbacks,
     set_quiet_trl,
 )
-from pdbgym.train.sft.base import resolve_base, world_size
+from pdbgym.train.records import LogRow
+from pdbgym.train.sft.base import BaseModel, resolve_base, world_size
 from pdbgym.versions import require_training
 
+if TYPE_CHECKING:  # annotations only: TRL loads with the trainer
+    from trl import GRPOTrainer
 
-def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
-          play: Callable[..., Any] | None = None, progress: Any = None) -> tuple[Any, Any, list[Any]]:
+
+def build(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None = None, play: PlayEpisodes | None = None,
+          progress: EpisodeProgress | None = None) -> tuple[GRPOTrainer, BaseModel, list[Task]]:
     """(trainer, base model record, val tasks): everything checked before the first episode runs."""
     require_training()
     from datasets import Dataset  # optional: datasets (pdbgym[train])
@@ -74,7 +81,7 @@ def build(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None
     return trainer, base, val_tasks
 
 
-def _refuse_sharded_parameters(trainer: Any) -> None:
+def _refuse_sharded_parameters(trainer: GRPOTrainer) -> None:
     """GRPO's episodes end at different turns on different processes, so each process calls ``generate``
     a different number of times; under FSDP or ZeRO-3 every forward (or every unwrap) gathers parameters
     collectively and the processes would wait on each other forever. DDP (and ZeRO-2) keep whole weights."""

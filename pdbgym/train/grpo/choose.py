@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from pdbgym.adapters.store import Store
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
@@ -14,16 +14,22 @@ from pdbgym.fileio import read_jsonl, write_json_atomic
 from pdbgym.tasks.model import Task
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.grpo.records import GateRow, GRPORunRecord, SignalCounts, StepOutcomes
 from pdbgym.train.grpo.spread import spread_steps
 from pdbgym.train.grpo.trainer import GATES_FILE, OUTCOMES_FILE, STEPS_FILE
 from pdbgym.train.grpo.valgate import read_gates
+from pdbgym.train.records import LogRow
+from pdbgym.train.sft.base import BaseModel
 from pdbgym.train.sft.register import register_adapter
+
+if TYPE_CHECKING:  # annotations only: TRL loads with the trainer
+    from trl import GRPOTrainer
 
 RUN_FILE = "grpo_run.json"
 SELECTION_SPLIT = "val"
 
 
-def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[Task]) -> dict[str, Any]:
+def finish_run(config: GRPORunConfig, trainer: GRPOTrainer, base: BaseModel, val_tasks: list[Task]) -> GRPORunRecord:
     """Choose the checkpoint, copy its delta to ``adapter/``, register it, write ``grpo_run.json``."""
     chosen, gate = choose_checkpoint(config, val_tasks, config.name or f"grpo-{config.out.name}")
     adapter_dir = config.out / "adapter"
@@ -33,18 +39,22 @@ def finish_run(config: GRPORunConfig, trainer: Any, base: Any, val_tasks: list[T
     adapter_dir.mkdir(parents=True)
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         shutil.copy2(source / name, adapter_dir / name)
-    rows = read_jsonl(config.out / STEPS_FILE).rows
-    spread = signal_counts(rows, read_jsonl(config.out / OUTCOMES_FILE).rows)
+    rows = cast(list[LogRow], read_jsonl(config.out / STEPS_FILE).rows)
+    spread = signal_counts(rows, cast(list[StepOutcomes], read_jsonl(config.out / OUTCOMES_FILE).rows))
     signal = spread["reward_signal_steps"]
     registered = signal > 0 or config.register_without_signal
     node_id = _register(config, adapter_dir, base.parent_id) if registered else None
-    record = {"format": "pdbgym-train-record/1", "kind": "grpo", "recipe": config.recipe(),
-              "parent_id": base.parent_id, "policy": config.policy, "chosen": chosen, "gate": gate,
-              "steps": int(trainer.state.global_step), "store_id": node_id,
-              "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir),
-              **spread, "registered": registered, "registered_without_signal": registered and not signal,
-              "rollout_weights": getattr(getattr(trainer, "rollout_func", None), "weights_used", config.rollout_weights),
-              "nonfinite_skipped_steps": skipped_steps(rows)}
+    record: GRPORunRecord = {
+        "format": "pdbgym-train-record/1", "kind": "grpo", "recipe": config.recipe(),
+        "parent_id": base.parent_id, "policy": config.policy, "chosen": chosen, "gate": gate,
+        "steps": int(trainer.state.global_step), "store_id": node_id,
+        "name": config.name or f"grpo-{config.out.name}", "adapter": str(adapter_dir),
+        "reward_signal_steps": spread["reward_signal_steps"],
+        "replay_only_signal_steps": spread["replay_only_signal_steps"],
+        "trl_reward_spread_steps": spread["trl_reward_spread_steps"],
+        "registered": registered, "registered_without_signal": registered and not signal,
+        "rollout_weights": getattr(getattr(trainer, "rollout_func", None), "weights_used", config.rollout_weights),
+        "nonfinite_skipped_steps": skipped_steps(rows)}
     guard = getattr(trainer, "gradient_guard", None)
     if guard is not None and guard.skipped:  # this invocation's: the tensors named at each skipped step
         record["nonfinite"] = guard.summary()
@@ -75,7 +85,7 @@ def plural_steps(n: int) -> str:
     return f"{n} step" if n == 1 else f"{n} steps"
 
 
-def signal_counts(rows: list[dict[str, Any]], outcomes: list[dict[str, Any]]) -> dict[str, int]:
+def signal_counts(rows: list[LogRow], outcomes: list[StepOutcomes]) -> SignalCounts:
     """The run record's spread counts: ``reward_signal_steps`` (steps with a group whose on-policy
     episodes scored differently, ``spread.spread_steps``), ``replay_only_signal_steps`` (steps whose only
     spread came from replayed episodes) and ``trl_reward_spread_steps`` (TRL's count over every episode,
@@ -88,10 +98,10 @@ def signal_counts(rows: list[dict[str, Any]], outcomes: list[dict[str, Any]]) ->
             "trl_reward_spread_steps": trl}
 
 
-def reward_signal_steps(rows: list[dict[str, Any]]) -> int:
+def reward_signal_steps(rows: list[LogRow]) -> int:
     """How many logged optimizer steps (``steps.jsonl`` rows) had a group whose episodes' rewards differed,
     by TRL's ``frac_reward_zero_std``: replayed episodes included (``signal_counts`` leaves them out)."""
-    return sum(1 for row in rows if row.get("frac_reward_zero_std", 1.0) < 1.0)
+    return sum(1 for row in rows if float(row.get("frac_reward_zero_std", 1.0)) < 1.0)
 
 
 def nonfinite_warning(steps: list[int], stopped_at: int | None) -> str:
@@ -102,7 +112,7 @@ def nonfinite_warning(steps: list[int], stopped_at: int | None) -> str:
             "grpo_run.json's nonfinite, for this invocation's steps)")
 
 
-def choose_checkpoint(config: GRPORunConfig, val_tasks: list[Task], name: str) -> tuple[str, dict[str, Any] | None]:
+def choose_checkpoint(config: GRPORunConfig, val_tasks: list[Task], name: str) -> tuple[str, GateRow | None]:
     """The checkpoint with the best val pass@1, recorded in the selection ledger; the final one without val."""
     gates = read_gates(config.out / GATES_FILE)
     if not val_tasks or not gates:

@@ -12,13 +12,15 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from pdbgym.commandapp import config_command
 from pdbgym.train.grpo.config import GRPORunConfig
+from pdbgym.train.grpo.records import GRPORunRecord, PausedRun
+from pdbgym.train.records import LogRow
 
 console = Console(stderr=True)
 
@@ -39,7 +41,7 @@ def grpo(
         console.print(f"adaptive KL leash: beta {config.beta:g} toward KL {config.target_kl:g} nats/token, moving "
                       f"at most {leash.max_step_change:.1%} a step (--kl-horizon-steps {config.kl_horizon_steps})")
 
-    def show(row: dict) -> None:
+    def show(row: LogRow) -> None:
         console.print(f"step {row['step']}: reward {row.get('reward', 0):.3f}  kl {row.get('kl', 0):.4f}  "
                       f"beta {row.get('beta', 0):.4f}  turn budget {int(row.get('turn_budget', 0))}")
 
@@ -67,8 +69,8 @@ def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _train_with_progress(config: GRPORunConfig, show: Callable[[dict[str, Any]], None],
-                         keep_episodes: bool) -> dict[str, Any]:
+def _train_with_progress(config: GRPORunConfig, show: Callable[[LogRow], None],
+                         keep_episodes: bool) -> GRPORunRecord | PausedRun:
     """``train_grpo`` with its phases shown; the report is written at the end, also after a failure."""
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.progress import progress

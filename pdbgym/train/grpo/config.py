@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from pdbgym.defaults import documented
 from pdbgym.episode_defaults import (
@@ -15,6 +14,7 @@ from pdbgym.episode_defaults import (
     SettingsError,
     check_setting,
 )
+from pdbgym.train.records import Setting
 
 ROLLOUT_WEIGHTS = ("merged", "merged-float32", "live")  # what GRPO's rollouts decode from (trainer.py)
 
@@ -100,7 +100,7 @@ class GRPORunConfig:
     resume: bool = documented(False, "continue from the last checkpoint in --out", flag="--resume")
     tensorboard: bool = documented(False, "also log every step to TensorBoard (event files in OUT/tensorboard)")
     register_without_signal: bool = documented(False, "register the delta even if no step had reward spread")
-    extra: dict[str, Any] = documented(help="further GRPOConfig fields, as given (library callers only)", factory=dict,
+    extra: dict[str, object] = documented(help="further GRPOConfig fields, as given (library callers only)", factory=dict,
                                        cli=False)
 
     def __post_init__(self) -> None:
@@ -115,7 +115,7 @@ class GRPORunConfig:
         EpisodeSettings(max_context_tokens=self.max_context_tokens, turn_budget=self.budget_end,
                         temperature=self.temperature, max_new_tokens=self.max_new_tokens)
 
-    def recipe(self) -> dict[str, Any]:
+    def recipe(self) -> dict[str, Setting]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
                 "rollout_weights", "update_tokens", "gradient_checkpointing", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

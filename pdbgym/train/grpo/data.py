@@ -9,16 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from pdbgym.errors import PdbgymError
+from pdbgym.tasks.model import Task
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus
+from pdbgym.train.corpus.example import ExampleRow
+from pdbgym.train.grpo.records import EpisodeFacts
 from pdbgym.train.grpo.rollout import EpisodeSample
 
+if TYPE_CHECKING:  # annotations only: torch, transformers and TRL load with the trainer
+    import torch
+    from transformers import PreTrainedTokenizerBase
+    from trl import GRPOTrainer
+
 IGNORE_INDEX = -100
+Gathered = TypeVar("Gathered")
 
 
-def load_checked_corpus(path: Path, tokenizer: Any, label: str) -> list[dict[str, Any]]:
+def load_checked_corpus(path: Path, tokenizer: PreTrainedTokenizerBase, label: str) -> list[ExampleRow]:
     """The examples of a corpus folder whose tokenizer fingerprint is ``tokenizer``'s."""
     corpus = load_corpus(path)
     check_corpus_tokenizer(corpus, tokenizer, label)
@@ -28,7 +37,7 @@ def load_checked_corpus(path: Path, tokenizer: Any, label: str) -> list[dict[str
 class AnchorBatches:
     """Deterministic cycling over corpus examples for the BC anchor: batch ``i`` is the same on resume."""
 
-    def __init__(self, examples: list[dict[str, Any]], batch_size: int, max_tokens: int, pad_id: int):
+    def __init__(self, examples: list[ExampleRow], batch_size: int, max_tokens: int, pad_id: int):
         self.rows = [(e["input_ids"][:max_tokens], e["assistant_masks"][:max_tokens]) for e in examples]
         self.rows = [(ids, mask) for ids, mask in self.rows if any(mask)]
         if not self.rows:
@@ -36,7 +45,7 @@ class AnchorBatches:
         self.batch_size = batch_size
         self.pad_id = pad_id
 
-    def batch(self, index: int) -> tuple[Any, Any, Any]:
+    def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(input_ids, attention_mask, labels) tensors [B, T], right-padded; labels -100 off the mask."""
         import torch  # optional: torch (pdbgym[hf])
 
@@ -53,13 +62,13 @@ class AnchorBatches:
         return input_ids, attention, labels
 
 
-def anchor_nll(model: Any, batch: tuple[Any, Any, Any]) -> Any:
+def anchor_nll(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Mean negative log-likelihood (nats per loss token) of the batch's masked tokens under ``model``."""
     input_ids, attention, labels = (t.to(next(model.parameters()).device) for t in batch)
     return model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
 
 
-def replay_refusal(example: dict[str, Any], max_tokens: int | None = None) -> str | None:
+def replay_refusal(example: ExampleRow, max_tokens: int | None = None) -> str | None:
     """Why a corpus example may not be replayed as a solved episode, or None when it may.
 
     Replayed with reward 1, it must be a whole trajectory that ended in a passing submit: solved, not
@@ -86,8 +95,8 @@ class ReplayPool:
     took, so the rotation is the one a single process would follow.
     """
 
-    def __init__(self, examples: list[dict[str, Any]], max_tokens: int | None = None):
-        self.by_task: dict[str, list[dict[str, Any]]] = {}
+    def __init__(self, examples: list[ExampleRow], max_tokens: int | None = None):
+        self.by_task: dict[str, list[ExampleRow]] = {}
         self.refused: dict[str, int] = {}
         for example in examples:
             reason = replay_refusal(example, max_tokens)
@@ -120,12 +129,12 @@ class ReplayPool:
                 self._next[instance_id] = self._next.get(instance_id, 0) + count
 
 
-def replay_sample(example: dict[str, Any]) -> EpisodeSample:
+def replay_sample(example: ExampleRow) -> EpisodeSample:
     """A solved corpus example as a GRPO sample: prompt = ids before the first loss id."""
     ids, mask = example["input_ids"], example["assistant_masks"]
     prompt_len = mask.index(1)
     response_mask = list(mask[prompt_len:])
-    facts = {"instance_id": example["instance_id"], "final_test_passed": True, "termination_reason": "solved",
+    facts: EpisodeFacts = {"instance_id": example["instance_id"], "final_test_passed": True, "termination_reason": "solved",
              "turns": sum(1 for i in range(len(response_mask)) if response_mask[i] and (i == 0 or not response_mask[i - 1])),
              "valid_tool_call_rate": 1.0, "replayed": True, "grade_refused": False}
     # The corpus' own sampler log-probs are not the policy's; 0.0 marks them unknown (TRL recomputes).
@@ -133,7 +142,7 @@ def replay_sample(example: dict[str, Any]) -> EpisodeSample:
                          facts)
 
 
-def gather_ranks(trainer: Any, value: Any) -> list[Any]:
+def gather_ranks(trainer: GRPOTrainer, value: Gathered) -> list[Gathered]:
     """``value`` of every training process, in rank order (a collective: every process must call it)."""
     if trainer.accelerator.num_processes < 2:
         return [value]
@@ -142,8 +151,8 @@ def gather_ranks(trainer: Any, value: Any) -> list[Any]:
     return list(gather_object([value]))
 
 
-def play_across_ranks(trainer: Any, episodes: list[Any], play: Callable[[list[Any]], list[EpisodeSample]]
-                      ) -> list[dict[str, Any]]:
+def play_across_ranks(trainer: GRPOTrainer, episodes: list[Task], play: Callable[[list[Task]], list[EpisodeSample]]
+                      ) -> list[EpisodeFacts]:
     """The facts of every episode of ``episodes``, in order, on every process: episode i is played by
     rank i mod N (each rank's share in one batched ``play``) and the facts are gathered."""
     processes, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index

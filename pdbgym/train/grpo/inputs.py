@@ -5,7 +5,7 @@ curriculum, BC anchor batches, the replay pool and the recipe state they start f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import Task
@@ -13,6 +13,9 @@ from pdbgym.tasks.suites import resolve_tasks
 from pdbgym.train.grpo.config import ROLLOUT_WEIGHTS, GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, load_checked_corpus
 from pdbgym.train.grpo.schedules import AdaptiveKLController, RecipeState, TurnBudgetCurriculum
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a tokenizer
+    from transformers import PreTrainedTokenizerBase
 
 
 def load_tasks(config: GRPORunConfig) -> tuple[list[Task], list[Task]]:
@@ -39,7 +42,7 @@ class RecipeParts:
     state: RecipeState
 
 
-def recipe_parts(config: GRPORunConfig, tokenizer: Any, label: str) -> RecipeParts:
+def recipe_parts(config: GRPORunConfig, tokenizer: PreTrainedTokenizerBase, label: str) -> RecipeParts:
     """The parts from ``config``; anchor and replay corpora are checked against the policy's ``tokenizer``."""
     controller = AdaptiveKLController(config.beta, config.target_kl, config.kl_horizon_steps) \
         if config.kl_mode == "adaptive" else None

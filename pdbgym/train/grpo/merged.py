@@ -33,9 +33,14 @@ float32, to 1e-4, by the tests).
 from __future__ import annotations
 
 from copy import deepcopy
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from pdbgym.adapters.merge_math import merge_module
+
+if TYPE_CHECKING:  # annotations only: torch, transformers and PEFT load with the trainer
+    import torch
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 CHECK_IDS = 16  # tokens of the one forward that compares the copy with the live policy
 CHECK_TOLERANCE = 1e-3  # largest logit difference accepted where the copy and the live policy are float32
@@ -46,13 +51,13 @@ COPY_DTYPES = ("policy", "float32")
 class MergedPolicy:
     """A plain copy of a PEFT policy with its active adapter merged into the weights (see module doc)."""
 
-    def __init__(self, model: Any, adapter: str):
+    def __init__(self, model: PreTrainedModel, adapter: str):
         self.model = model
         self.adapter = adapter
         self.refreshes = 0
 
     @classmethod
-    def of(cls, live: Any, dtype: str = "policy") -> tuple[MergedPolicy | None, str]:
+    def of(cls, live: torch.nn.Module, dtype: str = "policy") -> tuple[MergedPolicy | None, str]:
         """The merged copy of ``live`` (a PEFT model, unwrapped) in ``dtype`` (``policy``: the live weights'
         own, or ``float32``), or None and why it cannot be made."""
         if dtype not in COPY_DTYPES:
@@ -63,7 +68,8 @@ class MergedPolicy:
         import torch  # optional: torch (pdbgym[hf])
         from transformers import AutoModelForCausalLM  # optional: transformers (pdbgym[hf])
 
-        base = live.get_base_model()
+        peft = cast("PeftModel", live)  # _unsupported found it a PEFT model with one adapter
+        base = peft.get_base_model()
         parameter = next(base.parameters())
         try:
             with torch.device(parameter.device):
@@ -73,16 +79,16 @@ class MergedPolicy:
             copy.tie_weights()
             copy.generation_config = deepcopy(base.generation_config)  # its stop ids (eos lists), not the config's
             copy.eval().requires_grad_(False)
-            merged = cls(copy, _active(live))
-            merged.refresh(live)
-            problem = merged.mismatch(live)
+            merged = cls(copy, _active(peft))
+            merged.refresh(peft)
+            problem = merged.mismatch(peft)
         except (RuntimeError, ValueError, KeyError, TypeError, OSError) as exc:  # out of memory is a RuntimeError
             return None, f"could not be made ({type(exc).__name__}: {exc})"
         if problem:
             return None, problem
         return merged, ""
 
-    def mismatch(self, live: Any) -> str:
+    def mismatch(self, live: PeftModel) -> str:
         """Why the copy's logits are not the live policy's on one short input ('' when they are)."""
         import torch  # optional: torch (pdbgym[hf])
 
@@ -95,12 +101,12 @@ class MergedPolicy:
                     f"policy's (more than {CHECK_KL}; largest logit difference {difference:.3g})")
         return ""
 
-    def distance(self, live: Any) -> str:
+    def distance(self, live: PeftModel) -> str:
         """The check's two figures, in words."""
         difference, divergence = self.check(live)
         return f"largest logit difference {difference:.3g}, mean KL {divergence:.3g} nats a position"
 
-    def refresh(self, live: Any) -> None:
+    def refresh(self, live: PeftModel) -> None:
         """Write the live policy's current weights, merged, into the copy (in place)."""
         import torch  # optional: torch (pdbgym[hf])
 
@@ -134,7 +140,7 @@ class MergedPolicy:
             raise KeyError(f"the copy's {missing[:3]} have no source in the live policy")
         self.refreshes += 1
 
-    def check(self, live: Any) -> tuple[float, float]:
+    def check(self, live: PeftModel) -> tuple[float, float]:
         """The largest absolute logit difference between the copy and ``live`` on one short input, and the
         mean KL (live || copy) of their next-token distributions per position."""
         import torch  # optional: torch (pdbgym[hf])
@@ -158,16 +164,16 @@ class MergedPolicy:
         return sum(p.numel() * p.element_size() for p in self.model.parameters()) / 2**20
 
 
-def _is_lora(module: Any) -> bool:
+def _is_lora(module: torch.nn.Module) -> bool:
     return hasattr(module, "lora_A") and hasattr(module, "base_layer")
 
 
-def _active(live: Any) -> str:
+def _active(live: PeftModel) -> str:
     active = getattr(live, "active_adapters", None) or [getattr(live, "active_adapter", "default")]
     return str(active[0])
 
 
-def _unsupported(live: Any) -> str:
+def _unsupported(live: torch.nn.Module) -> str:
     """Why ``live`` cannot be copied with its delta merged ('' when it can)."""
     import torch  # optional: torch (pdbgym[hf])
 

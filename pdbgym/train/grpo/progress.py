@@ -21,11 +21,17 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from rich.progress import TaskID
 
 from pdbgym.agent.loop import EpisodeOutcome
 from pdbgym.fileio import write_json_atomic
+from pdbgym.progress import TaskSet
 from pdbgym.train.grpo.rollout import EpisodeProgress
+
+if TYPE_CHECKING:  # annotations only: transformers loads with the trainer
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 EPISODES_DIR = "episodes"
 
@@ -43,11 +49,11 @@ def transcript_name(index: int, instance_id: str) -> str:
 class GRPOProgress(EpisodeProgress):
     """Shows GRPO's phases on ``bars`` (a ``pdbgym.progress.progress`` task set) and keeps transcripts."""
 
-    def __init__(self, bars: Any, episodes_dir: Path | None = None):
+    def __init__(self, bars: TaskSet, episodes_dir: Path | None = None):
         self.bars = bars
         self.episodes_dir = Path(episodes_dir) if episodes_dir is not None else None
         self._lock = threading.Lock()
-        self._bar: int | None = None
+        self._bar: TaskID | None = None
         self._folder: Path | None = None
         self._finished = 0  # episodes of the running phase done
 
@@ -83,7 +89,7 @@ class GRPOProgress(EpisodeProgress):
         if bar is not None:
             self.bars.advance(bar)
 
-    def trainer_callback(self) -> Any:
+    def trainer_callback(self) -> TrainerCallback:
         from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
         bars = self.bars
@@ -91,13 +97,15 @@ class GRPOProgress(EpisodeProgress):
         class Updates(TrainerCallback):
             """The ``updates`` bar: optimizer steps of ``max_steps``."""
 
-            bar: int | None = None
+            bar: TaskID | None = None
 
-            def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                               **kwargs: object) -> None:
                 self.bar = bars.add_task("updates", total=state.max_steps)
                 bars.update(self.bar, completed=state.global_step)
 
-            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                            **kwargs: object) -> None:
                 if self.bar is not None:
                     bars.update(self.bar, completed=state.global_step)
 

@@ -11,16 +11,19 @@ killed or still running (it says which). ``pdbgym train report RUN_DIR`` runs it
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.selection import SelectionLedger
 from pdbgym.fileio import read_jsonl
-from pdbgym.reportkit import Link, pct_interval
+from pdbgym.reportkit import Cell, Link, pct_interval
 from pdbgym.termination import transcript_grading, verdict_refused
 from pdbgym.train.gradguard import skipped_steps
+from pdbgym.train.grpo.records import GateRow, GRPORunRecord, StepOutcomes
 from pdbgym.train.grpo.spread import spread_steps, step_spread
+from pdbgym.train.records import LogRow, Setting
 from pdbgym.train.report import Panel, write_training_report
 
 STEPS_FILE, GATES_FILE, RUN_FILE = "steps.jsonl", "gates.jsonl", "grpo_run.json"
@@ -55,10 +58,21 @@ MEANINGS = {
 }
 
 
-def _with_counts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+class LedgerChoice(TypedDict):
+    """The selection ledger's latest choice among a run's candidates, as the report shows it."""
+
+    checkpoint: str
+    split: str
+    task_set: str
+    time: float
+    candidates: int
+    path: str
+
+
+def _with_counts(rows: list[LogRow]) -> list[LogRow]:
     """Rows sorted by step, with per-step tampered/refused/replayed counts derived from the running totals when a run
     logged only the totals, and ``rl_loss`` = loss - bc/weight x bc/nll (the loss without the anchor)."""
-    out: list[dict[str, Any]] = []
+    out: list[LogRow] = []
     for row in sorted(rows, key=lambda r: r["step"]):
         row, previous = dict(row), out[-1] if out and out[-1]["step"] == row["step"] - 1 else None
         for count, total in (("episodes/tampered", "episodes/tampered_total"),
@@ -107,7 +121,7 @@ def _transcripts(out: Path, folder: str) -> list[Link]:
     return links
 
 
-def _ledger_choice(ledger: Path | None, name: str, chosen: str, gates: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _ledger_choice(ledger: Path | None, name: str, chosen: str, gates: list[GateRow]) -> LedgerChoice | None:
     """The latest ledger selection among exactly this run's candidates (``name``, ``name@checkpoint-N``)."""
     expected = {name} | {f"{name}@{g['checkpoint']}" for g in gates if g["checkpoint"] != chosen}
     found = [s for s in SelectionLedger(ledger).entries() if set(s.candidates) == expected]
@@ -119,9 +133,9 @@ def _ledger_choice(ledger: Path | None, name: str, chosen: str, gates: list[dict
             "candidates": len(latest.candidates), "path": str(SelectionLedger(ledger).path)}
 
 
-def _gate_rows(out: Path, gates: list[dict[str, Any]], checkpoints: dict[int, Path], name: str, chosen: str | None,
-               ledger: dict[str, Any] | None) -> list[dict[str, Any]]:
-    rows = []
+def _gate_rows(out: Path, gates: list[GateRow], checkpoints: dict[int, Path], name: str, chosen: str | None,
+               ledger: LedgerChoice | None) -> list[dict[str, Cell]]:
+    rows: list[dict[str, Cell]] = []
     for gate in sorted(gates, key=lambda g: g["step"]):
         folder = out / "checkpoints" / gate["checkpoint"]
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(gate.get("termination_reasons", {}).items()))
@@ -142,11 +156,11 @@ def _gate_rows(out: Path, gates: list[dict[str, Any]], checkpoints: dict[int, Pa
     return rows
 
 
-def _step_rows(out: Path, rows: list[dict[str, Any]], checkpoints: dict[int, Path], finished: bool) -> list[dict[str, Any]]:
-    spread = {int(row["step"]): step_spread(row) for row in read_jsonl(out / OUTCOMES_FILE).rows}
-    table = []
+def _step_rows(out: Path, rows: list[LogRow], checkpoints: dict[int, Path], finished: bool) -> list[dict[str, Cell]]:
+    spread = {int(row["step"]): step_spread(row) for row in read_outcomes(out)}
+    table: list[dict[str, Cell]] = []
     for row in rows:
-        groups = spread.get(row["step"])
+        groups = spread.get(int(row["step"]))
         table.append({
             "step": row["step"], "reward": row.get("reward"), "solve rate": row.get("episodes/solve_rate"),
             "KL": row.get("kl"), "beta": row.get("beta"), "turn budget": row.get("turn_budget"),
@@ -156,13 +170,13 @@ def _step_rows(out: Path, rows: list[dict[str, Any]], checkpoints: dict[int, Pat
             "replayed": row.get("episodes/replayed"),
             "groups with spread: on-policy / replay only": f"{groups['on_policy']} / {groups['replay_only']} of "
                                                            f"{groups['groups']}" if groups else "not logged",
-            "weights after the step": _weights_of(row["step"], checkpoints, out, finished) or "not saved yet",
-            "episodes": _transcripts(out, f"step-{row['step']:06d}") or "not kept",
+            "weights after the step": _weights_of(int(row["step"]), checkpoints, out, finished) or "not saved yet",
+            "episodes": _transcripts(out, f"step-{int(row['step']):06d}") or "not kept",
         })
     return table
 
 
-def grpo_panels(recipe: dict[str, Any], gates: list[dict[str, Any]]) -> list[Panel]:
+def grpo_panels(recipe: Mapping[str, Setting], gates: list[GateRow]) -> list[Panel]:
     """The report's named plots (see ``MEANINGS``)."""
     val = [(g["step"], g["pass_at_1"]["mean"], *g["pass_at_1"]["ci"]) for g in sorted(gates, key=lambda g: g["step"])]
     target = ("target KL", float(recipe["target_kl"])) if recipe.get("kl_mode") == "adaptive" and "target_kl" in recipe \
@@ -182,11 +196,11 @@ def grpo_panels(recipe: dict[str, Any], gates: list[dict[str, Any]]) -> list[Pan
     ]
 
 
-def _summary(out: Path, record: dict[str, Any] | None, rows: list[dict[str, Any]], checkpoints: dict[int, Path],
-             ledger: dict[str, Any] | None, torn: int) -> dict[str, Any]:
-    recipe = (record or {}).get("recipe", {})
+def _summary(out: Path, record: GRPORunRecord | None, rows: list[LogRow], checkpoints: dict[int, Path],
+             ledger: LedgerChoice | None, torn: int) -> dict[str, Cell]:
+    recipe = record.get("recipe", {}) if record is not None else {}
     last = rows[-1] if rows else {}
-    summary: dict[str, Any] = {"run folder": str(out.resolve())}
+    summary: dict[str, Cell] = {"run folder": str(out.resolve())}
     if record is not None:
         summary["status"] = f"finished: {record['steps']} optimizer steps"
     else:
@@ -209,7 +223,7 @@ def _summary(out: Path, record: dict[str, Any] | None, rows: list[dict[str, Any]
                        ("episodes/replayed_total", "replayed episodes (total)")):
         if key in last:
             summary[label] = int(last[key])
-    outcomes = read_jsonl(out / OUTCOMES_FILE).rows
+    outcomes = read_outcomes(out)
     if outcomes:
         spread = spread_steps(outcomes)
         summary["steps with reward spread"] = (f"{spread['on_policy']} of {spread['steps']} among on-policy episodes; "
@@ -224,12 +238,17 @@ def _summary(out: Path, record: dict[str, Any] | None, rows: list[dict[str, Any]
     return summary
 
 
-def _ledger_text(ledger: dict[str, Any] | None, chosen: str) -> str:
+def _ledger_text(ledger: LedgerChoice | None, chosen: str) -> str:
     if ledger is None:
         return "not found in this ledger (the run may have used another --ledger or PDBGYM_HOME)"
     agree = "" if ledger["checkpoint"] == chosen else f" (differs from the adapter's {chosen})"
     return (f"{ledger['checkpoint']} chosen among {ledger['candidates']} candidates on split {ledger['split']} "
             f"(task set {ledger['task_set']}){agree}; {ledger['path']}")
+
+
+def read_outcomes(out: Path) -> list[StepOutcomes]:
+    """The rows of a run folder's ``outcomes.jsonl`` (none for a run from before it)."""
+    return cast(list[StepOutcomes], read_jsonl(out / OUTCOMES_FILE).rows)
 
 
 def write_grpo_report(out_dir: Path, ledger: Path | None = None) -> Path:
@@ -239,11 +258,12 @@ def write_grpo_report(out_dir: Path, ledger: Path | None = None) -> Path:
     """
     out = Path(out_dir)
     steps_log, gates_log = read_jsonl(out / STEPS_FILE), read_jsonl(out / GATES_FILE)
-    raw, torn, gates, torn_gates = steps_log.rows, steps_log.torn, gates_log.rows, gates_log.torn
+    raw, torn = cast(list[LogRow], steps_log.rows), steps_log.torn
+    gates, torn_gates = cast(list[GateRow], gates_log.rows), gates_log.torn
     if not raw and not gates and not (out / RUN_FILE).is_file():
         raise PdbgymError(f"{out} holds no GRPO run ({STEPS_FILE}, {GATES_FILE} and {RUN_FILE} are all missing); "
                           "pass the --out folder of a pdbgym train grpo run")
-    record = json.loads((out / RUN_FILE).read_text()) if (out / RUN_FILE).is_file() else None
+    record: GRPORunRecord | None = json.loads((out / RUN_FILE).read_text()) if (out / RUN_FILE).is_file() else None
     rows, checkpoints = _with_counts(raw), _checkpoints(out)
     name = (record or {}).get("name") or f"grpo-{out.resolve().name}"
     chosen = (record or {}).get("chosen")

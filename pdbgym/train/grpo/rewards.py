@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from pdbgym.errors import PdbgymError
 from pdbgym.termination import TERMINATION_REASONS
@@ -31,23 +31,34 @@ MAX_SHAPED_WEIGHT = 0.2  # keeps the outcome dominant: a solve (1.0) always beat
 assert TAMPERED in TERMINATION_REASONS  # the reason's one owner is pdbgym.termination
 
 
-def _is_tampered(reason: Any) -> bool:
+class RewardColumns(TypedDict):
+    """The episode facts the rollout hands TRL beside the ids, one entry per episode; TRL passes them to
+    every reward function as keyword arguments (``trainer.rollout_output``)."""
+
+    final_test_passed: list[bool]
+    termination_reason: list[str]
+    turns: list[int]
+    valid_tool_call_rate: list[float]
+    replayed: list[bool]
+
+
+def _is_tampered(reason: str) -> bool:
     return str(reason) == TAMPERED
 
 
-def outcome_reward(final_test_passed: list[Any], termination_reason: list[Any], **_: Any) -> list[float]:
+def outcome_reward(final_test_passed: list[bool], termination_reason: list[str], **_: object) -> list[float]:
     """1.0 for a graded solve, 0.0 otherwise, ``TAMPERED_REWARD`` for a tampered episode."""
     return [TAMPERED_REWARD if _is_tampered(reason) else (1.0 if bool(passed) else 0.0)
             for passed, reason in zip(final_test_passed, termination_reason, strict=True)]
 
 
-def format_reward(valid_tool_call_rate: list[Any], termination_reason: list[Any], **_: Any) -> list[float]:
+def format_reward(valid_tool_call_rate: list[float], termination_reason: list[str], **_: object) -> list[float]:
     """Share of the episode's assistant turns that hold a well-formed tool call (0.0 if tampered)."""
     return [0.0 if _is_tampered(reason) else float(rate)
             for rate, reason in zip(valid_tool_call_rate, termination_reason, strict=True)]
 
 
-def tampered_count(termination_reason: list[Any], **_: Any) -> list[float]:
+def tampered_count(termination_reason: list[str], **_: object) -> list[float]:
     """1.0 per tampered episode: logged by TRL as ``rewards/tampered/mean`` with weight 0."""
     return [1.0 if _is_tampered(reason) else 0.0 for reason in termination_reason]
 
@@ -72,7 +83,7 @@ class RewardConfig:
         """The reward functions and weights to hand to ``GRPOTrainer`` / ``GRPOConfig.reward_weights``."""
         return [outcome_reward, format_reward, tampered_count], [1.0, self.format_weight, 0.0]
 
-    def total(self, facts: dict[str, list[Any]]) -> list[float]:
+    def total(self, facts: RewardColumns) -> list[float]:
         """The weighted sum TRL computes, for reports and tests (same functions, same weights)."""
         functions, weights = self.functions()
         columns = [function(**facts) for function in functions]

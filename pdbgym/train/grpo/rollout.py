@@ -24,16 +24,23 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from pdbgym.agent.backends.base import Generation, GenerationRequest, stop_token_ids
 from pdbgym.agent.backends.hf import pad_id
 from pdbgym.agent.loop import AgentConfig, EpisodeOutcome, run_episode
 from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
 from pdbgym.engine import EngineRequest, EngineResult, EngineSettings, EngineStats, LocalEngine
+from pdbgym.env import DebugEnv
 from pdbgym.rollouts.record import LogprobSemantics
 from pdbgym.seeds import episode_seed, grpo_episode_seed
+from pdbgym.tasks.model import Task
 from pdbgym.termination import transcript_grading, verdict_refused
+from pdbgym.train.grpo.records import EpisodeFacts
+
+if TYPE_CHECKING:  # annotations only: torch and transformers load with the trainer
+    import torch
+    from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 GROUP_SEMANTICS_ENGINE = "hf:tempered"
 
@@ -45,7 +52,8 @@ class BatchedGenerator:
     each batch that may yield the model to run (the trainer passes TRL's ``unwrap_model_for_generation``).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, context: Callable[[], AbstractContextManager[Any]] | None = None,
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                 context: Callable[[], AbstractContextManager[torch.nn.Module | None]] | None = None,
                  settings: EngineSettings | None = None):
         self.model = model
         self.tokenizer = tokenizer
@@ -94,14 +102,17 @@ class GroupTurns:
         self.semantics = LogprobSemantics(engine=GROUP_SEMANTICS_ENGINE, temperature=temperature if temperature > 0
                                           else 1.0, top_p=top_p, top_p_renormalized=False)
 
-    def reset(self, task: Any, observation: str) -> None:
+    def reset(self, task: Task, observation: str) -> None:
         return None
 
     async def next_turn(self, request: GenerationRequest, last_observation: str) -> Generation:
         return await self.generator.generate(request)
 
 
-async def gather_with_threads(jobs: Sequence[Callable[[], Awaitable[Any]]], threads: int) -> list[Any]:
+Result = TypeVar("Result")
+
+
+async def gather_with_threads(jobs: Sequence[Callable[[], Awaitable[Result]]], threads: int) -> list[Result]:
     """Run ``jobs`` concurrently with a thread pool wide enough that no env step waits for a thread."""
     loop = asyncio.get_running_loop()
     executor = ThreadPoolExecutor(max_workers=max(4, threads), thread_name_prefix="pdbgym-rollout")
@@ -142,8 +153,8 @@ def repeat_seeds(base: int, instance_ids: Sequence[str]) -> list[int]:
     return seeds
 
 
-def run_episodes(tasks: Sequence[Any], generator: BatchedGenerator, agent: AgentConfig,
-                 make_env: Callable[[Any], Any], name: str = "policy",
+def run_episodes(tasks: Sequence[Task], generator: BatchedGenerator, agent: AgentConfig,
+                 make_env: Callable[[Task], DebugEnv], name: str = "policy",
                  on_episode: EpisodeHook | None = None, seeds: Sequence[int] | None = None) -> list[EpisodeOutcome]:
     """Play one episode per entry of ``tasks`` (repeat a task G times for a group), all together.
 
@@ -155,7 +166,7 @@ def run_episodes(tasks: Sequence[Any], generator: BatchedGenerator, agent: Agent
     if seeds is not None and len(seeds) != len(tasks):
         raise ValueError(f"{len(seeds)} seed(s) for {len(tasks)} episode(s): give one seed per episode")
 
-    async def one(index: int, task: Any) -> EpisodeOutcome:
+    async def one(index: int, task: Task) -> EpisodeOutcome:
         turns = GroupTurns(generator, name, agent.sampling.temperature, agent.sampling.top_p)
         config = replace(agent, sample_idx=index)
         if seeds is not None:
@@ -170,8 +181,8 @@ def run_episodes(tasks: Sequence[Any], generator: BatchedGenerator, agent: Agent
     return asyncio.run(gather_with_threads(jobs, threads=2 * len(tasks) + 2))
 
 
-def run_one_at_a_time(tasks: Sequence[Any], generator: BatchedGenerator, agent: AgentConfig,
-                      make_env: Callable[[Any], Any], name: str = "policy",
+def run_one_at_a_time(tasks: Sequence[Task], generator: BatchedGenerator, agent: AgentConfig,
+                      make_env: Callable[[Task], DebugEnv], name: str = "policy",
                       on_episode: EpisodeHook | None = None) -> list[EpisodeOutcome]:
     """The baseline: the same episodes, each played alone (batch size 1 on every turn)."""
     def hook(index: int) -> EpisodeHook | None:
@@ -180,7 +191,7 @@ def run_one_at_a_time(tasks: Sequence[Any], generator: BatchedGenerator, agent: 
     return [run_episodes([task], generator, agent, make_env, name, hook(i))[0] for i, task in enumerate(tasks)]
 
 
-def valid_tool_call_rate(messages: list[dict[str, Any]], tool_format: str) -> float:
+def valid_tool_call_rate(messages: list[dict[str, str]], tool_format: str) -> float:
     """Share of assistant turns that parse as a tool call (0.0 when there is none)."""
     turns = [m["content"] for m in messages if m.get("role") == "assistant"]
     if not turns:
@@ -203,14 +214,14 @@ class EpisodeSample:
     completion_ids: list[int]
     logprobs: list[float]  # sampling log-prob on model tokens, 0.0 on env tokens
     env_mask: list[int]  # 1 on model tokens, 0 on tool output and template text
-    facts: dict[str, Any]
+    facts: EpisodeFacts
 
 
 def sample_from_outcome(outcome: EpisodeOutcome, tool_format: str) -> EpisodeSample:
     """Split a finished episode's token-exact record into GRPO's fields."""
     record = outcome.record
     transcript = outcome.transcript
-    facts = {
+    facts: EpisodeFacts = {
         "instance_id": record.instance_id,
         "final_test_passed": bool(transcript["final_test_passed"]),
         "termination_reason": str(transcript["termination_reason"]),
@@ -299,5 +310,5 @@ class EpisodeProgress:
     def episode_finished(self, index: int, outcome: EpisodeOutcome) -> None:
         return None
 
-    def trainer_callback(self) -> Any | None:
+    def trainer_callback(self) -> TrainerCallback | None:
         return None

@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from pdbgym.errors import PdbgymError
 from pdbgym.train.checkpoints import (
@@ -31,7 +31,10 @@ from pdbgym.train.checkpoints import (
 from pdbgym.train.grpo.build import build
 from pdbgym.train.grpo.choose import RUN_FILE, finish_run
 from pdbgym.train.grpo.config import GRPORunConfig
-from pdbgym.train.grpo.trainer import OUTCOMES_FILE, RANKS_DIR, RECIPE_STATE_FILE, STEPS_FILE
+from pdbgym.train.grpo.records import GRPORunRecord, PausedRun
+from pdbgym.train.grpo.rollout import EpisodeProgress
+from pdbgym.train.grpo.trainer import OUTCOMES_FILE, RANKS_DIR, RECIPE_STATE_FILE, STEPS_FILE, PlayEpisodes
+from pdbgym.train.records import LogRow
 
 
 def _checkpoint_to_resume(config: GRPORunConfig, main: bool = True) -> str | None:
@@ -53,8 +56,9 @@ def _checkpoint_to_resume(config: GRPORunConfig, main: bool = True) -> str | Non
     return None
 
 
-def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] | None = None,
-               play: Callable[..., Any] | None = None, progress: Any = None) -> dict[str, Any]:
+def train_grpo(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None = None,
+               play: PlayEpisodes | None = None, progress: EpisodeProgress | None = None
+               ) -> GRPORunRecord | PausedRun:
     """Run (or resume) GRPO; return the run record (also written to ``out/grpo_run.json``).
 
     Under ``accelerate launch`` every process trains; the main one chooses, copies, registers and writes
@@ -75,5 +79,5 @@ def train_grpo(config: GRPORunConfig, on_log: Callable[[dict[str, Any]], None] |
         record = finish_run(config, trainer, base, val_tasks)
     trainer.accelerator.wait_for_everyone()
     if not trainer.is_world_process_zero():
-        record = json.loads((config.out / RUN_FILE).read_text())
+        record = cast(GRPORunRecord, json.loads((config.out / RUN_FILE).read_text()))
     return record

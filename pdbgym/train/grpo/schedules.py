@@ -25,12 +25,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pdbgym.errors import PdbgymError
+
+if TYPE_CHECKING:  # annotations only
+    from trl import GRPOTrainer
 
 KL_ERROR_CLIP = 0.2
 
@@ -128,6 +131,19 @@ def replayed_per_group(step: int, group: int, groups: int, initial: float, decay
     return [total * (i + 1) // groups - total * i // groups for i in range(groups)]
 
 
+class RecipeStateRow(TypedDict):
+    """``pdbgym_recipe_state.json`` beside each checkpoint: a ``RecipeState``'s fields."""
+
+    beta: float
+    budget_now: int
+    curriculum_current: int
+    tampered_total: int
+    refused_total: int
+    episodes_total: int
+    replayed_total: int
+    replay_next: dict[str, int]
+
+
 @dataclass
 class RecipeState:
     """Everything of the recipe that must survive a resume (written beside each checkpoint)."""
@@ -142,8 +158,11 @@ class RecipeState:
     replay_next: dict[str, int] = field(default_factory=dict)  # the replay rotation: task -> next example
 
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> RecipeStateRow:
+        return {"beta": self.beta, "budget_now": self.budget_now, "curriculum_current": self.curriculum_current,
+                "tampered_total": self.tampered_total, "refused_total": self.refused_total,
+                "episodes_total": self.episodes_total, "replayed_total": self.replayed_total,
+                "replay_next": dict(self.replay_next)}
 
 
 class AdaptiveKLCallback(TrainerCallback):
@@ -154,15 +173,16 @@ class AdaptiveKLCallback(TrainerCallback):
     (``global_masked_mean``), the same float everywhere: every process computes the same beta.
     """
 
-    def __init__(self, trainer: Any, controller: AdaptiveKLController):
+    def __init__(self, trainer: GRPOTrainer, controller: AdaptiveKLController):
         self.trainer = trainer
         self.controller = controller
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: object) -> None:
         self.trainer.beta = self.controller.beta  # a resumed run restored controller.beta already
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-               **kwargs: Any) -> None:
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, float] | None = None, **kwargs: object) -> None:
         kl = (logs or {}).get("kl")
         if kl is None or not math.isfinite(kl):
             return

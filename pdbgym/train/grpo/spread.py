@@ -14,18 +14,36 @@ it is the whole reward; a shaped format term can add spread that this count does
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
+
+from pdbgym.train.grpo.records import EpisodeOutcomeRow, StepOutcomes
 
 
-def outcome_reward(episode: dict[str, Any]) -> int:
+class GroupSpread(TypedDict):
+    """One step's groups: how many, how many had on-policy spread, how many spread from replay only."""
+
+    groups: int
+    on_policy: int
+    replay_only: int
+
+
+class StepsSpread(TypedDict):
+    """A run's steps: how many were logged, how many had on-policy spread, how many spread from replay only."""
+
+    steps: int
+    on_policy: int
+    replay_only: int
+
+
+def outcome_reward(episode: EpisodeOutcomeRow) -> int:
     """An ``outcomes.jsonl`` episode's outcome reward: -1 tampered, 1 solved, 0 otherwise."""
     return -1 if episode.get("reason") == "tampered" else int(bool(episode.get("solved")))
 
 
-def step_spread(row: dict[str, Any]) -> dict[str, int]:
+def step_spread(row: StepOutcomes) -> GroupSpread:
     """One ``outcomes.jsonl`` row's groups (a step deals each task once, so a task's episodes are its
     group): how many, how many had on-policy spread, how many had spread from replayed episodes only."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[EpisodeOutcomeRow]] = {}
     for episode in row.get("episodes", []):
         groups.setdefault(episode["task"], []).append(episode)
     on_policy = replay_only = 0
@@ -37,7 +55,7 @@ def step_spread(row: dict[str, Any]) -> dict[str, int]:
     return {"groups": len(groups), "on_policy": on_policy, "replay_only": replay_only}
 
 
-def spread_steps(outcomes: list[dict[str, Any]]) -> dict[str, int]:
+def spread_steps(outcomes: list[StepOutcomes]) -> StepsSpread:
     """Over a run's ``outcomes.jsonl`` rows: the steps logged, the steps with on-policy spread in any group,
     and the steps whose only spread came from replayed episodes."""
     per_step = [step_spread(row) for row in outcomes]

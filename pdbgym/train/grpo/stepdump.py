@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from pdbgym.fileio import atomic_target
+
+if TYPE_CHECKING:  # annotations only: torch and TRL load with the trainer
+    import torch
+    from trl import GRPOTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -23,15 +27,36 @@ DUMP_DIR = "nonfinite"
 MAX_KEPT = 3  # steps kept per process and run: the first ones say what the fault is; each holds the weights
 
 
+class StepDump(TypedDict):
+    """What ``step-N.pt`` holds: the step, beta, TRL's gradient accumulation, the step's batches as TRL built
+    them (its tensors on the CPU, with whatever else TRL put in a batch) and the trainable tensors."""
+
+    step: int
+    beta: float
+    accumulation: int
+    batches: list[dict[str, object]]
+    trainable: dict[str, torch.Tensor]
+
+
+class StepReplay(TypedDict):
+    """What ``replay_step`` found: the step, its recomputed loss, whether its gradients are all finite and the
+    tensors whose gradients are not."""
+
+    step: int
+    loss: float
+    finite: bool
+    nonfinite: list[str]
+
+
 def dump_path(out: Path, step: int, rank: int, processes: int) -> Path:
     return Path(out) / DUMP_DIR / (f"step-{step}" + (f"-rank{rank}" if processes > 1 else "") + ".pt")
 
 
-def _to_cpu(value: Any) -> Any:
+def _to_cpu(value: object) -> object:
     return value.detach().cpu() if hasattr(value, "detach") else value
 
 
-def dump_step(trainer: Any, out: Path, step: int) -> Path | None:
+def dump_step(trainer: GRPOTrainer, out: Path, step: int) -> Path | None:
     """Write what ``replay_step`` needs to recompute step ``step``'s loss and gradients (see the module);
     None once ``MAX_KEPT`` steps of this process are kept."""
     import torch  # optional: torch (pdbgym[hf])
@@ -43,9 +68,9 @@ def dump_step(trainer: Any, out: Path, step: int) -> Path | None:
         logger.warning("step %d is not kept for replay: %s already holds %d kept steps", step, path.parent, len(kept))
         return None
     accumulation = getattr(trainer, "current_gradient_accumulation_steps", trainer.args.gradient_accumulation_steps)
-    payload = {"step": step, "beta": float(trainer.beta), "accumulation": int(accumulation),
+    payload: StepDump = {"step": step, "beta": float(trainer.beta), "accumulation": int(accumulation),
                "batches": [{key: _to_cpu(value) for key, value in batch.items()} for batch in trainer.step_batches],
-               "trainable": {name: _to_cpu(p) for name, p in trainer.model.named_parameters() if p.requires_grad}}
+               "trainable": {name: p.detach().cpu() for name, p in trainer.model.named_parameters() if p.requires_grad}}
     with atomic_target(path) as tmp:
         torch.save(payload, tmp)
     logger.warning("step %d's batches and weights are in %s (pdbgym.train.grpo.stepdump.replay_step reruns them)",
@@ -53,12 +78,12 @@ def dump_step(trainer: Any, out: Path, step: int) -> Path | None:
     return path
 
 
-def replay_step(trainer: Any, path: Path) -> dict[str, Any]:
+def replay_step(trainer: GRPOTrainer, path: Path) -> StepReplay:
     """Recompute a dumped step's loss and gradients with ``trainer`` (built from the same run config):
     ``{"step", "loss", "finite", "nonfinite"}``, ``nonfinite`` naming the tensors whose gradients are not."""
     import torch  # optional: torch (pdbgym[hf])
 
-    saved = torch.load(path, map_location="cpu", weights_only=False)
+    saved: StepDump = torch.load(path, map_location="cpu", weights_only=False)
     model = trainer.model
     parameters = dict(model.named_parameters())
     missing = sorted(set(saved["trainable"]) - set(parameters))

@@ -19,7 +19,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: transformers loads with the trainer
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 
 def _sync() -> None:
@@ -62,7 +65,7 @@ class UpdateClock:
         return {key: round(value, 4) for key, value in out.items()}
 
 
-def optimizer_clock(clock: UpdateClock) -> Any:
+def optimizer_clock(clock: UpdateClock) -> TrainerCallback:
     """A ``TrainerCallback`` adding the optimizer step's seconds (between ``on_pre_optimizer_step`` and
     ``on_optimizer_step``) to ``clock``."""
     from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
@@ -70,11 +73,13 @@ def optimizer_clock(clock: UpdateClock) -> Any:
     class OptimizerClock(TrainerCallback):
         started = 0.0
 
-        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                                  **kwargs: object) -> None:
             _sync()
             self.started = time.perf_counter()
 
-        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                              **kwargs: object) -> None:
             _sync()
             clock.seconds["optimizer"] = clock.seconds.get("optimizer", 0.0) + time.perf_counter() - self.started
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.loop import AgentConfig
@@ -32,13 +32,15 @@ from pdbgym.env import DebugEnv, EnvConfig
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import append_jsonl, write_json_atomic
 from pdbgym.tasks.difficulty import demands, rung
+from pdbgym.tasks.model import Task
 from pdbgym.train import seams
 from pdbgym.train.gradguard import GradientGuard, guard_callback
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.data import AnchorBatches, ReplayPool, anchor_nll, gather_ranks, play_across_ranks
 from pdbgym.train.grpo.merged import MergedPolicy
 from pdbgym.train.grpo.packing import grouped_scores
-from pdbgym.train.grpo.rewards import RewardConfig
+from pdbgym.train.grpo.records import EpisodeFacts, StepOutcomes
+from pdbgym.train.grpo.rewards import RewardColumns, RewardConfig
 from pdbgym.train.grpo.rollout import (
     BatchedGenerator,
     EpisodeProgress,
@@ -61,6 +63,12 @@ from pdbgym.train.grpo.schedules import (
 from pdbgym.train.grpo.stepdump import dump_step
 from pdbgym.train.grpo.timing import UpdateClock, optimizer_clock
 from pdbgym.train.grpo.valgate import append_gate, gate_on_val, read_gates
+from pdbgym.train.records import LogRow
+
+if TYPE_CHECKING:  # annotations only: torch, transformers and TRL load with the trainer
+    import torch
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from trl import GRPOConfig, GRPOTrainer
 
 logger = logging.getLogger(__name__)
 MERGED_DTYPES = {"merged": "policy", "merged-float32": "float32"}  # --rollout-weights -> the copy's dtype
@@ -83,13 +91,13 @@ def per_process_groups(tasks_per_step: int, processes: int) -> int:
     return tasks_per_step // processes
 
 
-def grpo_arguments(config: GRPORunConfig, device: str, processes: int = 1) -> Any:
+def grpo_arguments(config: GRPORunConfig, device: str, processes: int = 1) -> GRPOConfig:
     """TRL ``GRPOConfig``: one optimizer step = ``tasks_per_step`` groups of ``group`` episodes over all
     ``processes`` (each plays ``tasks_per_step / processes`` whole groups)."""
     from trl import GRPOConfig  # optional: trl (pdbgym[train])
 
     groups = per_process_groups(config.tasks_per_step, processes)
-    kwargs: dict[str, Any] = dict(
+    kwargs: dict[str, Any] = dict(  # GRPOConfig's fields, ours and then the caller's own (``config.extra``)
         output_dir=str(config.out / "checkpoints"), seed=config.seed, data_seed=config.seed,
         max_steps=config.steps, learning_rate=config.lr, lr_scheduler_type="constant",
         per_device_train_batch_size=config.group * groups, gradient_accumulation_steps=1,
@@ -118,14 +126,15 @@ def _trainer_class() -> type:
             self.update_clock = UpdateClock()
             self.add_callback(optimizer_clock(self.update_clock))
 
-        def _prepare_inputs(self, generation_batch: Any) -> Any:
+        def _prepare_inputs(self, generation_batch: dict[str, torch.Tensor | Any]) -> dict[str, torch.Tensor | Any]:
             with self.update_clock.timed("prepare"):
                 return super()._prepare_inputs(generation_batch)
 
-        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any, attention_mask: Any,
-                                               logits_to_keep: int, batch_size: int | None = None,
-                                               compute_entropy: bool = False, compute_aux_loss: bool = False,
-                                               **rest: Any) -> Any:
+        def _get_per_token_logps_and_entropies(self, model: torch.nn.Module, input_ids: torch.Tensor,
+                                               attention_mask: torch.Tensor, logits_to_keep: int,
+                                               batch_size: int | None = None, compute_entropy: bool = False,
+                                               compute_aux_loss: bool = False, **rest: object
+                                               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
             import torch  # optional: torch (pdbgym[hf])
 
             parent = super()._get_per_token_logps_and_entropies
@@ -139,12 +148,13 @@ def _trainer_class() -> type:
                     logits_to_keep, budget, compute_entropy)
                 return logps, entropies, None
 
-        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
+        def training_step(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor | Any],
+                          num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
             with self.update_clock.timed("train_step"):
                 return super().training_step(model, inputs, num_items_in_batch)
 
-        def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
-                         num_items_in_batch: Any = None) -> Any:
+        def compute_loss(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor | Any], return_outputs: bool = False,
+                         num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
             if getattr(self, "_batches_of", None) != self.state.global_step:
                 self.step_batches, self._batches_of = [], self.state.global_step
             self.step_batches.append(inputs)  # kept until the next step: a skipped step's are dumped (stepdump)
@@ -175,7 +185,7 @@ def _trainer_class() -> type:
                         "episodes/replayed_total": float(self.recipe_state.replayed_total)}
             super().log(logs, start_time)
 
-        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        def _save_checkpoint(self, model: torch.nn.Module, trial: object) -> None:
             # The recipe state goes in first: a checkpoint whose trainer_state.json exists is then complete.
             if self.args.should_save:
                 folder = Path(seams.checkpoint_folder(self, trial)) / f"checkpoint-{self.state.global_step}"
@@ -184,7 +194,7 @@ def _trainer_class() -> type:
                 write_json_atomic(folder / RECIPE_STATE_FILE, self.recipe_state.to_dict())
             super()._save_checkpoint(model, trial)
 
-        def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
+        def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
             super()._load_optimizer_and_scheduler(checkpoint)
             path = Path(checkpoint) / RECIPE_STATE_FILE if checkpoint else None
             if path is not None and path.is_file():
@@ -201,20 +211,55 @@ def _trainer_class() -> type:
     return PdbgymGRPOTrainer
 
 
+class PlayEpisodes(Protocol):
+    """How a batch of episodes is played: ``PdbgymRollout.play_episodes``, or a test's stand-in."""
+
+    def __call__(self, tasks: list[Task], trainer: GRPOTrainer, turn_budget: int, temperature: float,
+                 seeds: list[int] | None = None) -> list[EpisodeSample]: ...
+
+
+class RolloutOutput(RewardColumns):
+    """What ``rollout_func`` hands TRL: each episode's ids, sampling log-probs and env mask, then the reward
+    functions' columns (``rewards.RewardColumns``)."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    logprobs: list[list[float]]
+    env_mask: list[list[int]]
+
+
+class RankRow(TypedDict):
+    """A line of ``ranks/rank-R.jsonl``: one process's view of a step (``PdbgymRollout._log_rank``)."""
+
+    step: int
+    rank: int
+    episodes: int
+    episodes_all_ranks: int
+    solve_rate: float | None
+    turn_budget: int
+    next_turn_budget: int
+    beta: float
+    replay_next: dict[str, int]
+    tampered_total: int
+    refused_total: int
+    episodes_total: int
+    replayed_total: int
+
+
 class PdbgymRollout:
     """TRL's ``rollout_func``: prompts (task ids, G in a row per group) -> ids, log-probs, env mask, facts."""
 
-    def __init__(self, tasks: dict[str, Any], config: GRPORunConfig, recipe: RecipeState,
+    def __init__(self, tasks: dict[str, Task], config: GRPORunConfig, recipe: RecipeState,
                  curriculum: TurnBudgetCurriculum, replay: ReplayPool | None, tool_format: str,
-                 play: Callable[..., list[EpisodeSample]] | None = None):
+                 play: PlayEpisodes | None = None):
         self.tasks = tasks
         self.config = config
         self.recipe = recipe
         self.curriculum = curriculum
         self.replay = replay
         self.tool_format = tool_format
-        self.play = play or self.play_episodes
-        self.trainer: Any = None
+        self.play: PlayEpisodes = play or self.play_episodes
+        self.trainer: GRPOTrainer | None = None
         self._generator: BatchedGenerator | None = None
         self._merged: MergedPolicy | None = None
         self._merge_refused = False
@@ -222,7 +267,7 @@ class PdbgymRollout:
         self.progress = EpisodeProgress()  # phase/episode hooks (progress.GRPOProgress shows them)
         self._rungs: dict[str, int] = {}
 
-    def play_episodes(self, tasks: list[Any], trainer: Any, turn_budget: int, temperature: float,
+    def play_episodes(self, tasks: list[Task], trainer: GRPOTrainer, turn_budget: int, temperature: float,
                       seeds: list[int] | None = None) -> list[EpisodeSample]:
         generator = self._generator_for(trainer)
         agent = AgentConfig(tool_format=self.tool_format, max_context_tokens=self.config.max_context_tokens,
@@ -241,7 +286,7 @@ class PdbgymRollout:
             return self.config.rollout_weights
         return f"live (a merged copy {self._merge_why})" if self._merge_why else "live"
 
-    def _generator_for(self, trainer: Any) -> BatchedGenerator:
+    def _generator_for(self, trainer: GRPOTrainer) -> BatchedGenerator:
         """One engine for the run. With ``rollout_weights = "merged"`` it decodes from a merged copy of the
         policy (``MergedPolicy``), refreshed from the live weights before every batch of episodes; else
         (or where the copy cannot be made, said once) from the live PEFT model itself."""
@@ -274,12 +319,12 @@ class PdbgymRollout:
         self._generator.engine.forget_prefixes()  # the weights changed since the last batch: no old KV caches
         return self._generator
 
-    def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list[Any]]:
+    def __call__(self, prompts: list[str], trainer: GRPOTrainer) -> RolloutOutput:
         step = trainer.state.global_step
         budget = self.curriculum.budget(step)
         self.recipe.budget_now = budget
         slots: list[EpisodeSample | None] = []
-        to_play: list[Any] = []
+        to_play: list[Task] = []
         taken: dict[str, int] = {}
         if self.replay is not None:  # the recipe state holds the rotation: a resumed run continues it
             self.replay.restore(self.recipe.replay_next)
@@ -324,12 +369,12 @@ class PdbgymRollout:
             self._rungs[instance_id] = rung(demands(self._task(instance_id)))
         return self._rungs[instance_id]
 
-    def _task(self, instance_id: str) -> Any:
+    def _task(self, instance_id: str) -> Task:
         if instance_id not in self.tasks:
             raise PdbgymError(f"the GRPO dataset names task {instance_id!r}, which is not among the training tasks")
         return self.tasks[instance_id]
 
-    def _replay_counts(self, step: int, groups: int, trainer: Any) -> list[int]:
+    def _replay_counts(self, step: int, groups: int, trainer: GRPOTrainer) -> list[int]:
         """This process's share of the step's replayed slots, one count per group: the counts are spread
         over the step's groups on all processes (``tasks_per_step``), so the step replays what one
         process playing every group would."""
@@ -351,7 +396,7 @@ class PdbgymRollout:
         if on_policy:
             self.curriculum.observe(sum(s.facts["final_test_passed"] for s in on_policy) / len(on_policy))
 
-    def _log_rank(self, trainer: Any, step: int, episodes: int, step_facts: list[EpisodeSample],
+    def _log_rank(self, trainer: GRPOTrainer, step: int, episodes: int, step_facts: list[EpisodeSample],
                   budget: int) -> None:
         """With several processes, each appends the episodes it played and the recipe state it now holds to
         ``ranks/rank-R.jsonl``: the rows of a step agree across ranks on everything but ``rank`` and
@@ -360,15 +405,16 @@ class PdbgymRollout:
             return
         rank = trainer.accelerator.process_index
         on_policy = [s.facts["final_test_passed"] for s in step_facts if not s.facts.get("replayed")]
-        row = {"step": step + 1, "rank": rank, "episodes": episodes, "episodes_all_ranks": len(step_facts),
-               "solve_rate": sum(on_policy) / len(on_policy) if on_policy else None, "turn_budget": budget,
-               "next_turn_budget": self.curriculum.budget(step + 1), "beta": float(trainer.beta),
-               "replay_next": self.recipe.replay_next,
-               **{k: v for k, v in self.recipe.to_dict().items() if k.endswith("_total")}}
+        row: RankRow = {"step": step + 1, "rank": rank, "episodes": episodes, "episodes_all_ranks": len(step_facts),
+                        "solve_rate": sum(on_policy) / len(on_policy) if on_policy else None, "turn_budget": budget,
+                        "next_turn_budget": self.curriculum.budget(step + 1), "beta": float(trainer.beta),
+                        "replay_next": self.recipe.replay_next, "tampered_total": self.recipe.tampered_total,
+                        "refused_total": self.recipe.refused_total, "episodes_total": self.recipe.episodes_total,
+                        "replayed_total": self.recipe.replayed_total}
         append_jsonl(self.config.out / RANKS_DIR / f"rank-{rank}.jsonl", [row], sort_keys=True)
 
 
-def step_outcomes(step: int, samples: list[EpisodeSample]) -> dict[str, Any]:
+def step_outcomes(step: int, samples: list[EpisodeSample]) -> StepOutcomes:
     """A step's row of ``outcomes.jsonl``: every episode of the step (all processes'), its task, whether its
     final tests passed, whether it was replayed from the corpus, how it ended and whether its grading
     refused the verdict (not tampered). The per-step metrics pool tasks; these rows let a report compare a
@@ -390,19 +436,19 @@ def _runs(prompts: list[str]) -> list[list[str]]:
     return runs
 
 
-def rollout_output(samples: list[EpisodeSample]) -> dict[str, list[Any]]:
+def rollout_output(samples: list[EpisodeSample]) -> RolloutOutput:
     """The dict TRL's ``rollout_func`` contract asks for; every non-required key reaches the rewards."""
-    fact_keys = ("final_test_passed", "termination_reason", "turns", "valid_tool_call_rate")
-    output: dict[str, list[Any]] = {
+    return {
         "prompt_ids": [s.prompt_ids for s in samples],
         "completion_ids": [s.completion_ids for s in samples],
         "logprobs": [s.logprobs for s in samples],
         "env_mask": [s.env_mask for s in samples],
+        "final_test_passed": [s.facts["final_test_passed"] for s in samples],
+        "termination_reason": [s.facts["termination_reason"] for s in samples],
+        "turns": [s.facts["turns"] for s in samples],
+        "valid_tool_call_rate": [s.facts["valid_tool_call_rate"] for s in samples],
+        "replayed": [bool(s.facts.get("replayed", False)) for s in samples],
     }
-    for key in fact_keys:
-        output[key] = [s.facts[key] for s in samples]
-    output["replayed"] = [bool(s.facts.get("replayed", False)) for s in samples]
-    return output
 
 
 def set_quiet_trl() -> None:
@@ -413,38 +459,40 @@ def set_quiet_trl() -> None:
 class StepLogCallback:
     """Appends every logged training step to ``steps.jsonl`` (and hands it to ``on_log``)."""
 
-    def __init__(self, path: Path, on_log: Callable[[dict[str, Any]], None] | None):
+    def __init__(self, path: Path, on_log: Callable[[LogRow], None] | None):
         self.path = path
         self.on_log = on_log
 
-    def __call__(self, step: int, logs: dict[str, Any]) -> None:
+    def __call__(self, step: int, logs: dict[str, float]) -> None:
         if "reward" not in logs:
             return
-        row = {"step": step, **{k: v for k, v in logs.items() if isinstance(v, int | float | str)}}
+        row: LogRow = {"step": step, **{k: v for k, v in logs.items() if isinstance(v, int | float | str)}}
         append_jsonl(self.path, [row], sort_keys=True)
         if self.on_log is not None:
             self.on_log(row)
 
 
-def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLController | None,
-                   rollout: PdbgymRollout, val_tasks: list[Any], step_log: StepLogCallback) -> list[Any]:
+def make_callbacks(trainer: GRPOTrainer, config: GRPORunConfig, controller: AdaptiveKLController | None,
+                   rollout: PdbgymRollout, val_tasks: list[Task], step_log: StepLogCallback) -> list[TrainerCallback]:
     """TrainerCallbacks: the KL leash, the step log, and the val gate run at every checkpoint."""
     from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
     class StepLog(TrainerCallback):
         # TRL's logged metrics are already reduced over processes: the main one writes them.
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                   logs: dict[str, float] | None = None, **kwargs: object) -> None:
             if state.is_world_process_zero:
                 step_log(state.global_step, logs or {})
 
     class ValGate(TrainerCallback):
-        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: object) -> None:
             gates = config.out / GATES_FILE
             name = f"checkpoint-{state.global_step}"
             if any(g["checkpoint"] == name for g in read_gates(gates)):
                 return
 
-            def play(tasks: list[Any]) -> list[dict[str, Any]]:  # every process plays its share (a collective)
+            def play(tasks: list[Task]) -> list[EpisodeFacts]:  # every process plays its share (a collective)
                 rank, processes = trainer.accelerator.process_index, trainer.accelerator.num_processes
                 seeds = repeat_seeds(config.seed, [t.instance_id for t in tasks])[rank::processes]
                 return play_across_ranks(trainer, tasks, lambda mine: rollout.play(
@@ -476,7 +524,8 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
                 over = [bool(flag) for flag in trainer.accelerator.reduce(flags, reduction="max").tolist()]
             return over[0], over[1]
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                        **kwargs: object) -> None:
             if state.global_step >= state.max_steps:
                 return
             capped, pause = self._over()
@@ -495,7 +544,7 @@ def make_callbacks(trainer: Any, config: GRPORunConfig, controller: AdaptiveKLCo
     # a skipped step's batches and weights are kept for replay; the guard's log key must be in the row
     # before StepLog writes it
     trainer.gradient_guard = GradientGuard(on_skip=lambda step: dump_step(trainer, config.out, step))
-    callbacks: list[Any] = [guard_callback(trainer.gradient_guard), StepLog()]
+    callbacks: list[TrainerCallback] = [guard_callback(trainer.gradient_guard), StepLog()]
     if config.max_minutes > 0 or config.pause_after_minutes > 0:
         callbacks.append(TimeCap())
     if controller is not None:

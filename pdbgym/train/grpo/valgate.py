@@ -6,11 +6,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from pdbgym.evaluate.stats import estimate_mean, per_task_pass_at_k
 from pdbgym.fileio import read_jsonl, write_text_atomic
+from pdbgym.reportkit import EstimateDict
 from pdbgym.tasks.model import Task
+from pdbgym.train.grpo.records import EpisodeFacts, GateRow
 
 
 @dataclass
@@ -19,8 +21,8 @@ class GateResult:
 
     step: int
     checkpoint: str
-    pass_at_1: dict[str, Any]
-    pass_at_k: dict[str, Any]
+    pass_at_1: EstimateDict
+    pass_at_k: EstimateDict
     k: int
     runs: int
     termination_reasons: dict[str, int] = field(default_factory=dict)
@@ -33,8 +35,9 @@ def score_outcomes(step: int, checkpoint: str, outcomes: dict[str, list[int]], k
     runs = min(len(v) for v in outcomes.values())
     table = [v[:runs] for v in outcomes.values()]
     k = min(k, runs)
-    return GateResult(step, checkpoint, estimate_mean(per_task_pass_at_k(table, 1)).to_dict(),
-                      estimate_mean(per_task_pass_at_k(table, k)).to_dict(), k, runs, reasons, refused)
+    pass_at_1 = cast(EstimateDict, estimate_mean(per_task_pass_at_k(table, 1)).to_dict())
+    pass_at_k = cast(EstimateDict, estimate_mean(per_task_pass_at_k(table, k)).to_dict())
+    return GateResult(step, checkpoint, pass_at_1, pass_at_k, k, runs, reasons, refused)
 
 
 def append_gate(path: Path, result: GateResult) -> None:
@@ -43,11 +46,11 @@ def append_gate(path: Path, result: GateResult) -> None:
     write_text_atomic(path, "\n".join(lines) + "\n")
 
 
-def read_gates(path: Path) -> list[dict[str, Any]]:
-    return read_jsonl(path).rows
+def read_gates(path: Path) -> list[GateRow]:
+    return cast(list[GateRow], read_jsonl(path).rows)
 
 
-def gate_on_val(play: Callable[[list[Task]], list[dict[str, Any]]], val_tasks: list[Task], runs: int, k: int,
+def gate_on_val(play: Callable[[list[Task]], list[EpisodeFacts]], val_tasks: list[Task], runs: int, k: int,
                 step: int, checkpoint: str) -> GateResult:
     """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> each episode's facts:
     ``final_test_passed``, ``termination_reason``, ``grade_refused``) and score them."""
