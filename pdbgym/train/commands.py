@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from pdbgym.commandapp import command_app, config_command
 from pdbgym.defaults import defaults_of, pick
+from pdbgym.fileio import JSONValue
 from pdbgym.progress import progress
 from pdbgym.train.dagger.config import DaggerConfig
+from pdbgym.train.records import LogHook, LogRow
 from pdbgym.train.sft.config import SFTTrainConfig
 
 G = defaults_of(DaggerConfig)
@@ -93,7 +95,7 @@ def dagger_command(
     from pdbgym.train.dagger.loop import train_dagger
 
     try:
-        sft_fields: dict[str, Any] = json.loads(sft)
+        sft_fields: dict[str, JSONValue] = json.loads(sft)
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"--sft must be a JSON object ({exc})") from exc
     config = DaggerConfig(student=student, teacher=teacher, tasks=tasks, out=out, iterations=iterations, runs=runs,
@@ -112,12 +114,12 @@ def dagger_command(
 class _step_progress:
     """Progress over optimizer steps (``pdbgym.progress``), fed by the trainer's log rows; yields the ``on_log`` hook."""
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> LogHook:
         self.shown = progress(Console(stderr=True))  # a line at least every 30 s when piped
         self.progress = self.shown.__enter__()
         self.bar = self.progress.add_task("training", total=None)
 
-        def on_log(row: dict[str, Any], max_steps: int) -> None:
+        def on_log(row: LogRow, max_steps: int) -> None:
             losses = ", ".join(f"{k} {row[k]:.4f}" for k in ("loss", "eval_loss") if k in row)
             self.progress.update(self.bar, completed=row["step"], total=max_steps,
                                  description=f"step {row['step']}" + (f": {losses}" if losses else ""))

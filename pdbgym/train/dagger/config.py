@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
+from pdbgym.fileio import JSONValue
 
 
 @dataclass
@@ -42,7 +42,7 @@ class DaggerConfig:
     device: str = "auto"
     seed: int = 42
     name_prefix: str | None = None  # store names: {prefix}-iter0, ...; default: the out folder's name
-    sft: dict[str, Any] = field(default_factory=dict)  # SFTTrainConfig fields for every iteration
+    sft: dict[str, JSONValue] = field(default_factory=dict)  # SFTTrainConfig fields for every iteration (--sft JSON)
     store: Path | None = None
     ledger: Path | None = None
     report: bool = True

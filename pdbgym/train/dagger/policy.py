@@ -4,7 +4,7 @@ display label, loaded from an SGLang URL or through the one model loader (``pdbg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.adapters.stacked import StoreLineage
 from pdbgym.adapters.store import Store
@@ -16,16 +16,19 @@ from pdbgym.policyname import is_server_url
 from pdbgym.train.dagger.config import DaggerConfig
 from pdbgym.train.errors import DaggerError
 
+if TYPE_CHECKING:  # annotations only: transformers loads with a tokenizer
+    from transformers import PreTrainedTokenizerBase
+
 
 @dataclass
 class Policy:
     """A model to roll out or label with: its backend (``generate``), tokenizer and display label."""
 
-    backend: Any
+    backend: HFBackend | SGLangBackend
     label: str
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> PreTrainedTokenizerBase:
         return self.backend.tokenizer
 
 

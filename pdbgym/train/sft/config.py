@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from pdbgym.defaults import documented
+from pdbgym.fileio import JSONValue
 
 # Four attention projections per layer: with DoRA (lora_A, lora_B, magnitude per module) that is
 # 36 layers x 4 modules x 3 tensors = 432 tensors on Qwen3-4B, the seed adapter's recorded count.
@@ -98,7 +98,7 @@ class SFTTrainConfig:
     register: bool = documented(True, "Register the adapter in the store with its parent")
     resume: bool = documented(False, "Continue the killed run in --out from its last checkpoint", flag="--resume")
     restart: bool = documented(False, "Delete the run in --out and start over", flag="--restart")
-    extra: dict[str, Any] = documented(help="TRL SFTConfig fields, passed as given (library callers only)",
+    extra: dict[str, object] = documented(help="TRL SFTConfig fields, passed as given (library callers only)",
                                        factory=dict, cli=False)
 
     @property
@@ -110,7 +110,7 @@ class SFTTrainConfig:
     def alpha(self) -> int:
         return self.lora_alpha if self.lora_alpha is not None else 2 * self.rank
 
-    def recipe(self) -> dict[str, Any]:
+    def recipe(self) -> dict[str, JSONValue]:
         """The recipe recorded beside the adapter and in the store (store field names where they exist)."""
         data = asdict(self)
         for key in ("base", "data", "out", "store", "ledger", "report", "tensorboard", "register", "device",

@@ -4,17 +4,21 @@ choice in the selection ledger, and the run's report. ``register_adapter`` serve
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pdbgym.adapters.operations import load_recipe, register_path
+from pdbgym.adapters.store import Store
 from pdbgym.evaluate.selection import SelectionLedger, record_selection
-from pdbgym.fileio import write_json_atomic
+from pdbgym.fileio import JSONValue, write_json_atomic
+from pdbgym.reportkit import Cell
+from pdbgym.train.corpus.build import Corpus
+from pdbgym.train.records import LogRow
 from pdbgym.train.report import write_training_report
 from pdbgym.train.sft.base import BaseModel
 from pdbgym.train.sft.config import SFTTrainConfig
-from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD, read_rows, read_train_record
+from pdbgym.train.sft.resume import ADAPTER_DIR, TRAIN_RECORD, SFTTrainRecord, read_rows, read_train_record
 
 SELECTION_SPLIT = "sft-val"
 
@@ -32,11 +36,11 @@ class SFTResult:
     best_step: int | None
     steps: int
     tensor_count: int
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[LogRow] = field(default_factory=list)
     report: Path | None = None
 
 
-def record_run(config: SFTTrainConfig, store: Any, name: str, result: SFTResult, corpus: Any, base: BaseModel,
+def record_run(config: SFTTrainConfig, store: Store, name: str, result: SFTResult, corpus: Corpus, base: BaseModel,
                val_tasks: list[str], train_rows: int, val_rows: int) -> SFTResult:
     """The adapter's record, registration, selection and report (the main process alone calls it)."""
     result.tensor_count = tensor_count(result.adapter_dir)
@@ -45,7 +49,7 @@ def record_run(config: SFTTrainConfig, store: Any, name: str, result: SFTResult,
         result.node_id = register_adapter(store, result.adapter_dir, base.parent_id, name, record["recipe"])
     if val_tasks and result.best_step is not None and config.register:
         record_loss_selection(config, name, result.history, result.best_step, val_tasks)
-    record.update(store_id=result.node_id, name=result.name)
+    record["store_id"], record["name"] = result.node_id, result.name
     write_json_atomic(result.adapter_dir / TRAIN_RECORD, record, indent=2)  # last: its presence marks the run finished
     if config.report:
         result.report = write_report(result.out, name, result, record)
@@ -63,7 +67,7 @@ def finished_result(config: SFTTrainConfig, out: Path) -> SFTResult:
     return result
 
 
-def write_report(out: Path, name: str, result: SFTResult, record: dict[str, Any]) -> Path:
+def write_report(out: Path, name: str, result: SFTResult, record: SFTTrainRecord) -> Path:
     return write_training_report(out, f"pdbgym SFT: {name}", result.history, _summary(result, record))
 
 
@@ -74,8 +78,8 @@ def tensor_count(adapter_dir: Path) -> int:
         return len(list(handle.keys()))
 
 
-def train_record(config: SFTTrainConfig, corpus: Any, base: BaseModel, result: SFTResult, val_tasks: list[str],
-                 train_rows: int, val_rows: int) -> dict[str, Any]:
+def train_record(config: SFTTrainConfig, corpus: Corpus, base: BaseModel, result: SFTResult, val_tasks: list[str],
+                 train_rows: int, val_rows: int) -> SFTTrainRecord:
     import peft  # optional: peft (pdbgym[train])
     import transformers  # optional: transformers (pdbgym[hf])
     import trl  # optional: trl (pdbgym[train])
@@ -94,13 +98,13 @@ def train_record(config: SFTTrainConfig, corpus: Any, base: BaseModel, result: S
     }
 
 
-def register_adapter(store: Any, adapter_dir: Path, parent_id: str, name: str, recipe: dict[str, Any]) -> str:
+def register_adapter(store: Store, adapter_dir: Path, parent_id: str, name: str, recipe: Mapping[str, JSONValue]) -> str:
     """The adapter folder registered in ``store`` under ``name`` with its parent and recipe; its store id."""
-    registration = register_path(store, adapter_dir, parent_id, [name], load_recipe(None, recipe))
+    registration = register_path(store, adapter_dir, parent_id, [name], load_recipe(None, dict(recipe)))
     return str(registration.record["id"])
 
 
-def record_loss_selection(config: SFTTrainConfig, name: str, rows: list[dict[str, Any]], best_step: int,
+def record_loss_selection(config: SFTTrainConfig, name: str, rows: list[LogRow], best_step: int,
                           val_tasks: list[str]) -> None:
     """Scores are negative validation losses per checkpoint; the kept one carries the adapter's name.
 
@@ -111,7 +115,7 @@ def record_loss_selection(config: SFTTrainConfig, name: str, rows: list[dict[str
     record_selection(SELECTION_SPLIT, val_tasks, scores, 0.0, SelectionLedger(config.ledger), once=True)
 
 
-def _summary(result: SFTResult, record: dict[str, Any]) -> dict[str, Any]:
+def _summary(result: SFTResult, record: SFTTrainRecord) -> dict[str, Cell]:
     return {"adapter": str(result.adapter_dir), "store id": (result.node_id or "-")[:12], "parent": result.parent_id[:12],
             "best val loss": result.best_val_loss, "best step": result.best_step, "steps": result.steps,
             "tensors": result.tensor_count, "corpus hash": record["corpus"]["content_hash"][:12],

@@ -20,11 +20,11 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from pdbgym.adapters.peft_format import adapter_content_hash, is_adapter_folder, load_adapter
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import read_jsonl, write_json_atomic, write_text_atomic
+from pdbgym.fileio import JSONValue, read_jsonl, write_json_atomic, write_text_atomic
 from pdbgym.train.checkpoints import (
     TENSORBOARD_DIR,
     checkpoint_step,
@@ -33,6 +33,7 @@ from pdbgym.train.checkpoints import (
     logged_history,
 )
 from pdbgym.train.errors import TrainError
+from pdbgym.train.records import LogRow
 from pdbgym.train.sft.config import SFTTrainConfig
 
 ADAPTER_DIR = "adapter"
@@ -44,7 +45,45 @@ _RUN_ENTRIES = (RUN_FILE, CHECKPOINTS_DIR, METRICS_FILE, ADAPTER_DIR, TENSORBOAR
 _REPORT_GLOBS = ("training_report.*", "train_*.png")
 
 
-def read_train_record(out: Path) -> dict[str, Any]:
+class CorpusUse(TypedDict):
+    """The corpus an SFT run trained on: where, its content hash, the examples of each slice, the val tasks."""
+
+    path: str
+    content_hash: str
+    examples_train: int
+    examples_val: int
+    val_tasks: list[str]
+
+
+class BaseUse(TypedDict):
+    """The model an SFT run started from: the reference given, its store id, label, folder and the
+    tokenizer fingerprint its corpus was checked against."""
+
+    ref: str
+    parent_id: str | None
+    label: str
+    path: str | None
+    tokenizer_fingerprint: str | None
+
+
+class SFTTrainRecord(TypedDict):
+    """``adapter/pdbgym_train.json``, written last by a finished SFT run (``register.train_record``)."""
+
+    format: str
+    kind: str
+    recipe: dict[str, JSONValue]  # the config's fields (``SFTTrainConfig.recipe``, caller's TRL extras too)
+    corpus: CorpusUse
+    base: BaseUse
+    best_val_loss: float | None
+    best_step: int | None
+    steps: int
+    tensor_count: int
+    versions: dict[str, str]  # library -> version
+    store_id: NotRequired[str | None]
+    name: NotRequired[str | None]
+
+
+def read_train_record(out: Path) -> SFTTrainRecord:
     """The record a finished SFT run in ``out`` wrote last (its best val loss and step, steps, store id)."""
     return json.loads((out / ADAPTER_DIR / TRAIN_RECORD).read_text())
 
@@ -54,7 +93,7 @@ class Start:
     """Where training starts: a checkpoint to resume (None: step 0) and the rows logged up to it."""
 
     checkpoint: str | None = None
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[LogRow] = field(default_factory=list)
 
     @property
     def step(self) -> int:
@@ -70,7 +109,7 @@ def held_entries(out: Path) -> list[str]:
     return [name for name in _RUN_ENTRIES if (out / name).exists()]
 
 
-def _identity(config: SFTTrainConfig, name: str) -> dict[str, Any]:
+def _identity(config: SFTTrainConfig, name: str) -> dict[str, JSONValue]:
     """What makes two invocations the same run (JSON-normal: compared with the stored copy)."""
     base = Path(config.base).expanduser()
     fields = {"base": str(base.resolve()) if base.exists() else config.base,
@@ -102,7 +141,7 @@ def check_out(config: SFTTrainConfig, out: Path, name: str) -> None:
 
 
 def open_run(config: SFTTrainConfig, out: Path, name: str,
-             row_of: Callable[[int, dict[str, Any]], dict[str, Any]], main: bool = True) -> Start:
+             row_of: Callable[[int, dict[str, float]], LogRow], main: bool = True) -> Start:
     """Clear (``restart``), start, or cut back to the last complete checkpoint (``resume``); after
     ``check_out`` and after the inputs are checked. ``row_of(step, logs)`` makes one metrics row.
 
@@ -149,5 +188,5 @@ def name_is_ours(names: dict[str, str], name: str, out: Path) -> bool:
         return False  # a half-written adapter is not the registered one
 
 
-def read_rows(out: Path) -> list[dict[str, Any]]:
-    return read_jsonl(out / METRICS_FILE).rows
+def read_rows(out: Path) -> list[LogRow]:
+    return cast(list[LogRow], read_jsonl(out / METRICS_FILE).rows)

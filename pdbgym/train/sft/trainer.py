@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pdbgym.adapters.store import Store
 from pdbgym.fileio import append_jsonl
@@ -38,8 +37,10 @@ from pdbgym.train.checkpoints import (
     tensorboard_callback,
 )
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
+from pdbgym.train.corpus.example import ExampleRow
 from pdbgym.train.errors import TrainError
 from pdbgym.train.gradguard import GradientGuard, guard_callback
+from pdbgym.train.records import LogHook, LogRow
 from pdbgym.train.sft.base import BaseModel, resolve_base, world_size
 from pdbgym.train.sft.config import SFTTrainConfig
 from pdbgym.train.sft.register import SFTResult, finished_result, record_run
@@ -55,15 +56,22 @@ from pdbgym.train.sft.resume import (
 )
 from pdbgym.versions import require_training
 
-# (logged row with its step, total optimizer steps); also called once as training begins with {"step": the step
-# it starts from}, so a progress display knows the total before the first step (not written to metrics.jsonl)
-LogHook = Callable[[dict[str, Any], int], None]
+if TYPE_CHECKING:  # annotations only: transformers, TRL and PEFT load with the trainer
+    from peft import LoraConfig
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from trl import SFTConfig, SFTTrainer
+
+class TrainRow(TypedDict):
+    """One example as TRL's ``SFTTrainer`` gets it: the ids and the mask of those the loss is taken on."""
+
+    input_ids: list[int]
+    assistant_masks: list[int]
 
 
-def prepare_examples(examples: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+def prepare_examples(examples: list[ExampleRow], max_tokens: int) -> list[TrainRow]:
     """``{input_ids, assistant_masks}`` rows for TRL, cut to ``max_tokens`` ids (0: uncut); rows left
     without a loss id are dropped."""
-    rows = []
+    rows: list[TrainRow] = []
     for example in examples:
         ids, mask = example["input_ids"], example["assistant_masks"]
         if max_tokens:
@@ -73,35 +81,37 @@ def prepare_examples(examples: list[dict[str, Any]], max_tokens: int) -> list[di
     return rows
 
 
-def log_row(step: int, logs: dict[str, Any]) -> dict[str, Any]:
+def log_row(step: int, logs: dict[str, float]) -> LogRow:
     """The metrics.jsonl row of one ``Trainer.log`` call: its step and the numeric values logged."""
     return {"step": int(step), **{k: v for k, v in logs.items() if k != "step" and isinstance(v, int | float)}}
 
 
-def _progress_callback(metrics_path: Path, on_log: LogHook | None, rows: list[dict[str, Any]]) -> Any:
+def _progress_callback(metrics_path: Path, on_log: LogHook | None, rows: list[LogRow]
+                       ) -> tuple[TrainerCallback, list[LogRow]]:
+    """The callback that logs every row, and the list it appends them to (starting with ``rows``)."""
     from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
     class PdbgymLog(TrainerCallback):
         """Every logged row (train loss, eval loss, lr, ...) appended to metrics.jsonl with its step;
-        ``rows`` starts with those a resumed checkpoint already holds."""
+        ``logged`` starts with those a resumed checkpoint already holds."""
 
-        def __init__(self) -> None:
-            self.rows: list[dict[str, Any]] = list(rows)
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                           **kwargs: object) -> None:
             if on_log is not None and state.is_world_process_zero:
                 on_log({"step": int(state.global_step)}, int(state.max_steps))
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                   logs: dict[str, float] | None = None, **kwargs: object) -> None:
             if not state.is_world_process_zero:
                 return
             row = log_row(state.global_step, logs or {})
-            self.rows.append(row)
+            logged.append(row)
             append_jsonl(metrics_path, [row])
             if on_log is not None:
                 on_log(row, int(state.max_steps))
 
-    return PdbgymLog()
+    logged = list(rows)
+    return PdbgymLog(), logged
 
 
 def check_steps(config: SFTTrainConfig, has_val: bool, processes: int) -> None:
@@ -123,14 +133,14 @@ def check_steps(config: SFTTrainConfig, has_val: bool, processes: int) -> None:
                          "ZeRO-3 cannot use; drop it or use the FSDP config")
 
 
-def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool, processes: int = 1) -> Any:
+def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool, processes: int = 1) -> SFTConfig:
     """TRL ``SFTConfig`` for the run (see ``SFTTrainConfig`` for what each field means)."""
     from trl import SFTConfig  # optional: trl (pdbgym[train])
 
     check_steps(config, has_val, processes)
     per_step = config.micro_batch * processes
     save_steps = config.checkpoint_every
-    kwargs: dict[str, Any] = dict(
+    kwargs: dict[str, Any] = dict(  # SFTConfig's fields, ours and then the caller's own (``config.extra``)
         output_dir=str(out / CHECKPOINTS_DIR), seed=config.seed, data_seed=config.seed,
         num_train_epochs=config.epochs, max_steps=config.max_steps if config.max_steps > 0 else -1,
         learning_rate=config.lr, lr_scheduler_type="linear", warmup_steps=0,
@@ -155,15 +165,15 @@ def sft_arguments(config: SFTTrainConfig, out: Path, device: str, has_val: bool,
     return SFTConfig(**kwargs)
 
 
-def _lora_config(config: SFTTrainConfig) -> Any:
+def _lora_config(config: SFTTrainConfig) -> LoraConfig:
     from peft import LoraConfig  # optional: peft (pdbgym[train])
 
     return LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=0.0, use_dora=config.use_dora,
                       target_modules=list(config.target_modules), task_type="CAUSAL_LM", bias="none")
 
 
-def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[dict], val_rows: list[dict],
-                  device: str, callbacks: list[Any] | None = None) -> Any:
+def build_trainer(config: SFTTrainConfig, base: BaseModel, train_rows: list[TrainRow], val_rows: list[TrainRow],
+                  device: str, callbacks: list[TrainerCallback] | None = None) -> SFTTrainer:
     """A TRL ``SFTTrainer`` over pre-tokenized rows with a fresh LoRA/DoRA adapter on ``base``."""
     from datasets import Dataset  # optional: datasets (pdbgym[train])
     from transformers import PrinterCallback  # optional: transformers (pdbgym[hf])
@@ -212,7 +222,7 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
         raise TrainError(f"{config.data}: no training example left after the held-out slice and length cut")
     check_steps(config, bool(val_rows), world_size())  # flag errors before the folder changes
     start = open_run(config, out, name, log_row, main)
-    logger = _progress_callback(out / METRICS_FILE, on_log, start.rows)
+    logger, logged = _progress_callback(out / METRICS_FILE, on_log, start.rows)
     callbacks = [guard_callback(GradientGuard()), logger]  # the guard marks a skipped step in the row logged
     if config.tensorboard:
         callbacks.append(tensorboard_callback(out / TENSORBOARD_DIR, start.step + 1 if config.resume else None))
@@ -225,7 +235,7 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     trainer.save_model(str(adapter_dir))  # a collective under FSDP / ZeRO-3: every process calls it
     best_loss, best_step = _best(trainer.state)
     result = SFTResult(out, adapter_dir, None, name if config.register else None, base.parent_id, best_loss,
-                       best_step, int(trainer.state.global_step), 0, logger.rows)
+                       best_step, int(trainer.state.global_step), 0, logged)
     if not trainer.is_world_process_zero():
         return result  # one process records, registers and reports
     trainer.state.save_to_json(str(adapter_dir / "trainer_state.json"))
@@ -233,7 +243,7 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     return record_run(config, store, name, result, corpus, base, val_tasks, len(train_rows), len(val_rows))
 
 
-def _train(trainer: Any, start: Start) -> None:
+def _train(trainer: SFTTrainer, start: Start) -> None:
     """``trainer.train`` from ``start``, then the best checkpoint's weights loaded (when there was a val slice).
 
     TRL's token counter (``num_tokens``) is not in its checkpoints: a resumed run continues it from the
@@ -264,7 +274,7 @@ def interrupted_message(out: Path, step: int, max_steps: int) -> str:
             f"from it (steps after the last checkpoint are trained again)")
 
 
-def _best(state: Any) -> tuple[float | None, int | None]:
+def _best(state: TrainerState) -> tuple[float | None, int | None]:
     evals = [(float(e["eval_loss"]), int(e["step"])) for e in state.log_history if "eval_loss" in e]
     if not evals:
         return None, None
