@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -11,6 +11,7 @@ from rich.console import Console
 from pdbgym.defaults import defaults_of
 from pdbgym.episode_defaults import check_setting
 from pdbgym.train.demo.config import DemoConfig
+from pdbgym.train.experiment.config import Overrides
 
 D = defaults_of(DemoConfig)
 FILE = "(default: demo.toml's)"
@@ -40,7 +41,7 @@ def demo_command(
 
     given = {"sft_steps": sft_steps, "sft_tokens": sft_tokens, "eval_runs": eval_runs, "turn_budget": turn_budget,
              "temperature": temperature}
-    overrides: dict[str, dict[str, Any]] = {"tasks": {"families": {}, "suites": [tasks]}} if tasks else {}
+    overrides: Overrides = {"tasks": {"families": {}, "suites": [tasks]}} if tasks else {}
     for flag, value in given.items():
         if value is not None:
             check_setting(flag, value, rule=RULES.get(flag))

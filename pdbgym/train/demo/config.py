@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from pdbgym.errors import PdbgymError
-from pdbgym.train.experiment.config import ExperimentConfig, load_experiment
+from pdbgym.progress import TaskSet
+from pdbgym.train.experiment.config import ExperimentConfig, Overrides, load_experiment
 
 PRESET = Path(__file__).with_name("demo.toml")
 LEGACY_STATE = "demo.json"  # what a demo folder held before the demo was an experiment file
@@ -39,7 +39,7 @@ class DemoConfig:
     teacher: str = "scripted"
     constrained: bool = False
     workers: int = 2
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    overrides: Overrides = field(default_factory=dict)
     base: str | None = None
 
     def __post_init__(self) -> None:
@@ -61,7 +61,7 @@ def demo_experiment(config: DemoConfig) -> ExperimentConfig:
     return experiment
 
 
-def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: Any = None) -> Path:
+def run_demo(config: DemoConfig, say: Callable[[str], None] = print, progress: TaskSet | None = None) -> Path:
     """Every stage of the demo not yet finished in ``config.out``; returns the report's path (``report.md``).
     ``progress``: a ``pdbgym.progress`` task set for the long stages' bars."""
     # heavy: the stages' trainers, loaded when the demo runs

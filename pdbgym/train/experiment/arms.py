@@ -20,15 +20,46 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from pdbgym.fileio import write_json_atomic
 from pdbgym.train.corpus.build import load_corpus, write_corpus
-from pdbgym.train.corpus.example import Example
+from pdbgym.train.corpus.example import Example, ExampleRow
 from pdbgym.train.grpo.data import ReplayPool
+from pdbgym.train.grpo.records import StepOutcomes
 from pdbgym.train.grpo.schedules import anchor_weight
 
 MATCHED_FILE = "matched.json"  # OUT/matched/matched.json: what the matched run trained on, and how
+
+
+class MatchRules(TypedDict):
+    """GRPO's settings that decide which corpus examples it trained on (``matched_examples``' keywords)."""
+
+    anchor: float
+    anchor_batch: int
+    anchor_decay_steps: int
+    anchor_max_tokens: int
+    replay_max_tokens: int
+
+
+class MatchedCounts(TypedDict):
+    """Examples GRPO trained on beside its samples, by kind, and its optimizer steps."""
+
+    replayed: int
+    anchor: int
+    updates: int
+
+
+class MatchedFacts(TypedDict, total=False):
+    """``OUT/matched/matched.json``: the counts, the examples in all, the rules and the effective batch of
+    the matched run. Every key is written; a folder whose stage has not run reads as ``{}``."""
+
+    replayed: int
+    anchor: int
+    updates: int
+    examples: int
+    rules: MatchRules
+    effective_batch: int
 
 
 def best_on_val(scores: dict[int, float]) -> int:
@@ -36,17 +67,17 @@ def best_on_val(scores: dict[int, float]) -> int:
     return max(scores, key=lambda steps: (scores[steps], steps))
 
 
-def matched_examples(examples: list[dict[str, Any]], outcomes: list[dict[str, Any]], *, anchor: float,
+def matched_examples(examples: list[ExampleRow], outcomes: list[StepOutcomes], *, anchor: float,
                      anchor_batch: int, anchor_decay_steps: int, anchor_max_tokens: int,
-                     replay_max_tokens: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+                     replay_max_tokens: int) -> tuple[list[ExampleRow], MatchedCounts]:
     """The corpus examples GRPO trained on beside its own samples, step by step from ``outcomes.jsonl``:
     each step's replayed trajectories (``ReplayPool``'s rotation, by the task each was replayed for) and,
     while the anchor's weight is above 0, its anchor batch (``AnchorBatches``: batch i starts at
     i x batch size, cycling over the examples with a loss id). Returns them with counts by kind."""
     pool = ReplayPool(examples, replay_max_tokens)
     rows = [e for e in examples if any(e["assistant_masks"][:anchor_max_tokens])]
-    taken: list[dict[str, Any]] = []
-    counts = {"replayed": 0, "anchor": 0, "updates": len(outcomes)}
+    taken: list[ExampleRow] = []
+    counts: MatchedCounts = {"replayed": 0, "anchor": 0, "updates": len(outcomes)}
     for index, row in enumerate(sorted(outcomes, key=lambda r: int(r["step"]))):
         for episode in row.get("episodes", []):
             if episode.get("replayed"):
@@ -63,11 +94,14 @@ def matched_examples(examples: list[dict[str, Any]], outcomes: list[dict[str, An
     return taken, counts
 
 
-def write_matched_corpus(corpus: Path, outcomes: list[dict[str, Any]], folder: Path, **rules: Any) -> dict[str, Any]:
+def write_matched_corpus(corpus: Path, outcomes: list[StepOutcomes], folder: Path, *, anchor: float, anchor_batch: int,
+                         anchor_decay_steps: int, anchor_max_tokens: int, replay_max_tokens: int) -> MatchedFacts:
     """The matched corpus in ``folder/corpus`` (duplicates kept: one line each time GRPO trained on an
     example) and what it holds in ``folder/matched.json``, which it returns. A GRPO stage with no replay and
     no anchor leaves nothing to match (``examples`` 0, no corpus): ``sft-matched`` is then GRPO's start.
     ``rules``: ``matched_examples``' keywords."""
+    rules: MatchRules = {"anchor": anchor, "anchor_batch": anchor_batch, "anchor_decay_steps": anchor_decay_steps,
+                         "anchor_max_tokens": anchor_max_tokens, "replay_max_tokens": replay_max_tokens}
     source = load_corpus(corpus)
     taken, counts = matched_examples(source.examples, outcomes, **rules)
     if taken:
@@ -75,13 +109,14 @@ def write_matched_corpus(corpus: Path, outcomes: list[dict[str, Any]], folder: P
         write_corpus(folder / "corpus", [Example(**{k: e[k] for k in fields}) for e in taken],
                      source.manifest["tokenizer"], {"sources": {"matched_to": str(corpus)}, "filters": {},
                                                     "records_read": len(taken), "dropped": {}})
-    facts = {**counts, "examples": len(taken), "rules": rules,
-             "effective_batch": max(1, round(len(taken) / max(1, counts["updates"])))}
+    facts: MatchedFacts = {"replayed": counts["replayed"], "anchor": counts["anchor"], "updates": counts["updates"],
+                           "examples": len(taken), "rules": rules,
+                           "effective_batch": max(1, round(len(taken) / max(1, counts["updates"])))}
     write_json_atomic(folder / MATCHED_FILE, facts, indent=2)
     return facts
 
 
-def read_matched(out: Path) -> dict[str, Any]:
+def read_matched(out: Path) -> MatchedFacts:
     """``OUT/matched/matched.json`` of an experiment folder, or {} when the stage has not written it."""
     path = out / "matched" / MATCHED_FILE
     return json.loads(path.read_text()) if path.is_file() else {}

@@ -20,10 +20,11 @@ import json
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from pdbgym.episode_defaults import EpisodeSettings, SettingsError, episode_defaults_for
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import JSONValue
 from pdbgym.train.experiment.recipe import SEED_RECIPE, unknown_departures
 
 VERSION = 1
@@ -141,7 +142,7 @@ class ExperimentConfig:
         """The seed the tasks are generated and split with."""
         return self.seed if self.task_seed is None else self.task_seed
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSONValue]:
         data = {k: v for k, v in asdict(self).items() if k != "source"}
         data["episodes"] = {k: data["episodes"][k] for k in EPISODE_KEYS}  # what the file sets, as digests hold
         return data
@@ -150,12 +151,19 @@ class ExperimentConfig:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+if TYPE_CHECKING:  # annotations only
+    from _typeshed import DataclassInstance
+
+Table = TypeVar("Table", bound="DataclassInstance")  # one of TABLES' settings classes
+# table -> key -> value laid over an experiment file's tables, as a command's flags give them (``pdbgym demo``)
+Overrides = dict[str, dict[str, JSONValue]]
+
 TABLES = {"tasks": TaskSettings, "split": SplitSettings, "episodes": EpisodeSettings, "sft": SFTSettings,
           "grpo": GRPOSettings, "eval": EvalSettings}
 TOP = {"version", "name", "base", "seed", "seeds", "task_seed", "departures", "quick", *TABLES}
 
 
-def _table(where: str, cls: type, values: Any, base: Any) -> Any:
+def _table(where: str, cls: type[Table], values: object, base: Table) -> Table:
     if not isinstance(values, dict):
         raise ExperimentError(f"{where}: expected a table, got {type(values).__name__}")
     known = set(EPISODE_KEYS) if cls is EpisodeSettings else {f.name for f in fields(cls)}
@@ -171,7 +179,7 @@ def _table(where: str, cls: type, values: Any, base: Any) -> Any:
         raise ExperimentError(f"{where}: {exc}") from exc
 
 
-def load_experiment(path: Path, quick: bool = False, over: dict[str, dict[str, Any]] | None = None) -> ExperimentConfig:
+def load_experiment(path: Path, quick: bool = False, over: Overrides | None = None) -> ExperimentConfig:
     """The experiment in ``path``, with its ``[quick]`` tables laid over when ``quick``, then ``over`` (table ->
     key -> value, as a command's flags give them: ``pdbgym demo``), every value checked as the file's are."""
     try:

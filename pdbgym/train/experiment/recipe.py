@@ -9,11 +9,55 @@ as an experiment file, for hardware that can run it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from pdbgym.episode_defaults import EpisodeSettings
+
+
+class _SFT(Protocol):
+    use_dora: bool
+    rank: int
+    epochs: float
+    candidates: list[int]
+    steps: int
+    lr: float
+    effective_batch: int
+
+
+class _GRPO(Protocol):
+    steps: int
+    curriculum: str
+
+
+class _Eval(Protocol):
+    runs: int
+    k: list[int]
+    temperature: float
+
+
+class RecipeSettings(Protocol):
+    """What the seed recipe's rows read of an experiment: ``config.ExperimentConfig``, which cannot be named
+    here (``config.py`` checks a file's ``[departures]`` against this module)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def sft(self) -> _SFT: ...
+
+    @property
+    def grpo(self) -> _GRPO: ...
+
+    @property
+    def eval(self) -> _Eval: ...
+
+    @property
+    def episodes(self) -> EpisodeSettings: ...
+
 
 # setting key (as a [departures] key) -> (what it is, the seed recipe's value, this experiment's value)
-SEED_RECIPE: dict[str, tuple[str, str, Callable[[Any], str]]] = {
+SEED_RECIPE: dict[str, tuple[str, str, Callable[[RecipeSettings], str]]] = {
     "seed": ("SFT seed", "42", lambda c: str(c.seed)),
     "sft.adapter": ("SFT adapter", "DoRA r24", lambda c: f"{'DoRA' if c.sft.use_dora else 'LoRA'} r{c.sft.rank}"),
     "sft.length": ("SFT length", "4 epochs", lambda c: f"{c.sft.epochs:g} epochs" if c.sft.epochs else
@@ -29,7 +73,7 @@ SEED_RECIPE: dict[str, tuple[str, str, Callable[[Any], str]]] = {
 }
 
 
-def departure_rows(config: Any, reasons: dict[str, str]) -> list[list[str]]:
+def departure_rows(config: RecipeSettings, reasons: Mapping[str, str]) -> list[list[str]]:
     """[what, the recipe's value, this experiment's, the file's reason] for each setting that departs."""
     rows = []
     for key, (what, recipe, ours) in SEED_RECIPE.items():
@@ -41,6 +85,6 @@ def departure_rows(config: Any, reasons: dict[str, str]) -> list[list[str]]:
     return rows
 
 
-def unknown_departures(reasons: dict[str, Any]) -> list[str]:
+def unknown_departures(reasons: Mapping[str, object]) -> list[str]:
     """``[departures]`` keys that name no setting of the recipe (a typo would hide a reason)."""
     return sorted(set(reasons) - set(SEED_RECIPE))

@@ -13,16 +13,16 @@ score next to its held-out score, and how much choosing on val inflated it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar, cast
 
 import numpy as np
 
 from pdbgym.evaluate.results import ResultsStore
 from pdbgym.evaluate.stats import estimate_mean, wilson_interval
 from pdbgym.fileio import read_jsonl
-from pdbgym.reportkit import fmt, md_bullets, md_table, pct
+from pdbgym.reportkit import EstimateDict, fmt, md_bullets, md_table, pct
 from pdbgym.tasks.difficulty import demands, rung, source_group
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.suites import resolve_tasks
@@ -35,15 +35,33 @@ from pdbgym.train.experiment.recipe import departure_rows
 from pdbgym.train.experiment.report_html import markdown_page
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
+from pdbgym.train.grpo.records import GRPORunRecord, StepOutcomes
+from pdbgym.train.grpo.report import read_outcomes
 from pdbgym.train.grpo.spread import spread_steps
-from pdbgym.train.grpo.trainer import OUTCOMES_FILE
+from pdbgym.train.grpo.valgate import read_gates
+from pdbgym.train.records import LogRow
+
+Column = TypeVar("Column", int, str)  # a held-out table's column: a rung, or a task set's label
 
 
 def _load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def plural(n: Any, word: str, many: str = "") -> str:
+def _run(out: Path) -> GRPORunRecord | None:
+    """The GRPO stage's ``grpo_run.json``; None before the stage has finished."""
+    path = out / "grpo" / "grpo_run.json"
+    return cast(GRPORunRecord, json.loads(path.read_text())) if path.is_file() else None
+
+
+class HeldOutCell(EstimateDict):
+    """Held-out pass@1 of one arm on one column's tasks, with how many tasks and episodes it is over."""
+
+    tasks: int
+    episodes: int
+
+
+def plural(n: int | str, word: str, many: str = "") -> str:
     """``n`` and ``word``, in the plural unless ``n`` is 1: ``plural(1, "task") == "1 task"``."""
     return f"{n} {word if n == 1 else many or word + 's'}"
 
@@ -54,7 +72,7 @@ def pct0(share: float | None) -> str:
     return text[1:] if text.startswith("-") and float(text[1:-1]) == 0 else text
 
 
-def _fact_value(value: Any) -> str:
+def _fact_value(value: object) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k} {_fact_value(v)}" for k, v in value.items())
     if isinstance(value, list | tuple):
@@ -66,7 +84,7 @@ def _fact_value(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def facts_text(facts: dict[str, Any]) -> str:
+def facts_text(facts: Mapping[str, object]) -> str:
     """A stage's facts as readable text: ``key: value`` pairs joined by ``; `` (a nested table's pairs as
     ``key value`` joined by commas), the stage's seconds left out (they have their own column)."""
     return "; ".join(f"{k}: {_fact_value(v)}" for k, v in facts.items() if k != "seconds") or "-"
@@ -97,12 +115,12 @@ def smoke_test_lines(config: ExperimentConfig) -> list[str]:
             "difference in it is a claim that training helped or hurt.", ""]
 
 
-def by_rung(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
+def by_rung(out: Path) -> dict[str, dict[int, HeldOutCell]]:
     """arm -> rung -> held-out pass@1 (mean, CI over the rung's tasks, episodes) from the eval campaign."""
     return held_out_by(out, lambda tasks: {task.instance_id: rung(demands(task)) for task in tasks})
 
 
-def by_task_set(out: Path, test_only: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+def by_task_set(out: Path, test_only: list[str]) -> dict[str, dict[str, HeldOutCell]]:
     """arm -> task set -> held-out pass@1, as :func:`by_rung`; a set is a family or suite of ``[tasks]``
     (``OUT/tasks/sets.json``; a folder from before it: the task's source), labelled with its rungs and, when
     ``[split] test_only`` held it out whole, so."""
@@ -122,36 +140,49 @@ def by_task_set(out: Path, test_only: list[str]) -> dict[str, dict[str, dict[str
     return held_out_by(out, columns)
 
 
-def held_out_by(out: Path, columns: Callable[[list[Task]], dict[str, Any]]) -> dict[str, dict[Any, dict[str, Any]]]:
+def held_out_by(out: Path, columns: Callable[[list[Task]], dict[str, Column]]) -> dict[str, dict[Column, HeldOutCell]]:
     """arm -> column -> held-out pass@1 (mean, CI over the column's tasks, episodes) from the eval campaign,
     ``columns`` giving each test task's column (instance id -> column)."""
     folder = out / "tasks" / "test"
     if not (out / "eval").is_dir() or not folder.is_dir():
         return {}
     rungs = columns(resolve_tasks(folder))
-    outcomes: dict[str, dict[Any, dict[str, list[int]]]] = {}
+    outcomes: dict[str, dict[Column, dict[str, list[int]]]] = {}
     for row in ResultsStore(out / "eval").rows():
         if row.instance_id in rungs:
             tasks = outcomes.setdefault(row.arm, {}).setdefault(rungs[row.instance_id], {})
             tasks.setdefault(row.instance_id, []).append(int(row.final_test_passed))
-    table: dict[str, dict[Any, dict[str, Any]]] = {}
+    table: dict[str, dict[Column, HeldOutCell]] = {}
     for arm, per_rung in outcomes.items():
         for level, tasks in sorted(per_rung.items()):
             rates = np.array([sum(v) / len(v) for v in tasks.values()])
             episodes = sum(len(v) for v in tasks.values())
-            table.setdefault(arm, {})[level] = {**estimate_mean(rates, max_n=episodes).to_dict(),
-                                                "tasks": len(tasks), "episodes": episodes}
+            estimate = cast(EstimateDict, estimate_mean(rates, max_n=episodes).to_dict())
+            table.setdefault(arm, {})[level] = {**estimate, "tasks": len(tasks), "episodes": episodes}
     return table
 
 
-def grpo_rungs(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+class RungRow(TypedDict):
+    """The GRPO run's on-policy episodes of one rung: played, solved, the rate with its 95% Wilson interval
+    (steps as clusters), the effective count, and the first and last quarter of steps' (solved, played)."""
+
+    played: int
+    solved: int
+    rate: float | None
+    ci: list[float | None]
+    effective: float
+    first: tuple[int, int]
+    last: tuple[int, int]
+
+
+def grpo_rungs(rows: list[LogRow]) -> dict[int, RungRow]:
     """rung -> the GRPO run's on-policy episodes of that rung: played, solved, the rate with a 95% Wilson
     interval (steps as clusters, ``clustered_proportion``), and the first and last quarter of steps'
     counts (from ``episodes/rung_R/*``)."""
     levels = sorted({int(key.split("/")[1].removeprefix("rung_")) for row in rows for key in row
                      if key.startswith("episodes/rung_") and key.endswith("/played")})
     quarter = max(1, len(rows) // 4)
-    table = {}
+    table: dict[int, RungRow] = {}
     for level in levels:
         counts = [(round(float(row.get(f"episodes/rung_{level}/solved", 0.0))),
                    round(float(row.get(f"episodes/rung_{level}/played", 0.0)))) for row in rows]
@@ -202,7 +233,7 @@ def _sft_choice_warning(choice: dict[str, Any]) -> list[str]:
     return []
 
 
-def hacking_notes(rows: list[dict[str, Any]]) -> list[str]:
+def hacking_notes(rows: list[LogRow]) -> list[str]:
     """A line on the GRPO run's tampered and verdict-refused on-policy episodes (its logged running totals,
     else the sum of the per-step counts); none when the steps logged neither."""
     found = {}
@@ -226,7 +257,7 @@ def hacking_cells(block: dict[str, Any]) -> list[Any]:
     return [block.get("episodes", "-"), "-" if tampered is None else tampered, block.get("refused", "-")]
 
 
-def _ci(block: dict[str, Any] | None) -> str:
+def _ci(block: EstimateDict | None) -> str:
     if not block:
         return "-"
     low, high = block.get("ci", [None, None])
@@ -245,14 +276,14 @@ def _pairs(summary: dict[str, Any], wanted: tuple[tuple[str, str], ...]) -> list
     return found
 
 
-def spread_lines(outcomes: list[dict[str, Any]], run: dict[str, Any], logged: int) -> list[str]:
+def spread_lines(outcomes: list[StepOutcomes], run: GRPORunRecord | None, logged: int) -> list[str]:
     """How many GRPO steps had reward spread among the policy's own episodes, the steps whose only spread
     came from replayed corpus trajectories apart (``grpo.spread``); a loud line when none had it."""
     if outcomes:
         spread = spread_steps(outcomes)
         on_policy, replay_only, steps = spread["on_policy"], spread["replay_only"], spread["steps"]
     else:  # a run folder from before outcomes.jsonl: TRL's count, replayed episodes included
-        on_policy, replay_only, steps = run.get("reward_signal_steps", 0), None, logged
+        on_policy, replay_only, steps = run.get("reward_signal_steps", 0) if run else 0, None, logged
     lines = [f"{on_policy} of {steps} steps had reward spread among their on-policy episodes (a group whose played "
              "episodes scored differently)" + (
                  f"; {plural(replay_only, 'more step')} had spread only between replayed corpus trajectories and "
@@ -408,9 +439,9 @@ def conclusion_lines(out: Path) -> list[str]:
 
 def grpo_lines(config: ExperimentConfig, out: Path) -> list[str]:
     """The GRPO steps, the learning checks, the on-policy rate by rung and the val gates."""
-    run = _load(out / "grpo" / "grpo_run.json")
-    rows = read_jsonl(out / "grpo" / "steps.jsonl").rows
-    gates = read_jsonl(out / "grpo" / "gates.jsonl").rows
+    run = _run(out)
+    rows = cast(list[LogRow], read_jsonl(out / "grpo" / "steps.jsonl").rows)
+    gates = read_gates(out / "grpo" / "gates.jsonl")
     per_step = config.grpo.group * config.grpo.tasks_per_step
     lines: list[str] = []
     lines += ["## GRPO steps", ""] + md_table(
@@ -425,9 +456,10 @@ def grpo_lines(config: ExperimentConfig, out: Path) -> list[str]:
          f"{fmt(r.get('engine/busy_s'), '.1f')} ({fmt(r.get('engine/prefill_s'), '.1f')})",
          fmt(r.get("engine/live_rows"), ".1f")] for r in rows]) + [""]
     check = learning_check(rows, per_step)
-    outcomes = read_jsonl(out / "grpo" / OUTCOMES_FILE).rows
+    outcomes = read_outcomes(out / "grpo")
     notes = spread_lines(outcomes, run, len(rows))
-    stopped_at = (run.get("nonfinite") or {}).get("stopped_at")
+    guard = run.get("nonfinite") if run else None
+    stopped_at = guard["stopped_at"] if guard else None
     if rows and len(rows) < config.grpo.steps:
         cap = f" (the {config.grpo.max_minutes:g}-minute cap)" if config.grpo.max_minutes else ""
         cap = " (non-finite gradients, steps in a row)" if stopped_at else cap
@@ -469,7 +501,7 @@ def heldout_lines(config: ExperimentConfig, out: Path) -> list[str]:
     summary = _load(out / "eval-summary.json")
     kl = _load(out / "kl.json").get("arms", {})
     validity = _load(out / "validity.json")
-    outcomes = read_jsonl(out / "grpo" / OUTCOMES_FILE).rows
+    outcomes = read_outcomes(out / "grpo")
     arms = summary.get("arms", {})
     no_signal = bool(outcomes) and not spread_steps(outcomes)["on_policy"]
 
@@ -515,10 +547,10 @@ def heldout_lines(config: ExperimentConfig, out: Path) -> list[str]:
 
 def stop_at_peak_lines(out: Path) -> list[str]:
     """The chosen GRPO checkpoint's val score beside its held-out score."""
-    run = _load(out / "grpo" / "grpo_run.json")
-    gates = read_jsonl(out / "grpo" / "gates.jsonl").rows
+    run = _run(out)
+    gates = read_gates(out / "grpo" / "gates.jsonl")
     arms = _load(out / "eval-summary.json").get("arms", {})
-    chosen = run.get("chosen")
+    chosen = run.get("chosen") if run else None
     gate = next((g for g in gates if g.get("checkpoint") == chosen), None)
     held = (arms.get("grpo") or {}).get("pass@1", {})
     lines = ["## Stop at peak", ""]
