@@ -7,7 +7,7 @@ nonce, so a line the program prints that looks like a pdb prompt is just output.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Literal, TypedDict, cast
 
 from pdbgym.sandbox.output import BoundedOutput
 
@@ -15,6 +15,50 @@ RECORD_START = b"\x1e"
 RECORD_END = b"\x1f"
 # A record bigger than this is not ours (a breakpoint table is a few KB); treat it as output.
 _MAX_RECORD_BYTES = 4 * 1024 * 1024
+
+
+class BreakpointSpec(TypedDict):
+    """A breakpoint as the session hands it to the launcher: ``file`` absolute, ``line`` 1-based."""
+
+    file: str
+    line: int
+    condition: str | None
+    enabled: bool
+    temporary: bool
+    funcname: str | None
+
+
+class BreakpointEntry(BreakpointSpec):
+    """A row of the launcher's breakpoint table: a spec and pdb's number for it."""
+
+    number: int
+
+
+class PromptRecord(TypedDict):
+    """pdb waits for a command; the breakpoints it holds."""
+
+    kind: Literal["prompt"]
+    breakpoints: list[BreakpointEntry]
+
+
+class EndedRecord(TypedDict):
+    """The program ended: ``reason`` finished, quit, restart or exception; ``status`` pytest's exit status
+    (a ``SystemExit`` code that is not an int as text; None after an exception)."""
+
+    kind: Literal["ended"]
+    reason: str
+    status: int | str | None
+
+
+class StaleRecord(TypedDict):
+    """A spare process found project modules it had imported from elsewhere (at most 20 named)."""
+
+    kind: Literal["stale"]
+    modules: list[str]
+
+
+# What the launcher (launcher.py) writes, nonce-tagged.
+LauncherRecord = PromptRecord | EndedRecord | StaleRecord
 
 
 class RecordScanner:
@@ -30,7 +74,7 @@ class RecordScanner:
         self.output = BoundedOutput(output_limit_bytes)
         self.pending = bytearray()
 
-    def feed(self, data: bytes) -> dict[str, Any] | None:
+    def feed(self, data: bytes) -> LauncherRecord | None:
         self.pending += data
         start = self.pending.find(self.opening)
         if start < 0:
@@ -47,12 +91,12 @@ class RecordScanner:
         payload = bytes(self.pending[len(self.opening) : end])
         del self.pending[: end + 1]
         try:
-            return json.loads(payload)
+            return cast(LauncherRecord, json.loads(payload))  # tagged with the nonce: the launcher wrote it
         except ValueError:
             self.output.feed(self.opening + payload + RECORD_END)
             return None
 
-    def next_record(self) -> dict[str, Any] | None:
+    def next_record(self) -> LauncherRecord | None:
         """A record already sitting in the held-back bytes, if any."""
         return self.feed(b"")
 

@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from pdbgym.debugger.breakpoints import Breakpoint, Edit, shift_breakpoints
-from pdbgym.debugger.protocol import RecordScanner
+from pdbgym.debugger.protocol import BreakpointSpec, LauncherRecord, PromptRecord, RecordScanner
 from pdbgym.errors import PdbgymError
 from pdbgym.sandbox import Limits, Sandbox, sandbox_env
 from pdbgym.sandbox.pty_process import PtyTerminal
@@ -84,7 +83,7 @@ class PdbReply:
 
 @dataclass
 class _Outcome:
-    record: dict[str, Any] | None = None
+    record: LauncherRecord | None = None
     output: str = ""
     exited: bool = False  # the process closed its terminal without an "ended" record
     timed_out: bool = False
@@ -256,7 +255,7 @@ class PdbSession:
             self.zygote = None
             self.close()
             outcome = self._handshake(self._launch(spare=False), breakpoints)
-        if outcome.record is None or outcome.record.get("kind") != "prompt":
+        if outcome.record is None or outcome.record["kind"] != "prompt":
             self._terminate()
             raise DebuggerError(
                 f"pdb did not reach its first prompt for {self.test_node!r} with {self.python}; "
@@ -316,7 +315,7 @@ class PdbSession:
 
     def _reply(self, outcome: _Outcome, interrupted: bool = False, note: str = "") -> PdbReply:
         record = outcome.record
-        if record is not None and record.get("kind") == "prompt":
+        if record is not None and record["kind"] == "prompt":
             self._update_breakpoints(record)
             return PdbReply(outcome.output, interrupted=interrupted, note=note)
         if record is not None and record.get("reason") == "quit":
@@ -331,7 +330,7 @@ class PdbSession:
             output=f"{outcome.output}\n{self.last_start_output}" if outcome.output else self.last_start_output,
             interrupted=interrupted, restarted=True, program_ended=why != "pdb quit",
             note=f"{note}{why}; the session was restarted at a fresh first prompt. {restart_note}".strip(),
-            exit_status=record.get("status") if record is not None and isinstance(record.get("status"), int) else None,
+            exit_status=status if record is not None and isinstance(status := record.get("status"), int) else None,
         )
 
     def _interrupt(self, output_so_far: str, timeout_s: float) -> PdbReply:
@@ -359,7 +358,7 @@ class PdbSession:
 
     # ----- breakpoints ------------------------------------------------------------------------
 
-    def _update_breakpoints(self, record: dict[str, Any]) -> None:
+    def _update_breakpoints(self, record: PromptRecord) -> None:
         live: dict[int, tuple[Breakpoint, int]] = {}
         for entry in record.get("breakpoints", []):
             number = int(entry["number"])
@@ -400,7 +399,7 @@ class PdbSession:
         except ValueError:
             return str(candidate)
 
-    def _launcher_spec(self, breakpoint_: Breakpoint) -> dict[str, Any]:
+    def _launcher_spec(self, breakpoint_: Breakpoint) -> BreakpointSpec:
         file = Path(breakpoint_.file)
         return {
             "file": str(file if file.is_absolute() else self.workspace / file), "line": breakpoint_.line,
@@ -422,12 +421,13 @@ def _restart_note(kept: list[Breakpoint], changes: list[tuple[Breakpoint, Breakp
     return " ".join(parts)
 
 
-def _describe_status(record: dict[str, Any]) -> str:
+def _describe_status(record: LauncherRecord) -> str:
     status = record.get("status")
     if record.get("reason") == "exception":
         return "the debugged program crashed"
     meanings = {0: "tests passed", 1: "tests failed", 2: "interrupted", 4: "usage error", 5: "no tests ran"}
-    return f"pytest exit status {status}: {meanings.get(status, 'see output')}"
+    meaning = meanings.get(status, "see output") if isinstance(status, int) else "see output"
+    return f"pytest exit status {status}: {meaning}"
 
 
 def _describe_returncode(returncode: int | None) -> str:

@@ -32,7 +32,10 @@ import threading
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: this module runs in the sandbox, before pytest's internals load
+    from _pytest.config import Config
 
 AGENT_LINES_ENV = "PDBGYM_AGENT_LINES"
 # Refused outright when the agent's code is responsible (see ``_responsible``).
@@ -165,13 +168,13 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
     normpath, join, getcwd = os.path.normpath, os.path.join, os.getcwd
     is_agent, is_library = agent.is_agent, agent.is_library
 
-    def agent_frame(frame: Any) -> bool:
+    def agent_frame(frame: types.FrameType) -> bool:
         return is_agent(frame.f_code.co_filename, frame.f_lineno)
 
-    def where(frame: Any) -> str:
+    def where(frame: types.FrameType) -> str:
         return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
-    def responsible() -> Any:
+    def responsible() -> types.FrameType | None:
         """The innermost frame below the audited operation that is not library code (None: only
         library code is running, as on a thread the agent's code started through a library)."""
         frame = getframe(3)  # 0 here, 1 the check, 2 the hook, 3 the code that raised the event
@@ -179,11 +182,11 @@ def install_audit_hook(agent: AgentCode) -> Callable[[], list[str]]:
             frame = frame.f_back
         return frame
 
-    def hands_frames(frame: Any) -> bool:
+    def hands_frames(frame: types.FrameType) -> bool:
         filename, name = frame.f_code.co_filename, frame.f_code.co_name
         return any(filename.endswith(end) and (names is None or name in names) for end, names in frame_handing)
 
-    def asks_for_frame() -> Any:
+    def asks_for_frame() -> types.FrameType | None:
         """The agent's frame that asked for a frame, itself or through library functions that hand
         theirs over (``inspect.stack``, ``traceback.walk_stack``, ``logging.currentframe``); None
         when a library took the frame for its own use (logging's caller lookup, a traceback's text)."""
@@ -301,7 +304,7 @@ class PristineCode:
     sources on demand, plainly and as pytest's assertion rewriter compiles them."""
 
     def __init__(self, root: str, is_protected: Callable[[str], bool],
-                 rewrite: Callable[[Path, Any], tuple[Any, types.CodeType]] | None) -> None:
+                 rewrite: Callable[[Path, Config | None], tuple[object, types.CodeType]] | None) -> None:
         self.root_prefix = root.rstrip(os.sep) + os.sep
         self.is_protected = is_protected
         self.rewrite = rewrite
@@ -313,7 +316,7 @@ class PristineCode:
         return filename.startswith(self.root_prefix) and filename.endswith(".py") \
             and self.is_protected(filename[len(self.root_prefix):])
 
-    def _index(self, filename: str, config: Any) -> dict[tuple[int, str], list[types.CodeType]]:
+    def _index(self, filename: str, config: Config | None) -> dict[tuple[int, str], list[types.CodeType]]:
         if filename in self.by_file:
             return self.by_file[filename]
         index: dict[tuple[int, str], list[types.CodeType]] = {}
@@ -332,7 +335,7 @@ class PristineCode:
         self.by_file[filename] = index
         return index
 
-    def mismatch(self, code: types.CodeType, config: Any) -> str | None:
+    def mismatch(self, code: types.CodeType, config: Config | None) -> str | None:
         """Why ``code`` is not the pristine code it claims to be (None: it is, or it claims no test file)."""
         if not self.covers(code.co_filename):
             return None
@@ -355,7 +358,7 @@ class _Unrelated:
         return object()
 
 
-def _code_of(value: Any) -> types.CodeType | None:
+def _code_of(value: object) -> types.CodeType | None:
     """The code behind a function, method, ``partialmethod``/``partial`` or wrapper (None: builtin)."""
     for _ in range(4):
         code = getattr(value, "__code__", None)

@@ -32,7 +32,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import pytest
 
@@ -49,6 +49,10 @@ from pdbgym.grading.guard import (
 )
 from pdbgym.grading.layout import import_roots, project_names
 from pdbgym.grading.protect import is_protected_path, protected_digests
+
+if TYPE_CHECKING:  # annotations only: the sandbox's start-up imports stay few
+    from collections.abc import Generator
+    from types import CodeType, FrameType
 
 CHANNEL_ENV = "PDBGYM_RESULT_CHANNEL"
 KEY_ENV = "PDBGYM_RUN_KEY"  # a secret per run that every record carries (the host checks it)
@@ -102,6 +106,22 @@ def _subtest_report_types() -> tuple[type, ...]:
     return (SubtestReport,)
 
 
+class _RunState(TypedDict):
+    """What the hooks of one run share: record and phase counters, the collected tests' functions and code,
+    the findings so far, the snapshot of pytest's callables (``snap``) and the run's config."""
+
+    seq: int
+    phases: int
+    collect_errors: int
+    subtests: int
+    tests: dict[str, tuple[object, CodeType]]
+    changed: list[str]
+    items: list[str]
+    entered: set[str]
+    snap: NotRequired[dict[tuple[str, ...], object]]
+    config: NotRequired[pytest.Config]
+
+
 class ReportPlugin:
     """The object registered with pytest: its hooks are the closures :func:`_build` makes, held as instance
     attributes (plain functions, so nothing is looked up through a class when pytest calls them).
@@ -111,7 +131,7 @@ class ReportPlugin:
     ``types.SimpleNamespace`` (unhashable) ended such runs in an INTERNALERROR.
     """
 
-    def __init__(self, **hooks: Callable[..., None]) -> None:
+    def __init__(self, **hooks: Callable[..., object]) -> None:
         vars(self).update(hooks)
 
 
@@ -127,7 +147,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
     getattr_, isinstance_, callable_, vars_, type_ = getattr, isinstance, callable, vars, type
     descriptors = (property, staticmethod, classmethod)
     protected = is_protected_path
-    state: dict[str, Any] = {"seq": 0, "phases": 0, "collect_errors": 0, "subtests": 0, "tests": {}, "changed": [],
+    state: _RunState = {"seq": 0, "phases": 0, "collect_errors": 0, "subtests": 0, "tests": {}, "changed": [],
                              "items": [], "entered": set()}
     sha256, join, isfile = hashlib.sha256, os.path.join, os.path.isfile
     digests = protected_digests(root) if root else {}
@@ -175,7 +195,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
         except OSError:
             return None
 
-    def send(record: dict[str, Any]) -> None:
+    def send(record: dict[str, object]) -> None:
         if fd is None:
             return
         record["seq"] = state["seq"]
@@ -232,7 +252,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
                 dirs.append(dirname(abspath(module.__file__)))
         return tuple_(dirs)
 
-    def hook_problem(hook_name: str, function: Any, config: Any, root: str) -> str | None:
+    def hook_problem(hook_name: str, function: object, config: pytest.Config | None, root: str) -> str | None:
         """Why a hook implementation is not trusted: pytest, pluggy, pytest-timeout and this plugin are;
         a conftest or test file only with its pristine code; other project code only when the agent did
         not change it (in a run without agent code, all of it). The implementation is unwrapped (bound
@@ -247,7 +267,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
                 return problem
         return None
 
-    def code_problem(hook_name: str, code: Any, config: Any, root: str) -> str | None:
+    def code_problem(hook_name: str, code: CodeType, config: pytest.Config | None, root: str) -> str | None:
         filename = abspath(code.co_filename)
         if filename.startswith(trusted_dirs()):
             return None
@@ -260,7 +280,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
                 return None
         return f"hook {hook_name} implemented by untrusted code in {filename}"
 
-    def check_hooks(session: Any, root: str) -> list[str]:
+    def check_hooks(session: pytest.Session, root: str) -> list[str]:
         problems = []
         for hook_name, caller in list_(vars_(session.config.pluginmanager.hook).items()):
             for impl in getattr_(caller, "get_hookimpls", list_)():
@@ -287,7 +307,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
         return problems
 
     @pytest.hookimpl
-    def pytest_collection_finish(session: Any) -> None:
+    def pytest_collection_finish(session: pytest.Session) -> None:
         for item in session.items:
             if not isinstance_(item, Function):
                 continue  # doctests and items of a conftest's own collector have no test function
@@ -307,7 +327,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
         state["snap"] = {**snapshot(), **state["snap"]}
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collectstart(collector: Any) -> None:
+    def pytest_collectstart(collector: pytest.Collector) -> None:
         # A test module or conftest is read right after this; the project's code may have run since.
         path = str_(getattr_(collector, "path", "") or "")
         if root and path.startswith(root + sep):
@@ -315,7 +335,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
             check_files([rel, join(rel, "conftest.py")], "before pytest read it")
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_logreport(report: Any) -> None:
+    def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         if isinstance_(report, subtest_reports):
             # Each subtest is one more "call" report of its test: sent as its own kind, so the test's own
             # phases stay one record each (the verdict counts a failed subtest against its test).
@@ -331,7 +351,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
               "outcome": str_(report.outcome), "xfail": bool_(getattr_(report, "wasxfail", False))})
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-    def pytest_runtest_call(item: Any) -> Any:
+    def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         # An independent sign that the pristine test body ran: a profile hook that lives only from here
         # until the test's collected code object is entered (pytest calls it a few frames down), then
         # gives the previous hook back. A test reported passed whose code was never entered is forged.
@@ -341,7 +361,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
             return
         code, previous, nodeid = entry[1], getprofile(), item.nodeid
 
-        def watch(frame: Any, event: str, arg: Any) -> None:
+        def watch(frame: FrameType, event: str, arg: object) -> None:
             if event == "call" and frame.f_code is code:
                 state["entered"].add(nodeid)
                 setprofile(previous)
@@ -354,7 +374,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
                 setprofile(previous)
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collectreport(report: Any) -> None:
+    def pytest_collectreport(report: pytest.CollectReport) -> None:
         # A test module that fails to import (a syntax error, a name the tests import gone) is an error
         # in pytest's closing line and yields no test phases: its record keeps the two in agreement.
         if report.failed:
@@ -362,11 +382,11 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
             send({"kind": "collect", "nodeid": str_(report.nodeid), "outcome": "failed"})
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_configure(config: Any) -> None:
+    def pytest_configure(config: pytest.Config) -> None:
         state["config"] = config
 
     @pytest.hookimpl
-    def pytest_plugin_registered(plugin: Any, manager: Any) -> None:
+    def pytest_plugin_registered(plugin: object, manager: pytest.PytestPluginManager) -> None:
         # Checked as it arrives: a plugin that unregisters itself before the end is seen here. (Its name
         # is asked of the manager: pytest 7's hook has no ``plugin_name`` argument.)
         plugin_name = manager.get_name(plugin)
@@ -379,7 +399,7 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
                     state["items"].append(f"plugin {plugin_name!r} registered during the run: {problem}")
 
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(session: Any) -> None:
+    def pytest_sessionfinish(session: pytest.Session) -> None:
         root = str_(session.config.rootpath)
         check_files(list_(digests), "during the run")
         problems = state["changed"] + check_snapshot() + check_hooks(session, root) + check_tests(root) + \

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Literal, TypedDict, TypeVar, cast
 
 from pdbgym.errors import SandboxError
 from pdbgym.sandbox.base import Sandbox, make_raw
@@ -50,6 +50,42 @@ class ZygoteError(SandboxError):
     starts a fresh interpreter instead."""
 
 
+class TestRequest(TypedDict):
+    """The hardened run (``launch.py ROOT ARGS``), sent with the output pipe and the result channel."""
+
+    op: Literal["test"]
+    root: str
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+class PdbRequest(TypedDict):
+    """The pdb session (``launcher.py ARGV``), sent with the pty's slave end."""
+
+    op: Literal["pdb"]
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+
+
+class SweepRequest(TypedDict):
+    op: Literal["sweep"]
+
+
+Request = TestRequest | PdbRequest | SweepRequest
+
+
+class SweepAccount(TypedDict):
+    """The server's answer to a sweep: ``ok`` when nothing was left over; processes killed, entries removed,
+    and what could not be made clean (at most 20 lines)."""
+
+    ok: bool
+    killed: int
+    removed: int
+    problems: list[str]
+
+
 class _SpawnerThread:
     """The thread every server is started from. bwrap's ``--die-with-parent`` is the parent-death signal,
     which fires when the *thread* that started it ends: a server started from a worker thread (an episode
@@ -59,7 +95,7 @@ class _SpawnerThread:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._owner = -1
-        self._requests: queue.Queue[tuple[Callable[[], Any], queue.Queue[tuple[bool, Any]]]] = queue.Queue()
+        self._requests: queue.Queue[tuple[Callable[[], object], queue.Queue[tuple[bool, object]]]] = queue.Queue()
 
     def call(self, work: Callable[[], T]) -> T:
         with self._lock:
@@ -68,15 +104,15 @@ class _SpawnerThread:
                 self._requests = queue.Queue()
                 threading.Thread(target=self._serve, args=(self._requests,), name="pdbgym-zygote-spawner",
                                  daemon=True).start()
-            answer: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+            answer: queue.Queue[tuple[bool, object]] = queue.Queue(maxsize=1)
             self._requests.put((work, answer))
         ok, value = answer.get()
         if not ok:
-            raise value
-        return value
+            raise cast(BaseException, value)
+        return cast(T, value)  # what ``work`` returned
 
     @staticmethod
-    def _serve(requests: queue.Queue[tuple[Callable[[], Any], queue.Queue[tuple[bool, Any]]]]) -> None:
+    def _serve(requests: queue.Queue[tuple[Callable[[], object], queue.Queue[tuple[bool, object]]]]) -> None:
         while True:
             work, answer = requests.get()
             try:
@@ -88,7 +124,7 @@ class _SpawnerThread:
 _spawner = _SpawnerThread()
 
 
-def _receive(sock: socket.socket, timeout_s: float) -> tuple[dict[str, Any] | None, list[int]]:
+def _receive(sock: socket.socket, timeout_s: float) -> tuple[dict[str, object] | None, list[int]]:
     """One message and the descriptors it carries; (None, []) at EOF, {} for a packet that is not a JSON
     object. Raises ZygoteError on timeout."""
     ready, _, _ = select.select([sock], [], [], max(timeout_s, 0.0))
@@ -138,7 +174,8 @@ class _Job:
         if message is None or "exit" not in message:
             self.server_gone = True
         else:
-            self.exit_code, self.reported = message["exit"], True
+            code = message["exit"]  # the server's waitstatus of the job, as an exit code
+            self.exit_code, self.reported = (code if isinstance(code, int) else None), True
         return True
 
     def kill(self) -> None:
@@ -272,7 +309,7 @@ class Zygote:
 
     # ----- requests -----------------------------------------------------------------------------------------
 
-    def _request(self, request: dict[str, Any], fds: list[int]) -> socket.socket:
+    def _request(self, request: Request, fds: list[int]) -> socket.socket:
         """Send ``request`` with a fresh reply socket and ``fds`` (closed here, sent or not)."""
         reply_host, reply_server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -290,7 +327,7 @@ class Zygote:
                 os.close(fd)
         return reply_host
 
-    def _answer(self, reply: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    def _answer(self, reply: socket.socket) -> tuple[dict[str, object] | None, list[int]]:
         """The first answer on ``reply``; a server silent past ``ANSWER_TIMEOUT_S`` (stopped by a signal, say)
         is stopped for good, so every later request fails at once."""
         try:
@@ -300,7 +337,7 @@ class Zygote:
             self.stop()
             raise
 
-    def _start(self, request: dict[str, Any], fds: list[int]) -> _Job:
+    def _start(self, request: TestRequest | PdbRequest, fds: list[int]) -> _Job:
         reply = self._request(request, fds)
         message, received = self._answer(reply)
         if message is None or "pid" not in message or len(received) != 1:
@@ -346,7 +383,7 @@ class Zygote:
             raise
         return ZygotePty(job, master_fd)
 
-    def sweep(self) -> dict[str, Any]:
+    def sweep(self) -> SweepAccount:
         """Kill every process of the sandbox but the server and remove what they left in its private
         writable places; returns the server's account (``ok``, ``killed``, ``removed``, ``problems``)."""
         reply = self._request({"op": "sweep"}, [])
@@ -356,7 +393,7 @@ class Zygote:
             os.close(fd)
         if message is None or "ok" not in message:
             raise ZygoteError("the pytest fork server ended during a sweep")
-        return message
+        return cast(SweepAccount, message)  # the server's own answer (grading/server.py's ``sweep``)
 
 
 def _pump(out_fd: int, job: _Job, output: BoundedOutput, deadline: float) -> bool:
@@ -377,7 +414,7 @@ def _pump(out_fd: int, job: _Job, output: BoundedOutput, deadline: float) -> boo
                 return True
             elif gone_at is not None and now >= gone_at + EXIT_REPORT_GRACE_S:
                 return False  # the process is gone and the server is silent: run_test refuses the run
-            watched: list[Any] = [out_fd] if output_open else []
+            watched: list[int | socket.socket] = [out_fd] if output_open else []
             if not ended:
                 watched.append(job.reply)
                 if gone_at is None:
