@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from pdbgym.env import files, zygotes
-from pdbgym.env.tools import Action, ActionError, StepResult, check_args
+from pdbgym.env.tools import Action, ActionError, StepInfo, StepResult, ToolArgs, check_args
 from pdbgym.episode_defaults import EPISODE, check_setting
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import write_json_atomic
-from pdbgym.grading.grader import GradeResult, agent_lines, grade, grading_preview
+from pdbgym.fileio import JSONValue, write_json_atomic
+from pdbgym.grading.grader import GradeResult, GradingDict, agent_lines, grade, grading_preview
 from pdbgym.grading.testrun import run_tests
 from pdbgym.sandbox import Sandbox, Workspace, get_sandbox
 from pdbgym.sandbox.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.taskenv import task_sandbox, task_session
-from pdbgym.tasks.wrongsite import wrong_site_outcome
+from pdbgym.tasks.wrongsite import WrongSiteOutcome, wrong_site_outcome
 from pdbgym.termination import TERMINATION_REASONS
 
 
@@ -51,6 +52,49 @@ class EnvConfig:
         check_setting("turn_budget", self.turn_budget)  # EpisodeSettings' rule: a budget of 0 plays nothing
 
 
+class EpisodeResultDict(TypedDict):
+    """``EpisodeResult.to_dict()``: the transcript's ``result``."""
+
+    instance_id: str
+    termination_reason: str
+    final_test_passed: bool
+    actions_used: int
+    duration_s: float
+    detail: str
+    grading: GradingDict
+    wrong_site: WrongSiteOutcome | None
+
+
+class StepRecord(TypedDict):
+    """One step of the transcript: its number, the action as given (absent when it was no action at all),
+    what was wrong with it, the observation and how long the step took."""
+
+    index: int
+    tool: NotRequired[str]
+    args: NotRequired[dict[str, JSONValue]]
+    error: NotRequired[str]
+    observation: NotRequired[str]
+    duration_s: NotRequired[float]
+
+
+class SandboxInfo(TypedDict):
+    backend: str
+    isolated: bool
+
+
+class Transcript(TypedDict):
+    """What ``DebugEnv.write_transcript`` writes: the task, the env's settings (``asdict(EnvConfig)``), the
+    sandbox, the first observation, every step and the result (None while the episode runs)."""
+
+    instance_id: str
+    task_path: str
+    config: dict[str, object]
+    sandbox: SandboxInfo
+    initial_observation: str
+    steps: list[StepRecord]
+    result: EpisodeResultDict | None
+
+
 @dataclass
 class EpisodeResult:
     instance_id: str
@@ -59,10 +103,10 @@ class EpisodeResult:
     actions_used: int
     duration_s: float
     detail: str = ""
-    grading: dict[str, Any] = field(default_factory=dict)
+    grading: GradingDict = field(default_factory=lambda: GradingDict())  # {}: never graded
     # Tasks with wrong-site information only: {"touched", "sites", "touched_sites"} of the final edits
     # (pdbgym.tasks.wrongsite); None for tasks without it or an episode that never had a workspace.
-    wrong_site: dict[str, Any] | None = None
+    wrong_site: WrongSiteOutcome | None = None
 
     @property
     def wrong_site_touched(self) -> bool | None:
@@ -70,8 +114,8 @@ class EpisodeResult:
         touched = None if self.wrong_site is None else self.wrong_site.get("touched")
         return None if touched is None else bool(touched)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> EpisodeResultDict:
+        return cast(EpisodeResultDict, asdict(self))  # asdict's copy of exactly these fields
 
 
 def bound_text(text: str, limit: int) -> str:
@@ -100,7 +144,7 @@ class DebugEnv:
         self.session = None
         self.result: EpisodeResult | None = None
         self.actions_used = 0
-        self._steps: list[dict[str, Any]] = []
+        self._steps: list[StepRecord] = []
         self._initial_observation = ""
         self._started = 0.0
         self._disk: DiskGuard | None = None
@@ -162,18 +206,17 @@ class DebugEnv:
 
     # -- stepping ------------------------------------------------------------------------------
 
-    def step(self, action: Action | dict[str, Any]) -> StepResult:
+    def step(self, action: Action | Mapping[str, JSONValue]) -> StepResult:
         if self.result is not None:
             return StepResult("The episode is over.", True, self._info())
         started = time.perf_counter()
         self.actions_used += 1
-        record: dict[str, Any] = {"index": self.actions_used}
+        record: StepRecord = {"index": self.actions_used}
         done = False
         try:
             action = Action.coerce(action)
-            record.update(tool=action.tool, args=action.args)
-            check_args(action)
-            observation, done = self._dispatch(action)
+            record["tool"], record["args"] = action.tool, action.args
+            observation, done = self._dispatch(action.tool, check_args(action))
         except ActionError as exc:
             observation = f"Error: {exc}"
             record["error"] = str(exc)
@@ -198,26 +241,25 @@ class DebugEnv:
             observation += f"\n\nThe turn budget ({self.config.turn_budget}) is used up; the episode ends."
             done = True
         observation = bound_text(observation, self.config.observation_max_chars)
-        record.update(observation=observation, duration_s=round(time.perf_counter() - started, 4))
+        record["observation"], record["duration_s"] = observation, round(time.perf_counter() - started, 4)
         self._steps.append(record)
         return StepResult(observation, done, self._info())
 
-    def _dispatch(self, action: Action) -> tuple[str, bool]:
-        args = action.args
-        if action.tool == "pdb":
+    def _dispatch(self, tool: str, args: ToolArgs) -> tuple[str, bool]:
+        if tool == "pdb":
             return self._pdb(args["command"]), False
-        if action.tool == "view":
+        if tool == "view":
             return files.view(self.ws, args["path"], args.get("start"), args.get("end")), False
-        if action.tool == "edit":
+        if tool == "edit":
             return self._edit(args), False
-        if action.tool == "run_tests":
+        if tool == "run_tests":
             nodes = self.task.all_tests if args.get("which") == "all" else self.task.FAIL_TO_PASS
             return self._run_tests(nodes), False
-        if action.tool == "submit":
+        if tool == "submit":
             result = self._finish_graded("submitted")
             verdict = "All tests pass." if result.final_test_passed else "Some tests still fail."
             return f"Submitted. {verdict}\n{self._grading_summary()}", True
-        raise ActionError(f"unknown tool '{action.tool}'")
+        raise ActionError(f"unknown tool '{tool}'")
 
     def _run_tests(self, nodes: list[str]) -> str:
         """The agent's own run, in its workspace, through the hardened runner. What it shows is for the
@@ -252,7 +294,7 @@ class DebugEnv:
             parts.append(f"[{reply.note}]")
         return "\n".join(p for p in parts if p)
 
-    def _edit(self, args: dict[str, Any]) -> str:
+    def _edit(self, args: ToolArgs) -> str:
         if "old" in args or "new" in args:
             if "old" not in args or "new" not in args or {"start", "end", "new_text"} & set(args):
                 raise ActionError("edit takes either (path, old, new) or (path, start, end, new_text)")
@@ -278,7 +320,7 @@ class DebugEnv:
         reason = "solved" if graded.final_test_passed else "finish_unresolved"
         return self._finish(reason, how, graded, wrong_site)
 
-    def _wrong_site(self) -> dict[str, Any] | None:
+    def _wrong_site(self) -> WrongSiteOutcome | None:
         """Read from the workspace before grading, once the agent's processes are gone."""
         self._end_agent_processes()
         return wrong_site_outcome(self.task, self.ws) if self.workspace is not None else None
@@ -297,7 +339,7 @@ class DebugEnv:
         self._zygote.stop()
 
     def _finish(self, reason: str, detail: str, graded: GradeResult | None = None,
-                wrong_site: dict[str, Any] | None = None) -> EpisodeResult:
+                wrong_site: WrongSiteOutcome | None = None) -> EpisodeResult:
         if reason not in TERMINATION_REASONS:
             raise PdbgymError(f"unknown termination reason '{reason}'; use one of {TERMINATION_REASONS}")
         self._stop_disk_guard()  # no command of the agent's runs from here on
@@ -349,26 +391,25 @@ class DebugEnv:
         return self.result
 
     def _grading_summary(self) -> str:
-        grading = self.result.grading if self.result else {}
-        rows = [f"  {o:>8}  {n}" for part in ("FAIL_TO_PASS", "PASS_TO_PASS") for n, o in grading.get(part, {}).items()]
+        grading: GradingDict = self.result.grading if self.result else {}
+        outcomes = (grading.get("FAIL_TO_PASS", {}), grading.get("PASS_TO_PASS", {}))
+        rows = [f"  {o:>8}  {n}" for part in outcomes for n, o in part.items()]
         if grading.get("tampered"):
             rows.insert(0, "  TAMPERED: the test results were forged; graded unsolved: " + grading["tampered"][0])
         rows += [f"  ignored by grading: {path}: {why}" for path, why in list(grading.get("ignored_files", {}).items())[:10]]
         return "\n".join(rows)
 
-    def _info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"actions_used": self.actions_used}
+    def _info(self) -> StepInfo:
+        info: StepInfo = {"actions_used": self.actions_used}
         if self.result is not None:
-            info.update(
-                termination_reason=self.result.termination_reason,
-                final_test_passed=self.result.final_test_passed,
-            )
+            info["termination_reason"] = self.result.termination_reason
+            info["final_test_passed"] = self.result.final_test_passed
         return info
 
     # -- transcript --------------------------------------------------------------------------------
 
     @property
-    def transcript(self) -> dict[str, Any]:
+    def transcript(self) -> Transcript:
         return {
             "instance_id": self.task.instance_id,
             "task_path": str(self.task.path),

@@ -2,10 +2,59 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, NotRequired, TypedDict, cast
 
-TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
+from pdbgym.fileio import JSONValue
+
+
+class ArgumentSchema(TypedDict):
+    """One argument of a tool: its JSON type (``string`` or ``integer``), what it means, its allowed values."""
+
+    type: Literal["string", "integer"]
+    description: NotRequired[str]
+    enum: NotRequired[list[str]]
+
+
+class Parameters(TypedDict):
+    """A tool's arguments as a JSON-schema object."""
+
+    type: Literal["object"]
+    properties: dict[str, ArgumentSchema]
+    required: list[str]
+
+
+class ToolSchema(TypedDict):
+    description: str
+    parameters: Parameters
+
+
+class FunctionSpec(ToolSchema):
+    name: str
+
+
+class ToolSpec(TypedDict):
+    """A tool in OpenAI function-calling format."""
+
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class ToolArgs(TypedDict, total=False):
+    """The arguments of every tool, as ``check_args`` lets them through (each tool takes those of its schema)."""
+
+    command: str  # pdb
+    path: str  # view, edit
+    start: int
+    end: int
+    new_text: str  # edit by line range
+    old: str  # edit by string
+    new: str
+    which: str  # run_tests: failing or all
+
+
+TOOL_SCHEMAS: dict[str, ToolSchema] = {
     "pdb": {
         "description": (
             "Send one command to the live pdb session running the failing test (b, c, n, s, r, p, pp, l, "
@@ -69,11 +118,16 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
 TOOL_NAMES = tuple(TOOL_SCHEMAS)
 
 
-def tool_specs() -> list[dict[str, Any]]:
+def tool_specs() -> list[ToolSpec]:
     """The tools in OpenAI function-calling format."""
     return [
         {"type": "function", "function": {"name": name, **schema}} for name, schema in TOOL_SCHEMAS.items()
     ]
+
+
+class ActionDict(TypedDict):
+    tool: str
+    args: dict[str, JSONValue]
 
 
 @dataclass(frozen=True)
@@ -81,18 +135,18 @@ class Action:
     """One tool call: ``tool`` is a name from ``TOOL_NAMES``, ``args`` its arguments."""
 
     tool: str
-    args: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, JSONValue] = field(default_factory=dict)  # as the model gave them: ``check_args`` checks
 
     @classmethod
-    def coerce(cls, action: Action | dict[str, Any]) -> Action:
+    def coerce(cls, action: Action | Mapping[str, JSONValue]) -> Action:
         if isinstance(action, Action):
             return action
-        if isinstance(action, dict) and isinstance(action.get("tool"), str):
+        if isinstance(action, dict) and isinstance(tool := action.get("tool"), str):
             args = action.get("args", {})
-            return cls(tool=action["tool"], args=args if isinstance(args, dict) else {"_invalid": args})
+            return cls(tool=tool, args=args if isinstance(args, dict) else {"_invalid": args})
         raise ActionError(f"an action must be {{'tool': NAME, 'args': {{...}}}}, got {action!r:.200}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ActionDict:
         return {"tool": self.tool, "args": self.args}
 
 
@@ -100,12 +154,12 @@ class ActionError(ValueError):
     """A malformed action; its message becomes the observation."""
 
 
-def check_args(action: Action) -> None:
-    """Raise ActionError naming the problem when the action does not fit its tool's schema."""
+def check_args(action: Action) -> ToolArgs:
+    """``action.args`` as its tool's arguments; ActionError naming the problem when they do not fit its schema."""
     if action.tool not in TOOL_SCHEMAS:
         raise ActionError(f"unknown tool '{action.tool}'. Tools: {', '.join(TOOL_NAMES)}.")
     schema = TOOL_SCHEMAS[action.tool]["parameters"]
-    props: dict[str, Any] = schema["properties"]
+    props = schema["properties"]
     unknown = sorted(set(action.args) - set(props))
     if unknown:
         raise ActionError(f"tool '{action.tool}' has no argument(s) {unknown}; it takes {sorted(props) or 'none'}.")
@@ -120,13 +174,22 @@ def check_args(action: Action) -> None:
         allowed = props[name].get("enum")
         if allowed and value not in allowed:
             raise ActionError(f"argument '{name}' of '{action.tool}' must be one of {allowed}, got {value!r}.")
+    return cast(ToolArgs, action.args)  # each name known, each value of its schema's type
+
+
+class StepInfo(TypedDict):
+    """What a step tells besides its observation: turns used, and how the episode ended once it has."""
+
+    actions_used: int
+    termination_reason: NotRequired[str]
+    final_test_passed: NotRequired[bool]
 
 
 @dataclass
 class StepResult:
     observation: str
     done: bool
-    info: dict[str, Any] = field(default_factory=dict)
+    info: StepInfo
 
-    def __iter__(self):  # lets callers unpack ``obs, done, info = env.step(a)``
+    def __iter__(self) -> Iterator[str | bool | StepInfo]:  # lets callers unpack ``obs, done, info = env.step(a)``
         return iter((self.observation, self.done, self.info))

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from pdbgym.grading.guard import AgentLines
 from pdbgym.grading.protect import is_protected_path, protected_digests
@@ -37,6 +38,23 @@ from pdbgym.sandbox.diskguard import EXTRA_BYTES, EXTRA_FILES, DiskGuard
 GRADING_EXTRA_BYTES, GRADING_EXTRA_FILES = EXTRA_BYTES, EXTRA_FILES
 
 __all__ = ["GradeResult", "grade", "grading_preview", "is_protected_path"]
+
+
+class GradingDict(TypedDict, total=False):
+    """``GradeResult.to_dict()``, as an episode's result keeps it: every key, or none (``{}``) for an episode
+    that was never graded. The tests' outcomes by node id; the files grading took and why it left the others."""
+
+    final_test_passed: bool
+    FAIL_TO_PASS: dict[str, str]
+    PASS_TO_PASS: dict[str, str]
+    changed_files: list[str]
+    ignored_files: dict[str, str]
+    tampered: list[str]
+    refused: list[str]
+    diff: str
+    timed_out: bool
+    duration_s: float
+    output: str
 
 
 @dataclass
@@ -61,7 +79,7 @@ class GradeResult:
     timed_out: bool = False
     duration_s: float = 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> GradingDict:
         return {
             "final_test_passed": self.final_test_passed,
             "FAIL_TO_PASS": self.fail_to_pass,

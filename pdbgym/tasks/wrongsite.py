@@ -31,7 +31,7 @@ import ast
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from pdbgym.errors import TaskFormatError
 from pdbgym.sandbox import beneath
@@ -85,7 +85,7 @@ def _parse(task: Task, path: str) -> ast.Module:
         raise TaskFormatError(f"{task.instance_id}: wrong site file {path} does not parse: {exc}") from exc
 
 
-def _declared_sites(task: Task, declared: Any) -> list[WrongSite]:
+def _declared_sites(task: Task, declared: object) -> list[WrongSite]:
     if not isinstance(declared, list) or not all(isinstance(d, dict) for d in declared):
         raise TaskFormatError(f"{task.instance_id}: wrong_site must be a list of {{\"path\", \"function\"}} objects")
     sites = []
@@ -157,7 +157,17 @@ def _touches(site: WrongSite, opcodes: list[tuple[str, int, int, int, int]], fin
     return False
 
 
-def wrong_site_outcome(task: Task, workspace: Path) -> dict[str, Any] | None:
+class WrongSiteOutcome(TypedDict):
+    """Whether the final edits touched the task's wrong site (None: the task's wrong-site fields are malformed,
+    said in ``error``), its sites and the touched ones, as ``WrongSite.label()`` texts."""
+
+    touched: bool | None
+    sites: list[str]
+    touched_sites: list[str]
+    error: NotRequired[str]
+
+
+def wrong_site_outcome(task: Task, workspace: Path) -> WrongSiteOutcome | None:
     """``{"touched", "sites", "touched_sites"}`` for the edits left in ``workspace``; None without info.
 
     ``sites`` and ``touched_sites`` are ``WrongSite.label()`` texts. ``workspace`` is the agent's copy
