@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import Task
-from pdbgym.tasks.splits import check_splits, empty_split_hint, load_splits, split_item
+from pdbgym.tasks.splits import SplitItem, check_splits, empty_split_hint, load_splits, split_item
 from pdbgym.tasks.suites import resolve_tasks
 
 
@@ -43,7 +43,7 @@ def tasks_for_split(spec: str, split: str | None, splits_file: Path | None) -> l
     return [by_id[item["instance_id"]] for item in splits[split]]
 
 
-def require_tasks_in_split(splits: dict[str, list[dict]], split: str, splits_file: Path) -> None:
+def require_tasks_in_split(splits: dict[str, list[SplitItem]], split: str, splits_file: Path) -> None:
     """Refuse to evaluate an empty split: it would run 0 episodes and report nothing, silently."""
     if not splits.get(split):
         sizes = ", ".join(f"{name}: {len(items)}" for name, items in splits.items())

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import TaskID
 from rich.table import Table
 
 from pdbgym.commandapp import command_app
@@ -68,7 +69,9 @@ def ladder_command(
         for column in columns:
             table.add_column(column, justify="right")
         for row in data["tasks"]:
-            table.add_row(row["instance_id"], *(str(row[c]) for c in columns))
+            values = (row["patch_lines"], row["files"], row["hunks"], row["oracle_actions"], row["fix_distance"],
+                      row["site_named"], row["rung"])  # in the order of ``columns``
+            table.add_row(row["instance_id"], *(str(value) for value in values))
         print_whole(table, console)
     counts = Table(title=f"tasks per rung in {spec}")
     counts.add_column("source", no_wrap=True)
@@ -96,7 +99,7 @@ def validate_command(
 
     box = get_sandbox(sandbox)
     with progress(Console(stderr=True), disable=as_json) as bars:
-        bar: list[int] = []  # the phase starts once the tasks are found: a spec that does not resolve prints none
+        bar: list[TaskID] = []  # the phase starts once the tasks are found: a spec that does not resolve prints none
         reports = validate_spec(spec, sandbox=box, workers=workers or None, check_debugger=not no_debugger,
                                 on_done=lambda _r: bars.advance(bar[0]),
                                 on_total=lambda total: bar.append(bars.add_task("validating", total=total)))

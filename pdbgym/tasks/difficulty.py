@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TypedDict
 
 from pdbgym.errors import PdbgymError
 from pdbgym.sandbox.beneath import read_bytes
@@ -38,6 +38,34 @@ ORACLE_FIXED_ACTIONS = 6  # break, continue, where, args, view ... run_tests, su
 TEST_FILE_LIMIT = 1 << 20  # bytes of a failing test file read for its imports
 
 
+class DemandsDict(TypedDict):
+    """``Demands.to_dict()`` (task.json's ``demands``): the demands and the rung they put the task on."""
+
+    patch_lines: int
+    files: int
+    hunks: int
+    oracle_actions: int
+    fix_distance: int
+    site_named: bool
+    rung: int
+
+
+class LadderRow(DemandsDict):
+    """One task of ``ladder``: its id and source group, then its demands."""
+
+    instance_id: str
+    source: str
+
+
+class Ladder(TypedDict):
+    """``ladder``'s table: each task's row, tasks per rung, per rung of each source group, and the count."""
+
+    tasks: list[LadderRow]
+    rungs: dict[int, int]
+    by_source: dict[str, dict[int, int]]
+    total: int
+
+
 @dataclass(frozen=True)
 class Demands:
     patch_lines: int
@@ -47,8 +75,10 @@ class Demands:
     fix_distance: int
     site_named: bool = True  # the statement names the fixed file or function (unknown: as before, named)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "rung": rung(self)}
+    def to_dict(self) -> DemandsDict:
+        return {"patch_lines": self.patch_lines, "files": self.files, "hunks": self.hunks,
+                "oracle_actions": self.oracle_actions, "fix_distance": self.fix_distance,
+                "site_named": self.site_named, "rung": rung(self)}
 
 
 def _changed_lines(patch: str) -> int:
@@ -140,14 +170,14 @@ def source_group(task: Task) -> str:
     return source.split("/", 1)[0] if source.startswith("family:") else source
 
 
-def ladder(tasks: list[Task]) -> dict[str, Any]:
+def ladder(tasks: list[Task]) -> Ladder:
     """Each task's demands and rung, and how many tasks sit on each rung, overall and per source group.
 
     Returns ``{"tasks": [{instance_id, source, patch_lines, ..., rung}], "rungs": {rung: count},
     "by_source": {source_group: {rung: count}}, "total": n}``; every rung of ``RUNGS`` is present.
     """
-    rows = [{"instance_id": task.instance_id, "source": source_group(task), **demands(task).to_dict()}
-            for task in tasks]
+    rows: list[LadderRow] = [{"instance_id": task.instance_id, "source": source_group(task), **demands(task).to_dict()}
+                             for task in tasks]
     by_source: dict[str, dict[int, int]] = {}
     for row in rows:
         counts = by_source.setdefault(row["source"], dict.fromkeys(RUNGS, 0))

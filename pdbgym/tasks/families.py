@@ -24,9 +24,10 @@ import random
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import JSONValue
 from pdbgym.tasks.difficulty import demands
 from pdbgym.tasks.model import load_task, write_task
 from pdbgym.tasks.symptoms import SITES, TEMPLATES
@@ -63,6 +64,25 @@ def _trimmed(lines: list[str]) -> list[str]:
     return lines
 
 
+class FamilySpec(TypedDict):
+    """One generated task before it is written: its files (lines by repo path), the reference patch, the
+    package, the module the bug is in (a template's name for ``symptom``), the failing and passing tests, the
+    statement and bug class; ``identity`` what its id hashes when not the patch alone, ``extra`` more task.json
+    keys."""
+
+    files: dict[str, list[str]]
+    patch: str
+    package: str
+    module: str
+    failing: list[str]
+    passing: list[str]
+    statement: str
+    bug_class: str
+    difficulty: NotRequired[str]
+    identity: NotRequired[str]
+    extra: NotRequired[dict[str, str]]
+
+
 def _pick(rng: random.Random) -> tuple[str, str, str, int, int]:
     right = rng.choice(sorted(OPERATORS))
     wrong = rng.choice([op for op in sorted(OPERATORS) if op != right])
@@ -72,7 +92,7 @@ def _pick(rng: random.Random) -> tuple[str, str, str, int, int]:
     return right, wrong, rng.choice(VERBS[right]), a, b
 
 
-def _ladder0(rng: random.Random, index: int) -> dict[str, Any]:
+def _ladder0(rng: random.Random, index: int) -> FamilySpec:
     right, wrong, verb, a, b = _pick(rng)
     package = f"{rng.choice(NOUNS)}{index}"
     good = [f"def {verb}(a, b):", f'    """The {verb.replace("_", " ")} of a and b."""', f"    return a {right} b", ""]
@@ -90,7 +110,7 @@ def _ladder0(rng: random.Random, index: int) -> dict[str, Any]:
             "bug_class": "wrong_operator"}
 
 
-def _ladder1(rng: random.Random, index: int) -> dict[str, Any]:
+def _ladder1(rng: random.Random, index: int) -> FamilySpec:
     right, wrong, verb, a, b = _pick(rng)
     package = f"{rng.choice(NOUNS)}{index}"
     padding = rng.randint(0, 3)
@@ -117,7 +137,7 @@ def _ladder1(rng: random.Random, index: int) -> dict[str, Any]:
             "bug_class": "wrong_operator"}
 
 
-def _symptom(rng: random.Random, index: int) -> dict[str, Any]:
+def _symptom(rng: random.Random, index: int) -> FamilySpec:
     template, key = SITES[index % len(SITES)]
     package = f"{rng.choice(NOUNS)}{index}"
     project = TEMPLATES[template](rng, package)
@@ -146,7 +166,7 @@ def _symptom(rng: random.Random, index: int) -> dict[str, Any]:
             "extra": {"source_module": template, "mutated_file": path, "mutated_function": site.function}}
 
 
-FAMILIES: dict[str, Callable[[random.Random, int], dict[str, Any]]] = {
+FAMILIES: dict[str, Callable[[random.Random, int], FamilySpec]] = {
     "ladder0": _ladder0, "ladder1": _ladder1, "symptom": _symptom}
 
 
@@ -181,9 +201,7 @@ def write_family(name: str, count: int, out: Path, seed: int = 0) -> list[Path]:
             "source": f"family:{name}/{spec['module']}", "bug_class": spec["bug_class"],
             "difficulty": spec.get("difficulty", "easy"), "test_timeout_s": 10, **spec.get("extra", {})})
         task = load_task(staging)
-        data = dict(task_json(staging))
-        data["demands"] = demands(task).to_dict()
-        write_task(staging, data)
+        write_task(staging, {**task_json(staging), "demands": demands(task).to_dict()})
         if folder.exists():
             shutil.rmtree(folder)
         staging.rename(folder)
@@ -191,5 +209,5 @@ def write_family(name: str, count: int, out: Path, seed: int = 0) -> list[Path]:
     return folders
 
 
-def task_json(folder: Path) -> dict[str, Any]:
+def task_json(folder: Path) -> dict[str, JSONValue]:
     return json.loads((folder / "task.json").read_text())

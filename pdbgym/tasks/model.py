@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from pdbgym.errors import PdbgymError, TaskFormatError
+from pdbgym.fileio import JSONValue
 from pdbgym.grading.subject import test_command_problem
 from pdbgym.sandbox.pyenv import check_requirements
 
@@ -56,6 +58,24 @@ def instance_id_problem(value: object) -> str | None:
     return None
 
 
+class TaskJSON(TypedDict):
+    """A task's own fields as ``task.json`` holds them (``docs/task-format.md``); optional ones only when set.
+    The keys of ``Task.extra`` (``wrong_site``, ``demands``, a source's own) sit beside them."""
+
+    instance_id: str
+    FAIL_TO_PASS: list[str]
+    PASS_TO_PASS: list[str]
+    patch: str
+    test_command: NotRequired[str]
+    problem_statement: NotRequired[str]
+    split: NotRequired[str]
+    source: NotRequired[str]
+    bug_class: NotRequired[str]
+    difficulty: NotRequired[str]
+    test_timeout_s: NotRequired[float]
+    requirements: NotRequired[list[str]]
+
+
 @dataclass(frozen=True)
 class Task:
     """One debugging task. ``path`` is the task folder; ``repo`` is the buggy project inside it."""
@@ -75,7 +95,7 @@ class Task:
     # Pinned packages the code and tests need (``NAME==VERSION``), built into the task's environment
     # (``pdbgym.sandbox.pyenv``); None: the test runner's packages alone.
     requirements: list[str] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, JSONValue] = field(default_factory=dict)  # task.json's other keys, as written
 
     def __post_init__(self) -> None:
         # Checked here too, so a Task built in code (not by load_task) cannot carry a path as its id.
@@ -117,13 +137,14 @@ class Task:
             digest.update(file.read_bytes())
         return digest.hexdigest()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TaskJSON:
+        """What ``task.json`` holds: the fields set, then the extra keys."""
         data = {k: v for k, v in asdict(self).items() if k not in ("path", "extra")}
         data.update(self.extra)
-        return {k: v for k, v in data.items() if v is not None}
+        return cast(TaskJSON, {k: v for k, v in data.items() if v is not None})
 
 
-def _check_fields(data: dict[str, Any], where: Path) -> None:
+def _check_fields(data: Mapping[str, object], where: Path) -> None:
     problems: list[str] = []
     for name, kind in _REQUIRED.items():
         if name not in data:
@@ -145,20 +166,20 @@ def _check_fields(data: dict[str, Any], where: Path) -> None:
             absolute = [v for v in value if isinstance(v, str) and (v.startswith("/") or ".." in v.split("::")[0])]
             if absolute:
                 problems.append(f"field '{name}' node ids must be relative to repo/, found {absolute[:3]!r}")
-    if isinstance(data.get("test_command"), str) and \
-            (problem := test_command_problem(data.get("instance_id"), data["test_command"])) is not None:
+    if isinstance(command := data.get("test_command"), str) and \
+            (problem := test_command_problem(data.get("instance_id"), command)) is not None:
         problems.append(problem)
     if isinstance(data.get("FAIL_TO_PASS"), list) and not data["FAIL_TO_PASS"]:
         problems.append("field 'FAIL_TO_PASS' is empty: a task needs at least one failing test")
-    if isinstance(data.get("patch"), str) and "@@" not in data["patch"]:
+    if isinstance(patch := data.get("patch"), str) and "@@" not in patch:
         problems.append("field 'patch' is not a unified diff (no '@@' hunk header)")
     if data.get("split") is not None and data.get("split") not in SPLITS:
         problems.append(f"field 'split' must be one of {SPLITS}, got {data.get('split')!r}")
     if data.get("difficulty") is not None and data.get("difficulty") not in DIFFICULTIES:
         problems.append(f"field 'difficulty' must be one of {DIFFICULTIES}, got {data.get('difficulty')!r}")
-    if isinstance(data.get("requirements"), list):
+    if isinstance(requirements := data.get("requirements"), list):
         try:
-            check_requirements(data["requirements"], "field 'requirements': ")
+            check_requirements(requirements, "field 'requirements': ")
         except PdbgymError as exc:
             problems.append(str(exc).replace("\n", "\n  "))
     if problems:
@@ -196,8 +217,9 @@ def load_task(path: str | Path) -> Task:
     return Task(path=folder.resolve(), extra=extra, **fields)
 
 
-def write_task(task_dir: Path, data: dict[str, Any]) -> None:
-    """Write task.json atomically (the repo/ folder is the caller's)."""
+def write_task(task_dir: Path, data: Mapping[str, object]) -> None:
+    """Write task.json atomically (the repo/ folder is the caller's): a ``TaskJSON``'s fields and any extra keys,
+    checked here before anything is written."""
     _check_fields(data, task_dir / TASK_FILE)
     task_dir.mkdir(parents=True, exist_ok=True)
     tmp = task_dir / (TASK_FILE + ".tmp")

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.table import Table
 
@@ -42,16 +41,21 @@ def outcome_table(title: str, outcomes: Sequence[Outcome], *, name_column: str =
     return table
 
 
-def print_outcomes(out: Console, title: str, outcomes: Sequence[Outcome], *, what: str, **table_options: Any) -> int:
-    """Print the table and a closing count (``3/4 tasks valid``); returns how many failed."""
+def print_outcomes(out: Console, title: str, outcomes: Sequence[Outcome], *, what: str,
+                   name_column: str = "instance_id", ok_word: str = "ok", fail_word: str = "FAIL",
+                   detail_column: str = "detail") -> int:
+    """Print the table (``outcome_table``'s columns and words) and a closing count (``3/4 tasks valid``);
+    returns how many failed."""
     failed = sum(not o.ok for o in outcomes)
-    print_whole(outcome_table(title, outcomes, **table_options), out, widest=REPORT_WIDTH)
+    table = outcome_table(title, outcomes, name_column=name_column, ok_word=ok_word, fail_word=fail_word,
+                          detail_column=detail_column)
+    print_whole(table, out, widest=REPORT_WIDTH)
     out.print(f"{len(outcomes) - failed}/{len(outcomes)} {what}" + (f", {failed} failed" if failed else ""),
               highlight=False)
     return failed
 
 
-def print_whole(renderable: Any, out: Console, widest: int | None = None) -> None:
+def print_whole(renderable: RenderableType, out: Console, widest: int | None = None) -> None:
     """Print ``renderable`` uncut: on a terminal at its width, else (a pipe, a file) as wide as it needs,
     up to ``widest`` columns when given (then long texts fold onto more lines; ids never wrap).
 

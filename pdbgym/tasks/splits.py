@@ -14,7 +14,7 @@ import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
@@ -23,6 +23,30 @@ from pdbgym.tasks.model import SPLITS, Task
 from pdbgym.tasks.suites import resolve_tasks
 
 GROUP_BY = ("source-module", "function", "source", "task")
+
+
+class SplitItem(TypedDict):
+    """What a split file holds for one task (module docstring); ``rung`` when the splits were stratified by it."""
+
+    instance_id: str
+    path: str
+    group: str
+    content_hash: str
+    buggy_file_hash: str | None
+    mutated_function: str | None
+    rung: NotRequired[int]
+
+
+class SplitFile(TypedDict):
+    """A split file: how it was made (``make_splits``' arguments) and its items by split name."""
+
+    group_by: str
+    seed: int
+    val_fraction: float
+    test_fraction: float
+    stratify: str | None
+    test_only: list[str]
+    splits: dict[str, list[SplitItem]]
 
 
 class SplitError(PdbgymError):
@@ -46,10 +70,10 @@ def group_key(task: Task, group_by: str) -> str:
     return f"task:{task.instance_id}"
 
 
-def split_item(task: Task, group_by: str) -> dict[str, Any]:
+def split_item(task: Task, group_by: str) -> SplitItem:
     """The record a split file holds for one task."""
     mutated_file = task.extra.get("mutated_file")
-    buggy_file = task.repo / mutated_file if mutated_file else None
+    buggy_file = task.repo / str(mutated_file) if mutated_file else None
     function = task.extra.get("mutated_function")
     return {
         "instance_id": task.instance_id,
@@ -96,7 +120,7 @@ def empty_split_hint(split: str, what: str) -> str:
             f"the tasks) and pass that FILE to --splits")
 
 
-def split_warnings(data: Mapping[str, Any]) -> list[str]:
+def split_warnings(data: SplitFile) -> list[str]:
     """Pure: what a split file from ``make_splits`` fails to give that was asked for (empty when fine).
 
     Whole groups cannot always hit a fraction; a split that was asked for but got no task, or a train
@@ -109,13 +133,14 @@ def split_warnings(data: Mapping[str, Any]) -> list[str]:
     groups = len({item["group"] for items in splits.values() for item in items})
     hint = f"({groups} group(s) by {data.get('group_by')}; a finer --group-by such as function or task helps)"
     warnings = []
+    fractions = {"val": data.get("val_fraction", 0.0), "test": data.get("test_fraction", 0.0)}
     for name in ("val", "test"):
-        wanted = round(float(data.get(f"{name}_fraction", 0.0)) * total)
+        wanted = round(float(fractions[name]) * total)
         if wanted and not splits.get(name):
             warnings.append(f"{name} is empty though {wanted} of {total} task(s) were asked for {hint}")
         elif total and not splits.get(name):
             warnings.append(empty_split_hint(name, f"{name} is empty (--{name} was "
-                                                  f"{float(data.get(f'{name}_fraction', 0.0)):g})"))
+                                                  f"{float(fractions[name]):g})"))
     if total and not splits.get("train"):
         warnings.append(f"train is empty: every task went to val/test {hint}")
     return warnings
@@ -123,7 +148,7 @@ def split_warnings(data: Mapping[str, Any]) -> list[str]:
 
 def make_splits(task_root: str | Path, val_fraction: float, test_fraction: float = 0.0,
                 group_by: str = "source-module", seed: int = 0, stratify: str | None = None,
-                test_only: Collection[str] = ()) -> dict[str, Any]:
+                test_only: Collection[str] = ()) -> SplitFile:
     """Build a split file's content for every task under ``task_root``.
 
     ``stratify="rung"`` deals the groups of each rung of the task ladder (``pdbgym.tasks.difficulty``)
@@ -157,7 +182,7 @@ def make_splits(task_root: str | Path, val_fraction: float, test_fraction: float
             within = {group: size for group, size in sizes.items() if strata[group] == level}
             assignment.update(assign_groups(within, val_fraction, test_fraction, seed))
     assignment.update(dict.fromkeys(held, "test"))
-    splits: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLITS}
+    splits: dict[str, list[SplitItem]] = {name: [] for name in SPLITS}
     for item in sorted(items, key=lambda i: i["instance_id"]):
         splits[assignment[item["group"]]].append(item)
     return {"group_by": group_by, "seed": seed, "val_fraction": val_fraction, "test_fraction": test_fraction,
@@ -181,7 +206,7 @@ class Overlap:
 _OVERLAP_KEYS = ("instance_id", "content_hash", "buggy_file_hash", "mutated_function")
 
 
-def check_splits(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Overlap]:
+def check_splits(splits: Mapping[str, Sequence[SplitItem]]) -> list[Overlap]:
     """Pure: every pair of items in *different* splits sharing an id, repo content, buggy file or function.
 
     An empty list means the splits are disjoint. Call it before any evaluation campaign.
@@ -190,8 +215,10 @@ def check_splits(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Over
     overlaps: list[Overlap] = []
     for split in sorted(splits):
         for item in splits[split]:
+            shared = {"instance_id": item.get("instance_id"), "content_hash": item.get("content_hash"),
+                      "buggy_file_hash": item.get("buggy_file_hash"), "mutated_function": item.get("mutated_function")}
             for kind in _OVERLAP_KEYS:
-                value = item.get(kind)
+                value = shared[kind]
                 if not value:
                     continue
                 owner = seen.setdefault((kind, value), (split, item["instance_id"]))
@@ -200,7 +227,7 @@ def check_splits(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Over
     return overlaps
 
 
-def load_splits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+def load_splits(path: str | Path) -> dict[str, list[SplitItem]]:
     """Read a split file and return its ``splits`` mapping, naming what is wrong if malformed."""
     file = Path(path)
     try:
@@ -218,10 +245,10 @@ def load_splits(path: str | Path) -> dict[str, list[dict[str, Any]]]:
         for item in items:
             if not isinstance(item, dict) or not isinstance(item.get("instance_id"), str):
                 raise SplitError(f"{file}: every item of split {name!r} needs an 'instance_id' string")
-    return splits
+    return cast(dict[str, list[SplitItem]], splits)  # a split file's items, as make_splits writes them
 
 
-def write_splits(data: dict[str, Any], path: str | Path) -> None:
+def write_splits(data: SplitFile, path: str | Path) -> None:
     """Write a split file atomically; one whose splits overlap (``check_splits``) is refused, not written."""
     overlaps = check_splits(data["splits"])
     if overlaps:

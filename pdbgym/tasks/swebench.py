@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pdbgym.errors import PdbgymError, TaskFormatError
-from pdbgym.fileio import write_text_atomic
+from pdbgym.fileio import JSONValue, write_text_atomic
 from pdbgym.sandbox.pyenv import check_requirements, ensure_environment
 from pdbgym.tasks.mirrors import RepoSource, commit_problem, repo_name_problem
 from pdbgym.tasks.model import REPO_DIR, Task, instance_id_problem, load_task, write_task
@@ -48,7 +47,7 @@ class ImportOutcome:
     origin: str = ""  # where repo/ came from: a checkout, or a mirror or clone at a commit
 
 
-def decode_test_list(value: Any, name: str, where: str) -> list[str]:
+def decode_test_list(value: JSONValue, name: str, where: str) -> list[str]:
     """Accept a list of node ids or a JSON-encoded string of one (SWE-bench's storage)."""
     if isinstance(value, str):
         try:
@@ -57,10 +56,10 @@ def decode_test_list(value: Any, name: str, where: str) -> list[str]:
             raise SwebenchError(f"{where}: field '{name}' is a string but not a JSON list ({exc})") from exc
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise SwebenchError(f"{where}: field '{name}' must be a list of test ids (or a JSON string of one)")
-    return value
+    return [v for v in value if isinstance(v, str)]  # every one, as checked
 
 
-def _local_checkout(row: dict[str, Any], repos_root: Path | None, where: str) -> Path | None:
+def _local_checkout(row: Mapping[str, JSONValue], repos_root: Path | None, where: str) -> Path | None:
     """The row's local checkout: ``repo_path``, else ``<repos_root>/<instance_id>`` when that exists or the
     row gives no ``repo``/``base_commit`` to fetch instead; None when the row is to come from git."""
     if row.get("repo_path"):
@@ -78,11 +77,11 @@ def _local_checkout(row: dict[str, Any], repos_root: Path | None, where: str) ->
     return path
 
 
-def _names_commit(row: dict[str, Any]) -> bool:
+def _names_commit(row: Mapping[str, JSONValue]) -> bool:
     return row.get("repo") is not None or row.get("base_commit") is not None
 
 
-def _export_commit(row: dict[str, Any], source: RepoSource, dest: Path, where: str) -> str:
+def _export_commit(row: Mapping[str, JSONValue], source: RepoSource, dest: Path, where: str) -> str:
     """Write the tree of the row's ``base_commit`` of ``repo`` into ``dest``; a line saying from where."""
     checks = (("repo", repo_name_problem(row.get("repo"))), ("base_commit", commit_problem(row.get("base_commit"))))
     for name, problem in checks:
@@ -97,7 +96,7 @@ def _export_commit(row: dict[str, Any], source: RepoSource, dest: Path, where: s
         raise SwebenchError(f"{where}: field 'repo'/'base_commit': {exc}") from exc
 
 
-def _folder_name(instance_id: Any, where: str) -> str:
+def _folder_name(instance_id: JSONValue, where: str) -> str:
     """The instance id as the name of one folder directly under ``--out`` (never a path that leaves it)."""
     problem = instance_id_problem(instance_id)
     if problem is not None:
@@ -105,7 +104,7 @@ def _folder_name(instance_id: Any, where: str) -> str:
     return str(instance_id)
 
 
-def row_requirements(row: dict[str, Any], base: Path, where: str) -> list[str] | None:
+def row_requirements(row: Mapping[str, JSONValue], base: Path, where: str) -> list[str] | None:
     """The instance's pinned requirements from ``requirements`` or ``requirements_file`` (None: neither),
     checked; a file is read only inside ``base`` (the JSONL's folder)."""
     given = row.get("requirements")
@@ -118,8 +117,8 @@ def row_requirements(row: dict[str, Any], base: Path, where: str) -> list[str] |
     if given is None:
         return None
     if isinstance(given, str):
-        given = [line.split(" #", 1)[0].strip() for line in given.splitlines()]
-        given = [line for line in given if line and not line.startswith("#")]
+        lines = [line.split(" #", 1)[0].strip() for line in given.splitlines()]
+        given = [line for line in lines if line and not line.startswith("#")]
     if not isinstance(given, list):
         raise SwebenchError(f"{where}: requirements must be a list of NAME==VERSION, got {type(given).__name__}")
     try:
@@ -128,7 +127,7 @@ def row_requirements(row: dict[str, Any], base: Path, where: str) -> list[str] |
         raise SwebenchError(f"{where}: the instance's environment cannot be set up: {exc}") from exc
 
 
-def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = None, where: str = "row",
+def row_to_task(row: Mapping[str, JSONValue], out_dir: Path, repos_root: Path | None = None, where: str = "row",
                 base: Path = Path("."), source: RepoSource | None = None) -> Path:
     """Write one row as a task folder under ``out_dir`` (replacing an earlier import of the same id).
     ``source`` finds repositories for rows that name ``repo``/``base_commit`` (default: no mirrors, clone
@@ -136,7 +135,7 @@ def row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None = No
     return _row_to_task(row, out_dir, repos_root, where, base, source or RepoSource())[0]
 
 
-def _row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None, where: str, base: Path,
+def _row_to_task(row: Mapping[str, JSONValue], out_dir: Path, repos_root: Path | None, where: str, base: Path,
                  source: RepoSource, derive_requirements: bool = False) -> tuple[Path, str]:
     """``row_to_task``, also saying where repo/ came from (the import's report shows it)."""
     for name in ("instance_id", "patch", *_LIST_FIELDS):
@@ -144,7 +143,7 @@ def _row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None, wh
             raise SwebenchError(f"{where}: missing required field '{name}'")
     instance_id = _folder_name(row["instance_id"], where)
     checkout = _local_checkout(row, repos_root, where)
-    data = {k: v for k, v in row.items() if k not in _DROPPED_ON_IMPORT and v is not None}
+    data: dict[str, object] = {k: v for k, v in row.items() if k not in _DROPPED_ON_IMPORT and v is not None}
     requirements = row_requirements(row, base, where)
     if requirements is not None:
         data["requirements"] = requirements
@@ -174,7 +173,7 @@ def _row_to_task(row: dict[str, Any], out_dir: Path, repos_root: Path | None, wh
     return final_dir, origin
 
 
-def _derived_requirements(repo: Path, row: dict[str, Any], where: str) -> list[str]:
+def _derived_requirements(repo: Path, row: Mapping[str, JSONValue], where: str) -> list[str]:
     """A published row names no environment (SWE-bench keeps its install specs apart): the project's own
     declared runtime and test dependencies at this commit, resolved to exact pins for this interpreter as
     synthesis does (``pdbgym.tasks.synth.deps``); a pytest the project needs (``<9``) is kept."""
@@ -186,7 +185,7 @@ def _derived_requirements(repo: Path, row: dict[str, Any], where: str) -> list[s
                             "give the row 'requirements' (pinned NAME==VERSION) instead") from exc
 
 
-def _write_and_load(staging: Path, data: dict[str, Any], where: str) -> None:
+def _write_and_load(staging: Path, data: Mapping[str, object], where: str) -> None:
     """task.json written and the folder loaded as a task; a problem is named with the row, not with the
     staging folder it was found in (a name the user never sees again)."""
     try:
@@ -269,11 +268,14 @@ def _set_up(task_dir: Path, where: str) -> None:
         raise SwebenchError(f"{where}: the instance's environment could not be set up: {exc}") from exc
 
 
-def task_to_row(task: Task, lists_as_strings: bool = True) -> dict[str, Any]:
-    """A SWE-bench-style row for ``task``; ``repo_path`` points at the task's own buggy repo."""
-    row = task.to_json()
+def task_to_row(task: Task, lists_as_strings: bool = True) -> dict[str, object]:
+    """A SWE-bench-style row for ``task`` (its ``task.json``, the test lists as JSON text unless
+    ``lists_as_strings`` is off); ``repo_path`` points at the task's own buggy repo."""
+    data = task.to_json()
+    row: dict[str, object] = dict(data)
     for name in _LIST_FIELDS:
-        row[name] = json.dumps(row[name]) if lists_as_strings else list(row[name])
+        tests = data["FAIL_TO_PASS"] if name == "FAIL_TO_PASS" else data["PASS_TO_PASS"]
+        row[name] = json.dumps(tests) if lists_as_strings else list(tests)
     row["repo_path"] = str(task.repo)
     return row
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pdbgym.debugger import PdbSession
 from pdbgym.errors import SandboxError
@@ -18,6 +17,7 @@ from pdbgym.grading.layout import package_folders
 from pdbgym.grading.subject import pytest_options
 from pdbgym.sandbox import Sandbox
 from pdbgym.sandbox.pyenv import EnvironmentInfo, ensure_environment
+from pdbgym.sandbox.zygote import Zygote
 from pdbgym.tasks.model import Task
 
 
@@ -39,10 +39,13 @@ def task_sandbox(sandbox: Sandbox, task: Task, on_line: Callable[[str], None] | 
     return sandbox if sandbox.site_packages == wanted else sandbox.with_site_packages(wanted)
 
 
-def task_session(task: Task, sandbox: Sandbox, workspace: Path, node: str | None = None, **options: Any) -> PdbSession:
+def task_session(task: Task, sandbox: Sandbox, workspace: Path, node: str | None = None, *,
+                 command_timeout_s: float = 10.0, zygote: Zygote | None = None) -> PdbSession:
     """A pdb session on ``node`` (the task's first FAIL_TO_PASS test) in ``workspace``, started with the
     task's own pytest options and with its package folders (a src layout) first on the path, as the
-    graded run has them, so ``continue`` reaches the failure the grading run sees."""
+    graded run has them, so ``continue`` reaches the failure the grading run sees. ``command_timeout_s`` and
+    ``zygote`` as ``PdbSession`` takes them."""
     return PdbSession(sandbox, workspace, node or task.FAIL_TO_PASS[0],
                       pytest_args=pytest_options(task.test_command) or [],
-                      import_roots=package_folders(str(task.repo)), **options)
+                      import_roots=package_folders(str(task.repo)), command_timeout_s=command_timeout_s,
+                      zygote=zygote)

@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, NotRequired, TypedDict
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import TaskID
 from rich.table import Table
 
 from pdbgym.commandapp import command_app
 from pdbgym.errors import PdbgymError
-from pdbgym.progress import progress
+from pdbgym.progress import TaskSet, progress
 from pdbgym.tasks.report import Outcome, print_outcomes
 
 app = command_app(no_args_is_help=True)
 console = Console()
 err_console = Console(stderr=True)
+
+
+class EnvRow(TypedDict):
+    """One environment of ``envs build``: its key, requirements and the tasks that need it; once built or found,
+    its disk use, whether the cache had it, the seconds its build took and its folder; else the error."""
+
+    key: str
+    requirements: list[str]
+    bytes: NotRequired[int]
+    cached: NotRequired[bool]
+    build_s: NotRequired[float]
+    path: NotRequired[str]
+    tasks: list[str]
+    error: str
 
 
 def _mib(size: int) -> str:
@@ -85,15 +100,15 @@ def build_command(
         users.setdefault(key, []).append(task.instance_id)
     if not wanted and not broken:
         raise typer.BadParameter("nothing to build: give tasks that declare requirements, or --requirement")
-    rows = []
+    rows: list[EnvRow] = []
     with progress(err_console, disable=as_json) as bars:
         bar = bars.add_task("environments", total=len(wanted))
         for key, requirements in wanted.items():
             rows.append(_build_one(key, requirements, users[key], bars, bar))
             bars.update(bar, advance=1, description="environments")
     if as_json:
-        print(json.dumps(rows + [{"key": "", "requirements": [], "tasks": [b.name], "error": b.detail} for b in broken],
-                         indent=2))
+        unbuilt: list[EnvRow] = [{"key": "", "requirements": [], "tasks": [b.name], "error": b.detail} for b in broken]
+        print(json.dumps(rows + unbuilt, indent=2))
     else:
         outcomes = broken + runner_only + [Outcome(user, not row["error"], _said(row), {"environment": row["key"][:12]})
                              for row in rows for user in row["tasks"]]
@@ -103,7 +118,7 @@ def build_command(
         raise typer.Exit(1)
 
 
-def _build_one(key: str, requirements: list[str], tasks: list[str], bars: Any, bar: Any) -> dict[str, Any]:
+def _build_one(key: str, requirements: list[str], tasks: list[str], bars: TaskSet, bar: TaskID) -> EnvRow:
     """One environment built or found: its row for the report, with the error (installer's words) if any,
     so the next environment is still tried."""
     # the command's code loads when it runs: every other command starts without it
@@ -121,11 +136,11 @@ def _build_one(key: str, requirements: list[str], tasks: list[str], bars: Any, b
             "build_s": 0.0 if cached else info.build_s, "path": str(info.path), "tasks": tasks, "error": ""}
 
 
-def _said(row: dict[str, Any]) -> str:
+def _said(row: EnvRow) -> str:
     if row["error"]:
         return row["error"]
-    how = "cached" if row["cached"] else f"built in {row['build_s']:.1f} s"
-    return f"{how}, {_mib(row['bytes'])}: {' '.join(row['requirements'])}"
+    how = "cached" if row.get("cached") else f"built in {row.get('build_s', 0.0):.1f} s"
+    return f"{how}, {_mib(row.get('bytes', 0))}: {' '.join(row['requirements'])}"
 
 
 @app.command("prune")

@@ -7,17 +7,16 @@ import hashlib
 import json
 import math
 import time
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import CodeType
-from typing import Any
 
 from pdbgym.fileio import write_json_atomic
 from pdbgym.tasks.synth.hotserver import code_names, code_objects
 from pdbgym.tasks.synth.imports import ImportGraph
 from pdbgym.tasks.synth.project import Project, SynthSourceError, is_test_file
-from pdbgym.tasks.synth.runner import PASSED, run_pytest
+from pdbgym.tasks.synth.runner import PASSED, SuiteRun, run_pytest
 
 BASELINE_FILE = "baseline.json"
 # A mutant hangs a test when the test runs past max(HANG_FLOOR_S, HANG_FACTOR x its clean duration).
@@ -140,14 +139,19 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
     if runs < 1:
         raise SynthSourceError(f"baseline runs must be at least 1, got {runs}")
     server_root = workdir if use_fork_server else None
-    common = {"per_test_timeout_s": per_test_timeout_s, "wall_time_s": wall_time_s, "server_root": server_root,
-              "write_bytecode": True}
     # The runs are independent, so they go to the pool at once: the first with coverage, the rest plain.
     # The last one starts in a later second of the clock than the first one ended, so a test whose id holds
     # the time of its collection (a parameter made from now()) is seen in one run only: flaky, left out.
-    def start(index: int) -> Any:
-        kwargs = {"collect_coverage": index == 0, **common}
-        return run_pytest(project.root, **kwargs) if pool is None else pool.submit(run_pytest, project.root, **kwargs)
+    # Without a pool each run is made here, at once, and handed back as a finished future.
+    def start(index: int) -> Future[SuiteRun]:
+        if pool is not None:
+            return pool.submit(run_pytest, project.root, collect_coverage=index == 0,
+                               per_test_timeout_s=per_test_timeout_s, wall_time_s=wall_time_s,
+                               server_root=server_root, write_bytecode=True)
+        done: Future[SuiteRun] = Future()
+        done.set_result(run_pytest(project.root, collect_coverage=index == 0, per_test_timeout_s=per_test_timeout_s,
+                                   wall_time_s=wall_time_s, server_root=server_root, write_bytecode=True))
+        return done
 
     results = [start(index) for index in range(max(1, runs - 1))]
     if runs > 1:
@@ -156,7 +160,7 @@ def run_baseline(project: Project, workdir: Path, runs: int = 3, per_test_timeou
         now = time.time()
         time.sleep(math.floor(now) + 1.05 - now)
         results.append(start(runs - 1))
-    first, *others = results if pool is None else [future.result() for future in results]
+    first, *others = [future.result() for future in results]
     if first.timed_out:
         raise SynthSourceError(f"{project.label}: the clean test suite ran past {wall_time_s:.0f} s")
     if first.collect_errors:

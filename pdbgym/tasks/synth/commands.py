@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import TaskID
 from rich.table import Table
 
 console = Console()
@@ -56,7 +57,7 @@ def synth_command(
         for source in sources:
             bar = bars.add_task(f"{source}: preparing", total=None)
 
-            def update(name: str, done: int, total: int, kept: int, bar: int = bar) -> None:
+            def update(name: str, done: int, total: int, kept: int, bar: TaskID = bar) -> None:
                 # The bar tracks kept tasks against --max: the candidate stream is far longer than needed.
                 bars.update(bar, completed=min(kept, max_tasks), total=max_tasks,
                             description=f"{name}: {done} of {total} candidates tried, kept")

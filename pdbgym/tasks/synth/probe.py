@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 from types import CodeType, FrameType
-from typing import Any
 
 import pytest
 
@@ -45,7 +44,7 @@ _tracing_root: str | None = None
 _first_test_seen = False
 
 
-def _profile(frame: FrameType, event: str, arg: Any) -> None:
+def _profile(frame: FrameType, event: str, arg: object) -> None:
     if event == "call":
         _entered.add(frame.f_code)
 
