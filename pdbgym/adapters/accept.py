@@ -19,23 +19,56 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from pdbgym.adapters.errors import AdapterError
 from pdbgym.adapters.files import read_json
 from pdbgym.adapters.peft_format import adapter_content_hash, load_adapter
-from pdbgym.fileio import JsonlError, read_jsonl
+from pdbgym.adapters.store import Store
+from pdbgym.fileio import JsonlError, JSONValue, read_jsonl
 
 DEFAULT_VAL_LOSS_TOLERANCE = 0.005
 
 
+class Targets(TypedDict):
+    """An acceptance targets file (docs/adapters.md), its tolerances defaulted: what the lost layer's training
+    recorded, and optionally its step count, rank and DoRA flag."""
+
+    lora_tensor_count: int
+    best_val_loss: float
+    best_step: int
+    val_loss_tolerance: float
+    step_tolerance: int
+    total_steps: NotRequired[int]
+    rank: NotRequired[int]
+    use_dora: NotRequired[bool]
+
+
+class CheckDict(TypedDict):
+    name: str
+    target: int | float | bool
+    observed: int | float | bool
+    passed: bool
+    rule: str
+
+
+class AcceptanceDict(TypedDict):
+    """``AcceptanceReport.as_dict()``: what ``pdbgym adapters accept --json`` prints."""
+
+    candidate: str
+    accepted: bool
+    statement: str
+    checks: list[CheckDict]
+    notes: list[str]
+
+
 @dataclass(frozen=True)
 class Check:
-    """One acceptance criterion."""
+    """One acceptance criterion: the recorded target (a count, a loss, a step or a flag) and what was observed."""
 
     name: str
-    target: Any
-    observed: Any
+    target: int | float | bool
+    observed: int | float | bool
     passed: bool
     rule: str
 
@@ -53,12 +86,12 @@ class AcceptanceReport:
     def accepted(self) -> bool:
         return all(check.passed for check in self.checks)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> AcceptanceDict:
         return {"candidate": self.candidate, "accepted": self.accepted, "statement": self.statement,
-                "checks": [asdict(c) for c in self.checks], "notes": self.notes}
+                "checks": [cast(CheckDict, asdict(c)) for c in self.checks], "notes": self.notes}
 
 
-def load_targets(path: Path) -> dict[str, Any]:
+def load_targets(path: Path) -> Targets:
     """Read and validate a targets file; names the field that is missing or of the wrong type."""
     targets = read_json(path, "acceptance targets")
     if not isinstance(targets, dict):
@@ -69,10 +102,10 @@ def load_targets(path: Path) -> dict[str, Any]:
             raise AdapterError(f"{path}: field {name!r} is missing or not a {kind.__name__} (see docs/adapters.md).")
     targets.setdefault("val_loss_tolerance", DEFAULT_VAL_LOSS_TOLERANCE)
     targets.setdefault("step_tolerance", 0)
-    return targets
+    return cast(Targets, targets)  # the three required fields numbers, as checked
 
 
-def _curve_from_log_history(history: Any, where: Path) -> list[tuple[int, float]]:
+def _curve_from_log_history(history: JSONValue, where: Path) -> list[tuple[int, float]]:
     if not isinstance(history, list):
         raise AdapterError(f"{where}: 'log_history' is not a list.")
     curve = []
@@ -127,7 +160,7 @@ def _find_trainer_state(candidate: Path) -> Path:
     raise AdapterError(f"{candidate}: no trainer_state.json (or checkpoint-*/trainer_state.json); pass --metrics FILE.")
 
 
-def evaluate(candidate: Path, targets: dict[str, Any], metrics: Path | None = None) -> AcceptanceReport:
+def evaluate(candidate: Path, targets: Targets, metrics: Path | None = None) -> AcceptanceReport:
     """Compare a candidate adapter folder and its training record with the targets."""
     adapter = load_adapter(candidate)
     curve, source, last_step = validation_curve(candidate, metrics)
@@ -166,7 +199,7 @@ def evaluate(candidate: Path, targets: dict[str, Any], metrics: Path | None = No
     return report
 
 
-def relate_to_lineage(store: Any, ref: str, candidate: Path) -> str:
+def relate_to_lineage(store: Store, ref: str, candidate: Path) -> str:
     """Say how the candidate relates to the first missing layer of REF's lineage (it is never the lost delta)."""
     lineage = store.lineage(store.resolve(ref))
     missing = [layer.node_id for layer in lineage.layers if layer.record is None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,6 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from pdbgym.commandapp import command_app
+
+if TYPE_CHECKING:  # annotations only: each command loads the store's code when it runs
+    from pdbgym.adapters.store import Lineage, Store
+    from pdbgym.adapters.verify import Verification
 
 app = command_app(no_args_is_help=True)
 console = Console()
@@ -22,14 +26,14 @@ StoreOption = Annotated[Path | None, typer.Option("--store", help="Store folder 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
-def _store(root: Path | None) -> Any:
+def _store(root: Path | None) -> Store:
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.store import Store
 
     return Store(root)
 
 
-def _emit_json(payload: Any) -> None:
+def _emit_json(payload: object) -> None:
     print(json.dumps(payload, indent=2, sort_keys=True))
 
 
@@ -118,7 +122,7 @@ def lineage_command(
         raise typer.Exit(1)
 
 
-def _lineage_table(target: Any, lineage: Any, ref: str) -> Table:
+def _lineage_table(target: Store, lineage: Lineage, ref: str) -> Table:
     """One row per layer, base first: label, kind (method and rank for adapters), hash, status, recipe."""
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.adapters.operations import describe_recipe
@@ -127,13 +131,13 @@ def _lineage_table(target: Any, lineage: Any, ref: str) -> Table:
     for column in ("#", "layer", "kind", "hash", "status", "recipe"):
         table.add_column(column)
     for depth, layer in enumerate(lineage.layers):
-        record = layer.record or {}
-        kind = record.get("kind", "?")
-        if kind == "adapter":
+        record = layer.record
+        kind: str = record["kind"] if record else "?"
+        if record and kind == "adapter":
             kind = f"{record['adapter']['method']} r={record['adapter']['r']}"
         status = "[green]present[/]" if layer.problem is None else "[red]MISSING[/]" if not record else "[red]broken[/]"
         table.add_row(str(depth), escape(target.label(layer.node_id)) if record else "?", kind, layer.node_id[:16],
-                      status, escape(describe_recipe(record.get("recipe"))))
+                      status, escape(describe_recipe(record.get("recipe") if record else None)))
     return table
 
 
@@ -188,7 +192,7 @@ def merge_command(
         raise typer.Exit(1)
 
 
-def _print_verification(result: Any) -> None:
+def _print_verification(result: Verification) -> None:
     verdict = "[green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
     console.print(f"  verify {verdict}: relative logit error {result.relative_logit_error:.2e} "
                   f"(tolerance {result.tolerance:.0e}, {result.dtype}), max |diff| {result.max_abs_logit_diff:.2e}, "

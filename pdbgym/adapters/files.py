@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pdbgym.adapters.errors import CorruptArtifactError
+from pdbgym.fileio import JSONValue
 
 
-def read_json(path: Path, what: str) -> Any:
+def read_json(path: Path, what: str) -> JSONValue:
     """Read a JSON file; a missing or malformed file raises an error naming ``what`` it should be."""
     path = Path(path)
     if not path.is_file():

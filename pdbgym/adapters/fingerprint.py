@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from pdbgym.adapters.errors import CorruptArtifactError
 from pdbgym.adapters.files import read_json
@@ -46,9 +47,10 @@ def open_model_folder(path: Path) -> ModelFolder:
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise CorruptArtifactError(f"{path / INDEX_FILE}: no 'weight_map'; re-save the model.")
-        names = sorted(set(weight_map.values()))
+        shard_of = cast(dict[str, str], weight_map)  # tensor name -> shard file, as transformers writes it
+        names = sorted(set(shard_of.values()))
         shards = [read_header(path / name) for name in names]
-        _check_index(path, weight_map, shards)
+        _check_index(path, shard_of, shards)
     elif (path / SINGLE_FILE).is_file():
         shards = [read_header(path / SINGLE_FILE)]
     else:

@@ -14,11 +14,11 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, TypedDict, cast
 
 from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.files import read_json
@@ -67,14 +67,58 @@ def _check_targets(folder: ModelFolder, stack: list[StackLayer]) -> None:
             )
 
 
+class ChainEntry(TypedDict):
+    """One layer of a merge's chain as its manifest names it: id, label, kind, method and where its files are."""
+
+    id: str
+    label: str
+    kind: str | None
+    method: str | None
+    path: str | None
+
+
+class MergeManifest(TypedDict):
+    """What the caller of ``merge_stack`` says about a merge: its target, how (the whole ``chain`` or ``onto`` a
+    parent's folder), the base folder, the chain, the store and when."""
+
+    target: str
+    target_label: str
+    mode: str
+    base_path: str
+    chain: list[ChainEntry]
+    store: str
+    created_at: str
+
+
+class LineageManifest(MergeManifest):
+    """``pdbgym_lineage.json``: the merge's manifest with the hashes measured while merging and the modules
+    each layer merged."""
+
+    format: str
+    input_weights_hash: str
+    weights_hash: str
+    modules_merged: list[int]
+
+
+# One shard merged: its tensors' input and output digests by name, the modules each layer merged in it.
+ShardProgress = TypedDict("ShardProgress", {"in": dict[str, str], "out": dict[str, str], "counts": list[int]})
+
+
+class MergeProgress(TypedDict):
+    """The staging folder's record of a merge in progress: its plan and the shards done."""
+
+    plan: str
+    shards: dict[str, ShardProgress]
+
+
 def _plan_key(expected_input_hash: str, stack: list[StackLayer]) -> str:
     return hashlib.sha256(json.dumps([expected_input_hash, [s.node_id for s in stack]]).encode()).hexdigest()
 
 
-def _load_progress(staging: Path, plan_key: str) -> dict[str, Any]:
+def _load_progress(staging: Path, plan_key: str) -> MergeProgress:
     path = staging / _PROGRESS_FILE
     if path.is_file():
-        progress = read_json(path, "merge progress")
+        progress = cast(MergeProgress, read_json(path, "merge progress"))  # written by merge_stack
         if progress.get("plan") == plan_key:
             return progress
     shutil.rmtree(staging, ignore_errors=True)  # a different merge left it: start clean
@@ -85,7 +129,7 @@ def _load_progress(staging: Path, plan_key: str) -> dict[str, Any]:
 def _stream_shard(
     shard: SafetensorsHeader,
     stack: list[StackLayer],
-    adapter_handles: list[Any],
+    adapter_handles: Sequence[IO[bytes]],
     writer: StreamingWriter | None,
     counts: list[int],
     on_bytes: Callable[[int], None] | None,
@@ -124,7 +168,7 @@ def _stream_shard(
 def _merge_shard(
     shard: SafetensorsHeader,
     stack: list[StackLayer],
-    adapter_handles: list[Any],
+    adapter_handles: Sequence[IO[bytes]],
     out_path: Path,
     counts: list[int],
     on_bytes: Callable[[int], None] | None,
@@ -164,7 +208,7 @@ def merge_stack(
     stack: list[StackLayer],
     out_dir: Path,
     expected_input_hash: str,
-    manifest: dict[str, Any],
+    manifest: MergeManifest,
     on_bytes: Callable[[int], None] | None = None,
 ) -> MergeOutcome:
     """Merge ``stack`` (in order) onto the weights in ``base_dir`` and publish ``out_dir`` atomically.
@@ -209,10 +253,9 @@ def merge_stack(
         )
     _copy_side_files(Path(base_dir), staging, {s.path.name for s in folder.shards})
     outcome = MergeOutcome(input_hash, output_hash, counts)
-    write_json_atomic(staging / MANIFEST_FILE, {
-        **manifest, "format": MANIFEST_FORMAT, "input_weights_hash": input_hash,
-        "weights_hash": output_hash, "modules_merged": counts,
-    }, indent=2, sort_keys=True)
+    written: LineageManifest = {**manifest, "format": MANIFEST_FORMAT, "input_weights_hash": input_hash,
+                                "weights_hash": output_hash, "modules_merged": counts}
+    write_json_atomic(staging / MANIFEST_FILE, written, indent=2, sort_keys=True)
     (staging / _PROGRESS_FILE).unlink()
     if out_dir.exists():
         out_dir.rmdir()
@@ -231,7 +274,7 @@ def _copy_side_files(base_dir: Path, staging: Path, shard_names: set[str]) -> No
         shutil.copy2(base_dir / INDEX_FILE, staging / INDEX_FILE)
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
+def read_manifest(folder: Path) -> LineageManifest:
     """The lineage manifest of a folder that ``pdbgym adapters merge`` produced."""
     path = Path(folder) / MANIFEST_FILE
     if not path.is_file():
@@ -239,4 +282,4 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     manifest = read_json(path, "lineage manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise AdapterError(f"{path}: not a {MANIFEST_FORMAT} manifest.")
-    return manifest
+    return cast(LineageManifest, manifest)  # written by merge_stack, as its format says

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from pdbgym.adapters.errors import AdapterError, CorruptArtifactError, LineageError
 from pdbgym.adapters.evidence import ParentEvidence, dora_parent_evidence
@@ -14,6 +14,9 @@ from pdbgym.adapters.files import read_json
 from pdbgym.adapters.fingerprint import open_model_folder, weights_hash
 from pdbgym.adapters.merge import (
     MANIFEST_FILE,
+    ChainEntry,
+    LineageManifest,
+    MergeManifest,
     MergeOutcome,
     StackLayer,
     merge_stack,
@@ -23,11 +26,13 @@ from pdbgym.adapters.merge import (
 from pdbgym.adapters.peft_format import (
     CONFIG_FILE,
     WEIGHTS_FILE,
+    AdapterFolder,
     adapter_content_hash,
     is_adapter_folder,
     load_adapter,
 )
-from pdbgym.adapters.store import Lineage, Store, is_full_hash, now_utc
+from pdbgym.adapters.store import Lineage, NodeRecord, Recipe, Store, is_full_hash, now_utc
+from pdbgym.fileio import JSONValue
 
 # Known recipe fields and the JSON types they must have; other keys are kept as given.
 RECIPE_FIELDS: dict[str, tuple[type, ...]] = {
@@ -41,7 +46,7 @@ ByteProgress = Callable[[int], None] | None
 class Registration:
     """The stored record plus what registration noticed (notes) and, for DoRA, the parent evidence."""
 
-    record: dict[str, Any]
+    record: NodeRecord
     notes: list[str] = field(default_factory=list)
     evidence: ParentEvidence | None = None
 
@@ -51,9 +56,9 @@ def register_command_hint(path: Path | str) -> str:
     return f"pdbgym adapters register {path} --parent <REF of the exact weights it was trained against> --name NAME"
 
 
-def load_recipe(path: Path | None, overrides: dict[str, Any]) -> dict[str, Any] | None:
+def load_recipe(path: Path | None, overrides: Mapping[str, JSONValue]) -> Recipe | None:
     """Merge a recipe JSON file with flag values (flags win); unknown keys are kept as given."""
-    recipe: dict[str, Any] = {}
+    recipe: dict[str, JSONValue] = {}
     if path is not None:
         loaded = read_json(path, "recipe")
         if not isinstance(loaded, dict):
@@ -65,7 +70,7 @@ def load_recipe(path: Path | None, overrides: dict[str, Any]) -> dict[str, Any] 
         if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
             raise AdapterError(f"recipe field {name!r} is {value!r}; it must be "
                                f"{' or '.join(t.__name__ for t in types)}.")
-    return recipe or None
+    return cast(Recipe, recipe) or None  # each known field of its type, as checked
 
 
 def lookup(store: Store, ref: str) -> str:
@@ -139,17 +144,18 @@ def resolve_parent(store: Store, ref: str, notes: list[str], on_bytes: ByteProgr
 
 
 def register_model(store: Store, path: Path, names: list[str], notes: list[str], node_id: str | None = None,
-                   on_bytes: ByteProgress = None) -> dict[str, Any]:
+                   on_bytes: ByteProgress = None) -> NodeRecord:
     """Register a model folder as a base reference (its files stay where they are; the store records them)."""
     folder = open_model_folder(path)
     node_id = node_id or weights_hash(path, on_bytes)
     config_path = Path(path) / "config.json"
     config = read_json(config_path, "model config") if config_path.is_file() else {}
+    architectures = config.get("architectures") if isinstance(config, dict) else None
     files = {s.path.name: s.path.stat().st_size for s in folder.shards}
-    record = store.get(node_id) if store.has(node_id) else {
+    record: NodeRecord = store.get(node_id) if store.has(node_id) else {
         "id": node_id, "kind": "model", "parent": None, "registered_at": now_utc(), "recipe": None,
         "model": {"path": str(Path(path).resolve()), "files": files, "tensor_count": folder.tensor_count,
-                  "total_bytes": folder.total_bytes, "architectures": config.get("architectures")},
+                  "total_bytes": folder.total_bytes, "architectures": architectures},
     }
     if record["model"]["path"] != str(Path(path).resolve()):
         notes.append(f"already registered at {record['model']['path']}; the store keeps that reference")
@@ -158,7 +164,7 @@ def register_model(store: Store, path: Path, names: list[str], notes: list[str],
 
 
 def register_path(store: Store, path: Path, parent_ref: str | None, names: list[str],
-                  recipe: dict[str, Any] | None, on_bytes: ByteProgress = None) -> Registration:
+                  recipe: Recipe | None, on_bytes: ByteProgress = None) -> Registration:
     """Register an adapter (with its parent) or a model folder (a base, no parent)."""
     path = Path(path)
     notes: list[str] = []
@@ -185,7 +191,8 @@ def register_path(store: Store, path: Path, parent_ref: str | None, names: list[
     if conflict is not None:
         raise conflict
     files = store.copy_adapter_files(node_id, path, [CONFIG_FILE, WEIGHTS_FILE])
-    record = store.get(node_id) if store.has(node_id) else {"id": node_id, "kind": "adapter", "registered_at": now_utc()}
+    record: NodeRecord = (store.get(node_id) if store.has(node_id)
+                          else {"id": node_id, "kind": "adapter", "registered_at": now_utc()})
     record.update({
         "parent": parent, "source": str(path.resolve()), "recipe": recipe or record.get("recipe"),
         "adapter": {"method": adapter.method, "r": adapter.config["r"], "lora_alpha": adapter.config["lora_alpha"],
@@ -201,7 +208,7 @@ def register_path(store: Store, path: Path, parent_ref: str | None, names: list[
     return registration
 
 
-def _dora_evidence(store: Store, parent: str, adapter: Any, notes: list[str]) -> ParentEvidence | None:
+def _dora_evidence(store: Store, parent: str, adapter: AdapterFolder, notes: list[str]) -> ParentEvidence | None:
     chain = store.lineage(parent)
     if not chain.servable:
         notes.append("DoRA parent evidence not checked: the claimed parent chain is not complete in the store")
@@ -233,19 +240,22 @@ def stack_layers(store: Store, chain: Lineage) -> list[StackLayer]:
     return layers
 
 
-def _manifest_chain(store: Store, chain: Lineage) -> list[dict[str, Any]]:
-    entries = []
+def _manifest_chain(store: Store, chain: Lineage) -> list[ChainEntry]:
+    entries: list[ChainEntry] = []
     for layer in chain.layers:
-        record = layer.record or {}
-        entries.append({"id": layer.node_id, "label": store.label(layer.node_id), "kind": record.get("kind"),
-                        "method": (record.get("adapter") or {}).get("method"),
-                        "path": str(store.object_dir(layer.node_id)) if record.get("kind") == "adapter"
-                        else (record.get("model") or {}).get("path")})
+        record = layer.record
+        kind = record.get("kind") if record is not None else None
+        adapter = record.get("adapter") if record is not None else None
+        model = record.get("model") if record is not None else None
+        entries.append({"id": layer.node_id, "label": store.label(layer.node_id), "kind": kind,
+                        "method": adapter.get("method") if adapter else None,
+                        "path": str(store.object_dir(layer.node_id)) if kind == "adapter"
+                        else model.get("path") if model else None})
     return entries
 
 
 def merge_ref(store: Store, ref: str, out_dir: Path, onto: Path | None = None,
-              on_bytes: ByteProgress = None) -> tuple[MergeOutcome, dict[str, Any]]:
+              on_bytes: ByteProgress = None) -> tuple[MergeOutcome, LineageManifest]:
     """Merge REF's whole recorded chain, or REF alone onto a folder holding exactly its parent's weights."""
     node_id = lookup(store, ref)
     record = store.get(node_id)
@@ -264,7 +274,7 @@ def merge_ref(store: Store, ref: str, out_dir: Path, onto: Path | None = None,
         expected = check_onto(store, node_id, Path(onto), on_bytes)
         base_path, layers = Path(onto), stack_layers(store, Lineage(chain.layers[-2:]))
         merged = Lineage(chain.layers[-2:])
-    manifest = {"target": node_id, "target_label": store.label(node_id), "mode": "onto" if onto else "chain",
+    manifest: MergeManifest = {"target": node_id, "target_label": store.label(node_id), "mode": "onto" if onto else "chain",
                 "base_path": str(base_path.resolve()), "chain": _manifest_chain(store, merged),
                 "store": str(store.root.resolve()), "created_at": now_utc()}
     outcome = merge_stack(base_path, layers, out_dir, expected, manifest, on_bytes)
@@ -314,6 +324,6 @@ def _manifest_vouches(model: Path, parent: str, actual: str) -> bool:
     return manifest.get("target") == parent and manifest.get("weights_hash") == actual
 
 
-def describe_recipe(recipe: dict[str, Any] | None) -> str:
+def describe_recipe(recipe: Recipe | None) -> str:
     """A one-line rendering of a recipe for tables."""
     return json.dumps(recipe, sort_keys=True) if recipe else "-"

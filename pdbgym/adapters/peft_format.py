@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from pdbgym.adapters.errors import CorruptArtifactError
 from pdbgym.adapters.files import read_json
@@ -23,6 +24,7 @@ from pdbgym.adapters.safetensors_io import (
     read_header,
     tensor_digest,
 )
+from pdbgym.fileio import JSONValue
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -48,12 +50,30 @@ class ModuleDelta:
         return f"{self.module}.weight"
 
 
+class PeftConfig(TypedDict, total=False):
+    """The fields of PEFT's ``adapter_config.json`` the merger reads (PEFT writes more; they are kept as written).
+    ``_check_config`` makes sure of ``peft_type`` LORA and numeric ``r`` and ``lora_alpha``."""
+
+    peft_type: str
+    r: int
+    lora_alpha: float
+    use_dora: bool
+    use_rslora: bool
+    fan_in_fan_out: bool
+    base_model_name_or_path: str | None
+    target_modules: JSONValue  # a list of module names or one regular expression
+    rank_pattern: dict[str, int]
+    alpha_pattern: dict[str, float]
+    lora_bias: bool
+    layer_replication: JSONValue
+
+
 @dataclass(frozen=True)
 class AdapterFolder:
     """A validated PEFT LoRA/DoRA adapter folder."""
 
     path: Path
-    config: dict[str, Any]
+    config: PeftConfig
     header: SafetensorsHeader
     modules: dict[str, ModuleDelta]  # keyed by the model weight name "<module>.weight"
 
@@ -79,7 +99,7 @@ def is_adapter_folder(path: Path) -> bool:
     return (Path(path) / CONFIG_FILE).is_file()
 
 
-def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
+def _pattern_value(patterns: Mapping[str, float], module: str, default: float) -> float:
     # PEFT's rule: a pattern key matches a module whose name ends with it on a dot boundary.
     for key, value in patterns.items():
         if re.match(rf"(.*\.)?({key})$", module):
@@ -87,14 +107,14 @@ def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
     return default
 
 
-def module_scaling(config: dict[str, Any], module: str) -> float:
+def module_scaling(config: PeftConfig, module: str) -> float:
     """The LoRA scale for ``module``: alpha / r, or alpha / sqrt(r) under rslora (rank/alpha patterns apply)."""
     rank = _pattern_value(config.get("rank_pattern") or {}, module, config["r"])
     alpha = _pattern_value(config.get("alpha_pattern") or {}, module, config["lora_alpha"])
     return float(alpha) / (float(rank) ** 0.5 if config.get("use_rslora") else float(rank))
 
 
-def _check_config(path: Path, config: Any) -> dict[str, Any]:
+def _check_config(path: Path, config: JSONValue) -> PeftConfig:
     where = path / CONFIG_FILE
     if not isinstance(config, dict):
         raise CorruptArtifactError(f"{where}: not a JSON object.")
@@ -107,7 +127,7 @@ def _check_config(path: Path, config: Any) -> dict[str, Any]:
         raise CorruptArtifactError(f"{where}: lora_bias=True adapters are not supported by the merger.")
     if config.get("layer_replication"):
         raise CorruptArtifactError(f"{where}: layer_replication adapters are not supported by the merger.")
-    return config
+    return cast(PeftConfig, config)  # a LORA config with numeric r and lora_alpha, as checked
 
 
 def load_adapter(path: Path) -> AdapterFolder:
@@ -138,7 +158,7 @@ def load_adapter(path: Path) -> AdapterFolder:
     return AdapterFolder(path=path, config=config, header=header, modules=modules)
 
 
-def _module_delta(path: Path, config: dict[str, Any], module: str, found: dict[str, TensorEntry]) -> ModuleDelta:
+def _module_delta(path: Path, config: PeftConfig, module: str, found: dict[str, TensorEntry]) -> ModuleDelta:
     if "lora_A" not in found or "lora_B" not in found:
         raise CorruptArtifactError(f"{path / WEIGHTS_FILE}: module {module!r} lacks lora_A or lora_B.")
     lora_a, lora_b = found["lora_A"], found["lora_B"]

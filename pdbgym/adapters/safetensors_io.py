@@ -15,12 +15,14 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, TypedDict, cast
 
 from pdbgym.adapters.errors import CorruptArtifactError
+from pdbgym.fileio import JSONValue
 
 if TYPE_CHECKING:
     import torch
+    from _typeshed import ReadableBuffer
 
 # Bytes per element for each safetensors dtype tag.
 DTYPE_ITEMSIZE: dict[str, int] = {
@@ -29,6 +31,14 @@ DTYPE_ITEMSIZE: dict[str, int] = {
 }
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
 _HASH_CHUNK_BYTES = 16 * 1024 * 1024
+
+
+class SafetensorsEntry(TypedDict):
+    """A tensor's entry in a safetensors header: dtype tag, shape and byte offsets in the data section."""
+
+    dtype: str
+    shape: list[int]
+    data_offsets: list[int]
 
 
 @dataclass(frozen=True)
@@ -89,9 +99,10 @@ def read_header(path: Path) -> SafetensorsHeader:
     return SafetensorsHeader(path=path, tensors=tensors, metadata=dict(metadata))
 
 
-def _parse_entry(path: Path, name: str, spec: Any, data_start: int, file_size: int) -> TensorEntry:
+def _parse_entry(path: Path, name: str, spec: JSONValue, data_start: int, file_size: int) -> TensorEntry:
+    entry = cast(SafetensorsEntry, spec)  # as read: a malformed one fails the unpacking below, and is refused
     try:
-        dtype, shape, (begin, end) = spec["dtype"], tuple(int(d) for d in spec["shape"]), spec["data_offsets"]
+        dtype, shape, (begin, end) = entry["dtype"], tuple(int(d) for d in entry["shape"]), entry["data_offsets"]
     except (KeyError, TypeError, ValueError) as exc:
         raise _corrupt(path, f"tensor {name!r} has a malformed header entry") from exc
     if dtype not in DTYPE_ITEMSIZE:
@@ -157,7 +168,7 @@ def iter_chunks(handle: IO[bytes], entry: TensorEntry) -> Iterator[bytes]:
         yield chunk
 
 
-def tensor_digest(name: str, dtype: str, shape: tuple[int, ...], chunks: Iterator[Any]) -> str:
+def tensor_digest(name: str, dtype: str, shape: tuple[int, ...], chunks: Iterator[ReadableBuffer]) -> str:
     """sha256 of a tensor's name, dtype, shape and bytes (``chunks``: bytes-like pieces in order)."""
     digest = hashlib.sha256(f"{name}\0{dtype}\0{list(shape)}\0".encode())
     for chunk in chunks:
@@ -184,7 +195,7 @@ class StreamingWriter:
     def __init__(self, path: Path, layout: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str]):
         self.path = Path(path)
         self._tmp = self.path.with_name(self.path.name + ".tmp")
-        header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+        header: dict[str, dict[str, str] | SafetensorsEntry] = {"__metadata__": metadata} if metadata else {}
         offset = 0
         self._expected: list[tuple[str, int]] = []
         for name, dtype, shape in layout:

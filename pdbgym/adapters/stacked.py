@@ -17,7 +17,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.fingerprint import weights_hash
@@ -26,17 +26,21 @@ from pdbgym.adapters.operations import lookup, merge_ref, resolve_parent, stack_
 from pdbgym.adapters.peft_format import is_adapter_folder
 from pdbgym.adapters.store import Store
 from pdbgym.home import human, size_of
-from pdbgym.modelload import LoadedModel, load_causal_lm, load_tokenizer, register_lineage
+from pdbgym.modelload import DtypeSpec, LoadedModel, load_causal_lm, load_tokenizer, register_lineage
 from pdbgym.paths import pdbgym_home
 from pdbgym.versions import require
+
+if TYPE_CHECKING:  # annotations only: torch and transformers load with a model
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
 class StackedModel:
     """A model built from a store reference: the merged model, its tokenizer, the chain's ids (base first)."""
 
-    model: Any
-    tokenizer: Any
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     node_id: str
     chain: list[str]
     base_path: Path
@@ -71,7 +75,7 @@ def resolve_chain(ref: str, store: Store | None = None) -> tuple[Store, str, lis
     return store, node_id, [layer.node_id for layer in chain.layers], Path(base["model"]["path"])
 
 
-def load_stacked_model(ref: str, store: Store | None = None, device: str = "cpu", dtype: Any = None,
+def load_stacked_model(ref: str, store: Store | None = None, device: str = "cpu", dtype: DtypeSpec = None,
                        verify_base: bool = True) -> StackedModel:
     """The merged model of ``ref``'s whole chain (see the module docstring), in eval mode on ``device``.
 
@@ -170,7 +174,7 @@ class StoreLineage:
             return path.is_dir() and is_adapter_folder(path)
         return is_store_ref(ref, self.store)
 
-    def load(self, ref: str, device: str, dtype: Any) -> LoadedModel:
+    def load(self, ref: str, device: str, dtype: torch.dtype | Literal["auto"]) -> LoadedModel:
         node_id = lookup(self.store, ref)  # an unregistered adapter folder is refused here, with the register command
         stacked = load_stacked_model(node_id, self.store, device, dtype)
         return LoadedModel(stacked.model, stacked.tokenizer, stacked.node_id, self.store.label(node_id), None)

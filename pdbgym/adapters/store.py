@@ -23,15 +23,77 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal, NotRequired, TypedDict, cast
 
 from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.files import read_json
-from pdbgym.fileio import write_json_atomic
+from pdbgym.fileio import JSONValue, write_json_atomic
 from pdbgym.paths import pdbgym_home
 
 _FULL_HASH = re.compile(r"^[0-9a-f]{64}$")
 _MIN_PREFIX = 6
+
+
+class ModelInfo(TypedDict):
+    """A base's record: where its folder is, its weight files' sizes, and what its config says it is."""
+
+    path: str
+    files: dict[str, int]
+    tensor_count: int
+    total_bytes: int
+    architectures: JSONValue  # config.json's, as written there
+
+
+class AdapterInfo(TypedDict):
+    """An adapter's record: its method and the PEFT config fields that shape it, its stored files' sizes."""
+
+    method: str
+    r: int
+    lora_alpha: float
+    use_rslora: bool
+    fan_in_fan_out: bool
+    target_modules: JSONValue  # adapter_config.json's: a list of names or a pattern
+    modules: int
+    tensor_count: int
+    named_base: str | None
+    files: dict[str, int]
+
+
+class Materialization(TypedDict):
+    """Where the merged weights of an artifact were written (None: only their hash was computed)."""
+
+    weights_hash: str
+    path: str | None
+    created_at: str
+
+
+class Recipe(TypedDict, total=False):
+    """How an adapter was trained, as given at registration (``operations.RECIPE_FIELDS`` checked); keys
+    beyond these are kept as given."""
+
+    corpus_hash: str
+    seed: int
+    rank: int
+    epochs: float
+    lr: float
+    effective_batch: int
+    context: int
+
+
+class NodeRecord(TypedDict):
+    """``nodes/<id>.json``: one stored artifact, a base (``model``) or an adapter (``adapter``, with the
+    folder it came from, and for DoRA the evidence of its parent), with its merges' weights."""
+
+    id: str
+    kind: Literal["model", "adapter"]
+    parent: NotRequired[str | None]
+    registered_at: str
+    recipe: NotRequired[Recipe | None]
+    model: NotRequired[ModelInfo]
+    source: NotRequired[str]
+    adapter: NotRequired[AdapterInfo]
+    evidence: NotRequired[dict[str, object] | None]
+    materializations: NotRequired[list[Materialization]]
 
 
 def default_store_root() -> Path:
@@ -44,7 +106,7 @@ class ChainLayer:
     """One layer of a lineage chain; ``record`` is None when the layer is not in the store."""
 
     node_id: str
-    record: dict[str, Any] | None
+    record: NodeRecord | None
     problem: str | None  # why this layer cannot be used, or None
 
 
@@ -89,21 +151,21 @@ class Store:
     # ---- reading
     def names(self) -> dict[str, str]:
         path = self.root / "names.json"
-        return read_json(path, "store name table") if path.is_file() else {}
+        return cast(dict[str, str], read_json(path, "store name table")) if path.is_file() else {}
 
     def has(self, node_id: str) -> bool:
         return self.node_path(node_id).is_file()
 
-    def get(self, node_id: str) -> dict[str, Any]:
+    def get(self, node_id: str) -> NodeRecord:
         if not self.has(node_id):
             raise AdapterError(f"no artifact {node_id[:12]} in the store at {self.root}.")
-        return read_json(self.node_path(node_id), f"store record {node_id[:12]}")
+        return cast(NodeRecord, read_json(self.node_path(node_id), f"store record {node_id[:12]}"))
 
-    def all_nodes(self) -> list[dict[str, Any]]:
+    def all_nodes(self) -> list[NodeRecord]:
         folder = self.root / "nodes"
         if not folder.is_dir():
             return []
-        return [read_json(path, "store record") for path in sorted(folder.glob("*.json"))]
+        return [cast(NodeRecord, read_json(path, "store record")) for path in sorted(folder.glob("*.json"))]
 
     def resolve(self, ref: str) -> str:
         """A name, a full hash or a unique hash prefix (>= 6 hex digits) -> the id of a stored artifact."""
@@ -163,7 +225,7 @@ class Store:
             child, current = current, record.get("parent")
         return Lineage(list(reversed(layers)))
 
-    def _layer_problem(self, record: dict[str, Any]) -> str | None:
+    def _layer_problem(self, record: NodeRecord) -> str | None:
         if record["kind"] == "model":
             path = Path(record["model"]["path"])
             files = record["model"]["files"]
@@ -191,7 +253,7 @@ class Store:
                             f"{str(stored)[:12]}; an adapter is trained against exactly one parent.")
 
     # ---- writing
-    def put_node(self, record: dict[str, Any], names: list[str]) -> None:
+    def put_node(self, record: NodeRecord, names: list[str]) -> None:
         """Write (or update) one record and point ``names`` at it; a name already taken by another id is refused.
 
         The parent is checked again under the lock: of two processes registering one adapter with different

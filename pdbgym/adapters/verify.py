@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.adapters.errors import AdapterError, LineageError
 from pdbgym.adapters.fingerprint import weights_hash
@@ -22,6 +22,9 @@ from pdbgym.adapters.merge import MANIFEST_FILE, read_manifest
 from pdbgym.fileio import write_json_atomic
 from pdbgym.modelload import load_causal_lm
 from pdbgym.versions import require
+
+if TYPE_CHECKING:  # annotations only: torch loads with the models compared
+    import torch
 
 # Relative logit error allowed per weight dtype: float32 merges differ from PEFT's only by summation order;
 # 16-bit weights are rounded once by us and once per layer by PEFT.
@@ -56,7 +59,7 @@ def _quiet_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def probe_ids(vocab_size: int, batch: int, tokens: int, seed: int) -> Any:
+def probe_ids(vocab_size: int, batch: int, tokens: int, seed: int) -> torch.Tensor:
     """Seeded random token ids, shape (batch, tokens)."""
     import torch  # optional: torch (pdbgym[hf])
 
@@ -64,7 +67,7 @@ def probe_ids(vocab_size: int, batch: int, tokens: int, seed: int) -> Any:
     return torch.randint(0, vocab_size, (batch, tokens), generator=generator)
 
 
-def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) -> Any:
+def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: torch.Tensor) -> torch.Tensor:
     """Logits (batch, tokens, vocab) of PEFT's stack: lower layers merged in turn, the top one live."""
     require("torch", "transformers", "peft")
     import torch  # optional: torch (pdbgym[hf])
@@ -82,7 +85,7 @@ def stacked_logits(base_path: Path, adapter_dirs: list[Path], input_ids: Any) ->
     return logits
 
 
-def plain_logits(model_path: Path, input_ids: Any) -> tuple[Any, str]:
+def plain_logits(model_path: Path, input_ids: torch.Tensor) -> tuple[torch.Tensor, str]:
     """Logits (batch, tokens, vocab) of a plain model folder, and its weights' dtype name."""
     require("torch", "transformers")
     import torch  # optional: torch (pdbgym[hf])
@@ -95,7 +98,7 @@ def plain_logits(model_path: Path, input_ids: Any) -> tuple[Any, str]:
     return logits, dtype
 
 
-def compare(reference: Any, candidate: Any, tolerance: float, dtype: str) -> Verification:
+def compare(reference: torch.Tensor, candidate: torch.Tensor, tolerance: float, dtype: str) -> Verification:
     """Relative max error and argmax agreement of two logit tensors of the same shape (pure)."""
     diff = float((candidate - reference).abs().max())
     scale = float(reference.abs().max())
