@@ -11,7 +11,7 @@ from pathlib import Path
 from pdbgym.divergence.config import DivergenceConfig, DivergenceOutcome
 from pdbgym.divergence.distributed import compare_on_devices, launched_by_torchrun
 from pdbgym.divergence.pipeline import DivergenceRun, Execution, run_divergence
-from pdbgym.divergence.report import ReportConfig
+from pdbgym.divergence.report import ReportConfig, ReportContext
 from pdbgym.divergence.report import build_report as make_report
 from pdbgym.divergence.scoring import ScoringConfig
 from pdbgym.divergence.semantics import explicit_semantics, resolve_semantics
@@ -74,7 +74,7 @@ def compare_here(config: DivergenceConfig, execution: Execution | None = None,
     scores = run_divergence(run)
     if not build_report:
         return None
-    context = {"cache": str(folder), "n_records": len(records), "semantics": semantics.to_dict(),
+    context: ReportContext = {"cache": str(folder), "n_records": len(records), "semantics": semantics.to_dict(),
                "teacher": config.teacher, "students": list(config.students)}
     report = make_report(scores, ReportConfig(extreme_threshold=config.extreme_threshold,
                                               n_resamples=config.bootstrap, seed=config.seed, context=context))

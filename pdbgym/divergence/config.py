@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pdbgym.divergence.report import ReportConfig
+from pdbgym.divergence.report import DivergenceReport, ReportConfig
 from pdbgym.divergence.scoring import ScoringConfig
 from pdbgym.rollouts.record import LogprobSemantics
 
@@ -71,6 +70,6 @@ class DivergenceConfig:
 class DivergenceOutcome:
     """The report (JSON-ready dict), the transform it was scored under, and the cache it read."""
 
-    report: dict[str, Any]
+    report: DivergenceReport
     semantics: LogprobSemantics
     cache: Path

@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 
@@ -38,6 +38,11 @@ from pdbgym.errors import PdbgymError
 from pdbgym.modelload import pick_device
 from pdbgym.policyname import is_server_url
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedModel
+
+Part = TypeVar("Part")  # what each rank holds by index: score arrays or samples
 
 # compare_here(config, execution, build_report): one rank's comparison (None where no report is built)
 RunHere = Callable[[DivergenceConfig, Execution, bool], DivergenceOutcome | None]
@@ -82,14 +87,15 @@ class DataParallel:
         dist.broadcast_object_list(box, src=0)
         return bool(box[0])
 
-    def _gather(self, part: dict[int, Any]) -> dict[int, Any]:
+    def _gather(self, part: dict[int, Part]) -> dict[int, Part]:
         import torch.distributed as dist  # optional: torch (pdbgym[hf])
 
-        parts: list[Any] = [None] * self.world
+        parts: list[dict[int, Part] | None] = [None] * self.world
         dist.all_gather_object(parts, part)
-        return {index: value for piece in parts for index, value in piece.items()}
+        filled = cast(list[dict[int, Part]], parts)  # every rank's part, in rank order
+        return {index: value for piece in filled for index, value in piece.items()}
 
-    def score(self, model: Any, records: Sequence[RolloutRecord], semantics: LogprobSemantics,
+    def score(self, model: PreTrainedModel, records: Sequence[RolloutRecord], semantics: LogprobSemantics,
               config: ScoringConfig | None = None) -> list[np.ndarray]:
         """``score_records`` over this rank's shard of the planned batches, gathered in record order."""
         config = config or ScoringConfig()
@@ -98,7 +104,7 @@ class DataParallel:
         gathered = self._gather({i: local[i] for batch in mine for i in batch})
         return [gathered.get(i, np.zeros(0)) for i in range(len(records))]
 
-    def sample(self, model: Any, prompts: Sequence[RolloutRecord], semantics: LogprobSemantics,
+    def sample(self, model: PreTrainedModel, prompts: Sequence[RolloutRecord], semantics: LogprobSemantics,
                max_new_tokens: int, sampler_name: str, seed: int = 0,
                scoring: ScoringConfig | None = None) -> list[RolloutRecord]:
         """``sample_continuations``: prompts round-robin over ranks, then scored by ``score``."""

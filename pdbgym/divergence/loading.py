@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.errors import PdbgymError
 from pdbgym.modelload import ModelLoadError, load_tokenizer, model_path
 from pdbgym.rollouts.record import RolloutRecord, declared_fingerprints, tokenizer_fingerprint
+
+if TYPE_CHECKING:  # annotations only: torch and transformers load with a model
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # Config fields that change logits after the lm_head; scoring without them would be silently wrong.
 _UNSUPPORTED_LOGIT_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier_scale")
@@ -21,7 +25,7 @@ class VocabMismatchError(PdbgymError):
     """The cache's token ids do not fit the model's vocabulary."""
 
 
-def lm_head_and_decoder(model: Any) -> tuple[Any, Any]:
+def lm_head_and_decoder(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The output projection and the base model that returns final hidden states.
 
     Refuses models whose logits are post-processed after the lm_head (soft-capping, logit scales):
@@ -44,7 +48,7 @@ def lm_head_and_decoder(model: Any) -> tuple[Any, Any]:
     return lm_head, decoder
 
 
-def vocab_rows(model: Any) -> int:
+def vocab_rows(model: PreTrainedModel) -> int:
     """Number of rows of the model's output projection (ids >= this cannot be scored)."""
     return int(lm_head_and_decoder(model)[0].weight.shape[0])
 
@@ -52,7 +56,7 @@ def vocab_rows(model: Any) -> int:
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> Any | None:
+def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> PreTrainedTokenizerBase | None:
     """The tokenizer shipped beside a local model (its folder, or the .gguf file itself); None when it
     has none or it cannot be read (then only the vocabulary size can be checked)."""
     path = model_path(spec)  # 'embedded' and adapter-store names included
@@ -64,7 +68,7 @@ def load_tokenizer_if_any(spec: str | os.PathLike[str]) -> Any | None:
         return None
 
 
-def check_tokenizer(tokenizer: Any, records: Sequence[RolloutRecord], label: str = "model") -> None:
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, records: Sequence[RolloutRecord], label: str = "model") -> None:
     """Error when the cache records a tokenizer fingerprint other than ``tokenizer``'s, or several.
 
     Equal vocabulary sizes do not make equal tokenizers: ids of another tokenizer force-decoded by
@@ -75,7 +79,8 @@ def check_tokenizer(tokenizer: Any, records: Sequence[RolloutRecord], label: str
                                  f"{', '.join(sorted(declared))}); score each tokenizer's samples apart")
     ours = tokenizer_fingerprint(tokenizer)
     if declared and ours not in declared:
-        names = {(r.metadata.get("tokenizer") or {}).get("name") for r in records} - {None}
+        names = {name for r in records
+                 if (tok := r.metadata.get("tokenizer")) and (name := tok.get("name")) is not None}
         raise VocabMismatchError(
             f"the cache was tokenized by {', '.join(sorted(names)) or 'a tokenizer'} (fingerprint "
             f"{next(iter(declared))}) but {label}'s tokenizer has fingerprint {ours}: its ids would be read "
@@ -83,8 +88,8 @@ def check_tokenizer(tokenizer: Any, records: Sequence[RolloutRecord], label: str
         )
 
 
-def check_vocab(model: Any, records: Sequence[RolloutRecord], label: str = "model",
-                tokenizer: Any | None = None) -> None:
+def check_vocab(model: PreTrainedModel, records: Sequence[RolloutRecord], label: str = "model",
+                tokenizer: PreTrainedTokenizerBase | None = None) -> None:
     """Error before scoring when a cached id is out of range, the cache names another vocab size, or
     (given the model's ``tokenizer``) the cache records another tokenizer's fingerprint."""
     if tokenizer is not None:

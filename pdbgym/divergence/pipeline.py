@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import numpy as np
 
@@ -31,14 +31,17 @@ from pdbgym.fileio import atomic_target
 from pdbgym.modelload import load_causal_lm
 from pdbgym.policyname import is_server_url
 from pdbgym.rollouts.cache import MANIFEST_NAME, read_cache, write_cache
-from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord, SemanticsDict
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedModel
 
 
 class DivergenceInputError(PdbgymError):
     """A divergence run was asked for something it cannot do."""
 
 
-Scorer = Callable[[Any, Sequence[RolloutRecord], LogprobSemantics, ScoringConfig], list[np.ndarray]]
+Scorer = Callable[["PreTrainedModel", Sequence[RolloutRecord], LogprobSemantics, ScoringConfig], list[np.ndarray]]
 Sampler = Callable[..., list[RolloutRecord]]  # sample_continuations' signature
 
 
@@ -105,6 +108,23 @@ def records_digest(records: Sequence[RolloutRecord]) -> str:
     return digest.hexdigest()[:16]
 
 
+class ScoreKey(TypedDict, total=False):
+    """What produced stored scores or samples (hashed into their key): the role, the model, the transform, the
+    records' digest, and where they apply the dtype asked for, the seed and the sampling length."""
+
+    role: str
+    model: str
+    semantics: SemanticsDict
+    records: str
+    dtype: str
+    seed: int
+    max_new_tokens: int
+
+
+class DtypeKey(TypedDict, total=False):
+    dtype: str
+
+
 class ScoreStore:
     """Scored arrays and sample caches under one folder, keyed by what produced them (None: no saving)."""
 
@@ -113,7 +133,7 @@ class ScoreStore:
         self.execution = execution or Execution()
 
     @staticmethod
-    def key(**parts: Any) -> str:
+    def key(**parts: Unpack[ScoreKey]) -> str:
         return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
     def arrays(self, key: str, compute: Callable[[], list[np.ndarray]]) -> list[np.ndarray]:
@@ -164,9 +184,9 @@ class LazyModel:
                  device_map: str | None = None, dtype: str | None = None) -> None:
         self.spec, self.device, self.label, self.records = spec, device, label, records
         self.device_map, self.dtype = device_map, dtype
-        self._model: Any = None
+        self._model: PreTrainedModel | None = None
 
-    def get(self) -> Any:
+    def get(self) -> PreTrainedModel:
         if self._model is None:
             self._model = load_causal_lm(self.spec, self.device, self.dtype, device_map=self.device_map)
             check_vocab(self._model, self.records, self.label, load_tokenizer_if_any(self.spec))
@@ -186,7 +206,7 @@ class LazyModel:
 def _score_with_model(run: DivergenceRun, store: ScoreStore, role: str, model: LazyModel,
                       records: list[RolloutRecord]) -> list[np.ndarray]:
     # A dtype asked for is part of what produced the scores (None, the default, keeps the older keys).
-    extra = {"dtype": model.dtype} if model.dtype is not None else {}
+    extra: DtypeKey = {"dtype": model.dtype} if model.dtype is not None else {}
     key = store.key(role=role, model=str(Path(model.spec).resolve()), semantics=run.semantics.to_dict(),
                     records=records_digest(records), **extra)
     run.scoring.progress_label = f"{model.label}: {role}"

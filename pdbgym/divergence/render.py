@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 
-from pdbgym.divergence.report import HEADLINE
+from pdbgym.divergence.report import HEADLINE, DivergenceReport, MetricValue
 from pdbgym.fileio import atomic_target, write_json_atomic
 from pdbgym.reportkit import DIFF, NATS, bounds, correlation, fmt, interval, pct, pyplot
 
@@ -20,12 +19,13 @@ TABLE_METRICS = (
 )
 
 
-def _cell(metric: dict[str, Any] | None) -> str:
-    metric = metric or {}
-    return interval(metric.get("value"), metric.get("ci_low"), metric.get("ci_high"), NATS)
+def _cell(metric: MetricValue | None) -> str:
+    if metric is None:
+        return interval(None, None, None, NATS)
+    return interval(metric["value"], metric["ci_low"], metric["ci_high"], NATS)
 
 
-def report_table(report: dict[str, Any]) -> Table:
+def report_table(report: DivergenceReport) -> Table:
     """One row per student: token-mean metrics (nats/token) with bootstrap CIs, extreme shares."""
     table = Table(title="Divergence from the teacher (nats/token unless noted; [95% task-bootstrap CI])")
     table.add_column("student")
@@ -44,7 +44,7 @@ def report_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def differences_table(report: dict[str, Any], metric: str = HEADLINE) -> Table:
+def differences_table(report: DivergenceReport, metric: str = HEADLINE) -> Table:
     """Paired differences a - b of one metric over shared tasks."""
     table = Table(title=f"Paired differences of {metric} (a - b, task bootstrap)")
     for column in ("a", "b", "difference", "CI", "tasks", "per-task r"):
@@ -57,11 +57,11 @@ def differences_table(report: dict[str, Any], metric: str = HEADLINE) -> Table:
     return table
 
 
-def write_report(report: dict[str, Any], path: Path) -> None:
+def write_report(report: DivergenceReport, path: Path) -> None:
     write_json_atomic(Path(path), report)
 
 
-def plot_report(report: dict[str, Any], path: Path) -> None:
+def plot_report(report: DivergenceReport, path: Path) -> None:
     """Left: headline metrics per student with CIs. Right: per-task KL(T||S) k3 per student."""
     plt = pyplot()
     students = report["students"]
@@ -85,7 +85,7 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
     left.set_ylabel("nats per token")
     left.legend(fontsize=8)
     first = students[0]["per_task"][HEADLINE]
-    order = sorted(first, key=lambda task: first[task] if first[task] is not None else 0.0)
+    order = sorted(first, key=lambda task: first[task] or 0.0)  # None (no finite value) as 0.0
     for student in students:
         per_task = student["per_task"][HEADLINE]
         right.plot(range(len(order)), [per_task.get(t) for t in order], marker=".", label=student["name"])

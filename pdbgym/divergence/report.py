@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from pdbgym.divergence.aggregate import (
     paired_difference,
     task_totals,
 )
+from pdbgym.rollouts.record import SemanticsDict
 
 SCHEMA = "pdbgym.divergence/1"
 HEADLINE = "kl_teacher_student/k3/token_mean"
@@ -59,6 +60,87 @@ class StudentScores:
     student_samples: SampleSet | None = None
 
 
+class ReportContext(TypedDict):
+    """What a report records about its inputs: the cache, its records, the transform they were scored under,
+    and (from ``compare``) the teacher and the students as given."""
+
+    cache: str
+    n_records: int
+    semantics: SemanticsDict
+    teacher: NotRequired[str | None]
+    students: NotRequired[list[str]]
+
+
+class MetricValue(TypedDict):
+    """One metric of a student: its value and bootstrap interval (None where not finite)."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+
+
+class ShareBlock(TypedDict):
+    """The samples one direction was scored on: records, tasks, tokens, and the shares of extreme and
+    non-finite log-ratios among the tokens."""
+
+    n_records: int
+    n_tasks: int
+    n_tokens: int
+    extreme_share: float
+    nonfinite_share: float
+
+
+class Compat(TypedDict):
+    """The headline figures under the names the earlier report format used."""
+
+    kl_fwd_mean: float | None
+    kl_back_mean: float | None
+    jsd_mean: float | None
+
+
+class StudentEntry(TypedDict):
+    """One student of the report: every metric by its documented name, the samples it was scored on and the
+    headline metric per task."""
+
+    name: str
+    metrics: dict[str, MetricValue]
+    compat: Compat
+    teacher_samples: ShareBlock
+    student_samples: ShareBlock | None  # None: the student's own samples were not scored
+    per_task: dict[str, dict[str, float | None]]
+
+
+class DifferenceEntry(TypedDict):
+    """Student ``a`` minus student ``b`` on one metric over their shared tasks (``PairedDifference``)."""
+
+    a: str
+    b: str
+    metric: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_tasks: int
+    per_task_correlation: float | None
+
+
+class ReportSettings(TypedDict):
+    extreme_threshold_nats: float
+    bootstrap_resamples: int
+    confidence: float
+    seed: int
+    jsd_estimator: str
+
+
+class DivergenceReport(TypedDict):
+    """``build_report``: the JSON a divergence comparison writes (docs/metrics.md)."""
+
+    schema: str
+    context: ReportContext | dict[str, str]
+    settings: ReportSettings
+    students: list[StudentEntry]
+    paired_differences: list[DifferenceEntry]
+
+
 @dataclass
 class ReportConfig:
     """Estimators, bootstrap and extreme-ratio settings (defaults documented in docs/metrics.md)."""
@@ -69,7 +151,7 @@ class ReportConfig:
     n_resamples: int = 2000
     confidence: float = 0.95
     seed: int = 0
-    context: dict[str, Any] = field(default_factory=dict)
+    context: ReportContext | dict[str, str] = field(default_factory=dict)  # {}: none given
 
 
 def _kl_statistics(samples: SampleSet, direction: str, config: ReportConfig) -> dict[str, Statistic]:
@@ -125,9 +207,7 @@ def _finite_or_none(value: float) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def _share_block(samples: SampleSet | None, threshold: float) -> dict[str, Any] | None:
-    if samples is None:
-        return None
+def _share_block(samples: SampleSet, threshold: float) -> ShareBlock:
     log_ratio = samples.log_ratios()
     return {
         "n_records": len(samples.task_ids),
@@ -138,8 +218,8 @@ def _share_block(samples: SampleSet | None, threshold: float) -> dict[str, Any] 
     }
 
 
-def _student_entry(scores: StudentScores, stats: dict[str, Statistic], config: ReportConfig) -> dict[str, Any]:
-    metrics = {}
+def _student_entry(scores: StudentScores, stats: dict[str, Statistic], config: ReportConfig) -> StudentEntry:
+    metrics: dict[str, MetricValue] = {}
     for name, stat in stats.items():
         low, high = bootstrap_ci(stat, config.n_resamples, config.confidence, config.seed)
         metrics[name] = {"value": _finite_or_none(stat.value()), "ci_low": _finite_or_none(low),
@@ -157,26 +237,28 @@ def _student_entry(scores: StudentScores, stats: dict[str, Statistic], config: R
             "jsd_mean": headline("jsd/token_mean"),
         },
         "teacher_samples": _share_block(scores.teacher_samples, config.extreme_threshold),
-        "student_samples": _share_block(scores.student_samples, config.extreme_threshold),
+        "student_samples": (None if scores.student_samples is None
+                            else _share_block(scores.student_samples, config.extreme_threshold)),
         "per_task": {HEADLINE: {t: _finite_or_none(v) for t, v in stats[HEADLINE].per_task().items()}},
     }
 
 
-def build_report(students: Sequence[StudentScores], config: ReportConfig | None = None) -> dict[str, Any]:
+def build_report(students: Sequence[StudentScores], config: ReportConfig | None = None) -> DivergenceReport:
     """The full comparison as a JSON-ready dict (non-finite numbers become null)."""
     config = config or ReportConfig()
     names = [s.name for s in students]
     if len(set(names)) != len(names):
         raise ValueError(f"student names must be unique, got {names}")
     stats = {s.name: student_statistics(s, config) for s in students}
-    differences = []
+    differences: list[DifferenceEntry] = []
     for a, b in combinations(names, 2):
         for metric in sorted(set(stats[a]) & set(stats[b])):
             diff = paired_difference(stats[a][metric], stats[b][metric], config.n_resamples, config.confidence,
                                      config.seed)
-            entry = {"a": a, "b": b, "metric": metric}
-            entry.update({k: (_finite_or_none(v) if isinstance(v, float) else v) for k, v in diff.to_dict().items()})
-            differences.append(entry)
+            differences.append({"a": a, "b": b, "metric": metric, "value": _finite_or_none(diff.value),
+                                "ci_low": _finite_or_none(diff.ci_low), "ci_high": _finite_or_none(diff.ci_high),
+                                "n_tasks": diff.n_tasks,
+                                "per_task_correlation": _finite_or_none(diff.per_task_correlation)})
     return {
         "schema": SCHEMA,
         "context": config.context,

@@ -13,15 +13,19 @@ through the same scoring.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.divergence.scoring import ScoringConfig, score_records
 from pdbgym.engine import EngineRequest, LocalEngine
-from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+from pdbgym.rollouts.record import LogprobSemantics, RecordMetadata, RolloutRecord
+
+if TYPE_CHECKING:  # annotations only: numpy arrays of scores, a transformers model
+    import numpy as np
+    from transformers import PreTrainedModel
 
 
 def sample_continuations(
-    model: Any,
+    model: PreTrainedModel,
     prompts: Sequence[RolloutRecord],
     semantics: LogprobSemantics,
     max_new_tokens: int,
@@ -39,7 +43,7 @@ def sample_continuations(
 
 
 def generate_samples(
-    model: Any,
+    model: PreTrainedModel,
     prompts: Sequence[RolloutRecord],
     semantics: LogprobSemantics,
     max_new_tokens: int,
@@ -68,7 +72,7 @@ def generate_samples(
                            sampler_name, result.finish) for i, result in zip(chosen, results, strict=True)]
 
 
-def model_stops(model: Any) -> set[int]:
+def model_stops(model: PreTrainedModel) -> set[int]:
     """The ids that end a continuation: the eos id(s) of the model's generation config, else its config's."""
     defaults = getattr(model, "generation_config", None)
     eos = getattr(defaults, "eos_token_id", None)
@@ -77,7 +81,7 @@ def model_stops(model: Any) -> set[int]:
     return set(eos) if isinstance(eos, list) else ({int(eos)} if eos is not None else set())
 
 
-def with_own_logprobs(samples: list[RolloutRecord], own: Sequence[Any]) -> list[RolloutRecord]:
+def with_own_logprobs(samples: list[RolloutRecord], own: Sequence[np.ndarray]) -> list[RolloutRecord]:
     """``samples`` with ``rollout_log_probs`` set to the sampler's own scores (one array per sample)."""
     for record, values in zip(samples, own, strict=True):
         record.rollout_log_probs = values.tolist()
@@ -88,7 +92,7 @@ def _sample_record(
     prompt_record: RolloutRecord, prompt: list[int], generated: list[int], semantics: LogprobSemantics,
     sampler_name: str, finish: str,
 ) -> RolloutRecord:
-    metadata = {
+    metadata: RecordMetadata = {
         "instance_id": prompt_record.instance_id,
         "_sample_idx": prompt_record.sample_idx,
         "_sampler": sampler_name,

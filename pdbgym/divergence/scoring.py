@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
@@ -21,6 +21,10 @@ from pdbgym.divergence.transform import check_transform, token_logprobs
 from pdbgym.errors import PdbgymError
 from pdbgym.progress import progress
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+
+if TYPE_CHECKING:  # annotations only: torch and transformers load with a model
+    import torch
+    from transformers import PreTrainedModel
 
 
 class ScoringInputError(PdbgymError):
@@ -99,7 +103,8 @@ def plan_record_batches(records: Sequence[RolloutRecord], config: ScoringConfig)
     return plan_batches(record_lengths(records), config.token_budget, config.max_padding_share)
 
 
-def _forward_inputs(records: Sequence[RolloutRecord], lengths: Sequence[int], device: Any) -> tuple:
+def _forward_inputs(records: Sequence[RolloutRecord], lengths: Sequence[int], device: torch.device
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Right-padded input ids [B, L] and attention mask (None when no row is padded)."""
     import torch  # optional: torch (pdbgym[hf])
 
@@ -114,7 +119,7 @@ def _forward_inputs(records: Sequence[RolloutRecord], lengths: Sequence[int], de
 
 
 def _score_batch(
-    model: Any, records: Sequence[RolloutRecord], semantics: LogprobSemantics, chunk: int
+    model: PreTrainedModel, records: Sequence[RolloutRecord], semantics: LogprobSemantics, chunk: int
 ) -> list[np.ndarray]:
     import torch  # optional: torch (pdbgym[hf])
 
@@ -141,7 +146,7 @@ def _score_batch(
 
 
 def score_records(
-    model: Any,
+    model: PreTrainedModel,
     records: Sequence[RolloutRecord],
     semantics: LogprobSemantics,
     config: ScoringConfig | None = None,

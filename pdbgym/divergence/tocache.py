@@ -29,15 +29,19 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from pdbgym.divergence.compare import load_records
 from pdbgym.divergence.loading import VocabMismatchError, check_vocab
 from pdbgym.divergence.pipeline import DivergenceRun, run_divergence
 from pdbgym.divergence.report import (
     HEADLINE,
+    DivergenceReport,
+    MetricValue,
     ReportConfig,
+    ReportContext,
     SampleSet,
+    StudentEntry,
     StudentScores,
     build_report,
     student_statistics,
@@ -47,6 +51,9 @@ from pdbgym.divergence.semantics import check_teacher_logprobs, resolve_semantic
 from pdbgym.errors import PdbgymError
 from pdbgym.modelload import model_path
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["HEADLINE", "KLToCache", "TeacherCache", "VocabMismatchError", "headline_metric",
            "kl_of", "kl_report", "kl_to_cache", "open_teacher_cache", "score_on_cache", "score_with_samples"]
@@ -71,9 +78,24 @@ class TeacherCache:
         return headline_metric(self.semantics)
 
     @property
-    def context(self) -> dict[str, Any]:
+    def context(self) -> ReportContext:
         """What the divergence report records about the cache."""
         return {"cache": str(self.folder), "n_records": len(self.records), "semantics": self.semantics.to_dict()}
+
+
+class KLToCacheDict(TypedDict):
+    """``KLToCache.to_dict()``."""
+
+    metric: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_records: int
+    n_tasks: int
+    n_tokens: int
+    nonfinite_share: float
+    per_task: dict[str, float | None]
+    metrics: dict[str, MetricValue]
 
 
 @dataclass(frozen=True)
@@ -95,10 +117,10 @@ class KLToCache:
     n_tokens: int
     nonfinite_share: float
     per_task: dict[str, float | None]
-    metrics: dict[str, dict[str, float | None]]
+    metrics: dict[str, MetricValue]
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> KLToCacheDict:
+        return cast(KLToCacheDict, dataclasses.asdict(self))  # a copy of exactly these fields
 
 
 def first_ids(record: RolloutRecord, max_ids: int) -> RolloutRecord:
@@ -131,7 +153,8 @@ def open_teacher_cache(cache: Path | str | TeacherCache, max_records: int | None
     return TeacherCache(folder, records, semantics, max_ids)
 
 
-def score_on_cache(model_or_ref: Any, target: TeacherCache, name: str = "model", *, tokenizer: Any = None,
+def score_on_cache(model_or_ref: PreTrainedModel | str | os.PathLike[str], target: TeacherCache, name: str = "model", *,
+                   tokenizer: PreTrainedTokenizerBase | None = None,
                    device: str | None = None, dtype: str | None = None, work_dir: Path | None = None,
                    seed: int = 0, show_progress: bool = False) -> StudentScores:
     """The model's log-probs of the cache's teacher tokens, beside the cached teacher log-probs.
@@ -174,12 +197,12 @@ def score_with_samples(model_refs: Sequence[str], target: TeacherCache, teacher:
 
 
 def kl_report(scores: Sequence[StudentScores], target: TeacherCache, bootstrap: int = ReportConfig.n_resamples,
-              seed: int = 0) -> dict[str, Any]:
+              seed: int = 0) -> DivergenceReport:
     """The divergence library's report of ``scores`` (one entry per model, paired differences between them)."""
     return build_report(scores, ReportConfig(n_resamples=bootstrap, seed=seed, context=target.context))
 
 
-def kl_of(scores: StudentScores, entry: dict[str, Any], target: TeacherCache) -> KLToCache:
+def kl_of(scores: StudentScores, entry: StudentEntry, target: TeacherCache) -> KLToCache:
     """The ``KLToCache`` of one model from its scores and its entry of ``kl_report``."""
     metric = target.metric
     per_task = student_statistics(scores, ReportConfig(estimators=(metric.split("/")[1],)))[metric].per_task()
@@ -191,7 +214,8 @@ def kl_of(scores: StudentScores, entry: dict[str, Any], target: TeacherCache) ->
                      entry["metrics"])
 
 
-def kl_to_cache(model_or_ref: Any, cache: Path | str | TeacherCache, *, name: str = "model", tokenizer: Any = None,
+def kl_to_cache(model_or_ref: PreTrainedModel | str | os.PathLike[str], cache: Path | str | TeacherCache, *,
+                name: str = "model", tokenizer: PreTrainedTokenizerBase | None = None,
                 max_records: int | None = None, max_ids: int = 0, device: str | None = None,
                 dtype: str | None = None, work_dir: Path | None = None, bootstrap: int = ReportConfig.n_resamples,
                 seed: int = 0, show_progress: bool = False) -> KLToCache:
