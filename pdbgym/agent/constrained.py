@@ -27,12 +27,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.agent.backends.base import BackendError
 from pdbgym.agent.toolcalls import FORMATS, render_tool_call
 from pdbgym.env.tools import TOOL_SCHEMAS, Action
 from pdbgym.versions import require
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 INT_DIGITS = 7
 _PRINTABLE = [chr(c) for c in range(0x20, 0x7F)]
@@ -186,7 +189,7 @@ class ToolCallConstraint:
     """A compiled tool-call grammar for one tokenizer and format; ``TurnMask(constraint)`` starts a turn."""
 
     compiled: Any
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     vocab_size: int
     fmt: str
     digest: str
@@ -202,7 +205,7 @@ _COMPILERS: dict[int, tuple[Any, Any]] = {}
 _CONSTRAINTS: dict[tuple[int, str], ToolCallConstraint] = {}
 
 
-def compile_constraint(tokenizer: Any, vocab_size: int, stops: set[int], fmt: str,
+def compile_constraint(tokenizer: PreTrainedTokenizerBase, vocab_size: int, stops: set[int], fmt: str,
                        max_new_tokens: int) -> ToolCallConstraint:
     """The tool-call grammar compiled for ``tokenizer`` (logits of ``vocab_size`` entries); cached.
 

@@ -7,14 +7,16 @@ them), so neither of those two imports the other for its types.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pdbgym.env.environment import EpisodeResult
 
 if TYPE_CHECKING:  # for the annotations only: policies loads the model backends (torch) when imported
+    from pdbgym.agent.backends.base import EpisodeTranscript
     from pdbgym.agent.loop import AgentConfig
     from pdbgym.agent.policies import PolicySpec
     from pdbgym.env.environment import EnvConfig
+    from pdbgym.rollouts.record import RecordDict
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,8 @@ class JobResult:
 
     instance_id: str
     sample_idx: int
-    record: dict[str, Any]
-    transcript: dict[str, Any]
+    record: RecordDict
+    transcript: EpisodeTranscript
     model_seconds: float
     env_seconds: float
     wall_seconds: float
@@ -44,7 +46,12 @@ class JobResult:
 
     def episode_result(self) -> EpisodeResult:
         """The outcome as the environment's ``EpisodeResult`` (what campaigns and ``pdbgym run`` report)."""
-        env_result = (self.transcript.get("env") or {}).get("result") or {}
+        env = self.transcript.get("env")
+        env_result = env.get("result") if env else None
+        if not env_result:
+            return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
+                                 bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
+                                 round(self.wall_seconds, 3), "", {}, None)
         return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
                              bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
                              round(self.wall_seconds, 3), env_result.get("detail", ""),

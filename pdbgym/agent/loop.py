@@ -24,9 +24,16 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pdbgym.agent.backends.base import Generation, GenerationRequest, SamplingParams, tokenizer_info
+from pdbgym.agent.backends.base import (
+    ChatMessage,
+    EpisodeTranscript,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+    tokenizer_info,
+)
 from pdbgym.agent.prompts import system_prompt
 from pdbgym.agent.toolcalls import ToolCallError, parse_tool_call
 from pdbgym.agent.trajectory import ChatTemplate, TokenTrajectory, check_decodes_to
@@ -38,6 +45,9 @@ from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.seeds import turn_seed
 from pdbgym.tasks.model import Task
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -71,7 +81,7 @@ class EpisodeOutcome:
     """One finished episode: its record, readable transcript and where the time went (seconds)."""
 
     record: RolloutRecord
-    transcript: dict[str, Any]
+    transcript: EpisodeTranscript
     model_seconds: float
     env_seconds: float
     wall_seconds: float
@@ -91,14 +101,14 @@ class _Ending:
     interrupted: bool = False
 
 
-def episode_template(tokenizer: Any, tool_format: str) -> ChatTemplate:
+def episode_template(tokenizer: PreTrainedTokenizerBase, tool_format: str) -> ChatTemplate:
     """The chat template an episode renders with: native formats pass the tool schemas (``tools=``) and
     answer with role ``tool``; ``text`` lists the tools in the system prompt and answers as ``user``."""
     native = tool_format != "text"
     return ChatTemplate(tokenizer, "tool" if native else "user", tool_specs() if native else None)
 
 
-def first_messages(tool_format: str, first_observation: str) -> list[dict[str, Any]]:
+def first_messages(tool_format: str, first_observation: str) -> list[ChatMessage]:
     """The system prompt and the first user message (``env.reset()``'s observation) of an episode."""
     return [{"role": "system", "content": system_prompt(tool_format, tool_specs())},
             {"role": "user", "content": first_observation}]
@@ -110,7 +120,7 @@ class Conversation:
     def __init__(self, turns: TurnSource, tool_format: str, first_observation: str):
         self.tokenizer = turns.tokenizer
         self.template = episode_template(turns.tokenizer, tool_format)
-        self.messages: list[dict[str, Any]] = first_messages(tool_format, first_observation)
+        self.messages: list[ChatMessage] = first_messages(tool_format, first_observation)
         prompt = self.template.render(self.messages, add_generation_prompt=True)
         self.trajectory = TokenTrajectory(prompt, self.template.encode(prompt))
         self._stop_text: str | None = None
@@ -137,7 +147,7 @@ class Conversation:
         self.messages.append({"role": self.template.observation_role, "content": observation})
 
 
-def check_tool_turns(tokenizer: Any, tool_format: str, label: str) -> None:
+def check_tool_turns(tokenizer: PreTrainedTokenizerBase, tool_format: str, label: str) -> None:
     """Refuse, before any episode, a chat template that cannot lay out pdbgym's conversation: none at all,
     one that does not render an assistant turn's words as written (the trajectory appends the sampled ids
     and then the template's text after them), or one that drops the turn carrying tool output (role
@@ -212,7 +222,7 @@ async def run_episode(task: Task, turns: TurnSource, env: DebugEnv, config: Agen
     trajectory = conversation.trajectory
     if config.check_trajectory:
         check_decodes_to(turns.tokenizer, trajectory.all_ids(), trajectory.expected_text(), task.instance_id)
-    transcript = {"instance_id": task.instance_id, "sample_idx": config.sample_idx, "policy": turns.name,
+    transcript: EpisodeTranscript = {"instance_id": task.instance_id, "sample_idx": config.sample_idx, "policy": turns.name,
                   "tool_format": config.tool_format, "termination_reason": result.termination_reason,
                   "final_test_passed": result.final_test_passed, "actions_used": result.actions_used,
                   "messages": conversation.messages, "env": env_transcript}

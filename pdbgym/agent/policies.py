@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.agent.backends.base import Backend, BackendError, SamplingParams
 from pdbgym.agent.backends.embedded import load_embedded_backend, load_embedded_tokenizer
@@ -37,6 +37,9 @@ from pdbgym.policyname import (
     split_constrained,
 )
 from pdbgym.tasks.model import Task
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 SERVER_APIS = ("auto", "chat", "sglang")
 _BACKENDS: dict[PolicySpec, Backend] = {}
@@ -144,7 +147,7 @@ def _connect(spec: PolicySpec) -> Backend:
     return connect_chat(spec.target, tokenizer, spec.logprob_mode)  # text-only servers fall back
 
 
-def tool_format_for(spec: PolicySpec, tokenizer: Any) -> str:
+def tool_format_for(spec: PolicySpec, tokenizer: PreTrainedTokenizerBase) -> str:
     fmt = spec.tool_format or detect_format(getattr(tokenizer, "chat_template", None))
     if fmt not in FORMATS:
         raise BackendError(f"--tool-format must be one of {FORMATS}, got {fmt!r}")

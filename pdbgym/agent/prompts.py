@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pdbgym.agent.toolcalls import render_tool_call
-from pdbgym.env.tools import Action
+from pdbgym.env.tools import Action, ToolSpec
 
 _TASK_TEXT = """You are debugging a Python project. A test fails; find the bug in the code and fix it.
 You work in a live pdb session that is already stopped at the start of the failing test run.
@@ -14,7 +12,7 @@ Investigate with pdb (break, continue, print, step) and view, fix the code with 
 run_tests, and call submit when the failing tests pass. Do not edit the tests."""
 
 
-def _describe_tools(tools: list[dict[str, Any]]) -> str:
+def _describe_tools(tools: list[ToolSpec]) -> str:
     lines = []
     for spec in tools:
         function = spec["function"]
@@ -25,7 +23,7 @@ def _describe_tools(tools: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def system_prompt(fmt: str, tools: list[dict[str, Any]]) -> str:
+def system_prompt(fmt: str, tools: list[ToolSpec]) -> str:
     """The system message. For ``text`` it documents the tools and the fenced-block protocol; native
     formats get their tool list from the chat template (``tools=``), so only the task is explained."""
     if fmt != "text":

@@ -11,15 +11,18 @@ is refused once, before the first, naming the numbers and the flags to change.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.agent.loop import episode_template, first_messages
 from pdbgym.env.environment import initial_observation
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import Task
 
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
-def first_prompt_tokens(tokenizer: Any, tool_format: str, task: Task) -> int:
+
+def first_prompt_tokens(tokenizer: PreTrainedTokenizerBase, tool_format: str, task: Task) -> int:
     """Tokens of ``task``'s first prompt before pdb's output: system prompt, tools, statement, failing tests,
     rendered with the generation prompt as the episode's first request is."""
     template = episode_template(tokenizer, tool_format)
@@ -27,7 +30,7 @@ def first_prompt_tokens(tokenizer: Any, tool_format: str, task: Task) -> int:
     return len(template.encode(template.render(messages, add_generation_prompt=True)))
 
 
-def check_context_room(tokenizer: Any, tool_format: str, tasks: Sequence[Task], max_context_tokens: int,
+def check_context_room(tokenizer: PreTrainedTokenizerBase, tool_format: str, tasks: Sequence[Task], max_context_tokens: int,
                        max_new_tokens: int, label: str) -> None:
     """Refuse (``PdbgymError``) a ``max_context_tokens`` below the longest first prompt of ``tasks`` plus one
     turn of ``max_new_tokens`` (0 for a policy that writes its turns instead of sampling them: a turn

@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pdbgym.agent.backends.base import tokenizer_info
 from pdbgym.agent.executor import ExecutorConfig, run_jobs
@@ -30,6 +30,9 @@ from pdbgym.rollouts.cache import MANIFEST_NAME, append_records, read_cache
 from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task, load_task
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 T = TypeVar("T")
 TRANSCRIPTS_DIR = "transcripts"
@@ -112,7 +115,7 @@ def save_result(out_dir: Path, result: JobResult) -> None:
         append_records(out_dir, [RolloutRecord.from_dict(result.record)])
 
 
-def completed_samples(out_dir: Path, tokenizer: Any | None) -> set[tuple[str, int]]:
+def completed_samples(out_dir: Path, tokenizer: PreTrainedTokenizerBase | None) -> set[tuple[str, int]]:
     """``(instance_id, _sample_idx)`` already in ``out_dir``'s cache. Refuses (``PdbgymError``) a cache
     written with another vocabulary than ``tokenizer``'s, before any episode runs."""
     if not (out_dir / MANIFEST_NAME).exists():

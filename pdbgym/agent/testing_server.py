@@ -22,17 +22,20 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.agent.backends.base import SamplingParams, stop_token_ids
 from pdbgym.agent.backends.hf import pad_id
 from pdbgym.engine import EngineRequest, engine_for
 
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 class ModelServer:
     """Serve ``model``/``tokenizer`` on ``host:port`` (port 0 picks a free one) in a daemon thread."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str = "tiny", host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str = "tiny", host: str = "127.0.0.1", port: int = 0,
                  logprobs_supported: bool = True, sglang_api: bool = True, chat_logprob_mode: str = "raw"):
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.logprobs_supported = logprobs_supported

@@ -12,10 +12,15 @@ sampled, with log-probs that belong to other ids.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pdbgym.agent.backends.base import ChatMessage
+from pdbgym.env.tools import ToolSpec
 from pdbgym.errors import PdbgymError
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 _PLACEHOLDER = "PDBGYM_ASSISTANT_TURN_7f3a"
 
@@ -32,7 +37,7 @@ class ChatTemplate:
     accept them so the tool list appears in the prompt exactly as the model was trained to see it.
     """
 
-    def __init__(self, tokenizer: Any, observation_role: str, tools: list[dict[str, Any]] | None):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, observation_role: str, tools: list[ToolSpec] | None):
         if not getattr(tokenizer, "chat_template", None):
             raise PdbgymError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')} has no chat template; "
                               "pdbgym needs one to lay out the conversation")
@@ -40,7 +45,7 @@ class ChatTemplate:
         self.observation_role = observation_role
         self.tools = tools
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+    def render(self, messages: list[ChatMessage], add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tools=self.tools, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt)
 
@@ -121,7 +126,7 @@ class TokenTrajectory:
             reward_extra=dict(reward_extra or {}), metadata=meta)
 
 
-def check_decodes_to(tokenizer: Any, token_ids: list[int], expected_text: str, where: str = "trajectory") -> None:
+def check_decodes_to(tokenizer: PreTrainedTokenizerBase, token_ids: list[int], expected_text: str, where: str = "trajectory") -> None:
     """Raise ``TrajectoryDriftError`` unless ``token_ids`` decode to ``expected_text`` exactly."""
     decoded = tokenizer.decode(token_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     if decoded == expected_text:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pdbgym.agent.backends.base import Backend, Generation, GenerationRequest, SamplingParams
 from pdbgym.agent.policy import Policy
 from pdbgym.agent.toolcalls import render_tool_call
 from pdbgym.rollouts.record import LogprobSemantics
 from pdbgym.tasks.model import Task
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 NO_LOGPROBS = LogprobSemantics(engine="none", temperature=1.0)
 # A policy that writes the same turn in the same state (``deterministic = True``, e.g. scripted) is a
@@ -28,7 +31,7 @@ POINT_MASS = LogprobSemantics(engine="deterministic", temperature=1.0)
 
 class TurnSource(Protocol):
     name: str
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     semantics: LogprobSemantics
 
     def reset(self, task: Task, observation: str) -> None: ...
@@ -60,7 +63,7 @@ class ActionPolicyTurns:
     others run in a worker thread so the event loop stays free.
     """
 
-    def __init__(self, policy: Policy, tokenizer: Any, tool_format: str, name: str):
+    def __init__(self, policy: Policy, tokenizer: PreTrainedTokenizerBase, tool_format: str, name: str):
         self.policy = policy
         self.tokenizer = tokenizer
         self.tool_format = tool_format

@@ -5,13 +5,83 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 import numpy as np
 
 from pdbgym.evaluate import stats
 from pdbgym.evaluate.results import EpisodeRow
+from pdbgym.reportkit import EstimateDict
 from pdbgym.termination import TERMINATION_REASONS as REASONS
+
+if TYPE_CHECKING:  # annotations only: the divergence arms load the divergence library
+    from pdbgym.evaluate.divergence_arms import ArmDivergence
+
+
+class WrongSiteBlock(TypedDict):
+    """An arm's wrong-site rate over the tasks that declare a wrong site: the estimate, the episodes whose final
+    edits touched it, the episodes and the tasks counted."""
+
+    rate: EstimateDict
+    touched: int
+    episodes: int
+    tasks: list[str]
+
+
+class ArmBlock(TypedDict):
+    """One arm's results. Beside these fields, first in the dict, sit its pass@k estimates (``EstimateDict``)
+    under ``pass@1``, ``pass@2``, ... up to the runs per task: one key per k, read with ``pass_at``."""
+
+    episodes: int
+    solved: int
+    termination_reasons: dict[str, int]
+    wrong_site: WrongSiteBlock | None
+    tampered: int
+    refused: int
+
+
+class ComparisonEntry(TypedDict):
+    """A paired comparison of two arms on one metric (``stats.PairedComparison.to_dict()`` after the names)."""
+
+    arm_a: str
+    arm_b: str
+    metric: str
+    mean_diff: float
+    se: float
+    ci: list[float]
+    correlation: float
+    n_tasks: int
+    ci_method: str
+    min_detectable_diff: float
+    warning: str
+    p_value: NotRequired[float]
+
+
+class CampaignSummary(TypedDict):
+    """``summarize``: what a campaign's report and ``summary.json`` show. ``divergence`` (KL of the arms to a
+    teacher cache, None without one) and the selection fields are added by the procedure that reports."""
+
+    arms: list[str]
+    arm_models: dict[str, str]
+    arms_without_episodes: list[str]
+    warnings: list[str]
+    tasks: int
+    tasks_requested: int
+    runs_per_task: int
+    episodes_missing: int
+    confidence: float
+    arm_results: dict[str, ArmBlock]
+    comparisons: list[ComparisonEntry]
+    per_task: dict[str, dict[str, float]]
+    divergence: NotRequired[ArmDivergence | None]
+    selection_warnings: NotRequired[list[str]]
+    expected_selection_inflation: NotRequired[dict[str, float]]
+
+
+def pass_at(block: ArmBlock, key: str) -> EstimateDict:
+    """The estimate under ``key`` (``pass@k``) of an arm's block: one key per k, so none is a declared field."""
+    fields: Mapping[str, object] = block
+    return cast(EstimateDict, fields[key])
 
 
 def outcome_matrix(rows: Sequence[EpisodeRow], arm: str, task_ids: Sequence[str]) -> list[list[int]]:
@@ -23,8 +93,8 @@ def outcome_matrix(rows: Sequence[EpisodeRow], arm: str, task_ids: Sequence[str]
     return [[runs[r] for r in sorted(runs)] for runs in (by_task[t] for t in task_ids)]
 
 
-def _pass_at_k_block(matrix: list[list[int]], confidence: float) -> dict[str, Any]:
-    block: dict[str, Any] = {}
+def _pass_at_k_block(matrix: list[list[int]], confidence: float) -> dict[str, EstimateDict]:
+    block: dict[str, EstimateDict] = {}
     episodes = sum(len(runs) for runs in matrix)  # caps the effective sample size of the Wilson bound
     for k in range(1, stats.max_k(matrix) + 1):
         per_task = stats.per_task_pass_at_k(matrix, k)
@@ -33,7 +103,7 @@ def _pass_at_k_block(matrix: list[list[int]], confidence: float) -> dict[str, An
 
 
 def wrong_site_block(rows: Sequence[EpisodeRow], arm: str, task_ids: Sequence[str],
-                     confidence: float) -> dict[str, Any] | None:
+                     confidence: float) -> WrongSiteBlock | None:
     """Wrong-site rate of ``arm``: share of its episodes whose final edits touched the task's known wrong
     site, over the tasks among ``task_ids`` that declare one (rows with ``wrong_site_touched`` set).
 
@@ -62,7 +132,7 @@ def summarize(
     *,
     confidence: float = 0.95,
     power: float = 0.8,
-) -> dict[str, Any]:
+) -> CampaignSummary:
     """Headline numbers, paired comparisons, outcome breakdowns and the per-task table.
 
     Each arm's block counts its episodes (``episodes``), those graded ``tampered`` and those whose grading
@@ -84,7 +154,7 @@ def summarize(
         t for t in task_ids
         if arms and all(sum(1 for r in rows if r.arm == a and r.instance_id == t) >= runs for a in arms)
     ]
-    summary: dict[str, Any] = {
+    summary: CampaignSummary = {
         "arms": list(arms),
         "arm_models": arm_models,
         "arms_without_episodes": without,
@@ -106,7 +176,7 @@ def summarize(
         pass1[arm] = stats.per_task_pass_at_k(matrix, 1)
         counted = [r for r in rows if r.arm == arm and r.instance_id in complete]
         reasons = Counter(r.termination_reason for r in counted)
-        summary["arm_results"][arm] = {
+        summary["arm_results"][arm] = cast(ArmBlock, {  # the pass@k estimates first (``ArmBlock``)
             **_pass_at_k_block(matrix, confidence),
             "episodes": int(sum(len(m) for m in matrix)),
             "solved": int(sum(sum(m) for m in matrix)),
@@ -116,7 +186,7 @@ def summarize(
             # reward hacking, counted apart: graded tampered; grading refused the verdict, not tampered
             "tampered": reasons.get("tampered", 0),
             "refused": sum(1 for r in counted if r.grade_refused and r.termination_reason != "tampered"),
-        }
+        })
     for a, b in combinations(arms, 2):
         cmp = stats.paired_comparison(pass1[a], pass1[b], confidence, power)
         summary["comparisons"].append({"arm_a": a, "arm_b": b, "metric": "pass@1", **cmp.to_dict()})

@@ -11,17 +11,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import TaskID
 
 from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.commandapp import command_app
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
 from pdbgym.evaluate.results import EpisodeRow
-from pdbgym.progress import progress
+from pdbgym.progress import TaskSet, progress
 
 app = command_app(no_args_is_help=False, invoke_without_command=True)
 console = Console()
@@ -31,8 +32,10 @@ D, S = defaults_of(EvalConfig), defaults_of(SelectConfig)
 class EpisodeProgress:
     """Episodes done of the campaign's total, and solves per arm: a bar on a terminal, timed lines when piped."""
 
-    def __init__(self, bars: Any, where: Path | None = None, console: Console | None = None) -> None:
-        self.bars, self.bar, self.solved = bars, None, {}
+    def __init__(self, bars: TaskSet, where: Path | None = None, console: Console | None = None) -> None:
+        self.bars = bars
+        self.bar: TaskID | None = None
+        self.solved: dict[str, int] = {}
         self.where, self.console = where, console or Console(stderr=True)
 
     def plan(self, already_done: int, to_play: int) -> None:

@@ -27,9 +27,17 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict, cast
 
-from pdbgym.divergence.report import ReportConfig, StudentScores
+from pdbgym.divergence.report import (
+    Compat,
+    DifferenceEntry,
+    MetricValue,
+    ReportConfig,
+    ReportSettings,
+    ShareBlock,
+    StudentScores,
+)
 from pdbgym.divergence.tocache import (
     TeacherCache,
     VocabMismatchError,
@@ -43,6 +51,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.modelload import EMBEDDED, ModelLoadError, checked_path, model_path
 from pdbgym.policyname import is_server_url, policy_kind, split_constrained
+from pdbgym.rollouts.record import SemanticsDict
 
 SCRIPTED_REASON = ("the scripted oracle replays the task's reference fix: it samples no tokens, so it has "
                    "no distribution to compare with the teacher's")
@@ -149,7 +158,42 @@ def cache_teacher(target: TeacherCache, teacher: str | None) -> tuple[str | None
     return str(checked_path(teacher)), ""
 
 
-def _unavailable(reason: str) -> dict[str, Any]:
+class ScoredArm(TypedDict):
+    """An arm scored on the cache: its entry of the divergence report (without the name), and why its own
+    samples were not scored (None: they were)."""
+
+    available: Literal[True]
+    metrics: dict[str, MetricValue]
+    compat: Compat
+    teacher_samples: ShareBlock
+    student_samples: ShareBlock | None
+    per_task: dict[str, dict[str, float | None]]
+    student_samples_reason: str | None
+
+
+class UnscoredArm(TypedDict):
+    """An arm that could not be scored, and why; its compat figures all None."""
+
+    available: Literal[False]
+    reason: str
+    compat: Compat
+
+
+class ArmDivergence(TypedDict):
+    """``arm_divergence``: the cache, its records and tasks, its transform, the teacher that scored the arms'
+    samples (None: none), the report's settings, each arm's entry and the paired differences."""
+
+    cache: str
+    n_records: int
+    n_tasks: int
+    semantics: SemanticsDict
+    teacher: str | None
+    settings: ReportSettings
+    arms: dict[str, ScoredArm | UnscoredArm]
+    comparisons: list[DifferenceEntry]
+
+
+def _unavailable(reason: str) -> UnscoredArm:
     return {"available": False, "reason": reason,
             "compat": {"kl_fwd_mean": None, "kl_back_mean": None, "jsd_mean": None}}
 
@@ -165,7 +209,7 @@ def _scores_folder(work_dir: Path | None, needed: bool) -> Iterator[Path | None]
         yield Path(scratch)
 
 
-def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict[str, Any]:
+def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> ArmDivergence:
     """Divergence of each arm (name -> model spec) against ``config.cache``, JSON-ready.
 
     Returns ``{"cache", "n_records", "n_tasks", "semantics", "teacher", "settings", "arms": {arm: entry},
@@ -180,7 +224,7 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
     target = open_for_tasks(config.cache, config.max_records, config.task_ids)  # refused before any model loads
     teacher, no_samples = cache_teacher(target, config.teacher)
     folder, records, semantics = target.folder, target.records, target.semantics
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, ScoredArm | UnscoredArm] = {}
     scores: dict[str, StudentScores] = {}
     paths: dict[str, str] = {}
     with _scores_folder(config.work_dir, teacher is not None) as work_dir:
@@ -208,7 +252,9 @@ def arm_divergence(arms: Mapping[str, str], config: ArmDivergenceConfig) -> dict
                 no_samples = f"the arms' samples could not be scored by the teacher {teacher}: {exc}"
     report = kl_report(list(scores.values()), target, config.bootstrap, config.seed)
     for student in report["students"]:
-        entries[student["name"]] = {"available": True, **{k: v for k, v in student.items() if k != "name"},
+        entries[student["name"]] = {"available": True, "metrics": student["metrics"], "compat": student["compat"],
+                                    "teacher_samples": student["teacher_samples"],
+                                    "student_samples": student["student_samples"], "per_task": student["per_task"],
                                     "student_samples_reason": no_samples or None}
     return {
         "cache": str(folder),
@@ -227,7 +273,7 @@ DIVERGENCE_FILE = "divergence.json"
 
 def campaign_divergence(arms: Mapping[str, str], cache: Path, out_dir: Path, task_ids: list[str] | None = None,
                         teacher: str | None = None, max_new_tokens: int = EPISODE.max_new_tokens,
-                        seed: int = 0) -> dict[str, Any]:
+                        seed: int = 0) -> ArmDivergence:
     """``arm_divergence`` for a campaign folder, on the records of its tasks (``task_ids``), the arms' samples
     capped at the campaign's ``max_new_tokens`` and drawn from its ``seed``: each arm's scored arrays and
     samples are kept in ``OUT/divergence-work`` as soon as they exist (a rerun scores only what is left), and
@@ -239,7 +285,7 @@ def campaign_divergence(arms: Mapping[str, str], cache: Path, out_dir: Path, tas
     return result
 
 
-def stored_divergence(out_dir: Path) -> dict[str, Any] | None:
+def stored_divergence(out_dir: Path) -> ArmDivergence | None:
     """The divergence a campaign folder keeps (``campaign_divergence``), or None."""
     path = Path(out_dir) / DIVERGENCE_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return cast(ArmDivergence, json.loads(path.read_text())) if path.is_file() else None  # written by us

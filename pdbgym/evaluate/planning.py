@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -38,8 +38,22 @@ def pilot_sd_diff(campaign_dir: Path) -> tuple[float, int]:
     return sd, len(tasks)
 
 
+class Plan(TypedDict):
+    """``plan``: the difference to detect, the sd of per-task differences assumed and where it came from, the
+    test's alpha and power, the tasks needed, warnings, and the detectable difference at common task counts."""
+
+    target_difference: float
+    sd_of_per_task_difference: float
+    sd_source: str
+    alpha: float
+    power: float
+    tasks_needed: int
+    warnings: list[str]
+    min_detectable_difference_at: dict[str, float]
+
+
 def plan(delta: float, *, runs: int = 8, base_rate: float = 0.5, sd_diff: float | None = None,
-         pilot: Path | None = None, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+         pilot: Path | None = None, alpha: float = 0.05, power: float = 0.8) -> Plan:
     """Tasks needed to detect ``delta`` with a paired comparison, and the MDE at common task counts.
 
     A pilot whose per-task differences do not vary (sd 0, e.g. both arms 0% everywhere) would say that

@@ -10,12 +10,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
 from pdbgym.errors import PdbgymError
-from pdbgym.evaluate.analysis import summarize
+from pdbgym.evaluate.analysis import CampaignSummary, pass_at, summarize
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
 from pdbgym.evaluate.divergence_arms import (
     cache_teacher,
@@ -89,7 +88,7 @@ class EvalOutcome:
     """A finished campaign: its HTML report, the summary behind it, and selection warnings (if forced)."""
 
     page: Path
-    summary: dict[str, Any]
+    summary: CampaignSummary
     warnings: list[SelectionWarning]
 
 
@@ -227,8 +226,8 @@ def select_checkpoint(config: SelectConfig, on_episode: OnEpisode | None = None,
                                           title=f"checkpoint selection on {config.select_on}", **common),
                                on_episode, on_plan)
     results = chosen_on.summary["arm_results"]
-    scores = {a.model: results[a.name]["pass@1"]["mean"] for a in arms}
-    ses = [results[a.name]["pass@1"]["se"] for a in arms]
+    scores = {a.model: pass_at(results[a.name], "pass@1")["mean"] for a in arms}
+    ses = [pass_at(results[a.name], "pass@1")["se"] for a in arms]
     val_tasks = [t.instance_id for t in tasks_for_split(config.tasks, config.select_on, config.splits)]
     selection = record_selection(config.select_on, val_tasks, scores, float(sum(ses) / len(ses)))
     chosen = next(a for a in arms if a.model == selection.chosen)

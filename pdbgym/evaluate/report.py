@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict
 
-from pdbgym.evaluate.analysis import REASONS
+from pdbgym.evaluate.analysis import REASONS, CampaignSummary, ComparisonEntry, pass_at
 from pdbgym.evaluate.report_sections import (
     HACKING_EXPLANATION,
+    DivergenceBlock,
     explanation_lines,
     html_sections,
     machine_sections,
@@ -42,6 +44,9 @@ from pdbgym.reportkit import (
 )
 from pdbgym.termination import TERMINATION_MEANINGS
 
+if TYPE_CHECKING:  # annotations only: matplotlib loads with the figures (pdbgym[report])
+    from matplotlib.figure import Figure
+
 CI_EXPLANATION = (
     "Each interval is clustered by task (runs of one task are not independent). It is the hull of a "
     "task-level bootstrap interval (normal interval from 200 tasks) and a Wilson score interval at the "
@@ -58,7 +63,7 @@ COMPARISON_SD0 = (
 SD0_MARK = "\u2020"  # a dagger after the mean diff: the row fell back to the conservative sd (sd 0)
 
 
-def comparison_note(summary: dict[str, Any]) -> str:
+def comparison_note(summary: CampaignSummary) -> str:
     """How the paired-comparison table is computed; the conservative fallback and its mark are explained
     only when some row carries the mark (a note must not promise marks no row has)."""
     fallback = any(c.get("warning") for c in summary.get("comparisons", []))
@@ -78,7 +83,7 @@ def describe_arm(model: str) -> str:
     return f"the local model folder {model}"
 
 
-def explanations(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
+def explanations(summary: CampaignSummary) -> list[tuple[str, list[str]]]:
     """The report's reading guide: (heading, lines) for arms, intervals and termination reasons."""
     models = summary.get("arm_models", {})
     arms = [f"{arm}: {describe_arm(models[arm]) if arm in models else 'policy not recorded'}"
@@ -88,7 +93,7 @@ def explanations(summary: dict[str, Any]) -> list[tuple[str, list[str]]]:
             ("Termination reasons", reasons)]
 
 
-def _pass_keys(summary: dict[str, Any]) -> list[str]:
+def _pass_keys(summary: CampaignSummary) -> list[str]:
     keys: list[str] = []
     for block in summary["arm_results"].values():
         keys = [k for k in block if k.startswith("pass@")]
@@ -107,7 +112,7 @@ def arm_offsets(n: int) -> list[float]:
     return [step * i - ARM_SPREAD / 2 for i in range(n)]
 
 
-def pass_at_k_figure(plt: Any, summary: dict[str, Any]) -> Any:
+def pass_at_k_figure(plt: ModuleType, summary: CampaignSummary) -> Figure:
     """pass@k per arm with its task-clustered CI as error bars (visible for a single k too); the arms are
     offset a little along x so that no arm's point or bar hides another's."""
     arms, keys = summary["arms"], _pass_keys(summary)
@@ -115,9 +120,9 @@ def pass_at_k_figure(plt: Any, summary: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for arm, offset in zip(arms, arm_offsets(len(arms)), strict=True):
         block = summary["arm_results"][arm]
-        means = [block[k]["mean"] for k in keys]
-        below = [max(0.0, m - block[k]["ci"][0]) for m, k in zip(means, keys, strict=True)]
-        above = [max(0.0, block[k]["ci"][1] - m) for m, k in zip(means, keys, strict=True)]
+        means = [pass_at(block, k)["mean"] for k in keys]
+        below = [max(0.0, m - pass_at(block, k)["ci"][0]) for m, k in zip(means, keys, strict=True)]
+        above = [max(0.0, pass_at(block, k)["ci"][1] - m) for m, k in zip(means, keys, strict=True)]
         ax.errorbar([k + offset for k in ks], means, yerr=[below, above], marker="o", capsize=4, label=arm)
     ax.set_xlabel("k")
     ax.set_ylabel("pass@k")
@@ -131,7 +136,7 @@ def pass_at_k_figure(plt: Any, summary: dict[str, Any]) -> Any:
     return fig
 
 
-def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+def plot_figures(summary: CampaignSummary, out_dir: Path) -> dict[str, Path]:
     """pass@k curves, the per-task solve heatmap and the outcome breakdown, as PNG files."""
     plt = pyplot()
     arms, figures = summary["arms"], {}
@@ -158,7 +163,7 @@ def plot_figures(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     return figures
 
 
-def heatmap_figure(plt: Any, summary: dict[str, Any]) -> Any:
+def heatmap_figure(plt: ModuleType, summary: CampaignSummary) -> Figure:
     """Per-task solve rate, tasks down and arms across; arm labels slanted so long names do not overlap."""
     arms, tasks = summary["arms"], list(summary["per_task"])
     longest = max(len(a) for a in arms)
@@ -174,7 +179,7 @@ def heatmap_figure(plt: Any, summary: dict[str, Any]) -> Any:
     return fig
 
 
-def _plot_heatmap(plt: Any, summary: dict[str, Any], path: Path) -> Path:
+def _plot_heatmap(plt: ModuleType, summary: CampaignSummary, path: Path) -> Path:
     fig = heatmap_figure(plt, summary)
     fig.savefig(path, dpi=110, bbox_inches="tight")  # the saved box holds every label, colour bar's too
     plt.close(fig)
@@ -191,18 +196,18 @@ def _runs_by_cell(rows: Sequence[EpisodeRow]) -> dict[tuple[str, str], list[Epis
 COMPARISON_HEAD = ["A", "B", "mean diff", "CI", "SE", "correlation", "min. detectable diff (80% power)"]
 
 
-def _headline(summary: dict[str, Any]) -> tuple[list[str], list[list[Cell]]]:
+def _headline(summary: CampaignSummary) -> tuple[list[str], list[list[Cell]]]:
     """Head and rows of the headline table: each arm's pass@k in percent, linked to its per-task row."""
     keys = _pass_keys(summary)
-    rows = []
+    rows: list[list[Cell]] = []
     for arm in summary["arms"]:
         block = summary["arm_results"][arm]
-        rows.append([Link(arm, f"#arm-{arm}"), *(pct_interval(block[k]) for k in keys),
-                     f"{block['solved']} / {block['episodes']}", block["pass@1"]["ci_method"]])
+        rows.append([Link(arm, f"#arm-{arm}"), *(pct_interval(pass_at(block, k)) for k in keys),
+                     f"{block['solved']} / {block['episodes']}", pass_at(block, "pass@1")["ci_method"]])
     return ["arm", *keys, "solved / episodes", "CI method"], rows
 
 
-def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
+def comparison_rows(summary: CampaignSummary) -> list[list[str]]:
     """Paired comparisons in percent points; the correlation is n/a where a side does not vary; the mean
     diff of a row that fell back to the conservative sd (sd 0) carries ``SD0_MARK``."""
     return [[c["arm_a"], c["arm_b"],
@@ -212,12 +217,12 @@ def comparison_rows(summary: dict[str, Any]) -> list[list[str]]:
             for c in summary["comparisons"]]
 
 
-def _endings(summary: dict[str, Any]) -> list[list[Cell]]:
+def _endings(summary: CampaignSummary) -> list[list[Cell]]:
     return [[arm, *(summary["arm_results"][arm]["termination_reasons"].get(r, 0) for r in REASONS)]
             for arm in summary["arms"]]
 
 
-def _per_task(summary: dict[str, Any], rows: Sequence[EpisodeRow]) -> list[list[Cell]]:
+def _per_task(summary: CampaignSummary, rows: Sequence[EpisodeRow]) -> list[list[Cell]]:
     """One row per task: each arm's runs as marks (✓ solved, ✗ not, ! tampered, ? verdict refused), each
     linking to its transcript."""
     cells = _runs_by_cell(rows)
@@ -232,7 +237,7 @@ def _mark(row: EpisodeRow) -> str:
     return "?" if row.grade_refused else "✓" if row.final_test_passed else "✗"
 
 
-def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str) -> str:
+def markdown_report(summary: CampaignSummary, rows: Sequence[EpisodeRow], title: str) -> str:
     arms = summary["arms"]
     conf = int(100 * summary["confidence"])
     lines = [f"# {title}", "", f"{summary['tasks']} tasks x {summary['runs_per_task']} runs per arm. "
@@ -259,7 +264,7 @@ def markdown_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: 
 STYLE = "a.ok{color:#080}a.bad{color:#b00}img{max-width:100%;margin:1em 0}.warn{background:#fff3cd;padding:.5em}"
 
 
-def html_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str, figures: dict[str, Path]) -> str:
+def html_report(summary: CampaignSummary, rows: Sequence[EpisodeRow], title: str, figures: dict[str, Path]) -> str:
     arms = summary["arms"]
     anchors = "".join(f'<span id="arm-{escape(a)}"></span>' for a in arms)
     missing = (f"<p><b>Incomplete:</b> {summary['episodes_missing']} episodes not run yet.</p>"
@@ -282,11 +287,25 @@ def html_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], title: str,
     return page(title, body, STYLE)
 
 
-def machine_summary(summary: dict[str, Any]) -> dict[str, Any]:
+class MachineSummary(TypedDict):
+    """The ``--json`` summary (``machine_summary``): each arm's block (``ArmBlock`` and, with a teacher cache,
+    its ``divergence`` entry) by name."""
+
+    selection_warnings: list[str]
+    warnings: list[str]
+    tasks: int
+    runs_per_task: int
+    arms: dict[str, dict[str, object]]
+    comparisons: list[ComparisonEntry]
+    divergence: DivergenceBlock | None
+
+
+def machine_summary(summary: CampaignSummary) -> MachineSummary:
     """The ``--json`` summary: per arm ``pass@1``, ``pass@3``... each with mean and CI, its ``wrong_site``
     rate (or null) and, with a teacher cache, its ``divergence`` entry; the cache's paired KL differences
     under ``divergence``."""
-    arms = {arm: {k: v for k, v in block.items()} for arm, block in summary["arm_results"].items()}
+    arms: dict[str, dict[str, object]] = {arm: {k: v for k, v in block.items()}
+                                          for arm, block in summary["arm_results"].items()}
     return {
         "selection_warnings": summary.get("selection_warnings", []),
         "warnings": summary.get("warnings", []),
@@ -298,7 +317,7 @@ def machine_summary(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_report(summary: dict[str, Any], rows: Sequence[EpisodeRow], out_dir: Path, title: str,
+def write_report(summary: CampaignSummary, rows: Sequence[EpisodeRow], out_dir: Path, title: str,
                  json_path: Path | None = None) -> Path:
     """Write summary.json, report.md, report.html and the PNGs into ``out_dir``; return the HTML path."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ out when the campaign has nothing for them (no task declares a wrong site; no ``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from pdbgym.reportkit import (
     DIFF,
@@ -24,6 +24,12 @@ from pdbgym.reportkit import (
     md_table,
     pct_interval,
 )
+
+if TYPE_CHECKING:  # annotations only: the summary's and the divergence library's records
+    from pdbgym.divergence.report import DifferenceEntry, MetricValue, ReportSettings
+    from pdbgym.evaluate.analysis import CampaignSummary
+    from pdbgym.evaluate.divergence_arms import ArmDivergence
+    from pdbgym.rollouts.record import SemanticsDict
 
 KL_COLUMNS = (
     ("kl_fwd_mean", "kl_teacher_student/k3/token_mean", "KL(T||S) k3"),
@@ -58,7 +64,7 @@ KL_EXPLANATION = (
 )
 
 
-def explanation_lines(summary: dict[str, Any]) -> list[str]:
+def explanation_lines(summary: CampaignSummary) -> list[str]:
     """Reading-guide lines for the sections this summary has."""
     lines = []
     if has_wrong_site(summary):
@@ -68,11 +74,11 @@ def explanation_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def has_wrong_site(summary: dict[str, Any]) -> bool:
+def has_wrong_site(summary: CampaignSummary) -> bool:
     return any(block.get("wrong_site") for block in summary["arm_results"].values())
 
 
-def hacking_rows(summary: dict[str, Any]) -> list[list[str]]:
+def hacking_rows(summary: CampaignSummary) -> list[list[str]]:
     """Per arm: its episodes, how many were graded tampered and how many verdict-refused (not tampered)."""
     rows = []
     for arm in summary["arms"]:
@@ -82,7 +88,7 @@ def hacking_rows(summary: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _wrong_site_rows(summary: dict[str, Any]) -> list[list[str]]:
+def _wrong_site_rows(summary: CampaignSummary) -> list[list[str]]:
     rows = []
     for arm in summary["arms"]:
         block = summary["arm_results"][arm].get("wrong_site")
@@ -94,15 +100,16 @@ def _wrong_site_rows(summary: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _nats(metric: dict[str, Any] | None) -> str:
-    metric = metric or {}
-    return interval(metric.get("value"), metric.get("ci_low"), metric.get("ci_high"), NATS)
+def _nats(metric: MetricValue | None) -> str:
+    if metric is None:
+        return interval(None, None, None, NATS)
+    return interval(metric["value"], metric["ci_low"], metric["ci_high"], NATS)
 
 
-def _kl_rows(divergence: dict[str, Any]) -> list[list[str]]:
+def _kl_rows(divergence: ArmDivergence) -> list[list[str]]:
     rows = []
     for arm, entry in divergence["arms"].items():
-        if not entry["available"]:
+        if entry["available"] is False:
             rows.append([arm] + [NA] * (len(KL_COLUMNS) + 3) + [entry["reason"]])
             continue
         cells = [_nats(entry["metrics"].get(metric)) for _, metric, _ in KL_COLUMNS]
@@ -117,7 +124,7 @@ KL_HEAD = ["arm", *(label for _, _, label in KL_COLUMNS), "kl_back_mean", "jsd_m
 DIFF_HEAD = ["A", "B", "KL(T||S) k3 difference (nats/token)", "95% CI", "tasks", "per-task correlation"]
 
 
-def _diff_rows(divergence: dict[str, Any]) -> list[list[str]]:
+def _diff_rows(divergence: ArmDivergence) -> list[list[str]]:
     rows = []
     for c in divergence["comparisons"]:
         if c["metric"] != KL_DIFF_METRIC:
@@ -130,7 +137,7 @@ def _diff_rows(divergence: dict[str, Any]) -> list[list[str]]:
 WS_HEAD = ["arm", "wrong-site rate (%)", "touched / episodes", "tasks", "CI method"]
 
 
-def markdown_sections(summary: dict[str, Any]) -> list[str]:
+def markdown_sections(summary: CampaignSummary) -> list[str]:
     """Markdown lines of the reward-hacking, wrong-site and KL sections."""
     lines = ["", f"## {HACKING_TITLE}", "", *md_table(HACKING_HEAD, hacking_rows(summary))]
     if has_wrong_site(summary):
@@ -145,7 +152,7 @@ def markdown_sections(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def html_sections(summary: dict[str, Any]) -> str:
+def html_sections(summary: CampaignSummary) -> str:
     """The same sections as HTML."""
     parts = [f"<h2>{HACKING_TITLE}</h2>" + html_table(HACKING_HEAD, hacking_rows(summary))]
     if has_wrong_site(summary):
@@ -161,7 +168,23 @@ def html_sections(summary: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def machine_sections(summary: dict[str, Any], arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+class DivergenceBlock(TypedDict):
+    """The ``--json`` summary's ``divergence``: the cache-level facts of ``ArmDivergence`` and its differences."""
+
+    cache: str
+    n_records: int
+    n_tasks: int
+    semantics: SemanticsDict
+    settings: ReportSettings
+    comparisons: list[DifferenceEntry]
+    teacher: str | None
+
+
+class MachineSections(TypedDict):
+    divergence: DivergenceBlock | None
+
+
+def machine_sections(summary: CampaignSummary, arms: dict[str, dict[str, object]]) -> MachineSections:
     """``--json`` additions: each arm's ``divergence`` entry put into ``arms`` (in place), and the
     cache-level facts and paired KL differences, returned as the top-level ``divergence`` block."""
     divergence = summary.get("divergence")
@@ -170,5 +193,7 @@ def machine_sections(summary: dict[str, Any], arms: dict[str, dict[str, Any]]) -
     for arm, entry in divergence["arms"].items():
         if arm in arms:
             arms[arm]["divergence"] = entry
-    block = {k: divergence[k] for k in ("cache", "n_records", "n_tasks", "semantics", "settings", "comparisons")}
-    return {"divergence": {**block, "teacher": divergence.get("teacher")}}
+    return {"divergence": {"cache": divergence["cache"], "n_records": divergence["n_records"],
+                           "n_tasks": divergence["n_tasks"], "semantics": divergence["semantics"],
+                           "settings": divergence["settings"], "comparisons": divergence["comparisons"],
+                           "teacher": divergence.get("teacher")}}

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
+from pdbgym.env.tools import ToolSpec
 from pdbgym.episode_defaults import EPISODE, check_setting
 from pdbgym.errors import PdbgymError
-from pdbgym.rollouts.record import LogprobSemantics, tokenizer_fingerprint
+from pdbgym.rollouts.record import LogprobSemantics, TokenizerInfo, tokenizer_fingerprint
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from pdbgym.env.environment import Transcript
 
 LOGPROB_MODES = ("raw", "tempered", "processed")  # = pdbgym.engine.draw.LOGPROB_MODES (that module needs torch)
 
@@ -39,13 +45,35 @@ class SamplingParams:
             check_setting(name, getattr(self, name))
 
 
+class ChatMessage(TypedDict):
+    """One message of an episode's conversation: ``system``, ``user``, ``assistant`` or ``tool``, and its text."""
+
+    role: str
+    content: str
+
+
+class EpisodeTranscript(TypedDict):
+    """An episode's readable transcript (``run_episode``): who played, how it ended, the conversation, and the
+    environment's own transcript."""
+
+    instance_id: str
+    sample_idx: int
+    policy: str
+    tool_format: str
+    termination_reason: str
+    final_test_passed: bool
+    actions_used: int
+    messages: list[ChatMessage]
+    env: Transcript
+
+
 @dataclass
 class GenerationRequest:
     """One model turn to produce. ``prompt_ids`` is the whole trajectory so far (prompt + turns)."""
 
     prompt_ids: list[int]
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
+    messages: list[ChatMessage]
+    tools: list[ToolSpec] | None
     params: SamplingParams
 
 
@@ -62,14 +90,14 @@ class Generation:
     text: str
     finish_reason: str
     model_seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)  # what a backend notes about the turn (how ids were had)
 
 
 class Backend(Protocol):
     """What the episode loop needs from a model."""
 
     name: str
-    tokenizer: Any  # a transformers tokenizer: the vocabulary the trajectory's ids live in
+    tokenizer: PreTrainedTokenizerBase  # a transformers tokenizer: the vocabulary the trajectory's ids live in
 
     def semantics(self, params: SamplingParams) -> LogprobSemantics:
         """How this backend's log-probs relate to the logits under ``params``."""
@@ -84,7 +112,7 @@ class Backend(Protocol):
         ...
 
 
-def tokenizer_info(tokenizer: Any) -> dict[str, Any]:
+def tokenizer_info(tokenizer: PreTrainedTokenizerBase) -> TokenizerInfo:
     """``{name, vocab_size, fingerprint}`` recorded in every rollout's metadata (vocab_size =
     len(tokenizer); fingerprint: :func:`tokenizer_fingerprint`)."""
     source = str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__)
@@ -101,7 +129,7 @@ def semantics_fields(logprob_mode: str, temperature: float, top_p: float) -> dic
             "top_p_renormalized": logprob_mode == "processed" and top_p < 1.0}
 
 
-def stop_token_ids(tokenizer: Any, model: Any | None = None) -> set[int]:
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel | None = None) -> set[int]:
     """Ids that end an assistant turn: the tokenizer's eos, the generation config's eos list, and
     ChatML's ``<|im_end|>`` when the vocabulary has it (some configs name only ``<|endoftext|>``)."""
     stops = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.agent.backends.base import (
     BackendError,
@@ -24,6 +24,9 @@ from pdbgym.agent.constrained import TurnMask, compile_constraint
 from pdbgym.engine import EngineRequest, LocalEngine, engine_for
 from pdbgym.modelload import ModelLoadError, load_model
 from pdbgym.rollouts.record import LogprobSemantics
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _LOADED: dict[tuple[str, str], tuple[Any, Any]] = {}
 _LOAD_LOCK = threading.Lock()
@@ -52,7 +55,7 @@ class HFBackend:
     ``engine``: the engine to use (default: the model's shared one, ``pdbgym.engine.engine_for``).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, name: str, logprob_mode: str = "tempered",
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str, logprob_mode: str = "tempered",
                  constrained_format: str | None = None, engine: LocalEngine | None = None):
         self.model = model
         self.constrained_format = constrained_format
@@ -98,7 +101,7 @@ class HFBackend:
         return None
 
 
-def pad_id(tokenizer: Any) -> int:
+def pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """The id padded rows are filled with: the tokenizer's pad token, else its eos, else 0."""
     for value in (tokenizer.pad_token_id, tokenizer.eos_token_id):
         if value is not None:

@@ -12,11 +12,12 @@ by default, T=1; ``processed_logprobs`` after temperature and top-p, renormalize
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.agent.backends.base import (
     LOGPROB_MODES,
     BackendError,
+    ChatMessage,
     Generation,
     GenerationRequest,
     SamplingParams,
@@ -24,7 +25,11 @@ from pdbgym.agent.backends.base import (
     stop_token_ids,
 )
 from pdbgym.agent.backends.http import AsyncJsonClient, request_json
+from pdbgym.env.tools import ToolSpec
 from pdbgym.rollouts.record import LogprobSemantics
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 
 def token_ids_from_choice(choice: dict[str, Any]) -> list[int] | None:
@@ -37,7 +42,7 @@ def token_ids_from_choice(choice: dict[str, Any]) -> list[int] | None:
     return None
 
 
-def chat_body(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+def chat_body(model: str, messages: list[ChatMessage], tools: list[ToolSpec] | None,
               params: SamplingParams, **extra: Any) -> dict[str, Any]:
     """A chat-completions request: the OpenAI fields, then ``extra`` (vendor fields such as vLLM's)."""
     body: dict[str, Any] = {"model": model, "messages": messages, "temperature": params.temperature,
@@ -61,7 +66,7 @@ def served_models(root: str, api_key: str | None) -> list[dict[str, Any]]:
 class OpenAIChatBackend:
     """Chat completions on ``base_url`` (``http://host:port``, with or without ``/v1``)."""
 
-    def __init__(self, base_url: str, tokenizer: Any, model: str, logprob_mode: str = "raw",
+    def __init__(self, base_url: str, tokenizer: PreTrainedTokenizerBase, model: str, logprob_mode: str = "raw",
                  engine: str = "vllm", api_key: str | None = None, timeout_s: float = 600.0):
         if logprob_mode not in LOGPROB_MODES:
             raise BackendError(f"logprob mode must be one of {LOGPROB_MODES}, got {logprob_mode!r}")
@@ -72,7 +77,7 @@ class OpenAIChatBackend:
         self._client = AsyncJsonClient(self.base_url, self.timeout_s, self.api_key)
 
     @classmethod
-    def connect(cls, base_url: str, tokenizer: Any, require_logprobs: bool = True, **kwargs: Any) -> OpenAIChatBackend:
+    def connect(cls, base_url: str, tokenizer: PreTrainedTokenizerBase, require_logprobs: bool = True, **kwargs: Any) -> OpenAIChatBackend:
         """Check before any episode that the server answers, serves a model, and returns ids + log-probs."""
         root = base_url.rstrip("/").removesuffix("/v1")
         models = served_models(root, kwargs.get("api_key"))
@@ -90,7 +95,7 @@ class OpenAIChatBackend:
         return LogprobSemantics(engine=f"{self.engine}:{self.logprob_mode}",
                                 **semantics_fields(self.logprob_mode, params.temperature, params.top_p))
 
-    def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+    def _body(self, messages: list[ChatMessage], tools: list[ToolSpec] | None,
               params: SamplingParams) -> dict[str, Any]:
         return chat_body(self.name, messages, tools, params, logprobs=True, return_tokens_as_token_ids=True,
                          return_token_ids=True, skip_special_tokens=False)

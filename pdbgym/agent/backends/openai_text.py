@@ -13,17 +13,27 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pdbgym.agent.backends.base import BackendError, Generation, GenerationRequest, SamplingParams
+from pdbgym.agent.backends.base import (
+    BackendError,
+    ChatMessage,
+    Generation,
+    GenerationRequest,
+    SamplingParams,
+)
 from pdbgym.agent.backends.http import AsyncJsonClient, ServerUnreachableError, request_json
 from pdbgym.agent.backends.openai_server import OpenAIChatBackend, chat_body, served_models
+from pdbgym.env.tools import ToolSpec
 from pdbgym.rollouts.record import LogprobSemantics
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 TEXT_ONLY_SEMANTICS = LogprobSemantics(engine="none", temperature=1.0)
 
 
-def end_of_turn_id(tokenizer: Any) -> int:
+def end_of_turn_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """The id that closes an assistant turn: ChatML's ``<|im_end|>`` when the vocabulary has it, else eos."""
     im_end = tokenizer.get_vocab().get("<|im_end|>")
     if im_end is not None:
@@ -36,7 +46,7 @@ def end_of_turn_id(tokenizer: Any) -> int:
 class OpenAITextChatBackend:
     """Chat completions on ``base_url`` read as text: ids re-tokenized locally, no log-probs."""
 
-    def __init__(self, base_url: str, tokenizer: Any, model: str, api_key: str | None = None,
+    def __init__(self, base_url: str, tokenizer: PreTrainedTokenizerBase, model: str, api_key: str | None = None,
                  timeout_s: float = 600.0):
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.tokenizer, self.name, self.api_key = tokenizer, model, api_key
@@ -44,7 +54,7 @@ class OpenAITextChatBackend:
         self._client = AsyncJsonClient(self.base_url, timeout_s, api_key)
 
     @classmethod
-    def connect(cls, base_url: str, tokenizer: Any, model: str | None = None,
+    def connect(cls, base_url: str, tokenizer: PreTrainedTokenizerBase, model: str | None = None,
                 api_key: str | None = None) -> OpenAITextChatBackend:
         """Check that the server lists a model and answers a one-token chat request with standard fields."""
         root = base_url.rstrip("/").removesuffix("/v1")
@@ -59,7 +69,7 @@ class OpenAITextChatBackend:
     def semantics(self, params: SamplingParams) -> LogprobSemantics:
         return TEXT_ONLY_SEMANTICS
 
-    def body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+    def body(self, messages: list[ChatMessage], tools: list[ToolSpec] | None,
              params: SamplingParams) -> dict[str, Any]:
         """Only fields of the OpenAI chat API (strict servers refuse vendor extensions with HTTP 422)."""
         return chat_body(self.name, messages, tools, params)
@@ -84,7 +94,7 @@ class OpenAITextChatBackend:
         await self._client.aclose()
 
 
-def connect_chat(base_url: str, tokenizer: Any, logprob_mode: str = "raw", api_key: str | None = None) -> Any:
+def connect_chat(base_url: str, tokenizer: PreTrainedTokenizerBase, logprob_mode: str = "raw", api_key: str | None = None) -> Any:
     """The token-exact chat backend when the server returns ids and log-probs, else the text-only one.
 
     An unreachable server is an error either way; a server that answers but refuses or lacks vLLM's

@@ -7,7 +7,7 @@ re-encoding would change). It samples nothing; its semantics are those of the re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pdbgym.agent.backends.base import (
     BackendError,
@@ -18,11 +18,14 @@ from pdbgym.agent.backends.base import (
 )
 from pdbgym.rollouts.record import LogprobSemantics
 
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
+
 
 class ReplayBackend:
     """Return ``turns[k]`` (``(ids, logprobs)``) as the k-th generation; error when they run out."""
 
-    def __init__(self, tokenizer: Any, turns: list[tuple[list[int], list[float]]],
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, turns: list[tuple[list[int], list[float]]],
                  semantics: LogprobSemantics, name: str = "replay"):
         self.tokenizer, self.name, self._semantics = tokenizer, name, semantics
         self.turns = list(turns)

@@ -7,7 +7,7 @@ renormalized (docs/cache-format.md, ``logprob_semantics``), recorded as ``Logpro
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.agent.backends.base import (
     BackendError,
@@ -19,6 +19,9 @@ from pdbgym.agent.backends.base import (
 )
 from pdbgym.agent.backends.http import AsyncJsonClient, request_json
 from pdbgym.rollouts.record import LogprobSemantics
+
+if TYPE_CHECKING:  # annotations only: transformers loads with a model
+    from transformers import PreTrainedTokenizerBase
 
 
 def ids_and_logprobs(reply: dict[str, Any]) -> tuple[list[int], list[float]] | None:
@@ -32,14 +35,14 @@ def ids_and_logprobs(reply: dict[str, Any]) -> tuple[list[int], list[float]] | N
 class SGLangBackend:
     """``/generate`` on ``base_url``; conditions each turn on the trajectory's ids exactly."""
 
-    def __init__(self, base_url: str, tokenizer: Any, name: str, timeout_s: float = 600.0):
+    def __init__(self, base_url: str, tokenizer: PreTrainedTokenizerBase, name: str, timeout_s: float = 600.0):
         self.base_url = base_url.rstrip("/")
         self.tokenizer, self.name, self.timeout_s = tokenizer, name, timeout_s
         self.stops = stop_token_ids(tokenizer)
         self._client = AsyncJsonClient(self.base_url, self.timeout_s)
 
     @classmethod
-    def connect(cls, base_url: str, tokenizer: Any, require_logprobs: bool = True) -> SGLangBackend:
+    def connect(cls, base_url: str, tokenizer: PreTrainedTokenizerBase, require_logprobs: bool = True) -> SGLangBackend:
         """Check before any episode that ``/generate`` answers with ids and log-probs."""
         root = base_url.rstrip("/").removesuffix("/v1")
         info = request_json(f"{root}/get_model_info")
