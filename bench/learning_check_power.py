@@ -8,14 +8,15 @@ last. ``--step-sd S`` adds a per-step effect shared by every task of the step, N
 (``pdbgym/train/experiment/checks.py``):
 
 - ``learning_check``: the last quarter of steps against the first, steps as clusters (Newcombe);
-- ``task_paired_check``: each task against itself, quarters and halves, Student t over tasks;
+- ``task_paired_check``: each task against itself, quarters and halves, the sign-flip interval over tasks
+  (``--before`` adds the Student t it replaced and the percentile bootstrap before that, on the same runs);
 - ``step_centred_check``: the same parts with steps as clusters and each task's difficulty taken out (Welch).
 
 Prints, per check, the mean 95% CI half-width and the share of runs whose CI excluded no change, two-sided
 (at ``--rise 0``: the false-positive rate, nominal 5%; else the power, counting only rises), with a 95% Wilson
 interval for the simulation's own noise (1,000 runs: about +-1.4 points around 5%).
 
-    .venv/bin/python bench/learning_check_power.py --short [--before]   # the short file's shapes, 1,000 null runs each
+    .venv/bin/python bench/learning_check_power.py --short [--before] [--rise 0.15]   # the short file's shapes
     .venv/bin/python bench/learning_check_power.py [--runs 1000] [--tasks 16] [--steps 12] [--epochs] \\
         [--rise 0] [--step-sd 0]
 """
@@ -31,12 +32,14 @@ from pdbgym.evaluate.stats import wilson_interval
 from pdbgym.train.experiment.checks import learning_check, step_centred_check, task_paired_check
 
 CHECKS = (("quarter check, steps as clusters (Newcombe)", "pooled"),
-          ("each task against itself, quarters (t)", "task-q"),
-          ("each task against itself, halves (t)", "task-h"),
+          ("each task against itself, quarters (sign-flip)", "task-q"),
+          ("each task against itself, halves (sign-flip)", "task-h"),
           ("steps as clusters, task mix out, quarters (Welch)", "step-q"),
           ("steps as clusters, task mix out, halves (Welch)", "step-h"))
-BEFORE = (("each task against itself, quarters (bootstrap, before)", "boot-q"),
-          ("each task against itself, halves (bootstrap, before)", "boot-h"))
+BEFORE = (("each task against itself, quarters (Student t, before)", "t-q"),
+          ("each task against itself, halves (Student t, before)", "t-h"),
+          ("each task against itself, quarters (bootstrap, before that)", "boot-q"),
+          ("each task against itself, halves (bootstrap, before that)", "boot-h"))
 
 
 def simulate(seed: int, tasks: int, steps: int, per_step: int, group: int, rise: float, epochs: bool = False,
@@ -65,7 +68,8 @@ def simulate(seed: int, tasks: int, steps: int, per_step: int, group: int, rise:
     return {"pooled": learning_check(rows, per_step * group),
             "task-q": task_paired_check(outcomes, 0.25), "task-h": task_paired_check(outcomes),
             "step-q": step_centred_check(outcomes, 0.25), "step-h": step_centred_check(outcomes),
-            **({"boot-q": task_paired_check(outcomes, 0.25, "bootstrap"),
+            **({"t-q": task_paired_check(outcomes, 0.25, "t"), "t-h": task_paired_check(outcomes, 0.5, "t"),
+                "boot-q": task_paired_check(outcomes, 0.25, "bootstrap"),
                 "boot-h": task_paired_check(outcomes, 0.5, "bootstrap")} if before else {})}
 
 
@@ -92,7 +96,7 @@ def show(title: str, found: dict[str, tuple[float, float, int]], rise: float) ->
             continue
         share, width, count = found[key]
         low, high = wilson_interval(share, count)  # the simulation's own noise: a finite number of runs
-        print(f"  {name:55s} {what} {share:6.1%} [{low:.1%}, {high:.1%}]   CI half-width {width:.3f}   "
+        print(f"  {name:60s} {what} {share:6.1%} [{low:.1%}, {high:.1%}]   CI half-width {width:.3f}   "
               f"({count} runs gave it)")
 
 
@@ -108,7 +112,8 @@ def main() -> None:
     parser.add_argument("--epochs", action="store_true",
                         help="draw tasks epoch by epoch (GRPO's sampler) instead of afresh each step")
     parser.add_argument("--before", action="store_true",
-                        help="also the percentile-bootstrap interval the paired check used before (slower)")
+                        help="also the Student t and percentile-bootstrap intervals the paired check used before "
+                             "(slower)")
     parser.add_argument("--short", action="store_true",
                         help="the short file's shapes (16 tasks, 8 a step, G = 4, epochs; 12 steps and the 11 a "
                              "time cap left), with no step effect and shared step effects of sd 0.05 and 0.10")

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 BOOTSTRAP_BELOW_TASKS = 200  # fewer tasks than this: task-level bootstrap CI; else the normal approximation
+SIGN_FLIPS_EXACT_UPTO = 16  # up to this many clusters: every sign pattern (2^16 = 65,536); more: as many drawn
 
 
 def _norm() -> Any:
@@ -99,6 +100,58 @@ def t_interval(per_cluster: np.ndarray, confidence: float = 0.95) -> tuple[float
 
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, values.size - 1)) * clustered_se(values)
     return float(values.mean()) - half, float(values.mean()) + half
+
+
+def _flipped_sums(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of the 2^C patterns of flipped values (bit i: value i flipped): their sum and number."""
+    sums, sizes = np.zeros(1), np.zeros(1)
+    for value in values:
+        sums, sizes = np.concatenate([sums, sums + value]), np.concatenate([sizes, sizes + 1])
+    return sums, sizes
+
+
+def sign_flip_interval(per_cluster: np.ndarray, confidence: float = 0.95, draws: int = 65_535,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """The sign-flip (randomization) interval of a mean over C clusters, and its test's p-value at 0.
+
+    Where nothing changed, each cluster's value is symmetric about 0 (a task's two halves of episodes could
+    have come in either order), so every pattern e of signs gives sum e_c x_c as likely a value as the
+    observed sum. The test of a shift d is exact under that symmetry alone: p(d) is the share of patterns
+    with |sum e_c (x_c - d)| >= |sum (x_c - d)|, ties counted as extreme, so it never rejects more often
+    than the nominal rate however lumpy the values (0/1 outcomes of a few episodes a task) or unequal their
+    spreads. A pattern flipping the clusters S (neither none nor all) meets that exactly for d between the
+    mean of x over S and over the rest, and every such span holds mean(x); the interval {d: p(d) > alpha}
+    is [L, U] with L the m-th lowest span start and U the m-th highest span end over the N patterns
+    (both trivial ones spanning everything), m = floor(alpha N) + 1. So 0 lies outside it exactly where
+    p(0) <= alpha: interval and test never disagree.
+
+    Up to ``SIGN_FLIPS_EXACT_UPTO`` clusters every one of the 2^C patterns (exact and deterministic);
+    more: the observed pattern and ``draws`` drawn with ``seed`` (a Monte Carlo randomization test, still
+    exact). Returns (L, U, p(0)); fewer than two clusters, or too few patterns to reach ``confidence``
+    (C < 6 at 95%), give an infinite bound.
+    """
+    values = np.asarray(per_cluster, dtype=float)
+    count = values.size
+    if count < 2:
+        return float("-inf"), float("inf"), 1.0
+    if count <= SIGN_FLIPS_EXACT_UPTO:
+        sums, sizes = _flipped_sums(values)
+    else:  # a drawn pattern: uniform ones of each run of 16 clusters; the first pattern is the observed signs
+        rng, sums, sizes = np.random.default_rng(seed), np.zeros(draws + 1), np.zeros(draws + 1)
+        for start in range(0, count, SIGN_FLIPS_EXACT_UPTO):
+            part_sums, part_sizes = _flipped_sums(values[start:start + SIGN_FLIPS_EXACT_UPTO])
+            pick = rng.integers(0, part_sums.size, draws)
+            sums[1:] += part_sums[pick]
+            sizes[1:] += part_sizes[pick]
+    inner = (sizes > 0) & (sizes < count)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        flipped, kept = sums / sizes, (values.sum() - sums) / (count - sizes)
+    # rounded so that a span ending at 0 in exact arithmetic ends at 0, not at 1e-17: ties stay ties
+    starts = np.where(inner, np.round(np.minimum(flipped, kept), 12), float("-inf"))
+    ends = np.where(inner, np.round(np.maximum(flipped, kept), 12), float("inf"))
+    m = math.floor(round((1 - confidence) * starts.size, 9)) + 1
+    low, high = float(np.partition(starts, m - 1)[m - 1]), float(-np.partition(-ends, m - 1)[m - 1])
+    return low, high, float(np.mean((starts <= 0) & (ends >= 0)))
 
 
 def welch_interval(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -249,11 +302,13 @@ class PairedComparison:
     ci_method: str
     min_detectable_diff: float  # at the given alpha and power, for this many tasks
     warning: str = ""  # set when sd(d) was 0 and the conservative fallback was used
+    p_value: float | None = None  # "sign-flip": the randomization test's two-sided p-value of no difference
 
     def to_dict(self) -> dict:
-        return {"mean_diff": self.mean_diff, "se": self.se, "ci": [self.ci_low, self.ci_high],
-                "correlation": self.correlation, "n_tasks": self.n_tasks, "ci_method": self.ci_method,
-                "min_detectable_diff": self.min_detectable_diff, "warning": self.warning}
+        found = {"mean_diff": self.mean_diff, "se": self.se, "ci": [self.ci_low, self.ci_high],
+                 "correlation": self.correlation, "n_tasks": self.n_tasks, "ci_method": self.ci_method,
+                 "min_detectable_diff": self.min_detectable_diff, "warning": self.warning}
+        return found if self.p_value is None else {**found, "p_value": self.p_value}
 
 
 def newcombe_interval(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
@@ -312,8 +367,10 @@ def paired_comparison(per_task_a: np.ndarray, per_task_b: np.ndarray, confidence
     """A - B with a task-clustered SE, CI and minimum detectable difference.
 
     ``interval``: "bootstrap" (``estimate_mean``'s: the task-level percentile bootstrap below
-    ``BOOTSTRAP_BELOW_TASKS`` tasks) or "t" (``t_interval``: mean +- t_{T-1} SE, which keeps its coverage
-    at a few tens of tasks where the percentile bootstrap is too narrow).
+    ``BOOTSTRAP_BELOW_TASKS`` tasks), "t" (``t_interval``: mean +- t_{T-1} SE, which keeps its coverage
+    at a few tens of tasks where the percentile bootstrap is too narrow) or "sign-flip"
+    (``sign_flip_interval``: exact wherever each task's difference is symmetric about 0 under no change,
+    never above the nominal rate; ``p_value`` its test's; for values in [0, 1] clipped to [-1, 1]).
 
     When every task has the same difference (0 vs 0, 100 vs 0, one task), sd(d) = 0 would give SE 0, a
     point CI and a detectable difference of 0. Instead the comparison warns, uses the conservative
@@ -326,10 +383,16 @@ def paired_comparison(per_task_a: np.ndarray, per_task_b: np.ndarray, confidence
     diff = a - b
     corr = float(np.corrcoef(a, b)[0, 1]) if a.size > 1 and a.std() > 0 and b.std() > 0 else float("nan")
     sd = float(diff.std(ddof=1)) if diff.size > 1 else 0.0
-    if interval not in ("bootstrap", "t"):
-        raise ValueError(f"interval {interval!r}: use 'bootstrap' or 't'")
+    if interval not in ("bootstrap", "t", "sign-flip"):
+        raise ValueError(f"interval {interval!r}: use 'bootstrap', 't' or 'sign-flip'")
     if sd > 0:
         mdd = minimum_detectable_difference(sd, diff.size, alpha=1 - confidence, power=power)
+        if interval == "sign-flip":
+            low, high, p = sign_flip_interval(diff, confidence, seed=seed)
+            if min(a.min(), b.min()) >= 0 and max(a.max(), b.max()) <= 1:  # a difference of rates: in [-1, 1]
+                low, high = max(low, -1.0), min(high, 1.0)
+            return PairedComparison(float(diff.mean()), clustered_se(diff), low, high, corr, diff.size,
+                                    "sign-flip", mdd, p_value=p)
         if interval == "t":
             low, high = t_interval(diff, confidence)
             return PairedComparison(float(diff.mean()), clustered_se(diff), low, high, corr, diff.size, "t", mdd)

@@ -153,3 +153,52 @@ def test_the_two_way_interval_is_the_crossed_random_effects_one():
     assert stats.two_way_interval(noisy)[4] == "t over tasks (floor)"
     with pytest.raises(ValueError, match="tasks, seeds"):
         stats.two_way_interval(np.zeros(3))
+
+
+def test_the_sign_flip_interval_is_the_exact_randomization_test_inverted():
+    """Up to 16 clusters every pattern of signs: the p-value at a shift is the share of patterns whose sum is
+    as far from 0 as the observed one, ties included, and the interval holds exactly the shifts it keeps."""
+    import itertools
+
+    rng = np.random.default_rng(4)
+    for size in (6, 7, 9):
+        signs = np.array(list(itertools.product([1, -1], repeat=size)))
+        for _ in range(6):
+            d = rng.integers(-3, 4, size) / 4  # lumpy, with ties and zeros, as a few episodes a task give
+
+            def p(shift: float, d: np.ndarray = d, signs: np.ndarray = signs) -> float:
+                return float(np.mean(np.abs(signs @ (d - shift)) >= abs((d - shift).sum()) - 1e-9))
+
+            low, high, p0 = stats.sign_flip_interval(d)
+            assert p0 == pytest.approx(p(0.0))
+            assert (low > 0 or high < 0) == (p0 <= 0.05)  # interval and test never disagree
+            assert low <= d.mean() <= high
+            assert min(p(low), p(high)) > 0.05 and max(p(low - 1e-6), p(high + 1e-6)) <= 0.05
+    # all sixteen alike in sign: 2 patterns of 65,536 as extreme
+    assert stats.sign_flip_interval(np.full(16, 0.25) + np.arange(16) / 100)[2] == pytest.approx(2 / 2**16)
+    # five clusters have 32 patterns, two of them trivial: no 95% interval to give; one cluster none at all
+    assert stats.sign_flip_interval(np.array([0.1, 0.2, 0.3, 0.4, 0.5]))[:2] == (float("-inf"), float("inf"))
+    assert stats.sign_flip_interval(np.array([0.5])) == (float("-inf"), float("inf"), 1.0)
+
+
+def test_the_sign_flip_interval_draws_patterns_past_sixteen_clusters_and_is_seeded():
+    from scipy import stats as scipy_stats
+
+    d = np.random.default_rng(5).normal(0.2, 0.5, 40)
+    drawn = stats.sign_flip_interval(d)
+    assert drawn == stats.sign_flip_interval(d)  # the same patterns every call
+    assert drawn != stats.sign_flip_interval(d, seed=1)
+    t = scipy_stats.ttest_1samp(d, 0.0)
+    low, high = t.confidence_interval(0.95)
+    assert drawn[0] == pytest.approx(low, abs=0.03) and drawn[1] == pytest.approx(high, abs=0.03)
+    assert drawn[2] == pytest.approx(t.pvalue, abs=0.01)  # about normal values: about the t test
+
+
+def test_a_paired_comparison_by_sign_flips_gives_its_p_value_and_stays_within_rates():
+    after, before = np.array([1.0, 0.75, 1.0, 0.5, 1.0, 0.75]), np.array([0.0, 0.25, 0.5, 0.0, 0.25, 0.5])
+    cmp = stats.paired_comparison(after, before, interval="sign-flip")
+    assert cmp.ci_method == "sign-flip" and cmp.p_value == pytest.approx(2 / 64)  # all six rose
+    assert 0 < cmp.ci_low < cmp.mean_diff < cmp.ci_high <= 1 and cmp.to_dict()["p_value"] == cmp.p_value
+    five = stats.paired_comparison(after[:5], before[:5], interval="sign-flip")
+    assert (five.ci_low, five.ci_high) == (-1.0, 1.0)  # no 95% interval from 5 tasks: the whole range of rates
+    assert "p_value" not in stats.paired_comparison(after, before, interval="t").to_dict()

@@ -538,7 +538,7 @@ def test_a_swing_of_the_whole_policy_at_one_step_is_told_apart_from_learning():
 
     rows = [step(n, 0.45 if n == 11 else 0.0) for n in range(1, 13)]
     paired, centred = task_paired_check(rows), step_centred_check(rows)
-    assert paired["changed"] and paired["method"] == "t"
+    assert paired["changed"] and paired["method"] == "sign-flip"
     assert centred["steps"] == [6, 6] and centred["tasks"] == 16 and centred["df"] > 4
     assert centred["ci"][0] < 0 < centred["ci"][1] and not centred["changed"]
     assert centred["diff"] == pytest.approx(paired["diff"], abs=1e-9)  # every task in every step: the same difference

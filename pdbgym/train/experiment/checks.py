@@ -5,9 +5,10 @@ Three checks read a GRPO run's logs; each compares the first part of the steps w
 - ``learning_check``: the pooled solve rate of the last quarter of steps against the first (``steps.jsonl``),
   steps as clusters, Newcombe's interval. A step draws its tasks afresh, so this one moves with the mix.
 - ``task_paired_check``: each task against itself (``outcomes.jsonl``), the mean per-task difference with
-  a Student-t interval over tasks (``stats.t_interval``). Takes the task mix out; assumes the steps of a
-  part share nothing beyond the task, so a swing of the whole policy from one step to the next (every
-  task up or down together) is read as learning.
+  the sign-flip (randomization) interval over tasks (``stats.sign_flip_interval``), exact wherever a task's
+  two parts could have come in either order. Takes the task mix out; assumes the steps of a part share
+  nothing beyond the task, so a swing of the whole policy from one step to the next (every task up or
+  down together) is read as learning.
 - ``step_centred_check``: the same parts with steps as clusters and the mix taken out: each episode's
   outcome less its task's mean over both parts, averaged per step, the late steps against the early ones
   by Welch's interval (``stats.welch_interval``). A per-step swing shared by every task is inside its
@@ -83,18 +84,22 @@ def _on_policy(outcomes: list[dict[str, Any]], early: set[int], late: set[int]) 
     return found
 
 
-def task_paired_check(outcomes: list[dict[str, Any]], share: float = 0.5, interval: str = "t") -> dict[str, Any] | None:
+def task_paired_check(outcomes: list[dict[str, Any]], share: float = 0.5,
+                      interval: str = "sign-flip") -> dict[str, Any] | None:
     """The later half of the GRPO steps against the earlier half, each task against itself.
 
     Each task played on-policy in both halves (``outcomes.jsonl``) gives its solve rate in each; the mean
-    of the per-task differences gets a Student-t 95% interval over tasks (``paired_comparison`` with
-    ``interval="t"``) and the difference it could detect at 80% power. With an odd number of steps the
-    middle one is left out. ``share`` < 0.5 compares the first and last ``share`` of the steps instead
-    (a quarter pairs every task when each quarter holds whole epochs of the sampler). ``played`` counts
-    the tasks played on-policy in each part, to tell whole epochs from partial ones. None when fewer than
-    two tasks were played in both parts. ``changed``: the interval excludes 0 (two-sided); ``learned``:
-    it lies above 0. ``interval="bootstrap"`` gives the percentile bootstrap this check used before (too
-    narrow at 16 tasks; kept for ``bench/learning_check_power.py`` to show it).
+    of the per-task differences gets the sign-flip 95% interval over tasks (``paired_comparison`` with
+    ``interval="sign-flip"``: every pattern of the per-task differences' signs up to 16 tasks, the
+    randomization test inverted, ``p_value`` its test's) and the difference it could detect at 80% power
+    (normal approximation). With an odd number of steps the middle one is left out. ``share`` < 0.5
+    compares the first and last ``share`` of the steps instead (a quarter pairs every task when each
+    quarter holds whole epochs of the sampler). ``played`` counts the tasks played on-policy in each
+    part, to tell whole epochs from partial ones. None when fewer than two tasks were played in both
+    parts. ``changed``: the interval excludes 0 (two-sided; the same as ``p_value`` <= 0.05); ``learned``:
+    it lies above 0. ``interval="t"`` (Student t, this check's before issue 42) and ``"bootstrap"`` (the
+    percentile bootstrap before that, too narrow at 16 tasks) are kept for ``bench/learning_check_power.py``
+    to show them on the same runs.
     """
     parts = _parts(outcomes, share)
     if parts is None:
@@ -113,7 +118,7 @@ def task_paired_check(outcomes: list[dict[str, Any]], share: float = 0.5, interv
             "played": [sum(1 for h in played.values() if h[0]), sum(1 for h in played.values() if h[1])],
             "episodes": [sum(len(h[0]) for h in both.values()), sum(len(h[1]) for h in both.values())],
             "diff": paired.mean_diff, "ci": [paired.ci_low, paired.ci_high], "method": paired.ci_method,
-            "detectable": paired.min_detectable_diff, "learned": paired.ci_low > 0,
+            "p_value": paired.p_value, "detectable": paired.min_detectable_diff, "learned": paired.ci_low > 0,
             "changed": paired.ci_low > 0 or paired.ci_high < 0}
 
 

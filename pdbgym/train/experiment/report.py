@@ -325,7 +325,7 @@ def paired_check_lines(paired: dict[str, Any] | None, centred: dict[str, Any] | 
                     "is over the shared ones")
     text = (f"Each task against itself, {part}: the last {paired['steps_per_half']} step(s) against the "
             f"first, on the {paired['tasks']} tasks played on-policy in both ({paired['episodes'][1]} and "
-            f"{paired['episodes'][0]} episodes): {rise(paired)} (95%, Student t over tasks as clusters; "
+            f"{paired['episodes'][0]} episodes): {rise(paired)} (95%, sign-flip interval over tasks; "
             f"{pct(paired['detectable'])} detectable at 80% power); {verdict}.")
     if centred is not None and not centred["df"]:
         text += (" With steps as clusters the steps' values did not vary at all: no interval to give (a swing of "
