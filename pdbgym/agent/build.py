@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.executor import ExecutorConfig
@@ -76,8 +76,21 @@ class CacheBuildConfig:
         check_setting("runs", self.runs)
 
 
+class CacheBuildSummary(TypedDict):
+    """What ``build_cache`` did: the cache, episodes played and skipped (already there), how they ended, the
+    solved ones, the wall time and the rate (None when none was played)."""
+
+    out: str
+    episodes_run: int
+    episodes_skipped_already_done: int
+    termination_reasons: dict[str, int]
+    solved: int
+    wall_seconds: float
+    episodes_per_minute: float | None
+
+
 def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], None] | None = None,
-                on_plan: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                on_plan: Callable[[int, int], None] | None = None) -> CacheBuildSummary:
     """Play every missing (task, sample) and append it to ``config.out``; return a summary dict.
 
     ``on_plan(already_done, to_play)`` is called once before the first episode, ``on_result(result,

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from pdbgym.agent.backends.base import SamplingParams
-from pdbgym.agent.build import CacheBuildConfig
+from pdbgym.agent.build import CacheBuildConfig, CacheBuildSummary
 from pdbgym.agent.play import RunConfig
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.env.environment import EnvConfig, EpisodeResult
@@ -110,7 +110,7 @@ def cache_build_command(
     _report(summary, json_output)
 
 
-def _report(summary: dict[str, Any], json_output: bool) -> None:
+def _report(summary: CacheBuildSummary, json_output: bool) -> None:
     if json_output:
         print(json.dumps(summary))
         return

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from pdbgym.agent.backends.base import (
     ChatMessage,
@@ -42,12 +42,15 @@ from pdbgym.env.environment import DebugEnv, EpisodeResult
 from pdbgym.env.tools import tool_specs
 from pdbgym.episode_defaults import EPISODE
 from pdbgym.errors import PdbgymError
-from pdbgym.rollouts.record import RolloutRecord
+from pdbgym.rollouts.record import RecordMetadata, RewardExtra, RolloutRecord
 from pdbgym.seeds import turn_seed
 from pdbgym.tasks.model import Task
 
 if TYPE_CHECKING:  # annotations only: transformers loads with a model
     from transformers import PreTrainedTokenizerBase
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass
@@ -155,7 +158,7 @@ def check_tool_turns(tokenizer: PreTrainedTokenizerBase, tool_format: str, label
     native = tool_format != "text"
     template = episode_template(tokenizer, tool_format)
     said, seen = "b app.py:3  # pdbgym-check", "pdbgym-observation-7f3a"
-    messages = [*first_messages(tool_format, "the task"), {"role": "assistant", "content": said},
+    messages: list[ChatMessage] = [*first_messages(tool_format, "the task"), {"role": "assistant", "content": said},
                 {"role": template.observation_role, "content": seen}]
     try:
         full = template.render(messages, add_generation_prompt=True)
@@ -179,7 +182,7 @@ class _Clock:
         self.env_seconds = 0.0
         self.model_seconds = 0.0
 
-    async def env(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def env(self, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         started = time.perf_counter()
         try:
             return await in_thread_to_the_end(call, *args, **kwargs)
@@ -187,7 +190,7 @@ class _Clock:
             self.env_seconds += time.perf_counter() - started
 
 
-async def in_thread_to_the_end(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+async def in_thread_to_the_end(call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """``call`` in a worker thread; a cancelled caller still waits for it before the cancellation goes on.
 
     A thread cannot be stopped, and an environment must not be closed while one of its calls still
@@ -269,7 +272,7 @@ async def _play(conversation: Conversation, turns: TurnSource, env: DebugEnv, co
 
 def _record(task: Task, turns: TurnSource, config: AgentConfig, trajectory: TokenTrajectory,
             result: EpisodeResult) -> RolloutRecord:
-    metadata = {
+    metadata: RecordMetadata = {
         "instance_id": task.instance_id,
         "_eval_dataset_name": config.dataset,
         "task_type": "pdb_debug",
@@ -281,6 +284,6 @@ def _record(task: Task, turns: TurnSource, config: AgentConfig, trajectory: Toke
         "tool_format": config.tool_format,
         "wrong_site_touched": result.wrong_site_touched,  # None: the task declares no wrong site
     }
-    extra = {"final_test_passed": bool(result.final_test_passed), "duration_s": float(result.duration_s)}
+    extra: RewardExtra = {"final_test_passed": bool(result.final_test_passed), "duration_s": float(result.duration_s)}
     return trajectory.to_record(task.instance_id, config.dataset, 1.0 if result.final_test_passed else 0.0,
                                 metadata, turns.semantics, extra)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pdbgym.agent.backends.base import Backend, BackendError, SamplingParams
 from pdbgym.agent.backends.embedded import load_embedded_backend, load_embedded_tokenizer
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # annotations only: transformers loads with a model
 
 SERVER_APIS = ("auto", "chat", "sglang")
 _BACKENDS: dict[PolicySpec, Backend] = {}
-_TOKENIZERS: dict[str, Any] = {}
+_TOKENIZERS: dict[str, PreTrainedTokenizerBase] = {}
 
 
 @dataclass(frozen=True)
@@ -73,27 +73,33 @@ class PolicySpec:
         return runs_in_process(self.kind)
 
 
-def parse_policy(text: str, **options: Any) -> PolicySpec:
-    """A spec from a ``--policy`` value; a ``BackendError`` that lists the choices otherwise."""
+def parse_policy(text: str, *, tokenizer: str = PolicySpec.tokenizer, api: str = PolicySpec.api,
+                 logprob_mode: str = PolicySpec.logprob_mode, device: str = PolicySpec.device,
+                 tool_format: str | None = PolicySpec.tool_format) -> PolicySpec:
+    """A spec from a ``--policy`` value, with ``PolicySpec``'s other fields as given; a ``BackendError`` that
+    lists the choices otherwise."""
     text, constrained = split_constrained(text)
-    if constrained:
-        if not runs_in_process(policy_kind(text)):
-            raise BackendError(f"{CONSTRAINED_PREFIX}{text}: constrained tool calls need a local model "
-                               "('embedded' or a model folder); a server applies its own structured outputs")
-        options = {**options, "constrained": True}
+    if constrained and not runs_in_process(policy_kind(text)):
+        raise BackendError(f"{CONSTRAINED_PREFIX}{text}: constrained tool calls need a local model "
+                           "('embedded' or a model folder); a server applies its own structured outputs")
     kind = policy_kind(text)
+
+    def spec(target: str = "") -> PolicySpec:
+        return PolicySpec(kind=kind, target=target, tokenizer=tokenizer, api=api, logprob_mode=logprob_mode,
+                          device=device, tool_format=tool_format, constrained=constrained)
+
     if kind == "url":
-        return PolicySpec(kind=kind, target=text, **options)
+        return spec(text)
     if kind == "path":
         if is_model_ref(text):  # an adapter-store name: its merged lineage, as a folder
-            return PolicySpec(kind=kind, target=str(model_path(text)), **options)
+            return spec(str(model_path(text)))
         if not Path(text).expanduser().exists():
             raise BackendError(f"--policy {text!r} is not {POLICY_CHOICES}")
-        return PolicySpec(kind=kind, target=str(Path(text).expanduser().resolve()), **options)
-    return PolicySpec(kind=kind, **options)
+        return spec(str(Path(text).expanduser().resolve()))
+    return spec()
 
 
-def tokenizer_named(name: str) -> Any:
+def tokenizer_named(name: str) -> PreTrainedTokenizerBase:
     """A tokenizer by name (``embedded``: the copy shipped with pdbgym, or a folder), loaded once per
     process by the one tokenizer reader (``pdbgym.modelload.load_tokenizer``)."""
     if name not in _TOKENIZERS:
@@ -101,7 +107,7 @@ def tokenizer_named(name: str) -> Any:
     return _TOKENIZERS[name]
 
 
-def _read_tokenizer(name: str) -> Any:
+def _read_tokenizer(name: str) -> PreTrainedTokenizerBase:
     if name == "embedded":
         return load_embedded_tokenizer()
     folder = Path(name).expanduser()
@@ -168,7 +174,7 @@ def build_turns(spec: PolicySpec, params: SamplingParams) -> tuple[TurnSource, s
 
 
 def check_policy(spec: PolicySpec, params: SamplingParams, tasks: Sequence[Task] = (),
-                 max_context_tokens: int | None = None, label: str = "the policy") -> Any:
+                 max_context_tokens: int | None = None, label: str = "the policy") -> PreTrainedTokenizerBase:
     """Build now what every episode of ``spec`` builds with ``params``: the model or server connection, the
     tokenizer, the tool-call format and, for a constrained policy, its grammar at ``params.max_new_tokens``;
     with ``max_context_tokens``, check that the first prompt of each of ``tasks`` leaves room for a turn

@@ -12,12 +12,12 @@ sampled, with log-probs that belong to other ids.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pdbgym.agent.backends.base import ChatMessage
 from pdbgym.env.tools import ToolSpec
 from pdbgym.errors import PdbgymError
-from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
+from pdbgym.rollouts.record import LogprobSemantics, RecordMetadata, RewardExtra, RolloutRecord
 
 if TYPE_CHECKING:  # annotations only: transformers loads with a model
     from transformers import PreTrainedTokenizerBase
@@ -58,7 +58,7 @@ class ChatTemplate:
         ``end_of_turn_sampled`` is the text of the stop token the model sampled (already in the
         trajectory), or None when the turn ran out of tokens and the template must close it.
         """
-        messages = [
+        messages: list[ChatMessage] = [
             {"role": "system", "content": "s"},
             {"role": "user", "content": "u"},
             {"role": "assistant", "content": _PLACEHOLDER},
@@ -115,15 +115,15 @@ class TokenTrajectory:
         """What the ids must decode to: prompt text, generated text, template deltas, in order."""
         return self.prompt_text + "".join(segment.text for segment in self.segments)
 
-    def to_record(self, instance_id: str, dataset: str, reward_score: float, metadata: dict[str, Any],
-                  semantics: LogprobSemantics, reward_extra: dict[str, Any] | None = None) -> RolloutRecord:
-        meta = dict(metadata)
+    def to_record(self, instance_id: str, dataset: str, reward_score: float, metadata: RecordMetadata,
+                  semantics: LogprobSemantics, reward_extra: RewardExtra | None = None) -> RolloutRecord:
+        meta = metadata.copy()
         meta["logprob_semantics"] = semantics.to_dict()
         return RolloutRecord(
             instance_id=instance_id, dataset=dataset, tokens=self.all_ids(), prompt_len=len(self.prompt_ids),
             response_length=len(self.loss_mask), loss_mask=list(self.loss_mask),
             rollout_log_probs=list(self.logprobs), reward_score=reward_score,
-            reward_extra=dict(reward_extra or {}), metadata=meta)
+            reward_extra=reward_extra.copy() if reward_extra else RewardExtra(), metadata=meta)
 
 
 def check_decodes_to(tokenizer: PreTrainedTokenizerBase, token_ids: list[int], expected_text: str, where: str = "trajectory") -> None:
