@@ -70,3 +70,18 @@ def test_seeds_are_read_from_the_flag_or_the_file_and_bad_ones_refused(tmp_path)
     path.write_text(REPO_FILE.read_text().replace("seed = 0\n", "seed = 0\nseeds = [1, 1]\n", 1))
     with pytest.raises(ExperimentError, match="distinct integers"):
         load_experiment(path)
+
+
+def test_a_campaign_cut_short_is_named_and_left_out_and_no_spread_gives_no_interval(tmp_path):
+    config = load_experiment(REPO_FILE)
+    same = {"sft-best": {f"t{i}": 1 for i in range(4)}, "sft-matched": {f"t{i}": 1 for i in range(4)},
+            "grpo": {f"t{i}": 1 for i in range(4)}}
+    for seed in (0, 1):
+        _evaluated(seed_folder(tmp_path, seed), same)
+    cut = seed_folder(tmp_path, 2)
+    _evaluated(cut, {"sft-best": {"t0": 0}, "grpo": {"t0": 4}})
+    (cut / "experiment.json").write_text(json.dumps({"stages": {"grpo": {}}}))  # killed inside eval
+    text = run_seeds(config, tmp_path, [0, 1, 2], lambda *a, **k: None, say=lambda _: None).read_text()
+    assert "| 2 |" not in text and "Cut short inside the eval stage: seed 2 (8 held-out episodes" in text
+    assert "| grpo - sft-best | 0.0% (no interval: every task's difference is the same under every seed) |" in text
+    assert "inf" not in text

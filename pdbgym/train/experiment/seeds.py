@@ -67,9 +67,22 @@ def run_seeds(config: ExperimentConfig, out: Path, seeds: list[int], run_one: Ca
     return write_pooled_report(config, out, seeds)
 
 
+def evaluated(folder: Path) -> bool:
+    """The seed's eval stage recorded as finished: its primary campaign played every episode."""
+    path = folder / "experiment.json"
+    return path.is_file() and "eval" in json.loads(path.read_text()).get("stages", {})
+
+
+def played(folder: Path) -> int:
+    """Episodes the seed's primary campaign holds so far (0: none)."""
+    return sum(1 for _ in ResultsStore(folder / "eval").rows()) if (folder / "eval").is_dir() else 0
+
+
 def per_task(folder: Path) -> dict[str, dict[str, float]]:
-    """arm -> task -> held-out pass@1 of one seed's primary campaign (``OUT/eval``)."""
-    if not (folder / "eval").is_dir():
+    """arm -> task -> held-out pass@1 of one seed's primary campaign (``OUT/eval``), once its eval stage
+    finished: a campaign cut short holds more runs of some tasks and arms than of others, so its means
+    would compare arms on different runs ({} until then)."""
+    if not evaluated(folder):
         return {}
     runs: dict[str, dict[str, list[int]]] = {}
     for row in ResultsStore(folder / "eval").rows():
@@ -89,6 +102,14 @@ def pooled_difference(seed_rates: list[dict[str, dict[str, float]]], a: str, b: 
     return {"diff": mean, "ci": [low, high], "df": df, "method": method, "tasks": len(tasks), "seeds": len(seed_rates)}
 
 
+def _pooled_cell(found: dict[str, Any]) -> str:
+    """The difference and its interval; no interval where the cells show no spread to estimate one from."""
+    low, high = found["ci"]
+    if np.isfinite(low) and np.isfinite(high):
+        return f"{pct(found['diff'])} [{pct(low)}, {pct(high)}]"
+    return f"{pct(found['diff'])} (no interval: every task's difference is the same under every seed)"
+
+
 def write_pooled_report(config: ExperimentConfig, out: Path, seeds: list[int]) -> Path:
     """``OUT/pooled.md`` from the seed folders there (a seed not yet evaluated is named and left out)."""
     rates = {seed: per_task(seed_folder(out, seed)) for seed in seeds}
@@ -106,12 +127,17 @@ def write_pooled_report(config: ExperimentConfig, out: Path, seeds: list[int]) -
              "`seed-N/report.md`.", "", "## Per seed", ""]
     lines += md_table(["seed", *arms, *(f"{a} - {b}" for a, b in PAIRS)], rows) + [""]
     missing = [seed for seed in seeds if seed not in done]
-    notes = [f"Seed(s) {', '.join(map(str, missing))} not evaluated yet: left out below."] if missing else []
+    partial = [f"{seed} ({n} held-out episodes played so far)" for seed in missing
+               if (n := played(seed_folder(out, seed)))]
+    notes = [f"Seed(s) {', '.join(map(str, missing))} not evaluated yet: left out above and below."] if missing else []
+    if partial:
+        notes.append(f"Cut short inside the eval stage: seed {', '.join(partial)}; a rerun of the same command plays "
+                     "the rest, and only a finished campaign is counted.")
     lines += ["## Pooled over seeds (held-out pass@1, per task)", ""]
     pooled = [(a, b, found) for a, b in PAIRS if (found := pooled_difference([rates[s] for s in done], a, b))]
     lines += md_table(["a - b", "difference [95% CI]", "tasks x seeds", "degrees of freedom", "interval"], [
-        [f"{a} - {b}", f"{pct(p['diff'])} [{pct(p['ci'][0])}, {pct(p['ci'][1])}]", f"{p['tasks']} x {p['seeds']}",
-         f"{p['df']:.1f}", p["method"]] for a, b, p in pooled]) + [""]
+        [f"{a} - {b}", _pooled_cell(p), f"{p['tasks']} x {p['seeds']}",
+         f"{p['df']:.1f}" if p["df"] > 0 else "-", p["method"]] for a, b, p in pooled]) + [""]
     notes.append("The interval takes tasks and seeds as crossed random effects (each cell a task's difference under "
                  "one seed; a seed's training luck shared by all its tasks): Student t on the two-way variance of "
                  "the grand mean, (MS_tasks + MS_seeds - MS_residual) / (tasks x seeds), never below either one-way "
