@@ -1,5 +1,6 @@
-"""The report base: exact strings of the house style, tables that keep their columns, escaping of hostile
-names, embedded plots that are the files' bytes, and the campaign report written through it."""
+"""The report base: exact strings of the house style, tables that keep their columns, one page written as
+Markdown and HTML (hostile names escaped, every table cell in both), embedded plots that are the files' bytes,
+and the campaign report written through it."""
 
 from __future__ import annotations
 
@@ -12,23 +13,28 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from htmlrows import assert_html_holds_markdown_tables, table_rows
 
 from pdbgym.errors import PdbgymError
 from pdbgym.reportkit import (
     DIFF,
     PCT_DIFF,
-    Html,
+    Bullets,
+    Figure,
+    Figures,
+    Heading,
     Link,
+    Page,
+    Paragraph,
+    Preformatted,
+    Table,
     bounds,
     cell,
     correlation,
     fmt,
-    html_list,
-    html_table,
-    img,
+    inline_html,
     interval,
     md_table,
-    page,
     pct,
     pct_interval,
     pyplot,
@@ -87,30 +93,58 @@ def test_markdown_table_exact_and_keeps_its_columns():
         assert len(re.findall(r"(?<!\\)\|", line)) == 3
 
 
-def test_html_table_escapes_every_string_but_marked_html():
-    table = html_table(["task", HOSTILE], [[HOSTILE, Link(HOSTILE, 'a"b.json', "ok")], [Html("<b>bold</b>"), None]],
-                       id='x" onload="y')
-    assert "<script>" not in table and "onload=\"y" not in table
-    assert table == (
-        '<table id="x&quot; onload=&quot;y"><tr><th>task</th><th>&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;</th>'
-        "</tr><tr><td>&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;</td><td><a class=\"ok\" href=\"a&quot;b.json\">"
-        "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;</a></td></tr><tr><td><b>bold</b></td><td>-</td></tr></table>")
+def test_a_page_table_with_markup_characters_in_both_renderings():
+    """``<``, ``&`` and ``|`` in a table: Markdown escapes the pipe and keeps the columns, HTML escapes ``<`` and
+    ``&`` and shows the pipe as it is."""
+    page = Page("cells", [Table(["name", "a|b"], [["x<y & z", "p|q"], [HOSTILE, 1.5]])])
+    assert page.to_markdown() == ("# cells\n\n| name | a\\|b |\n|---|---|\n| x<y & z | p\\|q |\n"
+                                  f"| {HOSTILE} | 1.5 |\n")
+    text = page.to_html()
+    assert "<table><tr><th>name</th><th>a|b</th></tr><tr><td>x&lt;y &amp; z</td><td>p|q</td></tr>" in text
+    assert "<script>" not in text and "<td>&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;</td>" in text
+    assert table_rows(text) == [["name", "a|b"], ["x<y & z", "p|q"], [HOSTILE, "1.5"]]
+    assert_html_holds_markdown_tables(page.to_markdown(), text)
 
 
-def test_html_table_without_head_and_with_row_headers():
-    assert html_table(None, [["k<", 1.0]], row_headers=True) == "<table><tr><th>k&lt;</th><td>1</td></tr></table>"
+def test_a_page_writes_every_block_in_both_files(tmp_path):
+    png = tmp_path / "curve.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    page = Page("T <1>", [
+        Paragraph("**Note:** see `a<b` and [the run](run/)", "warn"), Heading("Part & whole"),
+        Bullets(["one <b>", "two"]), Table(None, [["k<", 1.0]], row_headers=True),
+        Table(["task", "runs"], [[HOSTILE, [Link("✓", 'a"b.json', "ok"), Link("✗", "c.json")]]], anchors=["arm-a"]),
+        Preformatted("x = `1` < 2\n```"), Heading("Plots", 3), Figures([Figure(png, "pass@k"), Figure(png)]),
+        Figure(png, "loss", "Loss & more", "what it <means>", "plot-loss")])
+    md_path, html_path = page.write(tmp_path, "report")
+    assert md_path.read_text() == "\n".join([
+        "# T <1>", "", "**Note:** see `a<b` and [the run](run/)", "", "## Part & whole", "", "- one <b>", "- two", "",
+        "| | |", "|---|---|", "| k< | 1 |", "", "| task | runs |", "|---|---|",
+        f"| {HOSTILE} | [✓](a\"b.json) [✗](c.json) |", "", "````", "x = `1` < 2", "```", "````", "", "### Plots", "",
+        "![pass@k](curve.png)", "![curve](curve.png)", "", "### Loss & more", "", "![loss](curve.png)", "",
+        "what it <means>", ""])
+    text = html_path.read_text()
+    assert text.startswith("<!doctype html>") and text.endswith("</body></html>\n") and "border-collapse" in text
+    assert "<title>T &lt;1&gt;</title>" in text and "<h1>T &lt;1&gt;</h1>" in text and "<script>" not in text
+    assert ('<p class="warn"><strong>Note:</strong> see <code>a&lt;b</code> and <a href="run/">the run</a></p>'
+            in text)
+    assert "<h2>Part &amp; whole</h2><ul><li>one &lt;b&gt;</li><li>two</li></ul>" in text.replace("\n", "")
+    assert "<table><tr><th>k&lt;</th><td>1</td></tr></table>" in text  # no head row in HTML
+    assert ('<span id="arm-a"></span><table><tr><th>task</th><th>runs</th></tr><tr><td>&lt;script&gt;'
+            "alert(&#x27;x&#x27;)&lt;/script&gt;</td><td><a class=\"ok\" href=\"a&quot;b.json\">✓</a> "
+            '<a href="c.json">✗</a></td></tr></table>') in text
+    assert "<pre>x = `1` &lt; 2\n```</pre>" in text and "<h3>Plots</h3>" in text
+    assert text.count('src="data:image/png;base64,') == 3 and '<div class="figures"><img alt="pass@k"' in text
+    assert ('<figure id="plot-loss"><img alt="loss" src="data:image/png;base64,iVBORw0KGgo="><figcaption><b>Loss '
+            "&amp; more</b>: what it &lt;means&gt;</figcaption></figure>") in text
+    assert_html_holds_markdown_tables(md_path.read_text(), text)
 
 
-def test_html_list_escapes_plain_items_only():
-    assert html_list([HOSTILE, Html("<a href='r.html'>r</a>")]) == (
-        "<ul><li>&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;</li><li><a href='r.html'>r</a></li></ul>")
-
-
-def test_page_escapes_the_title_and_holds_the_house_style():
-    text = page(HOSTILE, "<p>body</p>", "img{max-width:1em}")
-    assert text.startswith("<!doctype html>") and text.endswith("</body></html>\n")
-    assert "<script>" not in text and text.count("&lt;script&gt;") == 2  # <title> and <h1>
-    assert "<p>body</p>" in text and "border-collapse:collapse" in text and "img{max-width:1em}" in text
+def test_text_renders_only_code_bold_and_safe_links_as_markup():
+    assert inline_html("a `**x**` **b `c`** [d](e.json) [f](#g)") == (
+        'a <code>**x**</code> <strong>b <code>c</code></strong> <a href="e.json">d</a> <a href="#g">f</a>')
+    assert inline_html("[x](javascript:alert(1)) [y](https://h/z) <i>") == (
+        '[x](javascript:alert(1)) <a href="https://h/z">y</a> &lt;i&gt;')
+    assert Table(None, [], anchors=['x" onload="y']).html() == '<span id="x&quot; onload=&quot;y"></span><table></table>'
 
 
 def test_an_embedded_image_is_the_files_bytes(tmp_path):
@@ -119,17 +153,16 @@ def test_an_embedded_image_is_the_files_bytes(tmp_path):
     ax.plot([0, 1], [0, 1])
     fig.savefig(tmp_path / "curve.png", dpi=20)
     plt.close(fig)
-    tag = img(tmp_path / "curve.png")
+    tag = Figure(tmp_path / "curve.png").html()
     data = re.fullmatch(r'<img alt="curve" src="data:image/png;base64,([A-Za-z0-9+/=]+)">', tag).group(1)
     assert base64.b64decode(data) == (tmp_path / "curve.png").read_bytes()
-    hostile = img(tmp_path / "curve.png", alt=HOSTILE, id="plot-1")
+    hostile = Figure(tmp_path / "curve.png", alt=HOSTILE, id="plot-1").html()
     assert hostile.startswith('<img id="plot-1" alt="&lt;script&gt;') and "<script>" not in hostile
-    assert isinstance(tag, Html)  # a table cell or list item keeps it as markup
 
 
 def test_a_campaign_report_escapes_a_hostile_task_id_and_keeps_its_markdown_columns(tmp_path):
     from pdbgym.evaluate.analysis import summarize
-    from pdbgym.evaluate.report import html_report, markdown_report
+    from pdbgym.evaluate.report import report_page
     from pdbgym.evaluate.results import EpisodeRow
 
     ids = ["plain", HOSTILE, "pipe|task"]
@@ -139,11 +172,13 @@ def test_a_campaign_report_escapes_a_hostile_task_id_and_keeps_its_markdown_colu
     summary = summarize(rows, {"a": "scripted", "b": "embedded"}, ids, 2)
     png = tmp_path / "f.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n")
-    text = html_report(summary, rows, HOSTILE, {"pass_at_k": png, "outcomes": png, "heatmap": png})
+    page = report_page(summary, rows, HOSTILE, {"pass_at_k": png, "outcomes": png, "heatmap": png})
+    text = page.to_html()
     assert "<script>" not in text and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
     assert '<a class="ok" href="t/a/0/0.json">✓</a>' in text and '<a href="#arm-a">a</a>' in text
     assert "<td>50.0 [" in text  # pass@1 of arm a in percent points
-    markdown = markdown_report(summary, rows, "t")
+    markdown = page.to_markdown()
+    assert_html_holds_markdown_tables(markdown, text)
     row = next(line for line in markdown.splitlines() if line.startswith("| pipe"))
     assert row.startswith("| pipe\\|task | [✓](t/a/2/0.json) [✗](t/a/2/1.json) |")
     assert len(re.findall(r"(?<!\\)\|", row)) == 4  # task, a, b: the escaped pipe is not a column

@@ -16,9 +16,8 @@ from pdbgym.evaluate.report_sections import (
     HACKING_EXPLANATION,
     DivergenceBlock,
     explanation_lines,
-    html_sections,
     machine_sections,
-    markdown_sections,
+    section_blocks,
 )
 from pdbgym.evaluate.results import EpisodeRow
 from pdbgym.evaluate.stats import FALLBACK_VAR_DIFF
@@ -27,18 +26,19 @@ from pdbgym.policyname import is_server_url
 from pdbgym.reportkit import (
     PCT_DIFF,
     PCT_POINTS,
+    Block,
+    Bullets,
     Cell,
+    Figure,
+    Figures,
+    Heading,
     Link,
+    Page,
+    Paragraph,
+    Table,
     bounds,
     correlation,
-    escape,
     fmt,
-    html_list,
-    html_table,
-    img,
-    md_bullets,
-    md_table,
-    page,
     pct_interval,
     pyplot,
 )
@@ -237,54 +237,29 @@ def _mark(row: EpisodeRow) -> str:
     return "?" if row.grade_refused else "✓" if row.final_test_passed else "✗"
 
 
-def markdown_report(summary: CampaignSummary, rows: Sequence[EpisodeRow], title: str) -> str:
+def report_page(summary: CampaignSummary, rows: Sequence[EpisodeRow], title: str, figures: dict[str, Path]) -> Page:
+    """The campaign report: headline, comparisons, endings, the sections, the per-task marks, the figures
+    (``plot_figures``) and the reading guide."""
     arms = summary["arms"]
     conf = int(100 * summary["confidence"])
-    lines = [f"# {title}", "", f"{summary['tasks']} tasks x {summary['runs_per_task']} runs per arm. "
-             f"Values in percent with {conf}% CIs clustered by task.", ""]
+    blocks: list[Block] = [Paragraph(f"{summary['tasks']} tasks x {summary['runs_per_task']} runs per arm. "
+                                     f"Values in percent with {conf}% CIs clustered by task.")]
     if summary["episodes_missing"] > 0:
-        lines += [f"**Incomplete:** {summary['episodes_missing']} episodes not run yet.", ""]
-    for warning in summary.get("selection_warnings", []):
-        lines += [f"**Warning (selection bias):** {warning}", ""]
-    for warning in summary.get("warnings", []):
-        lines += [f"**Warning:** {warning}", ""]
-    lines += md_table(*_headline(summary))
+        blocks.append(Paragraph(f"**Incomplete:** {summary['episodes_missing']} episodes not run yet.", "warn"))
+    blocks += [Paragraph(f"**Warning (selection bias):** {warning}", "warn")
+               for warning in summary.get("selection_warnings", [])]
+    blocks += [Paragraph(f"**Warning:** {warning}", "warn") for warning in summary.get("warnings", [])]
+    blocks.append(Table(*_headline(summary)))
     if summary["comparisons"]:
-        lines += ["", "## Paired comparisons (pass@1, A - B)", "", *md_table(COMPARISON_HEAD, comparison_rows(summary))]
-    lines += ["", "## How episodes ended", "", *md_table(["arm", *REASONS], _endings(summary))]
-    lines += markdown_sections(summary)
-    lines += ["", "## Per task (each mark links to that run's transcript)", "",
-              *md_table(["task", *arms], _per_task(summary, rows))]
-    lines += ["", "![pass@k](pass_at_k.png)", "![per-task](per_task_heatmap.png)", "![outcomes](outcomes.png)", ""]
+        blocks += [Heading("Paired comparisons (pass@1, A - B)"), Table(COMPARISON_HEAD, comparison_rows(summary))]
+    blocks += [Heading("How episodes ended"), Table(["arm", *REASONS], _endings(summary)), *section_blocks(summary)]
+    blocks += [Heading("Per task (each mark links to that run's transcript)"),
+               Table(["task", *arms], _per_task(summary, rows), anchors=[f"arm-{arm}" for arm in arms]),
+               Figures([Figure(figures["pass_at_k"], "pass@k"), Figure(figures["heatmap"], "per-task"),
+                        Figure(figures["outcomes"], "outcomes")])]
     for heading, items in explanations(summary):
-        lines += [f"## {heading}", "", *md_bullets(items), ""]
-    return "\n".join(lines)
-
-
-STYLE = "a.ok{color:#080}a.bad{color:#b00}img{max-width:100%;margin:1em 0}.warn{background:#fff3cd;padding:.5em}"
-
-
-def html_report(summary: CampaignSummary, rows: Sequence[EpisodeRow], title: str, figures: dict[str, Path]) -> str:
-    arms = summary["arms"]
-    anchors = "".join(f'<span id="arm-{escape(a)}"></span>' for a in arms)
-    missing = (f"<p><b>Incomplete:</b> {summary['episodes_missing']} episodes not run yet.</p>"
-               if summary["episodes_missing"] > 0 else "")
-    missing += "".join(f'<p class="warn"><b>Warning (selection bias):</b> {escape(w)}</p>'
-                       for w in summary.get("selection_warnings", []))
-    missing += "".join(f'<p class="warn"><b>Warning:</b> {escape(w)}</p>' for w in summary.get("warnings", []))
-    guide = "".join(f"<h2>{escape(heading)}</h2>{html_list(items)}" for heading, items in explanations(summary))
-    body = f"""<p>{summary['tasks']} tasks &times; {summary['runs_per_task']} runs per arm; percent with
-{int(100 * summary['confidence'])}% confidence intervals clustered by task.</p>{missing}
-<h2>Headline</h2>{html_table(*_headline(summary))}
-<h2>Paired comparisons (pass@1, A &minus; B)</h2>
-{html_table(COMPARISON_HEAD, comparison_rows(summary))}
-{html_sections(summary)}
-{img(figures['pass_at_k'])}{img(figures['outcomes'])}
-<h2>Per task</h2>{anchors}<p>Each mark links to that run's transcript.</p>
-{html_table(["task", *arms], _per_task(summary, rows))}
-{img(figures['heatmap'])}
-{guide}"""
-    return page(title, body, STYLE)
+        blocks += [Heading(heading), Bullets(items)]
+    return Page(title, blocks)
 
 
 class MachineSummary(TypedDict):
@@ -326,8 +301,5 @@ def write_report(summary: CampaignSummary, rows: Sequence[EpisodeRow], out_dir: 
         write_json_atomic(json_path, json_safe(machine_summary(summary)))
     if not summary["arm_results"]:
         return out_dir / "summary.json"
-    figures = plot_figures(summary, out_dir)
-    (out_dir / "report.md").write_text(markdown_report(summary, rows, title))
-    page = out_dir / "report.html"
-    page.write_text(html_report(summary, rows, title, figures))
+    _, page = report_page(summary, rows, title, plot_figures(summary, out_dir)).write(out_dir, "report")
     return page

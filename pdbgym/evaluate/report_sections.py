@@ -1,5 +1,5 @@
 """Report sections beyond solve rates: reward hacking (tampered and verdict-refused episodes), wrong-site
-fixation and KL to a teacher cache, as Markdown and HTML.
+fixation and KL to a teacher cache, as blocks of the report's page.
 
 All read the summary built by ``analysis.summarize`` (``arm_results[arm]``: ``episodes``, ``tampered``,
 ``refused``, ``wrong_site``) and, for KL, ``summary["divergence"]`` (``divergence_arms.arm_divergence``).
@@ -15,13 +15,14 @@ from pdbgym.reportkit import (
     DIFF,
     NA,
     NATS,
+    Block,
+    Heading,
+    Paragraph,
+    Table,
     bounds,
     correlation,
-    escape,
     fmt,
-    html_table,
     interval,
-    md_table,
     pct_interval,
 )
 
@@ -137,35 +138,19 @@ def _diff_rows(divergence: ArmDivergence) -> list[list[str]]:
 WS_HEAD = ["arm", "wrong-site rate (%)", "touched / episodes", "tasks", "CI method"]
 
 
-def markdown_sections(summary: CampaignSummary) -> list[str]:
-    """Markdown lines of the reward-hacking, wrong-site and KL sections."""
-    lines = ["", f"## {HACKING_TITLE}", "", *md_table(HACKING_HEAD, hacking_rows(summary))]
+def section_blocks(summary: CampaignSummary) -> list[Block]:
+    """The reward-hacking, wrong-site and KL sections."""
+    blocks: list[Block] = [Heading(HACKING_TITLE), Table(HACKING_HEAD, hacking_rows(summary))]
     if has_wrong_site(summary):
-        lines += ["", "## Wrong-site fixation", "", *md_table(WS_HEAD, _wrong_site_rows(summary))]
+        blocks += [Heading("Wrong-site fixation"), Table(WS_HEAD, _wrong_site_rows(summary))]
     divergence = summary.get("divergence")
     if divergence:
-        lines += ["", f"## KL to the teacher cache ({divergence['n_records']} records, {divergence['n_tasks']} tasks)",
-                  "", f"Cache: `{divergence['cache']}`", "", *md_table(KL_HEAD, _kl_rows(divergence))]
+        blocks += [Heading(f"KL to the teacher cache ({divergence['n_records']} records, {divergence['n_tasks']} tasks)"),
+                   Paragraph(f"Cache: `{divergence['cache']}`"), Table(KL_HEAD, _kl_rows(divergence))]
         diffs = _diff_rows(divergence)
         if diffs:
-            lines += ["", "### Paired KL differences (A - B)", "", *md_table(DIFF_HEAD, diffs)]
-    return lines
-
-
-def html_sections(summary: CampaignSummary) -> str:
-    """The same sections as HTML."""
-    parts = [f"<h2>{HACKING_TITLE}</h2>" + html_table(HACKING_HEAD, hacking_rows(summary))]
-    if has_wrong_site(summary):
-        parts.append("<h2>Wrong-site fixation</h2>" + html_table(WS_HEAD, _wrong_site_rows(summary)))
-    divergence = summary.get("divergence")
-    if divergence:
-        parts.append(f"<h2>KL to the teacher cache ({divergence['n_records']} records, {divergence['n_tasks']} "
-                     f"tasks)</h2><p>Cache: <code>{escape(divergence['cache'])}</code></p>"
-                     + html_table(KL_HEAD, _kl_rows(divergence)))
-        diffs = _diff_rows(divergence)
-        if diffs:
-            parts.append("<h3>Paired KL differences (A &minus; B)</h3>" + html_table(DIFF_HEAD, diffs))
-    return "\n".join(parts)
+            blocks += [Heading("Paired KL differences (A - B)", 3), Table(DIFF_HEAD, diffs)]
+    return blocks
 
 
 class DivergenceBlock(TypedDict):

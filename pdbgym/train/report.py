@@ -18,19 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from pdbgym.fileio import write_json_atomic, write_text_atomic
-from pdbgym.reportkit import (
-    Cell,
-    Link,
-    escape,
-    html_list,
-    html_table,
-    img,
-    md_bullets,
-    md_table,
-    page,
-    pyplot,
-)
+from pdbgym.fileio import write_json_atomic
+from pdbgym.reportkit import Bullets, Cell, Figure, Figures, Heading, Link, Page, Table, pyplot
 from pdbgym.train.records import LogRow
 
 if TYPE_CHECKING:  # annotations only: matplotlib loads with the first plot
@@ -154,50 +143,23 @@ def _plain(value: object) -> object:
     return value
 
 
-def markdown_report(title: str, summary: Summary, tables: Tables,
-                    figures: dict[str, Path], panels: Sequence[Panel] = (),
-                    notes: dict[str, list[str]] | None = None) -> str:
-    lines = [f"# {title}", "", *md_table(["", ""], list(summary.items()))]
+def report_page(title: str, summary: Summary, tables: Tables, figures: dict[str, Path], panels: Sequence[Panel] = (),
+                notes: dict[str, list[str]] | None = None) -> Page:
+    """The summary, the panels with their meanings, the tables, the other metrics' plots, the notes."""
     named = {p.name for p in panels}
+    page = Page(title, [Table(None, [[k, v] for k, v in summary.items()], row_headers=True)])
     if panels:
-        lines += ["", "## Over steps", ""]
-        for panel in panels:
-            lines += [f"### {panel.title}", "", f"![{panel.name}]({figures[panel.name].name})", "", panel.meaning, ""]
+        page.blocks += [Heading("Over steps"), Figures([Figure(figures[p.name], p.name, p.title, p.meaning, f"plot-{p.name}")
+                                                        for p in panels])]
     for heading, rows in tables.items():
-        if not rows:
-            continue
-        keys = list(rows[0])
-        lines += ["", f"## {heading}", "", *md_table(keys, [[row.get(k) for k in keys] for row in rows])]
-    rest = [f"![{name}]({path.name})" for name, path in figures.items() if name not in named]
+        if rows:
+            keys = list(rows[0])
+            page.blocks += [Heading(heading), Table(keys, [[row.get(k) for k in keys] for row in rows])]
+    rest = [Figure(path, name) for name, path in figures.items() if name not in named]
     if rest:
-        lines += ["", "## Other logged metrics" if panels else "## Metrics per step", ""] + rest
-    for heading, items in (notes or {}).items():
-        lines += ["", f"## {heading}", "", *md_bullets(items)]
-    return "\n".join(lines) + "\n"
-
-
-STYLE = "img{max-width:32em;margin:.5em}.panels{display:flex;flex-wrap:wrap}figure{width:34em;margin:.5em}" \
-        "figure img{max-width:100%}"
-
-
-def html_report(title: str, summary: Summary, tables: Tables,
-                figures: dict[str, Path], panels: Sequence[Panel] = (),
-                notes: dict[str, list[str]] | None = None) -> str:
-    named = {p.name for p in panels}
-    over = "".join(f'<figure id="plot-{escape(p.name)}">{img(figures[p.name])}<figcaption><b>{escape(p.title)}</b>: '
-                   f"{escape(p.meaning)}</figcaption></figure>" for p in panels)
-    blocks = [html_table(None, [[k, v] for k, v in summary.items()], row_headers=True)]
-    blocks += [f"<h2>Over steps</h2><div class='panels'>{over}</div>"] if panels else []
-    for heading, rows in tables.items():
-        if not rows:
-            continue
-        keys = list(rows[0])
-        blocks.append(f"<h2>{escape(heading)}</h2>" + html_table(keys, [[row.get(k) for k in keys] for row in rows]))
-    rest = "".join(img(path) for name, path in figures.items() if name not in named)
-    if rest:
-        blocks.append(f"<h2>{'Other logged metrics' if panels else 'Metrics per step'}</h2>{rest}")
-    blocks += [f"<h2>{escape(heading)}</h2>{html_list(items)}" for heading, items in (notes or {}).items()]
-    return page(title, "".join(blocks), STYLE)
+        page.blocks += [Heading("Other logged metrics" if panels else "Metrics per step"), Figures(rest)]
+    page.blocks += [block for heading, items in (notes or {}).items() for block in (Heading(heading), Bullets(items))]
+    return page
 
 
 def write_training_report(out_dir: Path, title: str, history: Sequence[LogRow], summary: Summary,
@@ -213,12 +175,10 @@ def write_training_report(out_dir: Path, title: str, history: Sequence[LogRow], 
     tables = tables or {}
     figures = plot_panels(history, panels, out_dir) if panels else {}
     figures.update(plot_metrics(history, out_dir, skip=[k for p in panels for k in p.keys]))
-    write_text_atomic(out_dir / f"{REPORT_NAME}.md", markdown_report(title, summary, tables, figures, panels, notes))
+    _, page = report_page(title, summary, tables, figures, panels, notes).write(out_dir, REPORT_NAME)
     write_json_atomic(out_dir / f"{REPORT_NAME}.json", {
         "title": title, "summary": _plain(summary), "plots": {name: path.name for name, path in figures.items()},
         "panels": [{"name": p.name, "title": p.title, "keys": list(p.keys), "meaning": p.meaning} for p in panels],
         "tables": _plain(tables),
         "notes": notes or {}, "history": list(history)}, indent=1)
-    page = out_dir / f"{REPORT_NAME}.html"
-    write_text_atomic(page, html_report(title, summary, tables, figures, panels, notes))
     return page

@@ -2,10 +2,12 @@
 
 import json
 import re
+from html import escape
 from pathlib import Path
 
 import pytest
 from browser import dump_dom, needs_chromium, screenshot
+from htmlrows import assert_html_holds_markdown_tables
 
 from pdbgym.env.environment import EpisodeResult
 from pdbgym.errors import PdbgymError
@@ -183,6 +185,8 @@ def test_tampered_and_verdict_refused_episodes_are_counted_per_arm_in_every_repo
     assert "| a | 4 | 1 | 1 |" in section and "| b | 4 | 0 | 1 |" in section
     assert "[!](transcripts/a/t0/run-0.json)" in markdown and "[?](transcripts/a/t0/run-1.json)" in markdown
     html = page.read_text()
+    assert_html_holds_markdown_tables(markdown, html)  # every table row of report.md, cell by cell
+    assert all(f"<h2>{escape(line[3:])}</h2>" in html for line in markdown.splitlines() if line.startswith("## "))
     assert "<h2>Tampered and verdict-refused episodes</h2>" in html
     assert "<tr><td>a</td><td>4</td><td>1</td><td>1</td></tr>" in html
     assert "<tr><td>b</td><td>4</td><td>0</td><td>1</td></tr>" in html

@@ -10,7 +10,7 @@ from pdbgym.errors import PdbgymError
 from pdbgym.evaluate import stats
 from pdbgym.evaluate.analysis import summarize
 from pdbgym.evaluate.planning import plan
-from pdbgym.evaluate.report import markdown_report
+from pdbgym.evaluate.report import report_page
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.termination import TERMINATION_MEANINGS
 
@@ -110,7 +110,8 @@ def test_report_of_an_oracle_against_a_failing_model_explains_itself(tmp_path):
     oracle, model = summary["arm_results"]["a"]["pass@1"], summary["arm_results"]["b"]["pass@1"]
     assert oracle["ci"][0] < 1.0 and model["ci"][1] > 0.0
     assert summary["warnings"] and summary["comparisons"][0]["min_detectable_diff"] > 0
-    text = markdown_report(summary, rows, "edge")
+    figures = {name: tmp_path / f"{name}.png" for name in ("pass_at_k", "heatmap", "outcomes")}
+    text = report_page(summary, rows, "edge", figures).to_markdown()
     assert "oracle: replays the task's reference fix" in text
     assert "Wilson score interval" in text and "Newcombe" in text
     assert all(meaning in text for meaning in TERMINATION_MEANINGS.values())

@@ -128,7 +128,8 @@ def test_the_sft_start_nearest_the_target_is_chosen_and_ties_take_more_steps(tmp
 
 
 def test_the_report_warns_when_no_sft_candidate_brackets_the_target(tmp_path):
-    from pdbgym.train.experiment.report import sft_choice_lines
+    from pdbgym.reportkit import markdown
+    from pdbgym.train.experiment.report import sft_choice_blocks
 
     def lines(scores: dict[int, float]) -> str:
         (tmp_path / "sft").mkdir(exist_ok=True)
@@ -136,19 +137,19 @@ def test_the_report_warns_when_no_sft_candidate_brackets_the_target(tmp_path):
             "target": 0.5, "chosen": f"x-sft-s{max(scores)}", "steps": max(scores), "val_runs": 1,
             "candidates": {str(n): {"name": f"x-sft-s{n}", "pass@1": {"mean": v, "ci": [0.0, 1.0]}}
                            for n, v in scores.items()}}))
-        return "\n".join(sft_choice_lines(tmp_path))
+        return markdown(sft_choice_blocks(tmp_path))
 
     assert "No candidate solved a val episode" in lines({8: 0.0, 16: 0.0})
     assert "Every candidate solved every val episode" in lines({8: 1.0, 16: 1.0})
     bracketing = lines({8: 0.0, 16: 0.6})
     assert "| 16 | n/a | 60.0% [0.0%, 100.0%] | sft-best, GRPO's start |" in bracketing and "No candidate" not in bracketing
-    assert not sft_choice_lines(tmp_path / "elsewhere")  # a single SFT run: no section
+    assert not sft_choice_blocks(tmp_path / "elsewhere")  # a single SFT run: no section
     # GRPO started nearest the target, a weaker model than the best on val: both named, each with its role
     (tmp_path / "sft" / "choice.json").write_text(json.dumps({
         "target": 0.5, "start": "target", "chosen": "x-sft-s16", "steps": 16, "best": "x-sft-s64", "best_steps": 64,
         "val_runs": 1, "candidates": {str(n): {"name": f"x-sft-s{n}", "pass@1": {"mean": v, "ci": [0.0, 1.0]}}
                                       for n, v in {16: 0.4, 64: 0.8}.items()}}))
-    weak = "\n".join(sft_choice_lines(tmp_path))
+    weak = markdown(sft_choice_blocks(tmp_path))
     assert "| 16 | n/a | 40.0% [0.0%, 100.0%] | GRPO's start |" in weak and "| 64 | n/a | 80.0% [0.0%, 100.0%] | sft-best |" in weak
     assert "played held out as `sft-start` beside `sft-best` (`x-sft-s64`, the best on val)" in weak
 
@@ -575,25 +576,26 @@ def test_a_grpo_run_whose_spread_came_from_replay_alone_is_named_so_in_the_repor
 
 
 def test_the_report_lists_each_departure_from_the_seed_recipe_with_the_files_reason(tmp_path):
+    from pdbgym.reportkit import markdown
     from pdbgym.train.experiment.recipe import SEED_RECIPE
-    from pdbgym.train.experiment.report import departure_lines
+    from pdbgym.train.experiment.report import departure_blocks
 
     recipe = load_experiment(REPO_FILE.with_name("smollm2-seed-recipe.toml"))
-    assert departure_lines(recipe)[0].startswith("The settings are the seed recipe's")
+    assert markdown(departure_blocks(recipe)).startswith("The settings are the seed recipe's")
     for name in ("smollm2-ladder.toml", "smollm2-ladder-short.toml"):
         config = load_experiment(REPO_FILE.with_name(name))
-        text = "\n".join(departure_lines(config))
+        text = markdown(departure_blocks(config))
         assert "## Departures from the seed recipe" in text and "no reason given" not in text
         assert "| SFT adapter | DoRA r24 | LoRA r16 |" in text and "| held-out temperature | 0.7 | 1 |" in text
         assert set(config.departures) <= set(SEED_RECIPE)
     seeds = load_experiment(REPO_FILE.with_name("smollm2-ladder-seeds.toml"))  # held out at the recipe's 0.7
-    text = "\n".join(departure_lines(seeds))
+    text = markdown(departure_blocks(seeds))
     assert seeds.seeds == [0, 1, 2] and "held-out temperature" not in text and "no reason given" not in text
     # a departure the file does not explain says so; a reason for no known setting is refused by name
     quiet = tmp_path / "quiet.toml"
     quiet.write_text(REPO_FILE.read_text().replace('"eval.runs" = ', '"unused" = ', 1).replace(
         '"unused" = "4 runs a task at three temperatures; 8 would double the eval stage\'s device time"\n', ""))
-    assert "no reason given (add eval.runs to [departures])" in "\n".join(departure_lines(load_experiment(quiet)))
+    assert "no reason given (add eval.runs to [departures])" in markdown(departure_blocks(load_experiment(quiet)))
     typo = tmp_path / "typo.toml"
     typo.write_text(REPO_FILE.read_text().replace('"eval.runs" = ', '"eval.run" = ', 1))
     with pytest.raises(ExperimentError, match=r"\[departures\].*eval.run"):

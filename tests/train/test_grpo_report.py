@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from browser import FIRST_LINE_COLOURS, dump_dom, needs_chromium, pixels_near, screenshot
 from homefixtures import fresh_home
+from htmlrows import assert_html_holds_markdown_tables
 from typer.testing import CliRunner
 
 TRAIN_TASK, VAL_TASK = "builtin__calc-lexer-hang", "builtin__billing-invoice-totals"
@@ -62,6 +63,7 @@ def test_report_files_plots_and_gate_rows_tied_to_checkpoints(run):
     markdown = (out / "training_report.md").read_text()
     for file in report["plots"].values():
         assert f"]({file})" in markdown
+    assert_html_holds_markdown_tables(markdown, (out / "training_report.html").read_text())
     record = json.loads((out / "grpo_run.json").read_text())
     gates = report["tables"][GATE_TABLE]
     assert [g["step"] for g in gates] == [1, 2]

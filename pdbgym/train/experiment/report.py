@@ -1,5 +1,5 @@
-"""The experiment's one report (``OUT/report.md``, and the same as a page in ``OUT/report.html``), from the run
-folder alone.
+"""The experiment's one report (``OUT/report.md``, and the same page in ``OUT/report.html``), from the run
+folder alone, built once as a ``reportkit.Page``.
 
 Sections: the GRPO steps (reward, on-policy solve rate, tampered and verdict-refused episodes per step,
 the last quarter of steps against the first with a 95% CI of the difference, and each task against
@@ -22,7 +22,7 @@ import numpy as np
 from pdbgym.evaluate.results import ResultsStore
 from pdbgym.evaluate.stats import estimate_mean, wilson_interval
 from pdbgym.fileio import read_jsonl
-from pdbgym.reportkit import EstimateDict, fmt, md_bullets, md_table, pct
+from pdbgym.reportkit import Block, Bullets, EstimateDict, Heading, Page, Paragraph, Table, fmt, pct
 from pdbgym.tasks.difficulty import demands, rung, source_group
 from pdbgym.tasks.model import Task
 from pdbgym.tasks.suites import resolve_tasks
@@ -32,7 +32,6 @@ from pdbgym.train.experiment.conclusion import what_this_run_shows
 from pdbgym.train.experiment.config import SFT_CHOICE_FILE, ExperimentConfig
 from pdbgym.train.experiment.heldout import ENTROPY_FILE, campaign_paths, extra_temperatures, label, task_sets
 from pdbgym.train.experiment.recipe import departure_rows
-from pdbgym.train.experiment.report_html import markdown_page
 from pdbgym.train.gradguard import skipped_steps
 from pdbgym.train.grpo.choose import nonfinite_warning
 from pdbgym.train.grpo.records import GRPORunRecord, StepOutcomes
@@ -105,14 +104,14 @@ def kl_cell(entry: dict[str, Any] | None) -> str:
     return f"{value} [{fmt(entry.get('ci_low'), '.4f')}, {fmt(entry.get('ci_high'), '.4f')}]"
 
 
-def smoke_test_lines(config: ExperimentConfig) -> list[str]:
+def smoke_test_blocks(config: ExperimentConfig) -> list[Block]:
     """The quick profile's warning at the report's top: a smoke test, its counts too small to show learning."""
     if not config.quick:
         return []
-    return [f"**Smoke test (quick profile):** tiny counts ({plural(config.grpo.steps, 'GRPO step')}, "
-            f"{plural(config.grpo.tasks_per_step, 'task')} a step, {plural(config.eval.runs, 'held-out run')} a "
-            "task) check that every stage runs end to end; nothing below is evidence about learning, and no "
-            "difference in it is a claim that training helped or hurt.", ""]
+    return [Paragraph(f"**Smoke test (quick profile):** tiny counts ({plural(config.grpo.steps, 'GRPO step')}, "
+                      f"{plural(config.grpo.tasks_per_step, 'task')} a step, {plural(config.eval.runs, 'held-out run')} "
+                      "a task) check that every stage runs end to end; nothing below is evidence about learning, and "
+                      "no difference in it is a claim that training helped or hurt.", "warn")]
 
 
 def by_rung(out: Path) -> dict[str, dict[int, HeldOutCell]]:
@@ -195,7 +194,7 @@ def grpo_rungs(rows: list[LogRow]) -> dict[int, RungRow]:
     return table
 
 
-def sft_choice_lines(out: Path) -> list[str]:
+def sft_choice_blocks(out: Path) -> list[Block]:
     """The SFT-strength section: each candidate's val pass@1 and the one chosen (none without candidates)."""
     choice = _load(out / "sft" / SFT_CHOICE_FILE)
     if not choice:
@@ -214,11 +213,11 @@ def sft_choice_lines(out: Path) -> list[str]:
     else:
         rule = (f"the val pass@1 nearest {pct(choice['target'])}, played held out as `sft-start` beside `sft-best` "
                 f"(`{best}`, the best on val)")
-    return ["## SFT strength (chosen on val)", ""] + md_table(
-        ["SFT steps", "best val loss", f"val pass@1 [95% CI] ({runs})", "role"], rows) + [""] + \
-        md_bullets([f"GRPO starts from the SFT model with {rule}: `{choice['chosen']}` ({choice['steps']} steps). "
-                    "The choice used the val split only, and is recorded in the experiment's selection ledger.",
-                    *_sft_choice_warning(choice)]) + [""]
+    return [Heading("SFT strength (chosen on val)"),
+            Table(["SFT steps", "best val loss", f"val pass@1 [95% CI] ({runs})", "role"], rows),
+            Bullets([f"GRPO starts from the SFT model with {rule}: `{choice['chosen']}` ({choice['steps']} steps). "
+                     "The choice used the val split only, and is recorded in the experiment's selection ledger.",
+                     *_sft_choice_warning(choice)])]
 
 
 def _sft_choice_warning(choice: dict[str, Any]) -> list[str]:
@@ -348,22 +347,22 @@ COMPARISONS = (("grpo", "sft-best"), ("grpo", "sft-matched"), ("grpo", "sft-star
                ("sft-best", "base"), ("grpo", "sft"), ("sft", "base"), ("grpo", "base"))
 
 
-def matched_lines(out: Path) -> list[str]:
+def matched_blocks(out: Path) -> list[Block]:
     """What the ``sft-matched`` control trained on (``OUT/matched/matched.json``), or why there is none."""
     matched = read_matched(out)
     if not matched:
         return []
     if not matched["examples"]:
-        return md_bullets(["`sft-matched`: GRPO's stage replayed no trajectory and had no anchor, so there is no "
-                           "imitation to match; GRPO's start is that control."]) + [""]
-    return md_bullets([f"`sft-matched`: SFT continued from GRPO's start on the {matched['examples']} corpus examples "
-                       f"GRPO's stage trained on beside its own samples ({matched['replayed']} replayed trajectories, "
-                       f"{matched['anchor']} anchor examples), {plural(matched['updates'], 'update')} of "
-                       f"{matched['effective_batch']} at GRPO's learning rate and adapter, no reward. GRPO - "
-                       "sft-matched is the part of GRPO's difference that imitating that data does not explain."]) + [""]
+        return [Bullets(["`sft-matched`: GRPO's stage replayed no trajectory and had no anchor, so there is no "
+                         "imitation to match; GRPO's start is that control."])]
+    return [Bullets([f"`sft-matched`: SFT continued from GRPO's start on the {matched['examples']} corpus examples "
+                     f"GRPO's stage trained on beside its own samples ({matched['replayed']} replayed trajectories, "
+                     f"{matched['anchor']} anchor examples), {plural(matched['updates'], 'update')} of "
+                     f"{matched['effective_batch']} at GRPO's learning rate and adapter, no reward. GRPO - "
+                     "sft-matched is the part of GRPO's difference that imitating that data does not explain."])]
 
 
-def temperature_lines(config: ExperimentConfig, out: Path) -> list[str]:
+def temperature_blocks(config: ExperimentConfig, out: Path) -> list[Block]:
     """Held-out pass@1 of each arm at every sampling temperature played, each model arm's sampled entropy,
     and what GRPO adds to sft-best and sft-matched at each (``heldout.py``); none without campaigns."""
     primary, found = config.eval.temperature, {}
@@ -377,15 +376,16 @@ def temperature_lines(config: ExperimentConfig, out: Path) -> list[str]:
     entropies = [name for name, (_, entropy) in found.items() if entropy]
     rows = [[arm, *(_ci((summary.get("arms", {}).get(arm) or {}).get("pass@1")) for summary, _ in found.values()),
              *(_entropy_cell(found[name][1].get(arm)) for name in entropies)] for arm in arms]
-    lines = ["## Held-out pass@1 by sampling temperature", "",
-             f"{plural(config.eval.runs, 'run')} a task (greedy: one); entropy is the mean surprisal of the tokens "
-             "an arm sampled (nats/token, 95% t interval over tasks).", ""]
-    lines += md_table(["arm", *(f"pass@1, {name} [95% CI]" for name in found),
-                       *(f"entropy, {name}" for name in entropies)], rows) + [""]
+    blocks: list[Block] = [
+        Heading("Held-out pass@1 by sampling temperature"),
+        Paragraph(f"{plural(config.eval.runs, 'run')} a task (greedy: one); entropy is the mean surprisal of the "
+                  "tokens an arm sampled (nats/token, 95% t interval over tasks)."),
+        Table(["arm", *(f"pass@1, {name} [95% CI]" for name in found), *(f"entropy, {name}" for name in entropies)],
+              rows)]
     pairs = [[name, f"{a} - {b}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
              for name, (summary, _) in found.items()
              for a, b, diff, low, high, n in _pairs(summary, (("grpo", "sft-best"), ("grpo", "sft-matched")))]
-    return lines + (md_table(["temperature", "a - b", "difference [95% CI]", "tasks"], pairs) + [""] if pairs else [])
+    return blocks + ([Table(["temperature", "a - b", "difference [95% CI]", "tasks"], pairs)] if pairs else [])
 
 
 def _entropy_cell(entry: dict[str, Any] | None) -> str:
@@ -396,55 +396,47 @@ def _entropy_cell(entry: dict[str, Any] | None) -> str:
     return f"{entry['nats_per_token']:.3f}{interval}"
 
 
-def departure_lines(config: ExperimentConfig) -> list[str]:
+def departure_blocks(config: ExperimentConfig) -> list[Block]:
     """The settings that depart from the seed recipe (``recipe.py``), each with the file's reason."""
     rows = departure_rows(config, config.departures)
     if not rows:
-        return ["The settings are the seed recipe's (`recipe.SEED_RECIPE`).", ""]
-    return ["## Departures from the seed recipe", ""] + md_table(
-        ["setting", "seed recipe", "this experiment", "why (the file's [departures])"], rows) + [""]
+        return [Paragraph("The settings are the seed recipe's (`recipe.SEED_RECIPE`).")]
+    return [Heading("Departures from the seed recipe"),
+            Table(["setting", "seed recipe", "this experiment", "why (the file's [departures])"], rows)]
 
 
 def write_experiment_report(config: ExperimentConfig, out: Path, state: dict[str, Any]) -> Path:
     """``OUT/report.md`` and ``OUT/report.html`` from the folder as it is; returns the Markdown's path."""
-    lines = [f"# Experiment {config.name}" + (" (quick profile: smoke test)" if config.quick else ""), "",
-             *smoke_test_lines(config),
-             f"From `{config.source}` (settings digest {config.digest()}); base `{config.base}`; seed {config.seed}.",
-             "", *departure_lines(config)]
-    lines += conclusion_lines(out)
-    lines += ["## Stages", ""] + md_table(["stage", "seconds", "facts"], [
-        [name, facts.get("seconds"), facts_text(facts)]
-        for name, facts in state.get("stages", {}).items()]) + [""]
-    lines += sft_choice_lines(out)
-    if config.grpo.steps:
-        lines += grpo_lines(config, out)
-    lines += heldout_lines(config, out)
-    if config.grpo.steps:
-        lines += stop_at_peak_lines(out)
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    (out / "report.html").write_text(markdown_page(lines))  # the same lines as a page, beside it
+    blocks = [*smoke_test_blocks(config),
+              Paragraph(f"From `{config.source}` (settings digest {config.digest()}); base `{config.base}`; "
+                        f"seed {config.seed}."),
+              *departure_blocks(config), *conclusion_blocks(out),
+              Heading("Stages"), Table(["stage", "seconds", "facts"], [
+                  [name, facts.get("seconds"), facts_text(facts)] for name, facts in state.get("stages", {}).items()]),
+              *sft_choice_blocks(out), *(grpo_blocks(config, out) if config.grpo.steps else []),
+              *heldout_blocks(config, out), *(stop_at_peak_blocks(out) if config.grpo.steps else [])]
+    title = f"Experiment {config.name}" + (" (quick profile: smoke test)" if config.quick else "")
+    path, _ = Page(title, blocks).write(out, "report")
     return path
 
 
-def conclusion_lines(out: Path) -> list[str]:
+def conclusion_blocks(out: Path) -> list[Block]:
     """"What this run shows" (``conclusion.py``), once the held-out campaign has a summary."""
     summary, campaign = _load(out / "eval" / "summary.json"), _load(out / "eval" / "campaign.json")
     if not summary:
         return []
     arms = campaign.get("config", {}).get("arms") or {arm: "" for arm in summary.get("arm_results", {})}
     sentences = what_this_run_shows(arms, summary, _load(out / "validity.json"), _load(out / "kl.json"))
-    return ["## What this run shows", "", " ".join(sentences), ""]
+    return [Heading("What this run shows"), Paragraph(" ".join(sentences))]
 
 
-def grpo_lines(config: ExperimentConfig, out: Path) -> list[str]:
+def grpo_blocks(config: ExperimentConfig, out: Path) -> list[Block]:
     """The GRPO steps, the learning checks, the on-policy rate by rung and the val gates."""
     run = _run(out)
     rows = cast(list[LogRow], read_jsonl(out / "grpo" / "steps.jsonl").rows)
     gates = read_gates(out / "grpo" / "gates.jsonl")
     per_step = config.grpo.group * config.grpo.tasks_per_step
-    lines: list[str] = []
-    lines += ["## GRPO steps", ""] + md_table(
+    blocks: list[Block] = [Heading("GRPO steps"), Table(
         ["step", "reward", "on-policy solve rate", "tampered", "verdict-refused", "replayed", "KL", "beta",
          "seconds (rollouts)",
          "an episode's seconds: turns / sandbox", "engine seconds: busy (prefill)", "rows a decode step"], [
@@ -454,7 +446,7 @@ def grpo_lines(config: ExperimentConfig, out: Path) -> list[str]:
          f"{fmt(r.get('step_time'), '.1f')} ({fmt(r.get('time/rollout_s'), '.1f')})",
          f"{fmt(r.get('time/episode_model_s'), '.1f')} / {fmt(r.get('time/episode_env_s'), '.1f')}",
          f"{fmt(r.get('engine/busy_s'), '.1f')} ({fmt(r.get('engine/prefill_s'), '.1f')})",
-         fmt(r.get("engine/live_rows"), ".1f")] for r in rows]) + [""]
+         fmt(r.get("engine/live_rows"), ".1f")] for r in rows])]
     check = learning_check(rows, per_step)
     outcomes = read_outcomes(out / "grpo")
     notes = spread_lines(outcomes, run, len(rows))
@@ -479,24 +471,24 @@ def grpo_lines(config: ExperimentConfig, out: Path) -> list[str]:
                      f"Newcombe); {verdict}.")
     for share, part in ((0.25, "quarters"), (0.5, "halves")):
         notes += paired_check_lines(task_paired_check(outcomes, share), step_centred_check(outcomes, share), part)
-    lines += md_bullets(notes) + [""]
+    blocks.append(Bullets(notes))
     ladder = grpo_rungs(rows)
     if ladder:
         def share(pair: tuple[int, int]) -> str:
             return f"{pair[0]} of {pair[1]}"
 
-        lines += ["### On-policy solve rate by rung of the task ladder", ""] + md_table(
+        blocks += [Heading("On-policy solve rate by rung of the task ladder", 3), Table(
             ["rung", "episodes", "solved", "rate [95% Wilson CI, steps as clusters]", "first quarter of steps", "last quarter of steps"], [
                 [f"rung {level}", r["played"], r["solved"], f"{pct(r['rate'])} [{pct(r['ci'][0])}, {pct(r['ci'][1])}]",
-                 share(r["first"]), share(r["last"])] for level, r in ladder.items()]) + [""]
-    lines += ["## Val gates (checkpoint choice)", ""] + md_table(
+                 share(r["first"]), share(r["last"])] for level, r in ladder.items()])]
+    blocks += [Heading("Val gates (checkpoint choice)"), Table(
         ["checkpoint", "step", "val pass@1 [95% CI]", "tampered", "verdict-refused"], [
             [g.get("checkpoint"), g.get("step"), _ci(g.get("pass_at_1")),
-             (g.get("termination_reasons") or {}).get("tampered", 0), g.get("refused", "-")] for g in gates]) + [""]
-    return lines
+             (g.get("termination_reasons") or {}).get("tampered", 0), g.get("refused", "-")] for g in gates])]
+    return blocks
 
 
-def heldout_lines(config: ExperimentConfig, out: Path) -> list[str]:
+def heldout_blocks(config: ExperimentConfig, out: Path) -> list[Block]:
     """The held-out table, pass@1 by rung and by temperature, and the paired comparisons."""
     summary = _load(out / "eval-summary.json")
     kl = _load(out / "kl.json").get("arms", {})
@@ -509,43 +501,44 @@ def heldout_lines(config: ExperimentConfig, out: Path) -> list[str]:
         return f"{arm} (no on-policy reward spread: imitation only)" if no_signal and arm.startswith("grpo") else arm
 
     ks = [f"pass@{k}" for k in config.eval.k if k > 1]
-    lines = ["## Held-out test split", "", f"Model arms sample at T = {config.eval.temperature:g} "
-              f"({plural(config.eval.runs, 'run')} a task).", ""] + md_table(
+    blocks: list[Block] = [Heading("Held-out test split"), Paragraph(
+        f"Model arms sample at T = {config.eval.temperature:g} ({plural(config.eval.runs, 'run')} a task)."), Table(
         ["arm", "pass@1 [95% CI]", *ks, "episodes", "tampered", "verdict-refused", "valid tool calls",
          "wrong-site fixation", "KL to the oracle (nats/token) [95% CI]"], [
             [label(arm), _ci(block.get("pass@1")), *(_ci(block.get(k)) for k in ks), *hacking_cells(block),
              pct((validity.get(arm) or {}).get("rate")), _ci((block.get("wrong_site") or {}).get("rate")),
-             kl_cell(kl.get(arm))] for arm, block in arms.items()]) + [""]
+             kl_cell(kl.get(arm))] for arm, block in arms.items()])]
     if not any(block.get("wrong_site") for block in arms.values()):
-        lines += md_bullets(["Wrong-site fixation: no held-out task declares a wrong site (the regression tasks "
-                             "of the built-in suite do; add a suite to [tasks] to measure it)."]) + [""]
+        blocks.append(Bullets(["Wrong-site fixation: no held-out task declares a wrong site (the regression tasks "
+                               "of the built-in suite do; add a suite to [tasks] to measure it)."]))
     rungs = by_rung(out)
     levels = sorted({level for per in rungs.values() for level in per})
     if levels:
-        lines += ["## Held-out pass@1 by rung of the task ladder", ""] + md_table(
-            ["arm", *(f"rung {level}" for level in levels)], [
-                [arm, *(f"{_ci(per[level])} ({plural(per[level]['tasks'], 'task')})" if level in per else "-" for level in levels)]
-                for arm, per in sorted(rungs.items(), key=lambda item: list(arms).index(item[0]) if item[0] in arms
-                                       else len(arms))]) + [""]
+        blocks += [Heading("Held-out pass@1 by rung of the task ladder"),
+                   _held_out_table(list(arms), rungs, levels, [f"rung {level}" for level in levels])]
     sets = by_task_set(out, config.split.test_only)
     names = sorted({name for per in sets.values() for name in per})
     if names:
-        lines += ["## Held-out pass@1 by task set", "", "Each family and suite of `[tasks]` apart, with the rungs its "
-                  "held-out tasks sit on; a set held out whole (`[split] test_only`) had no task in train or val, so "
-                  "its score is what learning on the other sets carried over.", ""] + md_table(
-            ["arm", *names], [
-                [arm, *(f"{_ci(per[name])} ({plural(per[name]['tasks'], 'task')})" if name in per else "-" for name in names)]
-                for arm, per in sorted(sets.items(), key=lambda item: list(arms).index(item[0]) if item[0] in arms
-                                       else len(arms))]) + [""]
-    lines += temperature_lines(config, out)
-    lines += ["## Paired comparisons (held-out pass@1, per task)", ""] + matched_lines(out) + md_table(
-        ["a - b", "difference [95% CI]", "tasks"], [
-            [f"{label(a)} - {label(b)}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
-            for a, b, diff, low, high, n in _pairs(summary, COMPARISONS)])
-    return lines + [""]
+        blocks += [Heading("Held-out pass@1 by task set"), Paragraph(
+            "Each family and suite of `[tasks]` apart, with the rungs its held-out tasks sit on; a set held out whole "
+            "(`[split] test_only`) had no task in train or val, so its score is what learning on the other sets "
+            "carried over."), _held_out_table(list(arms), sets, names, names)]
+    return [*blocks, *temperature_blocks(config, out), Heading("Paired comparisons (held-out pass@1, per task)"),
+            *matched_blocks(out), Table(["a - b", "difference [95% CI]", "tasks"], [
+                [f"{label(a)} - {label(b)}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
+                for a, b, diff, low, high, n in _pairs(summary, COMPARISONS)])]
 
 
-def stop_at_peak_lines(out: Path) -> list[str]:
+def _held_out_table(arms: list[str], table: Mapping[str, Mapping[Column, HeldOutCell]], columns: list[Column],
+                    head: list[str]) -> Table:
+    """Held-out pass@1 of each arm (in the summary's order, others after) on each column's tasks."""
+    order = sorted(table.items(), key=lambda item: arms.index(item[0]) if item[0] in arms else len(arms))
+    return Table(["arm", *head], [
+        [arm, *(f"{_ci(per[c])} ({plural(per[c]['tasks'], 'task')})" if c in per else "-" for c in columns)]
+        for arm, per in order])
+
+
+def stop_at_peak_blocks(out: Path) -> list[Block]:
     """The chosen GRPO checkpoint's val score beside its held-out score."""
     run = _run(out)
     gates = read_gates(out / "grpo" / "gates.jsonl")
@@ -553,13 +546,10 @@ def stop_at_peak_lines(out: Path) -> list[str]:
     chosen = run.get("chosen") if run else None
     gate = next((g for g in gates if g.get("checkpoint") == chosen), None)
     held = (arms.get("grpo") or {}).get("pass@1", {})
-    lines = ["## Stop at peak", ""]
-    if gate and held:
-        val = gate["pass_at_1"]["mean"]
-        lines += md_bullets([
-            f"Chosen checkpoint `{chosen}` (best val pass@1 of {len(gates)} gated): val {pct(val)}, held-out test "
-            f"{pct(held.get('mean'))}; choosing on val inflated its score by {pct0(val - held.get('mean', 0.0))} "
-            "(val minus test; the test split never took part in the choice)."])
-    else:
-        lines += md_bullets(["No gated checkpoint or no held-out GRPO score yet."])
-    return lines
+    if not (gate and held):
+        return [Heading("Stop at peak"), Bullets(["No gated checkpoint or no held-out GRPO score yet."])]
+    val = gate["pass_at_1"]["mean"]
+    return [Heading("Stop at peak"), Bullets([
+        f"Chosen checkpoint `{chosen}` (best val pass@1 of {len(gates)} gated): val {pct(val)}, held-out test "
+        f"{pct(held.get('mean'))}; choosing on val inflated its score by {pct0(val - held.get('mean', 0.0))} "
+        "(val minus test; the test split never took part in the choice)."])]
