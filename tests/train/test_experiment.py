@@ -5,22 +5,14 @@ stage by stage; settings errors refused by name; the learning check's arithmetic
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from experimentfiles import REPO_FILE, quick_file
 from homefixtures import fresh_home
 
 from pdbgym.episode_defaults import GRPO_TEMPERATURE
 from pdbgym.train.experiment.checks import learning_check, step_centred_check, task_paired_check
 from pdbgym.train.experiment.config import ExperimentError, load_experiment
-
-REPO_FILE = Path(__file__).resolve().parents[2] / "experiments" / "smollm2-ladder.toml"
-
-
-def _quick_file(tmp_path: Path, base: Path) -> Path:
-    path = tmp_path / "experiment.toml"
-    path.write_text(REPO_FILE.read_text().replace('base = "embedded"', f'base = "{base}"'))
-    return path
 
 
 @pytest.mark.slow
@@ -30,7 +22,7 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     from pdbgym.cli import app
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
-    config, out = _quick_file(tmp_path, tiny_model_dir), tmp_path / "run"
+    config, out = quick_file(tmp_path, tiny_model_dir), tmp_path / "run"
     result = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
     assert result.exit_code == 0, result.output
     state = json.loads((out / "experiment.json").read_text())
@@ -331,7 +323,7 @@ def test_until_stops_after_the_named_stage_and_reports_what_is_there(tmp_path, t
     from pdbgym.cli import app
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
-    config, out = _quick_file(tmp_path, tiny_model_dir), tmp_path / "run"
+    config, out = quick_file(tmp_path, tiny_model_dir), tmp_path / "run"
     result = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick", "--until", "split"])
     assert result.exit_code == 0, result.output
     assert list(json.loads((out / "experiment.json").read_text())["stages"]) == ["tasks", "split", "report"]

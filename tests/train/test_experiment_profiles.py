@@ -6,20 +6,12 @@ turn-budget curriculum)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from experimentfiles import REPO_FILE, quick_file
 from homefixtures import fresh_home
 
 from pdbgym.train.experiment.config import load_experiment
-
-REPO_FILE = Path(__file__).resolve().parents[2] / "experiments" / "smollm2-ladder.toml"
-
-
-def _quick_file(tmp_path: Path, base: Path) -> Path:
-    path = tmp_path / "experiment.toml"
-    path.write_text(REPO_FILE.read_text().replace('base = "embedded"', f'base = "{base}"'))
-    return path
 
 
 @pytest.mark.slow
@@ -33,7 +25,7 @@ def test_a_time_budget_pauses_grpo_at_a_checkpoint_and_the_next_invocation_resum
     from pdbgym.train.experiment.config import load_experiment
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
-    config = load_experiment(_quick_file(tmp_path, tiny_model_dir), quick=True)
+    config = load_experiment(quick_file(tmp_path, tiny_model_dir), quick=True)
     out, said = tmp_path / "run", []
     run_module.run_experiment(config, out, say=said.append, minutes=1e-9)
     assert said == ["[tasks] not started: the 1e-09-minute budget (--minutes) is spent; run again to go on"]
