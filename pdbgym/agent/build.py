@@ -120,7 +120,7 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
     reasons: Counter[str] = Counter()
 
     def advance(result: JobResult) -> None:
-        reasons[result.record["metadata"]["_termination_reason"]] += 1
+        reasons[result.record.metadata["_termination_reason"]] += 1
         if on_result is not None:
             on_result(result, len(jobs))
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # for the annotations only: policies loads the model backends
     from pdbgym.agent.loop import AgentConfig
     from pdbgym.agent.policies import PolicySpec
     from pdbgym.env.environment import EnvConfig
-    from pdbgym.rollouts.record import RecordDict
+    from pdbgym.rollouts.record import RolloutRecord
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,11 @@ class EpisodeJob:
 
 @dataclass
 class JobResult:
-    """What a worker sends back: the record as a teacher-cache dict, the transcript, timings (s)."""
+    """What a worker sends back: the record, the transcript, timings (s)."""
 
     instance_id: str
     sample_idx: int
-    record: RecordDict
+    record: RolloutRecord
     transcript: EpisodeTranscript
     model_seconds: float
     env_seconds: float

@@ -27,7 +27,6 @@ from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
 from pdbgym.interrupts import deferred, stop_requested, tracked
 from pdbgym.rollouts.cache import MANIFEST_NAME, append_records, read_cache
-from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task, load_task
 
@@ -103,7 +102,7 @@ async def _run_job(job: EpisodeJob) -> JobResult:
         backend = getattr(turns, "backend", None)
         if backend is not None:  # its HTTP client belongs to this event loop
             await backend.aclose()
-    return JobResult(job.instance_id, job.sample_idx, outcome.record.to_dict(), outcome.transcript,
+    return JobResult(job.instance_id, job.sample_idx, outcome.record, outcome.transcript,
                      outcome.model_seconds, outcome.env_seconds, outcome.wall_seconds, outcome.interrupted)
 
 
@@ -112,7 +111,7 @@ def save_result(out_dir: Path, result: JobResult) -> None:
     with deferred():
         write_json_atomic(out_dir / TRANSCRIPTS_DIR / f"{result.instance_id}__{result.sample_idx}.json",
                           result.transcript)
-        append_records(out_dir, [RolloutRecord.from_dict(result.record)])
+        append_records(out_dir, [result.record])
 
 
 def completed_samples(out_dir: Path, tokenizer: PreTrainedTokenizerBase | None) -> set[tuple[str, int]]:

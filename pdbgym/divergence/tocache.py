@@ -29,7 +29,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING
 
 from pdbgym.divergence.compare import load_records
 from pdbgym.divergence.loading import VocabMismatchError, check_vocab
@@ -49,6 +49,7 @@ from pdbgym.divergence.report import (
 from pdbgym.divergence.scoring import ScoringConfig, masked_rollout_logprobs, score_records
 from pdbgym.divergence.semantics import check_teacher_logprobs, resolve_semantics
 from pdbgym.errors import PdbgymError
+from pdbgym.fileio import JSONValue
 from pdbgym.modelload import model_path
 from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord
 
@@ -83,21 +84,6 @@ class TeacherCache:
         return {"cache": str(self.folder), "n_records": len(self.records), "semantics": self.semantics.to_dict()}
 
 
-class KLToCacheDict(TypedDict):
-    """``KLToCache.to_dict()``."""
-
-    metric: str
-    value: float | None
-    ci_low: float | None
-    ci_high: float | None
-    n_records: int
-    n_tasks: int
-    n_tokens: int
-    nonfinite_share: float
-    per_task: dict[str, float | None]
-    metrics: dict[str, MetricValue]
-
-
 @dataclass(frozen=True)
 class KLToCache:
     """KL(teacher || model) on a teacher cache (module docstring: the aggregation and the estimator).
@@ -119,8 +105,9 @@ class KLToCache:
     per_task: dict[str, float | None]
     metrics: dict[str, MetricValue]
 
-    def to_dict(self) -> KLToCacheDict:
-        return cast(KLToCacheDict, dataclasses.asdict(self))  # a copy of exactly these fields
+    def to_dict(self) -> dict[str, JSONValue]:
+        """A JSON-ready copy of exactly these fields, in their order."""
+        return dataclasses.asdict(self)
 
 
 def first_ids(record: RolloutRecord, max_ids: int) -> RolloutRecord:

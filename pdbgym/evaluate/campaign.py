@@ -28,7 +28,6 @@ from pdbgym.interrupts import Interrupted, deferred
 from pdbgym.modelload import is_model_ref
 from pdbgym.policyname import INTERACTIVE_POLICIES, PolicyKind, policy_kind, split_constrained
 from pdbgym.rollouts.cache import append_records
-from pdbgym.rollouts.record import RolloutRecord
 from pdbgym.sandbox.workspace import reap_stale_workspaces
 from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task
@@ -242,4 +241,4 @@ def _run_on_executor(todo: list[tuple[Arm, Task, int]], config: CampaignConfig, 
 def _save(store: ResultsStore, arm: Arm, result: JobResult) -> None:
     """The transcript, then the record: a row is written only after both (a kill reruns the episode)."""
     write_json_atomic(store.transcript_path(arm.name, result.instance_id, result.sample_idx), result.transcript)
-    append_records(store.out_dir / "cache" / arm.name, [RolloutRecord.from_dict(result.record)])
+    append_records(store.out_dir / "cache" / arm.name, [result.record])

@@ -24,7 +24,7 @@ from pdbgym.fileio import atomic_target, write_json_atomic
 from pdbgym.rollouts.compare import record_differences
 from pdbgym.rollouts.optional import import_optional
 from pdbgym.rollouts.parquet import read_parquet, write_parquet
-from pdbgym.rollouts.record import CacheFormatError, RecordDict, RolloutRecord
+from pdbgym.rollouts.record import CacheFormatError, RolloutRecord
 
 CACHE_DIR_ENV = "KL_EVAL_TEACHER_CACHE_DIR"
 MANIFEST_NAME = "manifest.json"
@@ -334,8 +334,7 @@ def save_instance_file(path: Path, samples: list[RolloutRecord]) -> None:
         write_parquet(path, samples)
         return
     torch = import_optional("torch", "hf", "writing .pt cache files")
-    payload: RecordDict | list[RecordDict] = (samples[0].to_dict() if len(samples) == 1
-                                              else [s.to_dict() for s in samples])
+    payload = samples[0].to_dict() if len(samples) == 1 else [s.to_dict() for s in samples]
     with atomic_target(path) as tmp:
         torch.save(payload, tmp)
 

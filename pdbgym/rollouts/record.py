@@ -81,21 +81,6 @@ class RewardExtra(TypedDict, total=False):
     duration_s: float
 
 
-class RecordDict(TypedDict):
-    """The teacher-cache dict of one record: exactly ``RECORD_KEYS``, in that order."""
-
-    instance_id: str
-    dataset: str
-    tokens: list[int]
-    prompt_len: int
-    response_length: int
-    loss_mask: list[int]
-    rollout_log_probs: list[float]
-    reward_score: float
-    reward_extra: RewardExtra
-    metadata: RecordMetadata
-
-
 class Vocabulary(Protocol):
     """A tokenizer as ``tokenizer_fingerprint`` reads it: its id -> token map."""
 
@@ -282,7 +267,7 @@ class RolloutRecord:
     def response_tokens(self) -> list[int]:
         return self.tokens[self.prompt_len :]
 
-    def to_dict(self) -> RecordDict:
+    def to_dict(self) -> dict[str, object]:
         """The teacher-cache dict: exactly ``RECORD_KEYS``, in their order (the values are this record's own)."""
         return {"instance_id": self.instance_id, "dataset": self.dataset, "tokens": self.tokens,
                 "prompt_len": self.prompt_len, "response_length": self.response_length, "loss_mask": self.loss_mask,

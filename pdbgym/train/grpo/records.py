@@ -45,8 +45,9 @@ class StepOutcomes(TypedDict):
 
 
 class GateRow(TypedDict):
-    """One line of ``gates.jsonl``: a ``GateResult`` as written (a run from before the counts of how episodes
-    ended lacks them)."""
+    """One line of ``gates.jsonl``: a checkpoint's val score (``valgate.score_outcomes``), pass@1 (mean, CI
+    over tasks) and pass@k from ``runs`` episodes a task (a run from before the counts of how episodes ended
+    lacks them; ``refused``: episodes whose grading refused the verdict, an abnormal end, not tampered)."""
 
     step: int
     checkpoint: str

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -15,34 +14,22 @@ from pdbgym.tasks.model import Task
 from pdbgym.train.grpo.records import EpisodeFacts, GateRow
 
 
-@dataclass
-class GateResult:
-    """One checkpoint's val score: pass@1 (mean, CI over tasks) and pass@k, from ``runs`` episodes a task."""
-
-    step: int
-    checkpoint: str
-    pass_at_1: EstimateDict
-    pass_at_k: EstimateDict
-    k: int
-    runs: int
-    termination_reasons: dict[str, int] = field(default_factory=dict)
-    refused: int = 0  # episodes whose grading refused the verdict (an abnormal end), not tampered
-
-
 def score_outcomes(step: int, checkpoint: str, outcomes: dict[str, list[int]], k: int,
-                   reasons: dict[str, int], refused: int = 0) -> GateResult:
-    """Pass@1 and pass@k estimates (clustered SE, CI) from per-task 0/1 outcomes."""
+                   reasons: dict[str, int], refused: int = 0) -> GateRow:
+    """One checkpoint's val score (a ``gates.jsonl`` line): pass@1 and pass@k estimates (clustered SE, CI over
+    tasks) from per-task 0/1 outcomes, ``runs`` episodes a task."""
     runs = min(len(v) for v in outcomes.values())
     table = [v[:runs] for v in outcomes.values()]
     k = min(k, runs)
     pass_at_1 = cast(EstimateDict, estimate_mean(per_task_pass_at_k(table, 1)).to_dict())
     pass_at_k = cast(EstimateDict, estimate_mean(per_task_pass_at_k(table, k)).to_dict())
-    return GateResult(step, checkpoint, pass_at_1, pass_at_k, k, runs, reasons, refused)
+    return {"step": step, "checkpoint": checkpoint, "pass_at_1": pass_at_1, "pass_at_k": pass_at_k, "k": k,
+            "runs": runs, "termination_reasons": reasons, "refused": refused}
 
 
-def append_gate(path: Path, result: GateResult) -> None:
+def append_gate(path: Path, result: GateRow) -> None:
     lines = path.read_text().splitlines() if path.is_file() else []
-    lines.append(json.dumps(result.__dict__, sort_keys=True))
+    lines.append(json.dumps(result, sort_keys=True))
     write_text_atomic(path, "\n".join(lines) + "\n")
 
 
@@ -51,7 +38,7 @@ def read_gates(path: Path) -> list[GateRow]:
 
 
 def gate_on_val(play: Callable[[list[Task]], list[EpisodeFacts]], val_tasks: list[Task], runs: int, k: int,
-                step: int, checkpoint: str) -> GateResult:
+                step: int, checkpoint: str) -> GateRow:
     """Play ``runs`` episodes of every val task with ``play`` (a batch of tasks -> each episode's facts:
     ``final_test_passed``, ``termination_reason``, ``grade_refused``) and score them."""
     episodes = [task for task in val_tasks for _ in range(runs)]
