@@ -41,17 +41,25 @@ class PrefixStore:
         return bool(self.held)
 
     def take(self, prompt: Sequence[int]) -> Prefix | None:
-        """The kept cache whose ids are a proper prefix of ``prompt``, removed from the store (None if none)."""
-        for prefix in self.held:
+        """The longest kept cache whose ids are a proper prefix of ``prompt`` (the newest of equals),
+        removed from the store (None if none). Longest, not first found: episodes that sampled the same ids
+        (near-greedy) hold the same prefixes, and a later turn taking a twin's shorter, newer cache would
+        leave that twin's next turn none to continue (a whole prompt prefilled again)."""
+        best: Prefix | None = None
+        for prefix in self.held:  # newest first
             n = len(prefix.ids)
-            if n >= len(prompt) or any(prompt[i] != prefix.ids[i] for i in (n - 1, n // 2, n - 2) if i >= 0):
+            if n >= len(prompt) or (best is not None and n <= len(best.ids)) \
+                    or any(prompt[i] != prefix.ids[i] for i in (n - 1, n // 2, n - 2) if i >= 0):
                 continue  # a few ids first: episodes of one task share their long first prompt
             if list(prompt[:n]) == prefix.ids:
-                self.held.remove(prefix)
-                return prefix
-        return None
+                best = prefix
+        if best is not None:
+            self.held.remove(best)
+        return best
 
     def keep(self, ids: list[int], cache: Any) -> None:
+        self.rows_join(cache)  # learnt from the first cache kept, one row's or a round's: a round whose rows
+        # continue kept caches before any round of several rows was kept must not prefill them all afresh
         self.held.insert(0, Prefix(ids, cache, cache_bytes(cache)))
 
     def trim(self, rows: int) -> None:
@@ -69,7 +77,7 @@ class PrefixStore:
 
     def rows_join(self, cache: Any) -> bool:
         """Whether batched rows' caches can be cut and joined by position, learnt from the first ``cache``
-        kept (``kv.rows_problem``) and said once where they cannot."""
+        kept (``kv.rows_problem``; its layers' kinds, whatever its rows) and said once where they cannot."""
         if self.joinable is None:
             problem = rows_problem(cache)
             self.joinable = problem is None

@@ -418,3 +418,39 @@ def test_forgotten_prefixes_are_not_reused_after_the_weights_change(model):
     engine.generate(next_turns(first, results, [40]))
     assert engine.stats.reused_tokens == 0
     engine.close()
+
+
+def test_a_round_of_several_rows_continues_kept_caches_before_any_such_round_was_kept(model):
+    """Episode A's first turn is served alone; its second turn then shares a round with episode B's first:
+    A's turn continues its kept cache (GRPO's episodes arrive so when their environments step unevenly)."""
+    engine = LocalEngine(model, {STOP}, 0, EngineSettings(static=False))
+    a = EngineRequest(list(range(1, 30)), 6, temperature=0.0, seed=0)
+    result = engine.generate([a])[0]
+    second = next_turns([a], [result], [40, 41, 42])[0]
+    b = EngineRequest(list(range(50, 71)), 6, temperature=0.0, seed=1)
+    before = engine.stats.prefill_tokens
+    engine.generate([second, b])
+    assert engine.stats.reused_tokens == len(a.prompt_ids) + len(result.ids) - 1
+    assert engine.stats.prefill_tokens - before == len(second.prompt_ids) - engine.stats.reused_tokens + len(b.prompt_ids)
+    engine.close()
+
+
+def test_twin_episodes_of_one_greedy_group_each_continue_their_own_kept_cache(model):
+    """Two episodes of one prompt, greedy: they sample the same ids, so their kept prefixes are equal. A's third
+    turn takes the longest kept cache (its own second turn's), not B's newer first-turn one, so B's second turn
+    still finds a cache to continue: no turn after the first prefills its whole prompt."""
+    engine = LocalEngine(model, {STOP}, 0, EngineSettings(static=False))
+    tools = ([40, 41, 42], [43, 44])
+    turns = {name: [EngineRequest(list(range(1, 30)), 6, temperature=0.0, seed=seed)] for seed, name in enumerate("ab")}
+    kept: dict[str, int] = {}  # each episode's last turn: its prompt and every id it sampled but the last
+    for name in "aabab":  # A's turns 1 and 2, B's turn 1, A's turn 3, B's turn 2
+        request = turns[name][-1]
+        reused, prefilled = engine.stats.reused_tokens, engine.stats.prefill_tokens
+        result = engine.generate([request])[0]
+        assert engine.stats.reused_tokens - reused == kept.get(name, 0)
+        assert engine.stats.prefill_tokens - prefilled == len(request.prompt_ids) - kept.get(name, 0)
+        kept[name] = len(request.prompt_ids) + len(result.ids) - 1
+        if len(turns[name]) <= len(tools):
+            turns[name].append(next_turns([request], [result], tools[len(turns[name]) - 1])[0])
+    assert turns["a"][1].prompt_ids == turns["b"][1].prompt_ids  # twins: equal prompts, equal kept prefixes
+    engine.close()
