@@ -47,11 +47,7 @@ class JobResult:
     def episode_result(self) -> EpisodeResult:
         """The outcome as the environment's ``EpisodeResult`` (what campaigns and ``pdbgym run`` report)."""
         env = self.transcript.get("env")
-        env_result = env.get("result") if env else None
-        if not env_result:
-            return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
-                                 bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
-                                 round(self.wall_seconds, 3), "", {}, None)
+        env_result = (env.get("result") if env else None) or {}
         return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
                              bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
                              round(self.wall_seconds, 3), env_result.get("detail", ""),

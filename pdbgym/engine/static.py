@@ -134,7 +134,6 @@ class Sessions:
         started = time.perf_counter()
         ids = list(row.request.prompt_ids) + row.ids[:-1]
         kept = cut_row(shape.cache, model, row.slot, end - len(ids), end)
-        self.prefixes.rows_join(kept)  # a static session's joiners with kept rows are joined by position
         self.prefixes.keep(ids, kept)
         self.prefixes.trim(0)  # within prefix_bytes: a static session may hold many long rows
         self.stats.keep_seconds += time.perf_counter() - started

@@ -46,11 +46,15 @@ def seed_folder(out: Path, seed: int) -> Path:
     return out / f"seed-{seed}"
 
 
+def recorded(folder: Path) -> set[str]:
+    """The stages ``folder``'s ``experiment.json`` records as finished (none without one)."""
+    path = folder / "experiment.json"
+    return set(json.loads(path.read_text()).get("stages", {})) if path.is_file() else set()
+
+
 def finished(folder: Path) -> bool:
     """Every stage of the experiment in ``folder`` recorded, the report included."""
-    path = folder / "experiment.json"
-    stages = json.loads(path.read_text()).get("stages", {}) if path.is_file() else {}
-    return "eval" in stages and "report" in stages
+    return {"eval", "report"} <= recorded(folder)
 
 
 def run_seeds(config: ExperimentConfig, out: Path, seeds: list[int], run_one: Callable[..., Path],
@@ -69,8 +73,7 @@ def run_seeds(config: ExperimentConfig, out: Path, seeds: list[int], run_one: Ca
 
 def evaluated(folder: Path) -> bool:
     """The seed's eval stage recorded as finished: its primary campaign played every episode."""
-    path = folder / "experiment.json"
-    return path.is_file() and "eval" in json.loads(path.read_text()).get("stages", {})
+    return "eval" in recorded(folder)
 
 
 def played(folder: Path) -> int:
