@@ -53,7 +53,8 @@ def test_the_demo_runs_the_experiments_stages_and_report_and_resumes(tmp_path, t
     for bar in ("oracle episodes, train", "sft steps, demo-sft", "held-out episodes, greedy"):
         assert f"[{bar}]" in log.getvalue(), bar
     state = json.loads((out / "experiment.json").read_text())
-    assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "report"]
+    assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "temperatures",
+                                     "report"]
     assert state["stages"]["grpo"]["skipped"] == GRPO_SKIPPED and f"[grpo] skipped: {GRPO_SKIPPED}" in said
     split = state["stages"]["split"]
     assert (split["train"], split["test"]) == (3, 1) and "val" not in split and not (out / "tasks" / "val").exists()

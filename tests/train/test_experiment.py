@@ -26,7 +26,8 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     result = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
     assert result.exit_code == 0, result.output
     state = json.loads((out / "experiment.json").read_text())
-    assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "report"]
+    assert list(state["stages"]) == ["tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "temperatures",
+                                     "report"]
     assert all(state["stages"]["split"][name] >= 1 for name in ("train", "val", "test"))
     assert state["stages"]["oracle"]["train"]["solved"] == state["stages"]["split"]["train"]  # the oracle solves all
     # GRPO's rollouts decoded real episodes from a merged copy of the policy (train/grpo/merged.py)
@@ -54,20 +55,22 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     # are controls, played at the primary temperature); each model arm's sampled entropy at T = 1
     greedy = json.loads((out / "eval-summary-greedy.json").read_text())
     assert set(greedy["arms"]) == {"sft-best", "sft-matched", "grpo"}
-    assert set(state["stages"]["eval"]["by_temperature"]["greedy"]) == set(greedy["arms"])
+    assert set(state["stages"]["temperatures"]["by_temperature"]["greedy"]) == set(greedy["arms"])
     entropy = json.loads((out / "eval" / "entropy.json").read_text())
     assert set(entropy) == {"base", "sft-best", "sft-matched", "grpo"} and entropy["grpo"]["nats_per_token"] > 0
     # the matched control: as many updates as GRPO took, on the anchor (and any replayed) examples, no reward
     matched = json.loads((out / "matched" / "matched.json").read_text())
     assert matched["updates"] == 2 and matched["anchor"] == 2 and state["stages"]["matched"]["updates"] == 2
-    # a kill after the GRPO stage: the rerun plays only what is left
-    del state["stages"]["eval"], state["stages"]["report"]
+    # a kill after the GRPO stage: the rerun plays only what is left, and --until eval stops before the extra
+    # temperatures (seeds sharing a machine each get their primary figures first)
+    del state["stages"]["eval"], state["stages"]["temperatures"], state["stages"]["report"]
     (out / "experiment.json").write_text(json.dumps(state))
-    again = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick"])
+    again = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick", "--until", "eval"])
     assert again.exit_code == 0, again.output
     for stage in ("tasks", "split", "oracle", "sft", "grpo", "matched"):
         assert f"[{stage}] finished earlier" in again.output
-    assert "[eval] started" in again.output
+    assert "[eval] started" in again.output and "[temperatures]" not in again.output
+    assert "temperatures" not in json.loads((out / "experiment.json").read_text())["stages"]
     # the same folder with other settings is refused, naming the digest
     other = config.read_text().replace("seed = 0", "seed = 1")
     config.write_text(other)

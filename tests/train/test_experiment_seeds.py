@@ -9,7 +9,8 @@ import pytest
 
 from pdbgym.evaluate.results import EpisodeRow, ResultsStore
 from pdbgym.train.experiment.config import ExperimentError, load_experiment
-from pdbgym.train.experiment.seeds import parse_seeds, pooled_difference, run_seeds, seed_folder
+from pdbgym.train.experiment.run import STAGES
+from pdbgym.train.experiment.seeds import finished, parse_seeds, pooled_difference, run_seeds, seed_folder
 
 REPO_FILE = Path(__file__).resolve().parents[2] / "experiments" / "smollm2-ladder-short.toml"
 
@@ -21,7 +22,7 @@ def _evaluated(folder: Path, solved: dict[str, dict[str, int]]) -> None:
     store.open({"arms": {arm: arm for arm in solved}})
     store.append(EpisodeRow(arm, task, run, run < count, "finish_unresolved", 3, 1.0, "x.json")
                  for arm, tasks in solved.items() for task, count in tasks.items() for run in range(4))
-    (folder / "experiment.json").write_text(json.dumps({"stages": {"eval": {}, "report": {}}}))
+    (folder / "experiment.json").write_text(json.dumps({"stages": dict.fromkeys(STAGES, {})}))
 
 
 def test_each_seed_runs_in_its_own_folder_on_the_same_tasks_and_a_finished_one_is_not_run_again(tmp_path):
@@ -43,6 +44,11 @@ def test_each_seed_runs_in_its_own_folder_on_the_same_tasks_and_a_finished_one_i
     pooled = run_seeds(config, tmp_path, [0, 1, 2], run_one, say=said.append)
     assert ran == [(1, config.seed, "seed-1"), (2, config.seed, "seed-2")]  # seed 0 had finished; tasks: the file's
     assert any("[seed 0] finished earlier" in line for line in said)
+    # a seed run --until eval has its figures but not its extra temperatures: it is not finished, so it runs again
+    state = json.loads((seed_folder(tmp_path, 0) / "experiment.json").read_text())
+    del state["stages"]["temperatures"]
+    (seed_folder(tmp_path, 0) / "experiment.json").write_text(json.dumps(state))
+    assert not finished(seed_folder(tmp_path, 0)) and finished(seed_folder(tmp_path, 1))
     text = pooled.read_text()
     assert "| seed | sft-best | sft-matched | grpo | grpo - sft-best | grpo - sft-matched |" in text
     assert "| 1 | 25.0% | 50.0% | 50.0% | 25.0% | 0.0% |" in text

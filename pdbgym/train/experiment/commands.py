@@ -20,7 +20,7 @@ def run_command(
     quick: Annotated[bool, typer.Option(help="Lay the file's [quick] tables over it: the same stages, tiny counts")] = False,
     device: Annotated[str, typer.Option(help="Device of training, local-model episodes and KL scoring (cpu, cuda)")] = "cpu",
     workers: Annotated[int, typer.Option(min=1, help="Scripted episodes at once (worker processes)")] = 2,
-    until: Annotated[str | None, typer.Option(help="Stop after this stage (tasks, split, oracle, sft, grpo, eval); the report shows what is there")] = None,
+    until: Annotated[str | None, typer.Option(help="Stop after this stage (tasks, split, oracle, sft, grpo, matched, eval, temperatures); the report shows what is there")] = None,
     minutes: Annotated[float, typer.Option(min=0, help="This invocation's wall-clock budget (a job's time limit; 0: none): once spent, no stage starts and GRPO pauses at a gated checkpoint; a rerun goes on")] = 0.0,
     seeds: Annotated[str | None, typer.Option(help="Training seeds, e.g. 0,1,2: one folder each (OUT/seed-N, the same tasks) and one pooled report (OUT/pooled.md); default: the file's seeds, else its one seed")] = None,
 ) -> None:

@@ -15,9 +15,13 @@ that hold their own progress resume inside: cache builds, GRPO, the evaluation c
 5. ``grpo``: GRPO from the (chosen) SFT model on the train split (or ``[grpo] tasks`` of its tasks, copied into
    ``OUT/tasks/grpo``), replay seed and BC anchor from the corpus, every ``save_steps`` checkpoint gated
    on the val split; the val-best one is chosen (``NAME-grpo``);
-6. ``eval``: base, SFT, GRPO and the oracle on the held-out test split (pass@1 and pass@k with
-   task-clustered CIs, paired comparisons), valid-call rates, KL to the oracle;
-7. ``report``: ``OUT/report.md`` (``experiment.report``).
+6. ``matched``: the imitation control (``sft-matched``), SFT continued on what GRPO's stage imitated;
+7. ``eval``: the primary held-out campaign, at ``[eval] temperature``: base, SFT, GRPO and the oracle on
+   the test split (pass@1 and pass@k with task-clustered CIs, paired comparisons), valid-call rates, KL to
+   the oracle, sampled entropy;
+8. ``temperatures``: the trained arms again at each of ``[eval] temperatures`` (``--until eval`` stops
+   before it, so several seeds sharing a machine each get their figures first);
+9. ``report``: ``OUT/report.md`` (``experiment.report``).
 
 An output folder made with other settings is refused (the settings' digest is kept), so a resumed run
 never mixes two experiments.
@@ -75,7 +79,7 @@ from pdbgym.train.sft.trainer import train_sft
 
 STATE_FILE = "experiment.json"
 LEDGER_FILE = "ledger.jsonl"  # the experiment's selection ledger: the SFT choice and GRPO's checkpoint choice
-STAGES = ("tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "report")
+STAGES = ("tasks", "split", "oracle", "sft", "grpo", "matched", "eval", "temperatures", "report")
 GRPO_SKIPPED = "[grpo] steps = 0 (the file plays no GRPO, so no sft-matched control either)"
 TRAINING_STAGES = ("sft", "grpo", "matched")  # their libraries' FutureWarnings are hidden while they run
 Say = Callable[[str], None]
@@ -140,6 +144,7 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
         "sft": lambda: _sft(config, out, device, workers, say, bars),
         "grpo": lambda: _grpo(config, out, device, left()), "matched": lambda: _matched(config, out, device),
         "eval": lambda: _eval(config, out, device, workers, say, bars),
+        "temperatures": lambda: _temperatures(config, out, device, workers, say, bars),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
     wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
     for stage in dict.fromkeys(wanted):
@@ -467,31 +472,51 @@ def _say_removed(copies: StageCopies, stage: str, say: Say) -> None:
 
 def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print,
           bars: StageBars | None = None) -> dict[str, Any]:
-    """The held-out campaigns (``[eval] temperature``, then each of ``[eval] temperatures``: ``heldout.py``),
-    KL to the oracle, tool-call validity and each model arm's sampled entropy; the SFT and GRPO arms' merged
-    copies serve these episodes only and are removed after them (a resumed eval merges them again)."""
+    """The primary held-out campaign (``[eval] temperature``: the experiment's figures), KL to the oracle,
+    tool-call validity and each model arm's sampled entropy; the SFT and GRPO arms' merged copies serve
+    these episodes only and are removed after them (a resumed eval merges them again)."""
     copies = StageCopies(Store(out / "adapters"))
     arms = arms_of(config, out, copies)
     models = {k: v for k, v in arms.items() if k != "oracle"}
-    primary, found = config.eval.temperature, {}
-    for temperature in [primary, *extra_temperatures(primary, config.eval.temperatures)]:
-        folder, summary_file = campaign_paths(out, temperature, primary)
-        greedy = temperature == 0
-        plan, each = (bars or StageBars()).episodes(f"held-out episodes, {label(temperature)}")
-        played = arms_at(arms, temperature, primary)
-        run_evaluation(EvalConfig(
-            arms=[f"{k}={v}" for k, v in played.items()], tasks=str(out / "tasks" / "test"),
-            runs=1 if greedy else config.eval.runs, out=folder,
-            episode=replace(_episode(config), temperature=temperature), ks=[1] if greedy else list(config.eval.k),
-            seed=config.seed, executor=ExecutorConfig(workers=workers), json_out=summary_file, device=device,
-            title=f"{config.name}: held-out evaluation, {label(temperature)}"), on_episode=each, on_plan=plan)
-        summary = json.loads(summary_file.read_text())
-        found[label(temperature)] = {k: summary["arms"][k]["pass@1"]["mean"] for k in played}
-        entropy = {arm: sampled_entropy(folder / "cache" / arm) for arm in models if not greedy}
-        write_json_atomic(folder / ENTROPY_FILE, {k: v for k, v in entropy.items() if v is not None})
+    primary = config.eval.temperature
+    found = _campaign(config, out, device, workers, arms, primary, bars)
     kl = oracle_kl(out / "caches" / "oracle-test", models, out / "kl.json", config.eval.kl_tokens, device=device)
     validity = tool_call_validity(out / "eval", arms)
     write_json_atomic(out / "validity.json", validity)
     _say_removed(copies, "eval", say)
-    return {"arms": found[label(primary)], "kl": bool(kl),
-            **({"by_temperature": found} if len(found) > 1 else {})}
+    return {"arms": found, "kl": bool(kl)}
+
+
+def _temperatures(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print,
+                  bars: StageBars | None = None) -> dict[str, Any]:
+    """The trained arms again at each of ``[eval] temperatures`` (``heldout.py``), after the primary campaign
+    so that ``--until eval`` gives every seed its figures before any seed spends time on the extra ones."""
+    primary, extra = config.eval.temperature, extra_temperatures(config.eval.temperature, config.eval.temperatures)
+    if not extra:
+        return {"skipped": "[eval] temperatures names no temperature but the primary one"}
+    copies = StageCopies(Store(out / "adapters"))
+    arms = arms_of(config, out, copies)
+    found = {label(t): _campaign(config, out, device, workers, arms, t, bars) for t in extra}
+    _say_removed(copies, "temperatures", say)
+    return {"by_temperature": found}
+
+
+def _campaign(config: ExperimentConfig, out: Path, device: str, workers: int, arms: dict[str, str],
+              temperature: float, bars: StageBars | None) -> dict[str, float]:
+    """One held-out campaign at ``temperature`` (greedy: one run a task), its arms' entropy written beside it;
+    returns each played arm's pass@1."""
+    primary = config.eval.temperature
+    folder, summary_file = campaign_paths(out, temperature, primary)
+    greedy = temperature == 0
+    plan, each = (bars or StageBars()).episodes(f"held-out episodes, {label(temperature)}")
+    played = arms_at(arms, temperature, primary)
+    run_evaluation(EvalConfig(
+        arms=[f"{k}={v}" for k, v in played.items()], tasks=str(out / "tasks" / "test"),
+        runs=1 if greedy else config.eval.runs, out=folder,
+        episode=replace(_episode(config), temperature=temperature), ks=[1] if greedy else list(config.eval.k),
+        seed=config.seed, executor=ExecutorConfig(workers=workers), json_out=summary_file, device=device,
+        title=f"{config.name}: held-out evaluation, {label(temperature)}"), on_episode=each, on_plan=plan)
+    summary = json.loads(summary_file.read_text())
+    entropy = {arm: sampled_entropy(folder / "cache" / arm) for arm in played if arm != "oracle" and not greedy}
+    write_json_atomic(folder / ENTROPY_FILE, {k: v for k, v in entropy.items() if v is not None})
+    return {k: summary["arms"][k]["pass@1"]["mean"] for k in played}

@@ -26,6 +26,7 @@ from pdbgym.evaluate.stats import two_way_interval
 from pdbgym.fileio import write_text_atomic
 from pdbgym.reportkit import md_bullets, md_table, pct
 from pdbgym.train.experiment.config import ExperimentConfig, ExperimentError
+from pdbgym.train.experiment.run import STAGES
 
 POOLED_FILE = "pooled.md"
 PAIRS = (("grpo", "sft-best"), ("grpo", "sft-matched"))
@@ -53,8 +54,9 @@ def recorded(folder: Path) -> set[str]:
 
 
 def finished(folder: Path) -> bool:
-    """Every stage of the experiment in ``folder`` recorded, the report included."""
-    return {"eval", "report"} <= recorded(folder)
+    """Every stage of the experiment in ``folder`` recorded, the report included (a seed run ``--until eval``
+    is not finished: a later run plays its extra temperatures)."""
+    return set(STAGES) <= recorded(folder)
 
 
 def run_seeds(config: ExperimentConfig, out: Path, seeds: list[int], run_one: Callable[..., Path],
