@@ -491,7 +491,7 @@ def _temperatures(config: ExperimentConfig, out: Path, device: str, workers: int
                   bars: StageBars | None = None) -> dict[str, Any]:
     """The trained arms again at each of ``[eval] temperatures`` (``heldout.py``), after the primary campaign
     so that ``--until eval`` gives every seed its figures before any seed spends time on the extra ones."""
-    primary, extra = config.eval.temperature, extra_temperatures(config.eval.temperature, config.eval.temperatures)
+    extra = extra_temperatures(config.eval.temperature, config.eval.temperatures)
     if not extra:
         return {"skipped": "[eval] temperatures names no temperature but the primary one"}
     copies = StageCopies(Store(out / "adapters"))
