@@ -73,8 +73,10 @@ class LocalEngine(Sessions, Rounds):
         self._static_reason: str | None = None  # why the static path is off, when it is
         self._trialled = False
         self._static = self._use_static()
-        self._shapes: dict[tuple[int, int], StaticShape] = {}
+        self._shapes: dict[tuple[int, int], StaticShape] = {}  # least recently used first
         self.prefixes = PrefixStore(self.settings.prefix_bytes)
+        self._row_cap = self.settings.max_batch  # halved by each batch the device had no memory for
+        self._session_bytes = self.settings.session_bytes  # likewise
         self._held: list[tuple[Row, EngineResult]] = []
         self._queue: list[Row] = []
         self._cond = threading.Condition()
@@ -162,7 +164,7 @@ class LocalEngine(Sessions, Rounds):
                     return
                 first = min(row.submitted for row in self._queue)
             time.sleep(max(0.0, first + self.settings.window_s - time.perf_counter()))
-            rows = self._take(self.settings.max_batch)
+            rows = self._take(self._row_cap)
             if not rows:
                 continue
             started = time.perf_counter()
@@ -180,6 +182,9 @@ class LocalEngine(Sessions, Rounds):
                         with dora_norms_cached(model) as cached:
                             self._dynamic_round(model, rows, release_early=not cached)
                 self._release()
+            except torch.OutOfMemoryError as exc:
+                self._release()
+                self._out_of_memory(live, exc)
             except BaseException as exc:  # noqa: BLE001 - every waiting caller learns of the failure
                 self._release()
                 log.exception("engine batch failed")
@@ -188,6 +193,37 @@ class LocalEngine(Sessions, Rounds):
                         row.future.set_exception(exc if isinstance(exc, Exception) else EngineError(repr(exc)))
             finally:
                 self.stats.busy_seconds += time.perf_counter() - started
+
+    def _out_of_memory(self, live: list[Row], exc: torch.OutOfMemoryError) -> None:
+        """The device had no memory for a batch (other processes on the GPU, other engines of this one):
+        free what the engine holds (static caches and their graphs, kept prefixes), halve its rows a batch
+        and its cache budgets, and play the unfinished rows again from their prompts. Each row samples
+        with its own seed and step-keyed noise, so a replayed row draws what it would have drawn. A row
+        under a grammar mask that has already drawn cannot be replayed (the mask has seen its ids), and a
+        batch that fails at one row has nothing left to shrink: those fail, naming the cause."""
+        self._shapes.clear()
+        self.prefixes.forget()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        pending = [row for row in live if not row.future.done()]
+        shrunk = self._row_cap > 1 and len(pending) > 1
+        self._row_cap = max(1, min(self._row_cap, len(pending)) // 2)
+        self._session_bytes = max(1 << 20, self._session_bytes // 2)
+        self.prefixes.budget = max(1 << 20, self.prefixes.budget // 2)
+        self.stats.oom_retries += 1
+        again = [row for row in pending if shrunk and (row.request.mask is None or not row.ids)]
+        log.warning("engine: the device ran out of memory for a batch of %d rows; playing %d again at most %d "
+                    "a batch (%s)", len(live), len(again), self._row_cap, str(exc).splitlines()[0][:200])
+        for row in pending:
+            if row in again:
+                row.ids, row.logprobs, row.finish, row.slot, row.position = [], [], None, -1, 0
+            else:
+                row.future.set_exception(EngineError(
+                    f"the device ran out of memory decoding {len(pending)} row(s) at {self._row_cap} a batch "
+                    f"({str(exc).splitlines()[0][:200]}): free GPU memory (another process, or fewer engines "
+                    "at once) and run again"))
+        with self._cond:
+            self._queue[:0] = again
 
     # -- shared pieces -------------------------------------------------------------------------------
     def _forward(self, model: Any, ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor,

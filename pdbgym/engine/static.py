@@ -82,6 +82,8 @@ class Sessions:
     _static_reason: str | None
     _trialled: bool
     _shapes: dict[tuple[int, int], StaticShape]
+    _row_cap: int
+    _session_bytes: int
     _expected: int
     _expected_prompt: int
     _position_bytes: int
@@ -139,9 +141,28 @@ class Sessions:
         self.stats.keep_seconds += time.perf_counter() - started
 
     # -- static sessions ----------------------------------------------------------------------------------
+    def _slot_position_bytes(self, model: Any) -> int:
+        """Bytes of one slot's keys and values at one position of a static cache."""
+        if not self._position_bytes:
+            self._position_bytes = max(1, cache_bytes(new_static_cache(model, 1, LENGTH_STEP)) // LENGTH_STEP)
+        return self._position_bytes
+
     def _shape(self, model: Any, slots: int, length: int) -> StaticShape:
+        """The static cache (and captured step) of ``slots`` x ``length``, made if new. The shapes kept for
+        reuse stay within twice ``session_bytes`` together, least recently used dropped first: each holds
+        its cache and its graph's memory, and a campaign whose sessions pass through several shapes would
+        otherwise keep one of each; two sessions' worth keeps two alternating shapes from being captured
+        again every session."""
         key = (slots, length)
-        if key not in self._shapes:
+        if key in self._shapes:
+            self._shapes[key] = self._shapes.pop(key)  # now the most recently used
+        else:
+            per_position = self._slot_position_bytes(model)
+            kept = {k: k[0] * k[1] * per_position for k in self._shapes}
+            while kept and sum(kept.values()) + slots * length * per_position > 2 * self._session_bytes:
+                del self._shapes[oldest := next(iter(self._shapes))], kept[oldest]
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()  # to the device: other processes on the GPU may use it
             log.info("engine: a static cache of %d slots x %d positions", slots, length)
             step = model
             if self.device.type == "cuda" and self.settings.graphs == "compiled":
@@ -169,7 +190,7 @@ class Sessions:
         """
         budget = max(r.request.max_new_tokens for r in first)
         room = budget + max(budget, JOIN_STEPS)
-        slots = bucket(min(self.settings.max_batch, max(len(first), self._expected, MIN_SLOTS)), SLOT_BUCKETS)
+        slots = bucket(min(self._row_cap, max(len(first), self._expected, MIN_SLOTS)), SLOT_BUCKETS)
         length = self._session_length(model, slots, max(len(r.request.prompt_ids) for r in first), room)
         shape = self._shape(model, slots, length)
         head = length - room
@@ -231,9 +252,7 @@ class Sessions:
         wanted = length_bucket(max(prompt, self._expected_prompt) + room, self.settings.min_length)
         if wanted <= need:
             return need
-        if not self._position_bytes:
-            self._position_bytes = max(1, cache_bytes(new_static_cache(model, 1, LENGTH_STEP)) // LENGTH_STEP)
-        allowed = self.settings.session_bytes // (slots * self._position_bytes) // LENGTH_STEP * LENGTH_STEP
+        allowed = self._session_bytes // (slots * self._slot_position_bytes(model)) // LENGTH_STEP * LENGTH_STEP
         return max(need, min(wanted, allowed))
 
     def _admit(self, model: Any, shape: StaticShape, rows: list[Row], occupied: list[Row | None], head: int) -> None:

@@ -82,7 +82,13 @@ class EngineSettings:
         session_bytes: how many bytes a static session's cache may take so that longer prompts than
             its first rows' (the later turns of the same episodes, up to the length given to ``expect``)
             join it while it runs; a session never gets less than its first rows need. Each decode step
-            reads the whole cache, so this also bounds what the room costs a step. Default 4 GiB.
+            reads the whole cache, so this also bounds what the room costs a step. The static caches kept
+            for later sessions (one per shape) stay within twice this together. Default 4 GiB.
+
+    A batch the device has no memory for (another process on the GPU, other engines of this process)
+    is played again: the engine frees its kept caches, halves its rows a batch, ``session_bytes`` and
+    ``prefix_bytes``, and replays the unfinished rows, which draw the ids they would have drawn
+    (``EngineStats.oom_retries`` counts it).
     """
 
     window_s: float = 0.003
@@ -115,6 +121,7 @@ class EngineStats:
     keep_seconds: float = 0.0  # ended rows' caches kept for their episodes' next turns
     admit_seconds: float = 0.0  # rows joining a static session, less their prefill, draw and kept caches
     row_steps: int = 0  # sum over decode steps of the rows that were live
+    oom_retries: int = 0  # batches the device had no memory for, their unfinished rows played again
     compiles: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,6 +132,7 @@ class EngineStats:
                 "draw_seconds": round(self.draw_seconds, 3), "step_seconds": round(self.step_seconds, 3),
                 "keep_seconds": round(self.keep_seconds, 3), "admit_seconds": round(self.admit_seconds, 3),
                 "mean_live_rows": round(self.row_steps / self.decode_steps, 2) if self.decode_steps else 0.0,
+                "oom_retries": self.oom_retries,
                 "compiles": list(self.compiles)}
 
 

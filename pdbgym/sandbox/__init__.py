@@ -45,7 +45,12 @@ def get_sandbox(kind: str = "auto") -> Sandbox:
     return BACKENDS[kind]()
 
 
+_WARNED: set[str] = set()  # each reason once a process: a campaign asks for a sandbox every episode
+
+
 def _plain_with_warning(why: str = "") -> Sandbox:
-    logger.warning("sandbox: %susing the plain backend, isolation is reduced: rlimits and a new session "
-                   "only; commands can reach the network and write anywhere the user can", why)
+    if why not in _WARNED:
+        _WARNED.add(why)
+        logger.warning("sandbox: %susing the plain backend, isolation is reduced: rlimits and a new session "
+                       "only; commands can reach the network and write anywhere the user can", why)
     return PlainSandbox()

@@ -67,10 +67,14 @@ def _leftover_processes(marker: str) -> list[int]:
 CONNECT = "import socket,sys; s=socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3); print(s.recv(4))"
 
 
-def test_plain_backend_reaches_loopback_and_warns(workspace, loopback_server, caplog):
+def test_plain_backend_reaches_loopback_and_warns_once_a_process(workspace, loopback_server, caplog, monkeypatch):
+    import pdbgym.sandbox
+
+    monkeypatch.setattr(pdbgym.sandbox, "_WARNED", set())
     with caplog.at_level(logging.WARNING, logger="pdbgym.sandbox"):
         sandbox = get_sandbox("plain")
-    assert "isolation is reduced" in caplog.text
+        get_sandbox("plain")  # a campaign asks every episode: said once, not hundreds of times
+    assert caplog.text.count("isolation is reduced") == 1
     assert not sandbox.isolated
     result = sandbox.run([PY, "-c", CONNECT, str(loopback_server)], workspace)
     assert result.returncode == 0, result.output
@@ -248,6 +252,9 @@ def test_command_that_closes_its_output_still_runs_to_the_end(workspace):
 
 
 def test_auto_falls_back_to_plain_with_a_warning_when_bwrap_cannot_run(monkeypatch, caplog):
+    import pdbgym.sandbox
+
+    monkeypatch.setattr(pdbgym.sandbox, "_WARNED", set())
     monkeypatch.setenv("PDBGYM_BWRAP", "/nonexistent/bwrap")
     bwrap_unavailable_reason.cache_clear()
     try:
