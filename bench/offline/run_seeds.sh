@@ -1,0 +1,29 @@
+#!/bin/bash
+# On the GPU machine, from the repository root, after bench/offline/setup.sh's parts have arrived (stage.py
+# --tree REV): `[SEEDS="0 1"] bash bench/offline/run_seeds.sh REV SECONDS [UNTIL]` runs the seeds file's seeds
+# side by side (each its own process and PDBGYM_HOME) for SECONDS at most, GPU load and memory logged every
+# 20 s, then writes every report and the pooled one from what is there and packs the results (no weights, no
+# token caches) and the logs into $OUT. A later call resumes the folders where the last one left them
+# (docs/runs/2026-12-06-smollm2-ladder-seeds-run2.md).
+REV=$1; SECS=$2; UNTIL=$3
+export PDBGYM_TREE=/tmp/tree-$REV
+source bench/offline/setup.sh .offline
+cd "$PDBGYM_TREE" || exit 1
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader; nproc
+python3 -c "import pdbgym, torch, transformers, trl; print(pdbgym.__file__, torch.__version__, transformers.__version__, trl.__version__)" || exit 1
+pgrep -f monitor-loop >/dev/null || (exec -a monitor-loop bash -c 'while true; do echo "$(date +%T) $(cut -d" " -f1-3 /proc/loadavg) $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"; sleep 20; done' >> /tmp/monitor.log 2>&1 &)
+MIN=$(python3 -c "print(round(($SECS - 80) / 60, 2))")
+for s in ${SEEDS:-0 1 2}; do
+  PDBGYM_HOME=/tmp/home-$s timeout -s INT -k 20 "$SECS" python3 -m pdbgym.cli experiment run experiments/smollm2-ladder-seeds.toml \
+    --out /tmp/seeds --seeds $s --device cuda --workers 4 ${UNTIL:+--until $UNTIL} --minutes "$MIN" >> /tmp/seed-$s.log 2>&1 &
+done
+wait
+PDBGYM_HOME=/tmp/home-0 timeout 60 python3 -m pdbgym.cli experiment run experiments/smollm2-ladder-seeds.toml --out /tmp/seeds \
+  --until tasks > /tmp/pool.log 2>&1
+for s in 0 1 2; do echo "== seed $s"; grep -E "^\[" /tmp/seed-$s.log | tail -8; done
+tail -4 /tmp/monitor.log; cat /tmp/seeds/pooled.md | head -30
+cd /tmp/seeds && tar --exclude=adapters --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.pt' \
+  --exclude='*.pth' --exclude=tokenizer.json --exclude=cache --exclude=caches --exclude=corpus --exclude=merged -cJf /tmp/res.tar.xz . 
+tar -C /tmp -cJf "$OUT/logs.tar.xz" seed-0.log seed-1.log seed-2.log pool.log monitor.log
+split -b 15M /tmp/res.tar.xz "$OUT/res.tar.xz."
+ls -la "$OUT"; du -sh /tmp/seeds/seed-*/eval 2>/dev/null
