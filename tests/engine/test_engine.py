@@ -16,16 +16,6 @@ from pdbgym.nucleus import nucleus_logprobs
 STOP = 299
 
 
-@pytest.fixture(scope="module")
-def model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
-    return LlamaForCausalLM(config).eval()
-
-
 def engine_of(model, static: bool) -> LocalEngine:
     return LocalEngine(model, {STOP}, 0, EngineSettings(static=static, min_length=64))
 
