@@ -65,7 +65,8 @@ def test_the_quick_profile_runs_every_stage_and_resumes(tmp_path, tiny_model_dir
     # temperatures (seeds sharing a machine each get their primary figures first)
     del state["stages"]["eval"], state["stages"]["temperatures"], state["stages"]["report"]
     (out / "experiment.json").write_text(json.dumps(state))
-    again = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick", "--until", "eval"])
+    again = CliRunner().invoke(app, ["experiment", "run", str(config), "--out", str(out), "--quick", "--until", "eval",
+                                     "--local-episodes", "2"])  # two model episodes at once, turns batched
     assert again.exit_code == 0, again.output
     for stage in ("tasks", "split", "oracle", "sft", "grpo", "matched"):
         assert f"[{stage}] finished earlier" in again.output

@@ -118,7 +118,8 @@ def changed_settings(old: dict[str, Any], new: dict[str, Any], where: str = "") 
 
 
 def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", workers: int = 2,
-                   say: Say = print, until: str | None = None, minutes: float = 0.0, progress: Any = None) -> Path:
+                   say: Say = print, until: str | None = None, minutes: float = 0.0, progress: Any = None,
+                   local_episodes: int = 0) -> Path:
     """Every stage not yet finished in ``out`` (up to and including ``until`` when given; the report is
     then written from what is there); returns the report's path.
 
@@ -126,7 +127,9 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
     it is spent no further stage starts, and GRPO pauses at a gated checkpoint (unchosen, unregistered)
     for the next invocation to resume; the report is written from what is there. A stage already
     running otherwise runs to its end. ``progress``: a ``pdbgym.progress`` task set the long stages show
-    their episodes and steps on (None: none)."""
+    their episodes and steps on (None: none). ``workers`` and ``local_episodes`` say how episodes run
+    (``ExecutorConfig``: scripted ones in worker processes, a local model's that many at once with their
+    turns batched; 0: 48 on a GPU, 1 on CPU); each episode's seed is its own, so neither changes a result."""
     if until is not None and until not in STAGES:
         raise ExperimentError(f"--until {until!r}: the stages are {', '.join(STAGES)}")
     if (problem := device_problem(device)) is not None:
@@ -134,17 +137,18 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
     out.mkdir(parents=True, exist_ok=True)
     state = _State(out, config)
     clock, bars = time.monotonic(), StageBars(progress)
+    executor = ExecutorConfig(workers=workers, local_episodes=local_episodes)
 
     def left() -> float:  # minutes of the budget left (inf without one)
         return minutes - (time.monotonic() - clock) / 60 if minutes > 0 else float("inf")
 
     steps: dict[str, Callable[[], dict[str, Any] | None]] = {
         "tasks": lambda: _tasks(config, out), "split": lambda: _split(config, out),
-        "oracle": lambda: _oracle(config, out, workers, bars),
-        "sft": lambda: _sft(config, out, device, workers, say, bars),
+        "oracle": lambda: _oracle(config, out, executor, bars),
+        "sft": lambda: _sft(config, out, device, executor, say, bars),
         "grpo": lambda: _grpo(config, out, device, left()), "matched": lambda: _matched(config, out, device),
-        "eval": lambda: _eval(config, out, device, workers, say, bars),
-        "temperatures": lambda: _temperatures(config, out, device, workers, say, bars),
+        "eval": lambda: _eval(config, out, device, executor, say, bars),
+        "temperatures": lambda: _temperatures(config, out, device, executor, say, bars),
         "report": lambda: {"report": str(write_experiment_report(config, out, state.data))}}
     wanted = STAGES if until is None else (*STAGES[:STAGES.index(until) + 1], "report")
     for stage in dict.fromkeys(wanted):
@@ -240,13 +244,14 @@ def _episode(config: ExperimentConfig) -> EpisodeSettings:
     return replace(config.episodes, temperature=config.eval.temperature)
 
 
-def _oracle(config: ExperimentConfig, out: Path, workers: int, bars: StageBars | None = None) -> dict[str, Any]:
+def _oracle(config: ExperimentConfig, out: Path, executor: ExecutorConfig,
+            bars: StageBars | None = None) -> dict[str, Any]:
     facts = {}
     for name in ("train", "test"):
         plan, each = (bars or StageBars()).episodes(f"oracle episodes, {name}")
         summary = build_cache(CacheBuildConfig(
             policy="scripted", out=out / "caches" / f"oracle-{name}", tasks=str(out / "tasks" / name), runs=1,
-            workers=workers, seed=config.seed, tokenizer=config.base,
+            workers=executor.workers, seed=config.seed, tokenizer=config.base,
             episode=replace(episode_defaults_for("cache build"), temperature=0.0,
                             turn_budget=config.episodes.turn_budget,
                             max_context_tokens=config.episodes.max_context_tokens)), on_result=each, on_plan=plan)
@@ -254,7 +259,7 @@ def _oracle(config: ExperimentConfig, out: Path, workers: int, bars: StageBars |
     return facts
 
 
-def _sft(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print,
+def _sft(config: ExperimentConfig, out: Path, device: str, executor: ExecutorConfig, say: Say = print,
          bars: StageBars | None = None) -> dict[str, Any]:
     corpus = out / "corpus"
     if not (corpus / MANIFEST_FILE).is_file():
@@ -265,7 +270,7 @@ def _sft(config: ExperimentConfig, out: Path, device: str, workers: int, say: Sa
         raise ExperimentError(f"the oracle solved no train task within {config.sft.max_tokens} ids "
                               f"({built['dropped']}); raise [sft] max_tokens")
     if config.sft.candidates:
-        return {"examples": built["examples_kept"], **_sft_choice(config, out, device, workers, say)}
+        return {"examples": built["examples_kept"], **_sft_choice(config, out, device, executor, say)}
     _train_sft(config, out, device, sft_steps(config, out), out / "sft", f"{config.name}-sft", bars)
     return {"examples": built["examples_kept"]}
 
@@ -294,7 +299,8 @@ def _train_sft(config: ExperimentConfig, out: Path, device: str, steps: int, fol
                              report=True), on_log=(bars or StageBars()).steps(f"sft steps, {name}"))
 
 
-def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print) -> dict[str, Any]:
+def _sft_choice(config: ExperimentConfig, out: Path, device: str, executor: ExecutorConfig,
+                say: Say = print) -> dict[str, Any]:
     """One SFT run per ``[sft] candidates`` step count, each played on the val split at the eval
     temperature; the best on val is ``sft-best``, and GRPO's start is it or, with ``[sft] start = "target"``,
     the one whose val pass@1 is nearest ``[sft] target`` (``OUT/sft/choice.json``: ``best``, ``chosen``);
@@ -311,7 +317,7 @@ def _sft_choice(config: ExperimentConfig, out: Path, device: str, workers: int, 
         run_evaluation(EvalConfig(
             arms=[f"s{steps}={copies.folder(name)}" for steps, name in names.items()],
             tasks=str(out / "tasks" / "val"), runs=s.val_runs, out=folder / "val-eval",
-            episode=_episode(config), seed=config.seed, executor=ExecutorConfig(workers=workers),
+            episode=_episode(config), seed=config.seed, executor=executor,
             json_out=folder / "val-summary.json", device=device, title=f"{config.name}: SFT strength on val"))
         _say_removed(copies, "sft", say)
         arms = json.loads((folder / "val-summary.json").read_text())["arms"]
@@ -470,7 +476,7 @@ def _say_removed(copies: StageCopies, stage: str, say: Say) -> None:
         say(f"[{stage}] {line}")
 
 
-def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print,
+def _eval(config: ExperimentConfig, out: Path, device: str, executor: ExecutorConfig, say: Say = print,
           bars: StageBars | None = None) -> dict[str, Any]:
     """The primary held-out campaign (``[eval] temperature``: the experiment's figures), KL to the oracle,
     tool-call validity and each model arm's sampled entropy; the SFT and GRPO arms' merged copies serve
@@ -479,7 +485,7 @@ def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: S
     arms = arms_of(config, out, copies)
     models = {k: v for k, v in arms.items() if k != "oracle"}
     primary = config.eval.temperature
-    found = _campaign(config, out, device, workers, arms, primary, bars)
+    found = _campaign(config, out, device, executor, arms, primary, bars)
     kl = oracle_kl(out / "caches" / "oracle-test", models, out / "kl.json", config.eval.kl_tokens, device=device)
     validity = tool_call_validity(out / "eval", arms)
     write_json_atomic(out / "validity.json", validity)
@@ -487,7 +493,7 @@ def _eval(config: ExperimentConfig, out: Path, device: str, workers: int, say: S
     return {"arms": found, "kl": bool(kl)}
 
 
-def _temperatures(config: ExperimentConfig, out: Path, device: str, workers: int, say: Say = print,
+def _temperatures(config: ExperimentConfig, out: Path, device: str, executor: ExecutorConfig, say: Say = print,
                   bars: StageBars | None = None) -> dict[str, Any]:
     """The trained arms again at each of ``[eval] temperatures`` (``heldout.py``), after the primary campaign
     so that ``--until eval`` gives every seed its figures before any seed spends time on the extra ones."""
@@ -496,12 +502,12 @@ def _temperatures(config: ExperimentConfig, out: Path, device: str, workers: int
         return {"skipped": "[eval] temperatures names no temperature but the primary one"}
     copies = StageCopies(Store(out / "adapters"))
     arms = arms_of(config, out, copies)
-    found = {label(t): _campaign(config, out, device, workers, arms, t, bars) for t in extra}
+    found = {label(t): _campaign(config, out, device, executor, arms, t, bars) for t in extra}
     _say_removed(copies, "temperatures", say)
     return {"by_temperature": found}
 
 
-def _campaign(config: ExperimentConfig, out: Path, device: str, workers: int, arms: dict[str, str],
+def _campaign(config: ExperimentConfig, out: Path, device: str, executor: ExecutorConfig, arms: dict[str, str],
               temperature: float, bars: StageBars | None) -> dict[str, float]:
     """One held-out campaign at ``temperature`` (greedy: one run a task), its arms' entropy written beside it;
     returns each played arm's pass@1."""
@@ -514,7 +520,7 @@ def _campaign(config: ExperimentConfig, out: Path, device: str, workers: int, ar
         arms=[f"{k}={v}" for k, v in played.items()], tasks=str(out / "tasks" / "test"),
         runs=1 if greedy else config.eval.runs, out=folder,
         episode=replace(_episode(config), temperature=temperature), ks=[1] if greedy else list(config.eval.k),
-        seed=config.seed, executor=ExecutorConfig(workers=workers), json_out=summary_file, device=device,
+        seed=config.seed, executor=executor, json_out=summary_file, device=device,
         title=f"{config.name}: held-out evaluation, {label(temperature)}"), on_episode=each, on_plan=plan)
     summary = json.loads(summary_file.read_text())
     entropy = {arm: sampled_entropy(folder / "cache" / arm) for arm in played if arm != "oracle" and not greedy}
