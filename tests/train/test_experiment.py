@@ -616,3 +616,18 @@ def test_the_report_tells_each_task_set_apart_with_its_rungs(tmp_path):
     assert table["sft"]["ladder1 (rung 1; held out whole)"]["mean"] == 1.0
     assert all(cell["tasks"] == 2 for cell in table["sft"].values())
     assert by_rung(out)["sft"][1]["tasks"] == 6  # pooled by rung: ladder1, symptom and regression together
+
+
+def test_a_pair_whose_every_task_differs_alike_says_so_beside_its_interval():
+    """GRPO and sft-matched scoring the same on every task (seed 2 of the second H100 run): the paired
+    comparison's fallback interval is named as such, and a reversed comparison is turned round."""
+    from pdbgym.train.experiment.report import _pairs
+
+    summary = {"comparisons": [
+        {"arm_a": "sft-matched", "arm_b": "grpo", "mean_diff": 0.0, "ci": [-0.139, 0.139], "n_tasks": 81,
+         "ci_method": "newcombe"},
+        {"arm_a": "sft-best", "arm_b": "grpo", "mean_diff": -0.003, "ci": [-0.009, 0.0], "n_tasks": 81,
+         "ci_method": "sign-flip"}]}
+    (matched, best) = _pairs(summary, (("grpo", "sft-matched"), ("grpo", "sft-best")))
+    assert matched[2].startswith("0.0% [-13.9%, 13.9%]; every task's difference is the same")
+    assert best[2] == "0.3% [0.0%, 0.9%]" and best[3] == 81

@@ -91,3 +91,4 @@ def test_a_campaign_cut_short_is_named_and_left_out_and_no_spread_gives_no_inter
     assert "| 2 |" not in text and "Cut short inside the eval stage: seed 2 (8 held-out episodes" in text
     assert "| grpo - sft-best | 0.0% (no interval: every task's difference is the same under every seed) |" in text
     assert "inf" not in text
+

@@ -263,15 +263,22 @@ def _ci(block: EstimateDict | None) -> str:
     return f"{pct(block.get('mean'))} [{pct(low)}, {pct(high)}]"
 
 
-def _pairs(summary: dict[str, Any], wanted: tuple[tuple[str, str], ...]) -> list[tuple[Any, ...]]:
-    """(a, b, a - b, CI low, CI high, tasks) for each wanted pair, oriented as asked."""
+SAME_DIFFERENCE = ("; every task's difference is the same, so there is no spread to estimate: Newcombe's "
+                   "unpaired interval stands in")
+
+
+def _pairs(summary: dict[str, Any], wanted: tuple[tuple[str, str], ...]) -> list[tuple[str, str, str, Any]]:
+    """(a, b, "a - b [CI]", tasks) for each wanted pair, oriented as asked; a pair whose every task differs by
+    the same amount (``stats.paired_comparison``'s fallback) says so beside its interval."""
     found = []
     for a, b in wanted:
         for c in summary.get("comparisons", []):
-            if (c["arm_a"], c["arm_b"]) == (a, b):
-                found.append((a, b, c["mean_diff"], c["ci"][0], c["ci"][1], c.get("n_tasks")))
-            elif (c["arm_a"], c["arm_b"]) == (b, a):
-                found.append((a, b, -c["mean_diff"], -c["ci"][1], -c["ci"][0], c.get("n_tasks")))
+            if (c["arm_a"], c["arm_b"]) not in ((a, b), (b, a)):
+                continue
+            sign = 1 if (c["arm_a"], c["arm_b"]) == (a, b) else -1
+            low, high = sorted((sign * c["ci"][0], sign * c["ci"][1]))
+            note = SAME_DIFFERENCE if c.get("ci_method") == "newcombe" else ""
+            found.append((a, b, f"{pct0(sign * c['mean_diff'])} [{pct0(low)}, {pct0(high)}]{note}", c.get("n_tasks")))
     return found
 
 
@@ -382,9 +389,8 @@ def temperature_blocks(config: ExperimentConfig, out: Path) -> list[Block]:
                   "tokens an arm sampled (nats/token, 95% t interval over tasks)."),
         Table(["arm", *(f"pass@1, {name} [95% CI]" for name in found), *(f"entropy, {name}" for name in entropies)],
               rows)]
-    pairs = [[name, f"{a} - {b}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
-             for name, (summary, _) in found.items()
-             for a, b, diff, low, high, n in _pairs(summary, (("grpo", "sft-best"), ("grpo", "sft-matched")))]
+    pairs = [[name, f"{a} - {b}", cell, n] for name, (summary, _) in found.items()
+             for a, b, cell, n in _pairs(summary, (("grpo", "sft-best"), ("grpo", "sft-matched")))]
     return blocks + ([Table(["temperature", "a - b", "difference [95% CI]", "tasks"], pairs)] if pairs else [])
 
 
@@ -525,8 +531,7 @@ def heldout_blocks(config: ExperimentConfig, out: Path) -> list[Block]:
             "carried over."), _held_out_table(list(arms), sets, names, names)]
     return [*blocks, *temperature_blocks(config, out), Heading("Paired comparisons (held-out pass@1, per task)"),
             *matched_blocks(out), Table(["a - b", "difference [95% CI]", "tasks"], [
-                [f"{label(a)} - {label(b)}", f"{pct0(diff)} [{pct0(low)}, {pct0(high)}]", n]
-                for a, b, diff, low, high, n in _pairs(summary, COMPARISONS)])]
+                [f"{label(a)} - {label(b)}", cell, n] for a, b, cell, n in _pairs(summary, COMPARISONS)])]
 
 
 def _held_out_table(arms: list[str], table: Mapping[str, Mapping[Column, HeldOutCell]], columns: list[Column],
