@@ -12,6 +12,7 @@ from adapters_testkit import registered_store, shared_world
 from homefixtures import fresh_home
 
 from pdbgym.adapters.stacked import StageCopies
+from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.home import human, size_of
 
 
@@ -68,7 +69,7 @@ def test_the_experiments_eval_stage_leaves_no_merged_copy_and_says_what_it_wrote
     monkeypatch.setattr(run_module, "oracle_kl", lambda *_args, **_kw: {})
     monkeypatch.setattr(run_module, "tool_call_validity", lambda *_args: {})
     said: list[str] = []
-    run_module._eval(config, out, "cpu", 1, said.append)
+    run_module._eval(config, out, "cpu", ExecutorConfig(workers=1), said.append)
     assert seen == {"base": True, "sft-best": True, "grpo": True, "oracle": True}
     assert not list((home / "merged").iterdir())  # both copies removed after the stage
     assert len(said) == 1 and said[0].startswith(f"[eval] 2 merged model copies written to {home / 'merged'} ")

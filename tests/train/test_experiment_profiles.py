@@ -11,6 +11,7 @@ import pytest
 from experimentfiles import REPO_FILE, quick_file
 from homefixtures import fresh_home
 
+from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.train.experiment.config import load_experiment
 
 
@@ -40,7 +41,7 @@ def test_a_time_budget_pauses_grpo_at_a_checkpoint_and_the_next_invocation_resum
     assert [(e["split"], e["chosen"], sorted(e["candidates"])) for e in ledger] == [("val", choice["chosen"], sorted(names))]
     # rerun after a kill that followed the choice: nothing is trained, played or recorded again
     kept = {p: p.stat().st_mtime_ns for p in (out / "sft").rglob("*") if p.is_file()}
-    run_module._sft(config, out, "cpu", 2)
+    run_module._sft(config, out, "cpu", ExecutorConfig(workers=2))
     assert {p: p.stat().st_mtime_ns for p in (out / "sft").rglob("*") if p.is_file()} == kept
     assert len((out / "ledger.jsonl").read_text().splitlines()) == 1
     # a GRPO folder with no complete checkpoint (a kill in the first step) is started over, not refused
