@@ -1,6 +1,6 @@
 #!/bin/bash
 # On the GPU machine, from the repository root, after bench/offline/setup.sh's parts have arrived (stage.py
-# --tree REV): `[SEEDS="0 1"] [LOCAL=96] bash bench/offline/run_seeds.sh REV SECONDS [UNTIL]` runs the seeds file's seeds
+# --tree REV): `[SEEDS="0 1"] [LOCAL=96] [PRIOR=docs/runs/FOLDER] bash bench/offline/run_seeds.sh REV SECONDS [UNTIL]` runs the seeds file's seeds
 # side by side (each its own process and PDBGYM_HOME) for SECONDS at most, GPU load and memory logged every
 # 20 s, then writes every report and the pooled one from what is there and packs the results (no weights, no
 # token caches) and the logs into $OUT. A later call resumes the folders where the last one left them
@@ -12,6 +12,8 @@ cd "$PDBGYM_TREE" || exit 1
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader; nproc
 python3 -c "import pdbgym, torch, transformers, trl; print(pdbgym.__file__, torch.__version__, transformers.__version__, trl.__version__)" || exit 1
 pgrep -f monitor-loop >/dev/null || (exec -a monitor-loop bash -c 'while true; do echo "$(date +%T) $(cut -d" " -f1-3 /proc/loadavg) $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader)"; sleep 20; done' >> /tmp/monitor.log 2>&1 &)
+# PRIOR: a folder of finished seeds from an earlier session (docs/runs/...), copied in where /tmp/seeds lacks them
+for d in ${PRIOR:+"$OLDPWD/$PRIOR"/seed-*}; do [ -d "/tmp/seeds/$(basename "$d")" ] || { mkdir -p /tmp/seeds; cp -r "$d" /tmp/seeds/; }; done
 MIN=$(python3 -c "print(round(($SECS - 80) / 60, 2))")
 for s in ${SEEDS:-0 1 2}; do
   PDBGYM_HOME=/tmp/home-$s timeout -s INT -k 20 "$SECS" python3 -m pdbgym.cli experiment run experiments/smollm2-ladder-seeds.toml \
