@@ -15,7 +15,9 @@ snapshot, even ``str`` and ``getattr``), so replacing a name in this module, in 
 the builtins changes nothing they do; such a replacement is reported by the self-check. At session end
 the plugin checks that snapshot, every hook implementation (pytest's, pluggy's, installed packages', a
 conftest's pristine code, or project code the agent did not write), every collected test function
-against the code compiled from its pristine file, that each test reported passed entered that code,
+against the code compiled from its pristine file, that each test reported passed entered that code
+(for a test run through a wrapper the agent wrote, the pristine function it wraps, watched to its end: a
+test whose body raised is not passed, whatever the wrapper returned),
 the guard's findings, classes of the agent's that call anything equal, and the trace hooks, and sends the end record with the exit status and what the check found. A
 collection error (a test module that fails to import) is sent as its own record, and so is each
 subtest's report (pytest's ``subtests`` fixture, ``unittest``'s ``subTest``), which pytest gives as
@@ -26,6 +28,7 @@ host (``pdbgym.grading.verdict``) decides; this file only reports.
 from __future__ import annotations
 
 import builtins
+import dis
 import fcntl
 import hashlib
 import json
@@ -115,6 +118,8 @@ class _RunState(TypedDict):
     collect_errors: int
     subtests: int
     tests: dict[str, tuple[object, CodeType]]
+    bodies: dict[str, CodeType]  # a test run through a wrapper the agent wrote: its pristine body's code
+    raised: set[str]  # tests whose pristine body (of ``bodies``) ended by raising in some call
     changed: list[str]
     items: list[str]
     entered: set[str]
@@ -147,8 +152,11 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
     getattr_, isinstance_, callable_, vars_, type_ = getattr, isinstance, callable, vars, type
     descriptors = (property, staticmethod, classmethod)
     protected = is_protected_path
-    state: _RunState = {"seq": 0, "phases": 0, "collect_errors": 0, "subtests": 0, "tests": {}, "changed": [],
-                             "items": [], "entered": set()}
+    state: _RunState = {"seq": 0, "phases": 0, "collect_errors": 0, "subtests": 0, "tests": {}, "bodies": {},
+                        "raised": set(), "changed": [], "items": [], "entered": set()}
+    range_ = range
+    returns = frozenset(dis.opmap[n] for n in ("RETURN_VALUE", "RETURN_CONST") if n in dis.opmap)
+    yields = frozenset(dis.opmap[n] for n in ("YIELD_VALUE",) if n in dis.opmap)
     sha256, join, isfile = hashlib.sha256, os.path.join, os.path.isfile
     digests = protected_digests(root) if root else {}
     subtest_reports = _subtest_report_types()
@@ -289,16 +297,32 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
                     problems.append(problem)
         return problems
 
+    def pristine_body(function: object, config: pytest.Config) -> CodeType | None:
+        """The code of the test function a wrapper wraps (``__wrapped__``, as ``functools.wraps`` leaves it),
+        when it is a test file's pristine code; None when the chain reaches none within a few links."""
+        for _ in range_(16):
+            function = getattr_(function, "__wrapped__", None)
+            code = getattr_(function, "__code__", None)
+            if code is None:
+                return None
+            filename = abspath(code.co_filename)
+            if root and filename.startswith(abspath(root) + sep) and protected(relpath(filename, abspath(root))) \
+                    and pristine is not None and pristine.mismatch(code, config) is None:
+                return code
+        return None
+
     def check_tests(root: str) -> list[str]:
         problems = list_(state["items"])
         for nodeid, (function, code) in state["tests"].items():
             # Code from outside the tree (a decorator of the standard library or an installed package,
             # like mock.patch) is not the project's; inside it, test files must hold their pristine code
-            # and no test may run code the agent wrote.
+            # and no test may run code the agent wrote, unless that code is a wrapper of the pristine test
+            # (a project decorator the agent fixed, as freezegun's freeze_time): then the test's body must
+            # have run and not raised (``pytest_runtest_call`` watches it), which is checked as it reports.
             filename = abspath(code.co_filename)
             if getattr_(function, "__code__", None) is not code:
                 problems.append(f"the code of test {nodeid} was replaced during the run")
-            elif agent is not None and agent.code_is_agent(code) and not (
+            elif agent is not None and nodeid not in state["bodies"] and agent.code_is_agent(code) and not (
                     filename.startswith(root + sep) and protected(relpath(filename, root))):
                 # (a test file the agent edited runs only in its own workspace run: grading takes none)
                 problems.append(f"test {nodeid} runs code from {code.co_filename}, which the agent wrote")
@@ -317,6 +341,10 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
                 state["items"].append(f"test {item.nodeid} has no code of its own ({type_(function)!r:.60})")
                 continue
             state["tests"][item.nodeid] = (function, code)
+            if agent is not None and agent.code_is_agent(code):
+                body = pristine_body(function, session.config)
+                if body is not None:
+                    state["bodies"][item.nodeid] = body
             why = pristine.mismatch(code, session.config) if pristine is not None else None
             if why is None and str_(getattr_(item, "path", "")) == abspath(code.co_filename) \
                     and code.co_name != getattr_(item, "originalname", code.co_name):
@@ -347,6 +375,9 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
         if report.when == "call" and report.outcome == "passed" and report.nodeid in state["tests"] \
                 and report.nodeid not in state["entered"]:
             state["items"].append(f"test {report.nodeid} passed, but its collected code never ran")
+        if report.when == "call" and report.outcome == "passed" and report.nodeid in state["raised"]:
+            state["items"].append(f"test {report.nodeid} passed, but its body raised: the wrapper the agent wrote "
+                                  "around it swallowed the failure")
         send({"kind": "phase", "nodeid": str_(report.nodeid), "when": str_(report.when),
               "outcome": str_(report.outcome), "xfail": bool_(getattr_(report, "wasxfail", False))})
 
@@ -360,12 +391,35 @@ def _build(fd: int | None, root: str | None,  # noqa: C901 - one closure scope
             yield
             return
         code, previous, nodeid = entry[1], getprofile(), item.nodeid
+        body = state["bodies"].get(nodeid)
 
         def watch(frame: FrameType, event: str, arg: object) -> None:
             if event == "call" and frame.f_code is code:
                 state["entered"].add(nodeid)
                 setprofile(previous)
 
+        def watch_body(frame: FrameType, event: str, arg: object) -> None:
+            # Through a wrapper the agent wrote, the pristine body is watched to its end: entered, and each
+            # call's last return either a return or a yield (an await), never the instruction that raised.
+            if frame.f_code is not body:
+                return
+            if event == "call":
+                state["entered"].add(nodeid)
+            elif event == "return":
+                opcode = body.co_code[frame.f_lasti] if 0 <= frame.f_lasti < len_(body.co_code) else -1
+                if opcode not in returns and opcode not in yields:
+                    state["raised"].add(nodeid)
+
+        if body is not None:
+            setprofile(watch_body)
+            try:
+                yield
+            finally:
+                if getprofile() is watch_body:
+                    setprofile(previous)
+                else:
+                    state["items"].append(f"test {nodeid}: the watch on its body was removed while it ran")
+            return
         setprofile(watch)
         try:
             yield
