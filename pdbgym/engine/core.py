@@ -212,10 +212,11 @@ class LocalEngine(Sessions, Rounds):
         self.prefixes.budget = max(1 << 20, self.prefixes.budget // 2)
         self.stats.oom_retries += 1
         again = [row for row in pending if shrunk and (row.request.mask is None or not row.ids)]
+        replayed = {id(row) for row in again}  # rows by identity: a Row's dataclass equality compares its fields
         log.warning("engine: the device ran out of memory for a batch of %d rows; playing %d again at most %d "
                     "a batch (%s)", len(live), len(again), self._row_cap, str(exc).splitlines()[0][:200])
         for row in pending:
-            if row in again:
+            if id(row) in replayed:
                 row.ids, row.logprobs, row.finish, row.slot, row.position = [], [], None, -1, 0
             else:
                 row.future.set_exception(EngineError(

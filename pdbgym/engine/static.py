@@ -159,10 +159,12 @@ class Sessions:
         else:
             per_position = self._slot_position_bytes(model)
             kept = {k: k[0] * k[1] * per_position for k in self._shapes}
+            dropped = False
             while kept and sum(kept.values()) + slots * length * per_position > 2 * self._session_bytes:
                 del self._shapes[oldest := next(iter(self._shapes))], kept[oldest]
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()  # to the device: other processes on the GPU may use it
+                dropped = True
+            if dropped and self.device.type == "cuda":
+                torch.cuda.empty_cache()  # to the device, once: other processes on the GPU may use it
             log.info("engine: a static cache of %d slots x %d positions", slots, length)
             step = model
             if self.device.type == "cuda" and self.settings.graphs == "compiled":
