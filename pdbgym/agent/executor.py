@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pdbgym.errors import PdbgymError
+from pdbgym.fdwait import raise_descriptor_limit
 from pdbgym.interrupts import clear_stop, end_with_parent, request_stop, stop_on_sigterm
 from pdbgym.versions import require
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:  # annotations only: the executor loads in a few milliseconds,
 
 LOCAL_RAY = "local"
 STOP_GRACE_S = 30.0  # how long Ctrl-C waits for running episodes to end cleanly
+# Open descriptors one episode may hold at a peak (pty, fork-server sockets and pidfds, a test run's pipes; about
+# 5 to 10 measured on the tiny task), with room: the soft limit is raised to fit the episodes played at once.
+DESCRIPTORS_PER_EPISODE = 16
 LOCAL_EPISODES_GPU = 48  # a local model's episodes at once on a GPU: their turns fill the engine's batches
 
 
@@ -123,6 +127,7 @@ def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play) -> It
                 from pdbgym.engine import expect_rows  # heavy: torch, only when local models play
 
                 expect_rows(local, max(job.agent.max_context_tokens for job in here))
+                raise_descriptor_limit(DESCRIPTORS_PER_EPISODE * local + 256)
             pools.append(stack.enter_context(ThreadPoolExecutor(local, thread_name_prefix="pdbgym-episode")))
             _submit(pools[-1], play, here, futures)
         if away:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import select
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdbgym.errors import TaskFormatError
+from pdbgym.fdwait import readable
 from pdbgym.grading.guard import AGENT_LINES_ENV, AgentLines, encode_agent_lines
 from pdbgym.grading.subject import GradedTask, pytest_options, test_command_problem
 from pdbgym.grading.verdict import judge
@@ -186,8 +186,7 @@ class _ChannelReader:
 
     def _loop(self) -> None:
         while not self._stop.is_set() and not self._ended:
-            ready, _, _ = select.select([self.read_fd], [], [], 0.05)
-            if ready:
+            if readable([self.read_fd], 0.05):
                 self._drain()
 
     def finish(self) -> bytes:

@@ -1,15 +1,15 @@
-"""A confined process attached to a pseudo-terminal, read with select (never sleep-polling)."""
+"""A confined process attached to a pseudo-terminal, read by polling its descriptor (never sleep-polling)."""
 
 from __future__ import annotations
 
 import errno
 import os
-import select
 import signal
 import subprocess
 import weakref
 from types import TracebackType
 
+from pdbgym.fdwait import readable
 from pdbgym.sandbox.cgroup import CommandCgroup
 from pdbgym.sandbox.process import cmdline, descendants, kill_tree
 
@@ -34,8 +34,7 @@ class PtyTerminal:
 
         Returns b"" on timeout and None once the child side is closed (every holder exited).
         """
-        ready, _, _ = select.select([self.master_fd], [], [], max(timeout_s, 0.0))
-        if not ready:
+        if not readable([self.master_fd], max(timeout_s, 0.0)):
             return b""
         try:
             data = os.read(self.master_fd, READ_CHUNK_BYTES)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import queue
-import select
 import shutil
 import signal
 import socket
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Literal, TypedDict, TypeVar, cast
 
 from pdbgym.errors import SandboxError
+from pdbgym.fdwait import readable
 from pdbgym.sandbox.base import Sandbox, make_raw
 from pdbgym.sandbox.environment import sandbox_env
 from pdbgym.sandbox.limits import Limits, RunResult
@@ -127,8 +127,7 @@ _spawner = _SpawnerThread()
 def _receive(sock: socket.socket, timeout_s: float) -> tuple[dict[str, object] | None, list[int]]:
     """One message and the descriptors it carries; (None, []) at EOF, {} for a packet that is not a JSON
     object. Raises ZygoteError on timeout."""
-    ready, _, _ = select.select([sock], [], [], max(timeout_s, 0.0))
-    if not ready:
+    if not readable([sock], max(timeout_s, 0.0)):
         raise ZygoteError(f"the pytest fork server did not answer within {timeout_s:g} s")
     try:
         return receive_message(sock, MAX_FDS)
@@ -157,13 +156,13 @@ class _Job:
     @property
     def exited(self) -> bool:
         """Whether the process is gone (from its pidfd; the status may not have been reported yet)."""
-        return bool(select.select([self.pidfd], [], [], 0)[0])
+        return bool(readable([self.pidfd], 0))
 
     def take_report(self, timeout_s: float) -> bool:
         """Read the exit report if one comes within ``timeout_s``; True once it (or the server's end) is in."""
         if self.reported or self.server_gone:
             return True
-        if not select.select([self.reply], [], [], max(timeout_s, 0.0))[0]:
+        if not readable([self.reply], max(timeout_s, 0.0)):
             return False
         try:
             message, fds = _receive(self.reply, 0)
@@ -420,7 +419,7 @@ def _pump(out_fd: int, job: _Job, output: BoundedOutput, deadline: float) -> boo
                 if gone_at is None:
                     watched.append(job.pidfd)
             limit = drain_until if ended else min(deadline, (gone_at or deadline) + EXIT_REPORT_GRACE_S)
-            ready, _, _ = select.select(watched, [], [], max(0.0, limit - now))
+            ready = readable(watched, max(0.0, limit - now))
             if job.pidfd in ready:
                 gone_at = time.monotonic()
             if job.reply in ready:
