@@ -27,6 +27,7 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pdbgym.defaults import documented
 from pdbgym.errors import PdbgymError
 from pdbgym.fdwait import raise_descriptor_limit
 from pdbgym.interrupts import clear_stop, end_with_parent, request_stop, stop_on_sigterm
@@ -59,9 +60,10 @@ class ExecutorConfig:
             CPU one episode at a time keeps each turn's KV cache for the next). Default 0.
     """
 
-    workers: int = 0
-    ray_address: str | None = None
-    local_episodes: int = 0
+    workers: int = documented(0, "Episodes at once (0: one per core)")
+    ray_address: str | None = documented(None, "Ray cluster address ('local' starts one here)", old_flags=("--ray",))
+    local_episodes: int = documented(
+        0, f"Local-model episodes at once, their turns batched (0: {LOCAL_EPISODES_GPU} on a GPU, 1 on CPU)", min=0)
 
     def worker_count(self) -> int:
         return self.workers or max(1, os.cpu_count() or 1)
@@ -120,6 +122,10 @@ def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play) -> It
     away = [job for job in jobs if not (workers <= 1 or job.policy.in_process)]
     clear_stop()
     with ExitStack() as stack:
+        if here:
+            from pdbgym.agent.policies import models_released_after  # the model stack: local jobs only
+
+            stack.enter_context(models_released_after())
         futures: dict[Future[JobResult], EpisodeJob] = {}
         pools: list[Executor] = []
         if here:  # this process's episodes, ``local`` at a time (each in its own thread and event loop)

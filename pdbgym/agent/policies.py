@@ -8,14 +8,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pdbgym.agent.backends.base import Backend, BackendError, SamplingParams
 from pdbgym.agent.backends.embedded import load_embedded_backend, load_embedded_tokenizer
-from pdbgym.agent.backends.hf import HFBackend
+from pdbgym.agent.backends.hf import HFBackend, forget_model, loaded_models
 from pdbgym.agent.backends.http import ServerUnreachableError, request_json
 from pdbgym.agent.backends.openai_text import connect_chat
 from pdbgym.agent.backends.sglang import SGLangBackend
@@ -133,6 +135,42 @@ def build_backend(spec: PolicySpec) -> Backend:
         raise BackendError(f"policy kind {spec.kind!r} has no model backend")
     _BACKENDS[spec] = backend
     return backend
+
+
+@contextmanager
+def models_released_after(keep_cpu: bool = True) -> Iterator[None]:
+    """Local models that this block loads into this process are released when it ends: their backends
+    and loaded copies forgotten, their shared engines closed (with their kept caches), and freed device
+    memory handed back. A pipeline's stages each play their own models (SFT candidates, GRPO's gates, the
+    evaluated arms); every one kept for the process's life, with its engine's static caches, filled an
+    80 GB GPU within one experiment. Only models first loaded inside the block are released: one loaded
+    before may have other users. ``keep_cpu``: models on the CPU stay loaded (a later campaign of the same
+    model reuses them; host memory holds them)."""
+    before = loaded_models()
+    try:
+        yield
+    finally:
+        fresh = [model for key, model in loaded_models().items() if key not in before
+                 and not (keep_cpu and next(model.parameters()).device.type == "cpu")]
+        if fresh:
+            _release(fresh)
+
+
+def _release(models: list[Any]) -> None:
+    from pdbgym.engine.shared import release_engine  # heavy: torch, loaded already with any local model
+
+    cuda = any(next(model.parameters()).device.type == "cuda" for model in models)
+    for model in models:
+        for spec in [spec for spec, backend in _BACKENDS.items() if getattr(backend, "model", None) is model]:
+            del _BACKENDS[spec]
+        forget_model(model)
+        release_engine(model)
+    models.clear()
+    gc.collect()
+    if cuda:
+        import torch
+
+        torch.cuda.empty_cache()  # to the device: the next stage, or another process on the GPU, may need it
 
 
 def _connect(spec: PolicySpec) -> Backend:

@@ -132,11 +132,16 @@ class LocalEngine(Sessions, Rounds):
             self.prefixes.forget()
 
     def close(self) -> None:
+        """Stop serving (queued requests are still played first) and free what the engine keeps: its static
+        caches, their captured graphs and the kept prefixes."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=60)
+        if self._thread is None or not self._thread.is_alive():
+            self._shapes.clear()
+            self.prefixes.forget()
 
     # -- scheduling ----------------------------------------------------------------------------------
     def _start(self) -> None:

@@ -32,3 +32,15 @@ def engine_for(model: Any, stops: set[int], pad_id: int, settings: EngineSetting
             held[1].expect(*_EXPECTED)
             _ENGINES[id(model)] = held
         return held[1]
+
+
+def release_engine(model: Any) -> bool:
+    """Close the shared engine of ``model`` and forget it (with its kept caches and its hold on the model),
+    so the model can be freed; a later ``engine_for`` makes a new one. Whether there was one."""
+    with _LOCK:
+        held = _ENGINES.get(id(model))
+        if held is None or held[0] is not model:
+            return False
+        del _ENGINES[id(model)]
+    held[1].close()
+    return True

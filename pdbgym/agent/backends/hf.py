@@ -47,6 +47,19 @@ def load_model_and_tokenizer(path: str | Path, device: str = "cpu") -> tuple[Any
     return _LOADED[key]
 
 
+def loaded_models() -> dict[tuple[str, str], Any]:
+    """The models loaded once in this process, by (folder, device)."""
+    with _LOAD_LOCK:
+        return {key: model for key, (model, _) in _LOADED.items()}
+
+
+def forget_model(model: Any) -> None:
+    """Drop ``model`` from the loaded-once cache (the next load of its folder reads it again)."""
+    with _LOAD_LOCK:
+        for key in [key for key, (held, _) in _LOADED.items() if held is model]:
+            del _LOADED[key]
+
+
 class HFBackend:
     """A transformers model in this process, served by the model's shared ``LocalEngine``.
 
