@@ -23,10 +23,10 @@ done
 wait
 PDBGYM_HOME=/tmp/home-0 timeout 60 python3 -m pdbgym.cli experiment run experiments/smollm2-ladder-seeds.toml --out /tmp/seeds \
   --until tasks > /tmp/pool.log 2>&1
-for s in 0 1 2; do echo "== seed $s"; grep -E "^\[" /tmp/seed-$s.log | tail -8; done
+for s in ${SEEDS:-0 1 2}; do echo "== seed $s"; grep -E "^\[" /tmp/seed-$s.log | tail -8; done
 tail -4 /tmp/monitor.log; cat /tmp/seeds/pooled.md | head -30
 cd /tmp/seeds && tar --exclude=adapters --exclude='checkpoint-*' --exclude='*.safetensors' --exclude='*.pt' \
   --exclude='*.pth' --exclude=tokenizer.json --exclude=cache --exclude=caches --exclude=corpus --exclude=merged -cJf /tmp/res.tar.xz . 
-tar -C /tmp -cJf "$OUT/logs.tar.xz" seed-0.log seed-1.log seed-2.log pool.log monitor.log
+(cd /tmp && tar -cJf "$OUT/logs.tar.xz" $(ls seed-*.log pool.log monitor.log 2>/dev/null))
 split -b 15M /tmp/res.tar.xz "$OUT/res.tar.xz."
 ls -la "$OUT"; du -sh /tmp/seeds/seed-*/eval 2>/dev/null
