@@ -142,7 +142,7 @@ def sft(args: argparse.Namespace, row: dict[str, Any]) -> None:
         record = json.loads((out / ADAPTER_DIR / TRAIN_RECORD).read_text())
         examples = load_corpus(args.out / "corpus").examples
         val = set(record["corpus"]["val_tasks"])
-        tokens = sum(len(e["input_ids"]) for e in examples if e["instance_id"] not in val) * args.sft_epochs
+        tokens = sum(len(e.input_ids) for e in examples if e.instance_id not in val) * args.sft_epochs
         row.update(steps=result.steps, best_val_loss=result.best_val_loss, best_step=result.best_step,
                    train_runtime_s=runtime, trained_tokens=tokens,
                    tokens_per_s=round(tokens / runtime, 1) if runtime else None,

@@ -7,6 +7,7 @@ import json
 import pytest
 from recordfixtures import episode_record, write_records
 
+from pdbgym.errors import PdbgymError
 from pdbgym.train.corpus.build import CorpusConfig, CorpusError, build_corpus, load_corpus
 from pdbgym.train.corpus.chat_jsonl import ChatFormatError, tokenize_conversation
 
@@ -23,9 +24,9 @@ def test_examples_are_the_record_ids_with_prompt_and_tool_output_masked(tmp_path
     record = episode_record(smol_tokenizer, "t1", TURNS)
     manifest, corpus = _corpus(tmp_path, [record])
     (example,) = corpus.examples
-    assert example["input_ids"] == record.tokens  # never decoded and re-encoded
-    assert example["assistant_masks"] == [0] * record.prompt_len + record.loss_mask
-    masked = [t for t, m in zip(example["input_ids"], example["assistant_masks"], strict=True) if m]
+    assert example.input_ids == record.tokens  # never decoded and re-encoded
+    assert example.assistant_masks == [0] * record.prompt_len + record.loss_mask
+    masked = [t for t, m in zip(example.input_ids, example.assistant_masks, strict=True) if m]
     assert smol_tokenizer.decode(masked) == "b calc.py:3<|im_end|>p a, b<|im_end|>submit<|im_end|>"
     assert manifest["records_read"] == 1 and manifest["examples_kept"] == 1
     assert manifest["tokens"] == len(record.tokens) and manifest["loss_tokens"] == sum(record.loss_mask)
@@ -42,7 +43,7 @@ def test_duplicates_unsolved_tampered_and_long_examples_are_dropped_by_reason(tm
     limit = len(records[0].tokens) + 5
     manifest, corpus = _corpus(tmp_path, records, solved_only=True, max_length=limit)
     assert manifest["dropped"] == {"duplicate": 1, "unsolved": 1, "tampered": 1, "over_max_length": 1}
-    assert [e["instance_id"] for e in corpus.examples] == ["t1"]
+    assert [e.instance_id for e in corpus.examples] == ["t1"]
 
 
 def test_truncation_keeps_the_start_and_is_recorded(tmp_path, smol_tokenizer):
@@ -50,7 +51,7 @@ def test_truncation_keeps_the_start_and_is_recorded(tmp_path, smol_tokenizer):
     limit = record.prompt_len + 12
     manifest, corpus = _corpus(tmp_path, [record], max_length=limit, overlength="truncate")
     (example,) = corpus.examples
-    assert example["input_ids"] == record.tokens[:limit] and example["truncated"]
+    assert example.input_ids == record.tokens[:limit] and example.truncated
     assert manifest["truncated"] == 1
     with pytest.raises(CorpusError, match="no example survived"):
         build_corpus(CorpusConfig(caches=[tmp_path / "cache"], out=tmp_path / "c2", max_length=record.prompt_len,
@@ -107,7 +108,7 @@ def test_chat_jsonl_puts_loss_on_assistant_turns_only(tmp_path, smol_tokenizer):
     manifest = build_corpus(CorpusConfig(caches=[], jsonl=[path], tokenizer="embedded", out=tmp_path / "c"))
     assert manifest["examples_kept"] == 2 and manifest["tokenizer"]["fingerprint"]
     corpus = load_corpus(tmp_path / "c")
-    assert {e["instance_id"]: e["solved"] for e in corpus.examples} == {"swe__1": True, "traj:2": False}
+    assert {e.instance_id: e.solved for e in corpus.examples} == {"swe__1": True, "traj:2": False}
 
 
 def test_chat_jsonl_names_the_bad_line(tmp_path, smol_tokenizer):
@@ -117,3 +118,48 @@ def test_chat_jsonl_names_the_bad_line(tmp_path, smol_tokenizer):
     path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
     with pytest.raises(ChatFormatError, match="bad.jsonl:1: holds no assistant turn"):
         read_chat_jsonl(path, smol_tokenizer)
+
+
+# A corpus as pdbgym wrote it before examples were one typed record (commit 2834dec): lines and manifest hash verbatim.
+WRITTEN_BEFORE = """\
+{"instance_id": "acme__calc-1", "dataset": "builtin", "sample_idx": 0, "source": "runs/cache", "solved": true, "input_ids": [1, 17, 5, 9, 2], "assistant_masks": [0, 0, 1, 1, 1], "truncated": false, "termination_reason": "solved", "content_hash": "719170a891b7bd2709a1094481c7ec8d726b0a8b0329a2a82b67e6252507bf5b"}
+{"instance_id": "acme__calc-2", "dataset": "dagger-iter0", "sample_idx": 3001, "source": "traj.jsonl", "solved": false, "input_ids": [1, 17, 8], "assistant_masks": [0, 1, 1], "truncated": true, "termination_reason": "budget", "content_hash": "19e856f65f3337c8698a38ad89c0e4cb5145bf035f418dcaed9ba15489d943c7"}
+{"instance_id": "traj:7", "dataset": "chat", "sample_idx": 0, "source": "chat.jsonl", "solved": false, "input_ids": [4, 4, 6, 7], "assistant_masks": [0, 0, 0, 1], "truncated": false, "termination_reason": null, "content_hash": "b37cc85df588b849422f9fb10834a37e6740eb2000394ba80d4cea72f152efe7"}
+"""
+WRITTEN_BEFORE_HASH = "f9983b0db47c2590b5b2811b6f8945855b6ff02d8182d95fac3fbdd77f4c263f"
+
+
+def test_a_corpus_written_in_the_earlier_format_loads_and_is_written_back_byte_for_byte(tmp_path):
+    from pdbgym.train.corpus.build import write_corpus
+    from pdbgym.train.corpus.example import Example
+
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "examples.jsonl").write_text(WRITTEN_BEFORE)
+    tokenizer = {"fingerprint": "sha256:0123abcd", "name": "toy"}
+    (old / "corpus.json").write_text(json.dumps({"format": "pdbgym-sft-corpus/1", "examples_kept": 3,
+                                                 "tokenizer": tokenizer, "content_hash": WRITTEN_BEFORE_HASH}))
+    corpus = load_corpus(old)
+    assert corpus.examples == [
+        Example("acme__calc-1", "builtin", 0, "runs/cache", True, [1, 17, 5, 9, 2], [0, 0, 1, 1, 1],
+                termination_reason="solved"),
+        Example("acme__calc-2", "dagger-iter0", 3001, "traj.jsonl", False, [1, 17, 8], [0, 1, 1], truncated=True,
+                termination_reason="budget"),
+        Example("traj:7", "chat", 0, "chat.jsonl", False, [4, 4, 6, 7], [0, 0, 0, 1])]
+    assert [e.content_hash for e in corpus.examples] == [json.loads(line)["content_hash"]
+                                                         for line in WRITTEN_BEFORE.splitlines()]
+    manifest = write_corpus(tmp_path / "again", corpus.examples, tokenizer)
+    assert (tmp_path / "again" / "examples.jsonl").read_text() == WRITTEN_BEFORE
+    assert manifest["content_hash"] == WRITTEN_BEFORE_HASH and manifest["truncated"] == 1
+
+
+def test_a_corpus_line_missing_a_field_is_refused_naming_the_file_line_and_field(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    first, second, third = WRITTEN_BEFORE.splitlines()
+    row = json.loads(second)
+    del row["input_ids"], row["termination_reason"]  # the first is required; the second has a default
+    (old / "examples.jsonl").write_text("\n".join([first, json.dumps(row), third]) + "\n")
+    (old / "corpus.json").write_text(json.dumps({"content_hash": WRITTEN_BEFORE_HASH}))
+    with pytest.raises(PdbgymError, match=r"examples\.jsonl:2: an example needs input_ids: rebuild"):
+        load_corpus(old)

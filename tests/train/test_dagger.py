@@ -58,14 +58,14 @@ def test_two_iterations_label_student_states_and_record_lineage(tmp_path, tiny_m
         assert row.student_episodes == 2 and row.labels_new > 0
     corpus0 = load_corpus(config.out / "iter0" / "corpus")
     corpus1 = load_corpus(config.out / "iter1" / "corpus")
-    hashes0 = [e["content_hash"] for e in corpus0.examples]
-    hashes1 = [e["content_hash"] for e in corpus1.examples]
+    hashes0 = [e.content_hash for e in corpus0.examples]
+    hashes1 = [e.content_hash for e in corpus1.examples]
     # The aggregate holds each (state, label) once: the greedy teacher labels every episode's first state
     # (the task's prompt) the same way in both iterations, so the two iterations' labels overlap.
     assert len(set(hashes1)) == len(hashes1) == rows[1].labels_total
     assert len(hashes0) == rows[0].labels_total <= rows[0].labels_new
     assert rows[1].labels_total < rows[0].labels_new + rows[1].labels_new
-    assert {e["content_hash"] for e in corpus0.examples} <= {e["content_hash"] for e in corpus1.examples}
+    assert {e.content_hash for e in corpus0.examples} <= {e.content_hash for e in corpus1.examples}
     # every label is a state the student reached (its record's ids up to a turn) plus the teacher's turn
     transcripts = sorted((config.out / "iter0" / "transcripts").glob("*.json"))
     assert len(transcripts) == 2
@@ -74,9 +74,9 @@ def test_two_iterations_label_student_states_and_record_lineage(tmp_path, tiny_m
         messages = json.loads(path.read_text())["messages"]
         assert messages[0]["role"] == "system"
     for example in corpus0.examples:
-        state_len = example["assistant_masks"].index(1)
-        assert set(example["assistant_masks"][state_len:]) == {1}
-        states.append(tuple(example["input_ids"][:state_len]))
+        state_len = example.assistant_masks.index(1)
+        assert set(example.assistant_masks[state_len:]) == {1}
+        states.append(tuple(example.input_ids[:state_len]))
     assert all(len(s) > 0 for s in states)
     report = json.loads((config.out / "training_report.json").read_text())
     assert [r["adapter"] for r in report["tables"]["Iterations"]] == ["dagger-iter0", "dagger-iter1"]

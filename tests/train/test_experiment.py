@@ -169,11 +169,12 @@ def test_the_matched_control_gets_the_replayed_and_anchor_examples_grpo_trained_
     """GRPO's stage trained on, beside its own samples: each step's replayed trajectories (the pool's rotation
     per task) and, while the anchor weighs anything, its anchor batch (cycling over the corpus). The matched
     control is handed exactly those, once each time, for as many updates."""
+    from pdbgym.train.corpus.example import Example
     from pdbgym.train.experiment.arms import matched_examples
 
-    def example(task: str, n: int, solved: bool = True) -> dict:
-        return {"instance_id": task, "input_ids": [1, 2, 3, n], "assistant_masks": [0, 1, 1, 1], "solved": solved,
-                "truncated": False, "termination_reason": "solved" if solved else "budget", "n": n}
+    def example(task: str, n: int, solved: bool = True) -> Example:  # n: the example's place, as its sample_idx
+        return Example(task, "d", n, "test", solved, [1, 2, 3, n], [0, 1, 1, 1],
+                       termination_reason="solved" if solved else "budget")
 
     corpus = [example("a", 0), example("a", 1), example("b", 2), example("c", 3, solved=False)]
     played = {"task": "a", "solved": False, "replayed": False}
@@ -185,7 +186,7 @@ def test_the_matched_control_gets_the_replayed_and_anchor_examples_grpo_trained_
     taken, counts = matched_examples(corpus, outcomes, anchor=0.1, anchor_decay_steps=2, **rules)
     # step 1: replay a 0, b 2, anchor [0, 1, 2]; step 2: a 1, anchor [3, 0, 1]; step 3: a 0 (the rotation wraps),
     # no anchor (its weight 0.1, 0.05, then 0)
-    assert [e["n"] for e in taken] == [0, 2, 0, 1, 2, 1, 3, 0, 1, 0] and counts == {"replayed": 4, "anchor": 6,
+    assert [e.sample_idx for e in taken] == [0, 2, 0, 1, 2, 1, 3, 0, 1, 0] and counts == {"replayed": 4, "anchor": 6,
                                                                                    "updates": 3}
     none, _ = matched_examples(corpus, [{"step": 1, "episodes": [played]}], anchor=0.0, anchor_decay_steps=0, **rules)
     assert none == []  # no replay and no anchor: nothing to match

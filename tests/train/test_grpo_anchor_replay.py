@@ -2,6 +2,7 @@
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,12 +30,12 @@ def _toy_corpus(out: Path, model_dir: Path, fingerprint_of=None) -> Path:
 
 
 def test_anchor_batches_take_loss_only_on_masked_ids_and_replay_splits_at_the_first_model_id():
+    from pdbgym.train.corpus.example import Example
     from pdbgym.train.grpo.data import AnchorBatches, replay_sample
 
-    example = {"instance_id": "t", "input_ids": [5, 6, 7, 8, 9, 10], "assistant_masks": [0, 0, 1, 1, 0, 1],
-               "solved": True}
-    input_ids, attention, labels = AnchorBatches([example, {**example, "input_ids": [5, 6, 7],
-                                                            "assistant_masks": [0, 1, 1]}], 2, 64, 0).batch(0)
+    example = Example("t", "d", 0, "test", True, [5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1])
+    shorter = replace(example, input_ids=[5, 6, 7], assistant_masks=[0, 1, 1])
+    input_ids, attention, labels = AnchorBatches([example, shorter], 2, 64, 0).batch(0)
     assert labels.tolist() == [[-100, -100, 7, 8, -100, 10], [-100, 6, 7, -100, -100, -100]]
     assert attention.tolist()[1] == [1, 1, 1, 0, 0, 0]
     sample = replay_sample(example)

@@ -178,10 +178,10 @@ def test_groups_are_dealt_whole_to_the_processes():
 
 
 def test_a_replay_pool_skips_what_the_other_processes_handed_out():
+    from pdbgym.train.corpus.example import Example
     from pdbgym.train.grpo.data import ReplayPool
 
-    examples = [{"instance_id": "t", "solved": True, "input_ids": [1, 2, first], "assistant_masks": [0, 1, 1]}
-                for first in (7, 8, 9)]
+    examples = [Example("t", "d", 0, "test", True, [1, 2, first], [0, 1, 1]) for first in (7, 8, 9)]
     alone, rank0, rank1 = ReplayPool(examples), ReplayPool(examples), ReplayPool(examples)
     # one process takes 1 at a step, then 2; two processes take them 1 + 2 and sync after the step
     expected = [s.completion_ids for s in alone.take("t", 1) + alone.take("t", 2)]

@@ -247,6 +247,7 @@ def _outcome(reason: str, transcript_env: dict | None):
 def test_a_refused_verdict_is_a_sample_fact_counted_per_step_apart_from_tampered():
     """grading["refused"] non-empty and not tampered: verdict-refused; a tampered episode counts as tampered
     only; a grading without the key (or no grading at all) is neither; replayed samples are not counted."""
+    from pdbgym.train.corpus.example import Example
     from pdbgym.train.grpo.data import replay_sample
     from pdbgym.train.grpo.rollout import episode_metrics, sample_from_outcome
 
@@ -260,7 +261,7 @@ def test_a_refused_verdict_is_a_sample_fact_counted_per_step_apart_from_tampered
         _outcome("finish_unresolved", grading()),  # an env without the key: []
         _outcome("other", None))]  # no grading (the episode ended before it)
     assert [s.facts["grade_refused"] for s in samples] == [True, True, False, False, False]
-    replayed = replay_sample({"instance_id": "t", "input_ids": [1, 2, 3], "assistant_masks": [0, 1, 1]})
+    replayed = replay_sample(Example("t", "d", 0, "test", True, [1, 2, 3], [0, 1, 1]))
     assert replayed.facts["grade_refused"] is False
     metrics = episode_metrics([*samples, replayed])
     assert metrics["episodes/tampered"] == 1.0 and metrics["episodes/refused"] == 2.0

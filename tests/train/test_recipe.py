@@ -105,12 +105,14 @@ def test_replay_at_the_defaults_and_the_experiments_settings_decays_step_by_step
 
 
 def test_replay_takes_only_whole_episodes_that_ended_in_a_passing_submit_within_the_cap():
+    from pdbgym.train.corpus.example import Example
     from pdbgym.train.grpo.data import ReplayPool
 
-    def example(task: str, **facts) -> dict:
+    def example(task: str, **facts) -> Example:
         ids = facts.pop("ids", 40)
-        return {"instance_id": task, "input_ids": list(range(ids)), "assistant_masks": [0] * 10 + [1] * (ids - 10),
-                "solved": True, "truncated": False, "termination_reason": "solved", **facts}
+        return Example(**{"instance_id": task, "dataset": "d", "sample_idx": 0, "source": "test",
+                          "input_ids": list(range(ids)), "assistant_masks": [0] * 10 + [1] * (ids - 10),
+                          "solved": True, "truncated": False, "termination_reason": "solved", **facts})
 
     pool = ReplayPool([
         example("a"),

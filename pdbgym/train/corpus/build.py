@@ -19,17 +19,17 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict
 
 from pdbgym.agent.policies import tokenizer_named
 from pdbgym.errors import PdbgymError
-from pdbgym.fileio import read_jsonl, write_json_atomic, write_text_atomic
+from pdbgym.fileio import write_json_atomic
 from pdbgym.rollouts.cache import iter_cache
 from pdbgym.rollouts.record import RolloutRecord, tokenizer_fingerprint
 from pdbgym.rollouts.validate import validate_record
 from pdbgym.tasks.splits import load_splits
 from pdbgym.train.corpus.chat_jsonl import read_chat_jsonl
-from pdbgym.train.corpus.example import Example, ExampleRow
+from pdbgym.train.corpus.example import Example, read_examples, write_examples
 
 if TYPE_CHECKING:  # annotations only: transformers loads with a tokenizer
     from transformers import PreTrainedTokenizerBase
@@ -264,18 +264,18 @@ def write_corpus(out: Path, examples: list[Example], tokenizer: TokenizerId,
         "task_ids": sorted({e.instance_id for e in kept}), "tokenizer": tokenizer, "content_hash": corpus_hash(kept),
     }
     out = Path(out)
-    write_text_atomic(out / EXAMPLES_FILE, "".join(json.dumps(e.to_json()) + "\n" for e in kept))
+    write_examples(out / EXAMPLES_FILE, kept)
     write_json_atomic(out / MANIFEST_FILE, manifest, indent=2)
     return manifest
 
 
 @dataclass
 class Corpus:
-    """A corpus read back: its manifest and examples (each a dict with ``input_ids``, ``assistant_masks``)."""
+    """A corpus read back: its manifest and examples, in corpus order."""
 
     path: Path
     manifest: CorpusManifest
-    examples: list[ExampleRow]
+    examples: list[Example]
 
     @property
     def fingerprint(self) -> str | None:
@@ -291,13 +291,12 @@ def load_corpus(path: Path | str) -> Corpus:
         raise CorpusError(f"{folder} is not a corpus folder (needs {MANIFEST_FILE} and {EXAMPLES_FILE}); "
                           "build one with `pdbgym train corpus`")
     manifest: CorpusManifest = json.loads(manifest_path.read_text())
-    rows = cast(list[ExampleRow], read_jsonl(examples_path, strict=True).rows)
-    examples = [Example(**{k: row[k] for k in Example.__dataclass_fields__}) for row in rows]
+    examples = read_examples(examples_path)
     actual = corpus_hash(examples)
     if actual != manifest.get("content_hash"):
         raise CorpusError(f"{examples_path} hashes to {actual[:12]} but {manifest_path} records "
                           f"{str(manifest.get('content_hash'))[:12]}: the corpus changed after it was built; rebuild it")
-    return Corpus(folder, manifest, rows)
+    return Corpus(folder, manifest, examples)
 
 
 def check_corpus_tokenizer(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, model_label: str) -> None:
@@ -313,14 +312,14 @@ def check_corpus_tokenizer(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, m
                           "other tokens. Build the corpus from rollouts of a model sharing this tokenizer.")
 
 
-def split_by_task(examples: list[ExampleRow], val_fraction: float, seed: int) -> tuple[list[ExampleRow], list[ExampleRow]]:
+def split_by_task(examples: list[Example], val_fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
     """(train, val) with whole tasks on one side: ``round(val_fraction * tasks)`` task ids (at least one
     when ``val_fraction > 0`` and two or more tasks exist), drawn with ``seed``."""
     if not 0 <= val_fraction < 1:
         raise CorpusError(f"--val-fraction must be in [0, 1), got {val_fraction}")
-    tasks = sorted({e["instance_id"] for e in examples})
+    tasks = sorted({e.instance_id for e in examples})
     count = round(val_fraction * len(tasks))
     if val_fraction > 0 and len(tasks) >= 2:
         count = min(max(count, 1), len(tasks) - 1)
     held = set(random.Random(seed).sample(tasks, count)) if count else set()
-    return [e for e in examples if e["instance_id"] not in held], [e for e in examples if e["instance_id"] in held]
+    return [e for e in examples if e.instance_id not in held], [e for e in examples if e.instance_id in held]

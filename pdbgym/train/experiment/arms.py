@@ -24,7 +24,7 @@ from typing import TypedDict
 
 from pdbgym.fileio import write_json_atomic
 from pdbgym.train.corpus.build import load_corpus, write_corpus
-from pdbgym.train.corpus.example import Example, ExampleRow
+from pdbgym.train.corpus.example import Example
 from pdbgym.train.grpo.data import ReplayPool
 from pdbgym.train.grpo.records import StepOutcomes
 from pdbgym.train.grpo.schedules import anchor_weight
@@ -67,16 +67,16 @@ def best_on_val(scores: dict[int, float]) -> int:
     return max(scores, key=lambda steps: (scores[steps], steps))
 
 
-def matched_examples(examples: list[ExampleRow], outcomes: list[StepOutcomes], *, anchor: float,
+def matched_examples(examples: list[Example], outcomes: list[StepOutcomes], *, anchor: float,
                      anchor_batch: int, anchor_decay_steps: int, anchor_max_tokens: int,
-                     replay_max_tokens: int) -> tuple[list[ExampleRow], MatchedCounts]:
+                     replay_max_tokens: int) -> tuple[list[Example], MatchedCounts]:
     """The corpus examples GRPO trained on beside its own samples, step by step from ``outcomes.jsonl``:
     each step's replayed trajectories (``ReplayPool``'s rotation, by the task each was replayed for) and,
     while the anchor's weight is above 0, its anchor batch (``AnchorBatches``: batch i starts at
     i x batch size, cycling over the examples with a loss id). Returns them with counts by kind."""
     pool = ReplayPool(examples, replay_max_tokens)
-    rows = [e for e in examples if any(e["assistant_masks"][:anchor_max_tokens])]
-    taken: list[ExampleRow] = []
+    rows = [e for e in examples if any(e.assistant_masks[:anchor_max_tokens])]
+    taken: list[Example] = []
     counts: MatchedCounts = {"replayed": 0, "anchor": 0, "updates": len(outcomes)}
     for index, row in enumerate(sorted(outcomes, key=lambda r: int(r["step"]))):
         for episode in row.get("episodes", []):
@@ -105,8 +105,7 @@ def write_matched_corpus(corpus: Path, outcomes: list[StepOutcomes], folder: Pat
     source = load_corpus(corpus)
     taken, counts = matched_examples(source.examples, outcomes, **rules)
     if taken:
-        fields = Example.__dataclass_fields__
-        write_corpus(folder / "corpus", [Example(**{k: e[k] for k in fields}) for e in taken],
+        write_corpus(folder / "corpus", taken,
                      source.manifest["tokenizer"], {"sources": {"matched_to": str(corpus)}, "filters": {},
                                                     "records_read": len(taken), "dropped": {}})
     facts: MatchedFacts = {"replayed": counts["replayed"], "anchor": counts["anchor"], "updates": counts["updates"],

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 from pdbgym.errors import PdbgymError
 from pdbgym.tasks.model import Task
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus
-from pdbgym.train.corpus.example import ExampleRow
+from pdbgym.train.corpus.example import Example
 from pdbgym.train.grpo.records import EpisodeFacts
 from pdbgym.train.grpo.rollout import EpisodeSample
 
@@ -27,7 +27,7 @@ IGNORE_INDEX = -100
 Gathered = TypeVar("Gathered")
 
 
-def load_checked_corpus(path: Path, tokenizer: PreTrainedTokenizerBase, label: str) -> list[ExampleRow]:
+def load_checked_corpus(path: Path, tokenizer: PreTrainedTokenizerBase, label: str) -> list[Example]:
     """The examples of a corpus folder whose tokenizer fingerprint is ``tokenizer``'s."""
     corpus = load_corpus(path)
     check_corpus_tokenizer(corpus, tokenizer, label)
@@ -37,8 +37,8 @@ def load_checked_corpus(path: Path, tokenizer: PreTrainedTokenizerBase, label: s
 class AnchorBatches:
     """Deterministic cycling over corpus examples for the BC anchor: batch ``i`` is the same on resume."""
 
-    def __init__(self, examples: list[ExampleRow], batch_size: int, max_tokens: int, pad_id: int):
-        self.rows = [(e["input_ids"][:max_tokens], e["assistant_masks"][:max_tokens]) for e in examples]
+    def __init__(self, examples: list[Example], batch_size: int, max_tokens: int, pad_id: int):
+        self.rows = [(e.input_ids[:max_tokens], e.assistant_masks[:max_tokens]) for e in examples]
         self.rows = [(ids, mask) for ids, mask in self.rows if any(mask)]
         if not self.rows:
             raise PdbgymError("the anchor corpus holds no example with a loss token; pass another --anchor-data")
@@ -68,21 +68,21 @@ def anchor_nll(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor, 
     return model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
 
 
-def replay_refusal(example: ExampleRow, max_tokens: int | None = None) -> str | None:
+def replay_refusal(example: Example, max_tokens: int | None = None) -> str | None:
     """Why a corpus example may not be replayed as a solved episode, or None when it may.
 
     Replayed with reward 1, it must be a whole trajectory that ended in a passing submit: solved, not
     cut (a corpus built with ``--overlength truncate`` keeps prefixes that never submitted), ending as
     ``solved``, with loss ids to train on, and no longer than the episodes of the run (``max_tokens``)."""
-    if not example.get("solved"):
+    if not example.solved:
         return "unsolved"
-    if example.get("truncated"):
+    if example.truncated:
         return "truncated"
-    if example.get("termination_reason") not in (None, "solved"):
+    if example.termination_reason not in (None, "solved"):
         return "not ended by a passing submit"
-    if not any(example["assistant_masks"]):
+    if not any(example.assistant_masks):
         return "no loss ids"
-    if max_tokens is not None and len(example["input_ids"]) > max_tokens:
+    if max_tokens is not None and len(example.input_ids) > max_tokens:
         return "longer than --max-context-tokens"
     return None
 
@@ -95,13 +95,13 @@ class ReplayPool:
     took, so the rotation is the one a single process would follow.
     """
 
-    def __init__(self, examples: list[ExampleRow], max_tokens: int | None = None):
-        self.by_task: dict[str, list[ExampleRow]] = {}
+    def __init__(self, examples: list[Example], max_tokens: int | None = None):
+        self.by_task: dict[str, list[Example]] = {}
         self.refused: dict[str, int] = {}
         for example in examples:
             reason = replay_refusal(example, max_tokens)
             if reason is None:
-                self.by_task.setdefault(example["instance_id"], []).append(example)
+                self.by_task.setdefault(example.instance_id, []).append(example)
             else:
                 self.refused[reason] = self.refused.get(reason, 0) + 1
         self._next: dict[str, int] = {}
@@ -129,12 +129,12 @@ class ReplayPool:
                 self._next[instance_id] = self._next.get(instance_id, 0) + count
 
 
-def replay_sample(example: ExampleRow) -> EpisodeSample:
+def replay_sample(example: Example) -> EpisodeSample:
     """A solved corpus example as a GRPO sample: prompt = ids before the first loss id."""
-    ids, mask = example["input_ids"], example["assistant_masks"]
+    ids, mask = example.input_ids, example.assistant_masks
     prompt_len = mask.index(1)
     response_mask = list(mask[prompt_len:])
-    facts: EpisodeFacts = {"instance_id": example["instance_id"], "final_test_passed": True, "termination_reason": "solved",
+    facts: EpisodeFacts = {"instance_id": example.instance_id, "final_test_passed": True, "termination_reason": "solved",
              "turns": sum(1 for i in range(len(response_mask)) if response_mask[i] and (i == 0 or not response_mask[i - 1])),
              "valid_tool_call_rate": 1.0, "replayed": True, "grade_refused": False}
     # The corpus' own sampler log-probs are not the policy's; 0.0 marks them unknown (TRL recomputes).

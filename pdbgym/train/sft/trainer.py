@@ -37,7 +37,7 @@ from pdbgym.train.checkpoints import (
     tensorboard_callback,
 )
 from pdbgym.train.corpus.build import check_corpus_tokenizer, load_corpus, split_by_task
-from pdbgym.train.corpus.example import ExampleRow
+from pdbgym.train.corpus.example import Example
 from pdbgym.train.errors import TrainError
 from pdbgym.train.gradguard import GradientGuard, guard_callback
 from pdbgym.train.records import LogHook, LogRow
@@ -68,12 +68,12 @@ class TrainRow(TypedDict):
     assistant_masks: list[int]
 
 
-def prepare_examples(examples: list[ExampleRow], max_tokens: int) -> list[TrainRow]:
+def prepare_examples(examples: list[Example], max_tokens: int) -> list[TrainRow]:
     """``{input_ids, assistant_masks}`` rows for TRL, cut to ``max_tokens`` ids (0: uncut); rows left
     without a loss id are dropped."""
     rows: list[TrainRow] = []
     for example in examples:
-        ids, mask = example["input_ids"], example["assistant_masks"]
+        ids, mask = example.input_ids, example.assistant_masks
         if max_tokens:
             ids, mask = ids[:max_tokens], mask[:max_tokens]
         if any(mask):
@@ -239,7 +239,7 @@ def train_sft(config: SFTTrainConfig, on_log: LogHook | None = None,
     if not trainer.is_world_process_zero():
         return result  # one process records, registers and reports
     trainer.state.save_to_json(str(adapter_dir / "trainer_state.json"))
-    val_tasks = sorted({e["instance_id"] for e in val_examples})
+    val_tasks = sorted({e.instance_id for e in val_examples})
     return record_run(config, store, name, result, corpus, base, val_tasks, len(train_rows), len(val_rows))
 
 
