@@ -12,9 +12,9 @@ import dataclasses
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from typer.models import Default
@@ -22,6 +22,7 @@ from typer.models import Default
 from pdbgym.defaults import DataclassType
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def command_app(*, name: str | None = None, help: str | None = None, no_args_is_help: bool | None = None,
@@ -39,9 +40,12 @@ def command_app(*, name: str | None = None, help: str | None = None, no_args_is_
 
 @dataclass(frozen=True)
 class ConfigFlag:
-    """One flag of a ``config_command``: the parameter typer reads and the config field it fills."""
+    """One flag of a ``config_command``: the parameter typer reads and the config field it fills.
 
-    field: str
+    ``field``: the field's path from the config, one name a level (``("episode", "turn_budget")`` for a field
+    of a nested dataclass)."""
+
+    field: tuple[str, ...]
     parameter: inspect.Parameter
     negates: bool = False  # the field is the flag's opposite (--lora: use_dora False)
     old_spelling: bool = False  # a hidden alias: a value given under it wins over the field's own flag
@@ -59,22 +63,45 @@ def config_flags(config_class: type[DataclassType]) -> list[ConfigFlag]:
 
     Every field needs ``metadata["help"]`` (``pdbgym.defaults.documented``) unless it says ``cli=False``:
     a field without help is a ``TypeError`` naming it, so a new field cannot slip in as an unexplained flag.
+    A field whose type is a dataclass (``EpisodeSettings``, ``ExecutorConfig``) is flattened: its fields are
+    flags under their own names, defaulting to the values of the field's default, their help as the nested
+    class declares it unless the field's ``inner`` replaces it (or, with None, leaves that flag out).
     """
+    return _flags_of(config_class, (), None, {})
+
+
+def _flags_of(config_class: type[DataclassType], path: tuple[str, ...], defaults: object,
+              inner: Mapping[str, str | None]) -> list[ConfigFlag]:
+    """The flags of ``config_class``'s fields at ``path``; ``defaults``: the instance whose values are their
+    defaults (None: the fields' own); ``inner``: help text replacing a field's own, None for no flag."""
     hints = typing.get_type_hints(config_class)
     flags: list[ConfigFlag] = []
     for spec in dataclasses.fields(config_class):
-        if not spec.metadata.get("cli", True):
+        where = f"{config_class.__name__}.{spec.name}"
+        meta = dict(spec.metadata)
+        if spec.name in inner:
+            if inner[spec.name] is None:
+                continue
+            meta["help"] = inner[spec.name]
+        if not meta.get("cli", True):
             continue
-        if not spec.metadata.get("help"):
-            raise TypeError(f"{config_class.__name__}.{spec.name} has no help text: declare it with "
-                            f"pdbgym.defaults.documented(default, 'help'), or cli=False for no flag")
-        flags += _field_flags(spec, hints[spec.name], f"{config_class.__name__}.{spec.name}")
+        if not meta.get("help"):
+            raise TypeError(f"{where} has no help text: declare it with pdbgym.defaults.documented(default, "
+                            "'help'), or cli=False for no flag")
+        default = _default(spec) if defaults is None else getattr(defaults, spec.name)
+        kind = hints[spec.name]
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            nested = None if default is inspect.Parameter.empty else default
+            flags += _flags_of(kind, (*path, spec.name), nested, meta.get("inner") or {})
+        else:
+            flags += _field_flags((*path, spec.name), meta, kind, default, where)
     return flags
 
 
-def _field_flags(spec: dataclasses.Field[object], kind: type | types.UnionType, where: str) -> list[ConfigFlag]:
+def _field_flags(path: tuple[str, ...], meta: Mapping[str, Any], kind: type | types.UnionType, default: object,
+                 where: str) -> list[ConfigFlag]:
     """The flag of one field, then its hidden old spellings; ``kind``: the field's resolved annotation."""
-    meta, name, default, parse = spec.metadata, spec.name, _default(spec), None
+    name, parse = path[-1], None
     declared = () if meta.get("flag") is None else (meta["flag"],)
     if meta.get("negates"):
         if kind is not bool or not declared:
@@ -84,11 +111,11 @@ def _field_flags(spec: dataclasses.Field[object], kind: type | types.UnionType, 
         show, parse = meta["text"]
         kind, default = str, default if default is inspect.Parameter.empty else show(default)
     option = typer.Option(*declared, help=meta["help"], **meta.get("option", {}))
-    flags = [ConfigFlag(spec.name, _keyword(name, Annotated[kind, option], default), meta.get("negates", False),
+    flags = [ConfigFlag(path, _keyword(name, Annotated[kind, option], default), meta.get("negates", False),
                         parse=parse)]
     for old in meta.get("old_flags", ()):
         hidden = typer.Option(old, hidden=True)
-        flags.append(ConfigFlag(spec.name, _keyword(_parameter_name(old), Annotated[kind | None, hidden], None),
+        flags.append(ConfigFlag(path, _keyword(_parameter_name(old), Annotated[kind | None, hidden], None),
                                 old_spelling=True, parse=parse))
     return flags
 
@@ -99,7 +126,8 @@ def config_command(config_class: type[DataclassType]) -> Callable[[Callable[...,
     The command's flags are the fields' (``config_flags``), then ``run``'s own parameters besides ``config``
     (options that are no setting of the config, such as ``--json``). Typer reads a function's signature, so
     the command is a function whose ``__signature__`` is built here; called, it makes the config from the
-    flags (a bad value is refused there, by the config's own checks) and hands it to ``run``.
+    flags (a bad value is refused there, by the config's own checks) and hands it to ``run``. A group's
+    callback (``run`` takes a ``typer.Context``) runs only when no subcommand does: the flags are its own.
     """
 
     def decorate(run: Callable[..., R]) -> Callable[..., R]:
@@ -111,22 +139,40 @@ def config_command(config_class: type[DataclassType]) -> Callable[[Callable[...,
         if len(set(names)) != len(names):
             raise TypeError(f"{run.__name__}: a parameter name is used twice: {sorted(names)}")
 
-        def command(**given: object) -> R:
-            values: dict[str, object] = {}
+        context = next((p.name for p in own if isinstance(p.annotation, type) and issubclass(p.annotation, typer.Context)),
+                       None)
+
+        def command(**given: object) -> R | None:
+            if context is not None and getattr(given[context], "invoked_subcommand", None):
+                return None  # a subcommand of the group runs, with its own flags
+            values: dict[tuple[str, ...], object] = {}
             for flag in flags:  # a field's own flag comes before its old spellings: one given wins
                 value = given[flag.parameter.name]
                 if not flag.old_spelling or value is not None:
                     values[flag.field] = flag.value(value)
-            return run(config_class(**values), **{p.name: given[p.name] for p in own})
+            return run(_made(config_class, values, None), **{p.name: given[p.name] for p in own})
 
         command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in parameters}
         for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
             setattr(command, attribute, getattr(run, attribute))
         command.config_class = config_class  # type: ignore[attr-defined]
-        return command
+        return command  # type: ignore[return-value]
 
     return decorate
+
+
+def _made(config_class: type[T], values: Mapping[tuple[str, ...], object], base: T | None) -> T:
+    """``config_class`` from the flags' ``values`` (by field path): a nested dataclass is its field's default
+    with the given fields replaced (``dataclasses.replace``, so its own checks run), or made from them."""
+    hints = typing.get_type_hints(config_class)
+    given = {path[0]: value for path, value in values.items() if len(path) == 1}
+    for spec in dataclasses.fields(config_class):  # type: ignore[arg-type]
+        below = {path[1:]: value for path, value in values.items() if len(path) > 1 and path[0] == spec.name}
+        if below:
+            default = _default(spec) if base is None else getattr(base, spec.name)
+            given[spec.name] = _made(hints[spec.name], below, None if default is inspect.Parameter.empty else default)
+    return config_class(**given) if base is None else dataclasses.replace(base, **given)  # type: ignore[type-var]
 
 
 def _default(spec: dataclasses.Field[object]) -> object:

@@ -121,3 +121,63 @@ def test_a_new_field_is_a_flag_with_no_second_declaration():
     assert "--warmup <int> warm-up steps [default: 7]" in " ".join(
         runner.invoke(app, ["grown", "--help"], env={"COLUMNS": "80"}).output.split())
     assert runner.invoke(app, ["grown", "--out", "o", "--warmup", "9"]).exit_code == 0 and made[0].warmup == 9
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    temperature: float = documented(0.7, "sampling temperature")
+    top_p: float = documented(1.0, "nucleus mass")
+    turn_budget: int = documented(30, "tool calls an episode", old_flags=("--budget",))
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+
+@dataclasses.dataclass
+class Nesting:
+    out: Path = documented(help="where it goes")
+    episode: Sampling = documented(Sampling(top_p=0.9, turn_budget=12), "the episodes",
+                                   inner={"temperature": "student sampling temperature", "top_p": None})
+    extra: Sampling = documented(help="made from its own defaults", factory=Sampling, inner={"temperature": None,
+                                                                                             "turn_budget": None})
+
+
+def _nesting_app(made: list) -> typer.Typer:
+    app = command_app(invoke_without_command=True)
+
+    @app.callback()
+    @config_command(Nesting)
+    def nesting(config: Nesting, ctx: typer.Context) -> None:
+        made.append(config)
+
+    app.command("sub")(lambda: made.append("sub"))
+    return app
+
+
+def test_a_nested_dataclass_is_flattened_into_its_fields_flags():
+    made: list = []
+    runner = CliRunner()
+    result = runner.invoke(_nesting_app(made), ["--out", "o", "--temperature", "0.2", "--budget", "5"])
+    assert result.exit_code == 0, result.output
+    # a flag left out keeps the nested field's default value, not its class's: top_p 0.9 stays
+    assert made == [Nesting(Path("o"), Sampling(0.2, 0.9, 5), Sampling())]
+    assert [flag.field for flag in config_flags(Nesting)] == [
+        ("out",), ("episode", "temperature"), ("episode", "turn_budget"), ("episode", "turn_budget"),
+        ("extra", "top_p")]
+    text = " ".join(runner.invoke(_nesting_app([]), ["--help"], env={"COLUMNS": "80"}).output.split())
+    assert "--temperature <float> student sampling temperature [default: 0.7]" in text
+    assert "--turn-budget <int> tool calls an episode [default: 12]" in text  # the nested default's value
+    assert "--top-p <float> nucleus mass [default: 1.0]" in text  # extra's, from its class
+    assert "--budget" not in text and "sampling temperature [" not in text.replace("student sampling", "")
+
+
+def test_a_nested_fields_own_check_refuses_a_value_and_a_subcommand_skips_the_callbacks_config():
+    made: list = []
+    result = CliRunner().invoke(_nesting_app(made), ["--out", "o", "--temperature", "-1"])
+    assert isinstance(result.exception, ValueError) and "temperature must be >= 0" in str(result.exception)
+    assert made == []
+    # the group's flags are its callback's: a subcommand runs without its config being made (nothing is refused)
+    result = CliRunner().invoke(_nesting_app(made), ["--out", "o", "--temperature", "-1", "sub"])
+    assert result.exit_code == 0, result.output
+    assert made == ["sub"]
