@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 
+from pdbgym.defaults import documented
 from pdbgym.errors import PdbgymError
 
 
@@ -77,11 +78,14 @@ class EpisodeSettings:
         max_new_tokens: token cap of one model turn. >= 1. Shared default 512.
     """
 
-    max_context_tokens: int = 32_768
-    turn_budget: int = 30
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_new_tokens: int = 512
+    # Each field's help is its flag's in every command built from a config that nests these settings
+    # (pdbgym.commandapp.config_command); a command's ``inner`` may say it more precisely there.
+    max_context_tokens: int = documented(32_768, "Trajectory cap in tokens (then ctx_overflow)",
+                                         old_flags=("--context-tokens",))
+    turn_budget: int = documented(30, "Tool calls per episode before 'budget'", old_flags=("--budget",))
+    temperature: float = documented(0.7, "Sampling temperature of a model policy (0: greedy)")
+    top_p: float = documented(1.0, "Nucleus mass of a model policy (1: the whole distribution)")
+    max_new_tokens: int = documented(512, "Token cap of one model turn")
 
     def __post_init__(self) -> None:
         for spec in fields(self):

@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import json
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from pdbgym.agent.commands import cache_build_command, run_command
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.play import RunConfig
 from pdbgym.cli import app
+from pdbgym.commandapp import config_flags
 from pdbgym.defaults import defaults_of
 from pdbgym.divergence.commands import divergence_command
 from pdbgym.divergence.compare import DivergenceConfig
@@ -233,3 +235,39 @@ def test_old_and_new_turn_budget_flags_both_cap_the_episode(tiny_task, tmp_path,
     assert result.exit_code == 0, result.output
     outcome = json.loads(result.stdout)
     assert outcome["termination_reason"] == "budget" and outcome["actions_used"] == 2
+
+
+# The shown flags of `eval` and `train dagger` when they were written by hand (2834dec): scripts use these names.
+HAND_WRITTEN_FLAGS = {
+    "eval": {"--arm", "--device", "--force", "--json", "--k", "--local-episodes", "--max-context-tokens",
+             "--max-new-tokens", "--out", "--ray-address", "--runs", "--seed", "--split", "--splits", "--tasks",
+             "--teacher", "--teacher-cache", "--temperature", "--turn-budget", "--workers"},
+    "train dagger": {"--device", "--eval-runs", "--iterations", "--max-context-tokens", "--max-new-tokens",
+                     "--name-prefix", "--out", "--runs", "--seed", "--sft", "--splits", "--store", "--student", "--tasks",
+                     "--teacher", "--teacher-cache", "--teacher-temperature", "--temperature", "--tokenizer",
+                     "--turn-budget", "--val-tasks"},
+}
+
+
+@pytest.mark.parametrize("command, function, config", [("eval", eval_command, EvalConfig),
+                                                        ("train dagger", dagger_command, DaggerConfig)])
+def test_eval_and_dagger_are_built_from_their_configs_under_the_hand_written_flag_names(command, function, config):
+    assert function.config_class is config
+    result = CliRunner().invoke(app, [*command.split(), "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert set(re.findall(r"^  (--[a-z0-9-]+)", result.output, re.M)) - {"--help"} == HAND_WRITTEN_FLAGS[command]
+    text = " ".join(result.output.split())
+    hints = typing.get_type_hints(config)
+    for spec in dataclasses.fields(config):  # every flag's help is its field's, declared once there
+        if spec.metadata["cli"] and not dataclasses.is_dataclass(hints[spec.name]):
+            assert spec.metadata["help"] in text, spec.name
+
+
+def test_the_flattened_flags_fill_the_nested_settings_and_their_old_spellings_too():
+    dagger = {flag.parameter.name: flag.field for flag in config_flags(DaggerConfig)}
+    assert dagger["turn_budget"] == dagger["budget"] == ("episode", "turn_budget")
+    assert dagger["max_context_tokens"] == dagger["context_tokens"] == ("episode", "max_context_tokens")
+    assert "top_p" not in dagger and "ledger" not in dagger  # the student samples at top-p 1; library callers only
+    evaluation = {flag.parameter.name: flag.field for flag in config_flags(EvalConfig)}
+    assert evaluation["workers"] == ("executor", "workers") and evaluation["ray"] == ("executor", "ray_address")
+    assert "top_p" not in evaluation and "title" not in evaluation

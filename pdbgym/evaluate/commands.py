@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import TaskID
 
 from pdbgym.agent.executor import ExecutorConfig
-from pdbgym.commandapp import command_app
+from pdbgym.commandapp import command_app, config_command
 from pdbgym.defaults import defaults_of, pick
 from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
 from pdbgym.evaluate.results import EpisodeRow
@@ -26,7 +26,7 @@ from pdbgym.progress import TaskSet, progress
 
 app = command_app(no_args_is_help=False, invoke_without_command=True)
 console = Console()
-D, S = defaults_of(EvalConfig), defaults_of(SelectConfig)
+S = defaults_of(SelectConfig)
 
 
 class EpisodeProgress:
@@ -70,47 +70,14 @@ def episode_progress(where: Path | None = None) -> Iterator[EpisodeProgress]:
 
 
 @app.callback()
-def eval_command(
-    ctx: typer.Context,
-    tasks: Annotated[str, typer.Option(help="A suite (builtin, regression) or a folder of tasks")] = D.tasks,
-    arm: Annotated[list[str] | None, typer.Option(help="NAME=MODEL; MODEL: scripted, embedded, a folder, an adapter-store name, a URL")] = None,
-    runs: Annotated[int, typer.Option(help="Runs per task per arm")] = D.runs,
-    split: Annotated[str | None, typer.Option(help="Only tasks of this split (needs --splits)")] = D.split,
-    splits: Annotated[Path | None, typer.Option(help="Split file (pdbgym tasks split)")] = D.splits,
-    out: Annotated[Path, typer.Option(help="Campaign folder (resumable)")] = D.out,
-    turn_budget: Annotated[int, typer.Option(help="Tool calls per episode before 'budget'")] = D.turn_budget,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature of model arms")] = D.temperature,
-    workers: Annotated[int, typer.Option(help="Episodes at once (0: one per core)")] = D.executor.workers,
-    force: Annotated[bool, typer.Option(help="Report even on a split that selected a checkpoint")] = D.force,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write a machine summary here")] = D.json_out,
-    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = D.max_new_tokens,
-    max_context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens (then ctx_overflow)")] = D.max_context_tokens,
-    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address ('local' starts one here)")] = None,
-    k: Annotated[list[int] | None, typer.Option("--k", help="pass@k values that must be reportable (k <= runs)")] = None,
-    teacher_cache: Annotated[Path | None, typer.Option(help="Teacher cache: KL of each local-model arm to it, on these tasks, after the episodes (default: $KL_EVAL_TEACHER_CACHE_DIR)")] = D.teacher_cache,
-    teacher: Annotated[str | None, typer.Option(help="Model that built the teacher cache: scores each arm's own samples for kl_back_mean and jsd_mean (default: embedded if the cache names it)")] = D.teacher,
-    seed: Annotated[int, typer.Option(help="Base seed; each (task, run) gets its own, the same for every arm")] = D.seed,
-    device: Annotated[str, typer.Option(help="Device of local-model arms (cpu, cuda)")] = D.device,
-    local_episodes: Annotated[int, typer.Option(min=0, help="Local-model episodes at once, their turns batched (0: 48 on a GPU, 1 on CPU)")] = D.executor.local_episodes,
-    budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
-    context_tokens: Annotated[int | None, typer.Option("--context-tokens", hidden=True)] = None,
-    ray: Annotated[str | None, typer.Option("--ray", hidden=True)] = None,
-) -> None:
+@config_command(EvalConfig)
+def eval_command(config: EvalConfig, ctx: typer.Context) -> None:
     """Run an evaluation campaign: every task x run x arm is an episode; resumable; ends in a report."""
+    # ``ctx`` tells config_command this is the group's callback: it runs only when no subcommand does
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.procedures import run_evaluation
 
-    if ctx.invoked_subcommand is not None:
-        return
-    if not arm:
-        raise typer.BadParameter("give at least one --arm NAME=MODEL")
-    episode = replace(D.episode, turn_budget=pick(turn_budget, budget), temperature=temperature,
-                      max_new_tokens=max_new_tokens, max_context_tokens=pick(max_context_tokens, context_tokens))
-    config = EvalConfig(arms=arm, tasks=tasks, runs=runs, split=split, splits=splits, out=out, episode=episode,
-                        force=force, json_out=json_out,
-                        executor=ExecutorConfig(workers, pick(ray_address, ray), local_episodes), ks=k or [],
-                        teacher_cache=teacher_cache, teacher=teacher, seed=seed, device=device)
-    with episode_progress(out) as shown:
+    with episode_progress(config.out) as shown:
         outcome = run_evaluation(config, shown.tick, shown.plan)
     for warning in outcome.warnings:
         console.print(f"[bold yellow]warning:[/] {warning.text()}")

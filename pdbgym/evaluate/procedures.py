@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdbgym.agent.executor import ExecutorConfig
-from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
+from pdbgym.defaults import documented
+from pdbgym.episode_defaults import EpisodeSettings, SettingsError, check_setting, episode_defaults_for
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.analysis import CampaignSummary, pass_at, summarize
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
@@ -36,6 +37,9 @@ OnPlan = Callable[[int, int], None]  # (episodes already done, episodes to play)
 @dataclass
 class EvalConfig:
     """An evaluation campaign (``pdbgym eval``; ``demo`` and ``eval select`` build one too).
+
+    Every field but ``title`` is a flag of ``pdbgym eval`` (``pdbgym.commandapp.config_command``), with the help
+    declared on it; ``episode``'s and ``executor``'s fields are flags by their own names (no ``--top-p``).
 
     Args:
         arms: ``NAME=MODEL`` texts; MODEL is ``scripted``, ``embedded``, a model folder or a server URL.
@@ -62,24 +66,30 @@ class EvalConfig:
         device: where local-model arms run (``cpu``, ``cuda``). Default ``"cpu"``.
     """
 
-    arms: list[str]
-    tasks: str = "builtin"
-    runs: int = 2
-    split: str | None = None
-    splits: Path | None = None
-    out: Path = Path("runs/eval")
-    episode: EpisodeSettings = episode_defaults_for("eval")
-    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
-    force: bool = False
-    json_out: Path | None = None
-    ks: list[int] = field(default_factory=list)
-    title: str | None = None
-    teacher_cache: Path | None = None
-    teacher: str | None = None
-    seed: int = 0
-    device: str = "cpu"
+    arms: list[str] = documented(help="NAME=MODEL; MODEL: scripted, embedded, a folder, an adapter-store name, a URL",
+                                 factory=list, flag="--arm")
+    tasks: str = documented("builtin", "A suite (builtin, regression) or a folder of tasks")
+    runs: int = documented(2, "Runs per task per arm")
+    split: str | None = documented(None, "Only tasks of this split (needs --splits)")
+    splits: Path | None = documented(None, "Split file (pdbgym tasks split)")
+    out: Path = documented(Path("runs/eval"), "Campaign folder (resumable)")
+    episode: EpisodeSettings = documented(episode_defaults_for("eval"), "the settings of every episode",
+                                          inner={"temperature": "Sampling temperature of model arms", "top_p": None})
+    executor: ExecutorConfig = documented(help="where the episodes run", factory=ExecutorConfig)
+    force: bool = documented(False, "Report even on a split that selected a checkpoint")
+    json_out: Path | None = documented(None, "Write a machine summary here", flag="--json")
+    ks: list[int] = documented(help="pass@k values that must be reportable (k <= runs)", factory=list, flag="--k")
+    title: str | None = documented(None, "the report's title", cli=False)
+    teacher_cache: Path | None = documented(None, "Teacher cache: KL of each local-model arm to it, on these tasks, "
+                                                  "after the episodes (default: $KL_EVAL_TEACHER_CACHE_DIR)")
+    teacher: str | None = documented(None, "Model that built the teacher cache: scores each arm's own samples for "
+                                           "kl_back_mean and jsd_mean (default: embedded if the cache names it)")
+    seed: int = documented(0, "Base seed; each (task, run) gets its own, the same for every arm")
+    device: str = documented("cpu", "Device of local-model arms (cpu, cuda)")
 
     def __post_init__(self) -> None:
+        if not self.arms:
+            raise SettingsError("give at least one --arm NAME=MODEL")
         check_setting("runs", self.runs)
 
 

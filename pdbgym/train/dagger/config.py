@@ -1,12 +1,26 @@
-"""The config of ``pdbgym train dagger``: every field is a flag of the same name."""
+"""The config of ``pdbgym train dagger``: every field but ``ledger`` and ``report`` is a flag, declared once here
+with its help (``pdbgym.commandapp.config_command``); ``episode``'s fields are flags by their own names."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
+from pdbgym.defaults import documented
+from pdbgym.episode_defaults import EpisodeSettings, SettingsError, check_setting, episode_defaults_for
 from pdbgym.fileio import JSONValue
+
+
+def sft_fields(text: str) -> dict[str, JSONValue]:
+    """``--sft``'s JSON object of ``SFTTrainConfig`` fields; anything else is a ``SettingsError`` saying why."""
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"--sft must be a JSON object ({exc})") from exc
+    if not isinstance(fields, dict):
+        raise SettingsError(f"--sft must be a JSON object of SFT fields, e.g. '{{\"max_steps\": 20}}', got {text!r}")
+    return fields
 
 
 @dataclass
@@ -26,26 +40,30 @@ class DaggerConfig:
     ``teacher_temperature`` is the teacher's labelling draw (0: greedy), not an episode setting.
     """
 
-    student: str
-    teacher: str
-    tasks: str
-    out: Path
-    iterations: int = 2
-    runs: int = 1
-    val_tasks: str | None = None
-    splits: Path | None = None
-    teacher_cache: Path | None = None
-    eval_runs: int = 1
-    episode: EpisodeSettings = episode_defaults_for("train dagger")
-    teacher_temperature: float = 0.0
-    tokenizer: str = "embedded"
-    device: str = "auto"
-    seed: int = 42
-    name_prefix: str | None = None  # store names: {prefix}-iter0, ...; default: the out folder's name
-    sft: dict[str, JSONValue] = field(default_factory=dict)  # SFTTrainConfig fields for every iteration (--sft JSON)
-    store: Path | None = None
-    ledger: Path | None = None
-    report: bool = True
+    student: str = documented(help="'embedded', a model folder, or an adapter-store reference")
+    teacher: str = documented(help="A model ('embedded', folder, store ref) or an SGLang URL")
+    tasks: str = documented(help="Training tasks: suite, task id or folder")
+    out: Path = documented(help="Run folder: iter0/, iter1/, ..., iterations.json, report")
+    iterations: int = documented(2, "DAgger iterations")
+    runs: int = documented(1, "Student episodes per training task per iteration")
+    val_tasks: str | None = documented(None, "Tasks for pass@1 of each iterate (held out)")
+    splits: Path | None = documented(None, "Split file: refuse val/test tasks in --tasks")
+    teacher_cache: Path | None = documented(None, "Teacher cache for KL(teacher||student)")
+    eval_runs: int = documented(1, "Episodes per val task per iterate")
+    episode: EpisodeSettings = documented(
+        episode_defaults_for("train dagger"), "the student's episodes",
+        inner={"temperature": "Student sampling temperature", "top_p": None,
+               "max_new_tokens": "Token cap of one turn (student and teacher)"})
+    teacher_temperature: float = documented(0.0, "Teacher sampling temperature (0: greedy)")
+    tokenizer: str = documented("embedded", "Tokenizer of a URL teacher: 'embedded' or a folder")
+    device: str = documented("auto", "auto, cpu, cuda")
+    seed: int = documented(42, "Seed of sampling and training")
+    name_prefix: str | None = documented(None, "Store names PREFIX-iterN (default: out folder name)")
+    sft: dict[str, JSONValue] = documented(help="JSON of SFT fields for every iteration, e.g. '{\"max_steps\": 20}'",
+                                           factory=dict, text=(json.dumps, sft_fields))
+    store: Path | None = documented(None, "Adapter store root")
+    ledger: Path | None = documented(None, "selection ledger (default $PDBGYM_HOME's)", cli=False)
+    report: bool = documented(True, "write the run's report", cli=False)
 
     def __post_init__(self) -> None:
         check_setting("runs", self.runs)
