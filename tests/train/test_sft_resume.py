@@ -56,29 +56,38 @@ def _complete(out: Path) -> list[int]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, corpus, tiny_model_dir):
-    """(uninterrupted out, resumed out, what the killed run left: complete checkpoints and logged steps)."""
+    """(uninterrupted out, resumed out, what the killed run left: complete checkpoints and logged steps).
+
+    The uninterrupted run goes on beside the killed one and its resume: the two share nothing (their own
+    --out, store and home, one torch thread each), so neither needs the other to have finished."""
     root = tmp_path_factory.mktemp("runs")
     whole, resumed = root / "whole", root / "resumed"
-    done = subprocess.run(_command(tiny_model_dir, corpus, whole), env=_env(root, "whole"), capture_output=True,
-                          text=True, timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (root / "whole-stderr.txt").write_text(done.stderr)  # piped: the progress lines a log gets
-    first = subprocess.Popen(_command(tiny_model_dir, corpus, resumed), env=_env(root, "resumed"),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 300
-    # kill once checkpoint-4 is complete and step 5 has been logged: a step past the checkpoint is lost
-    while not ((resumed / "checkpoints" / "checkpoint-4" / "trainer_state.json").is_file()
-               and (resumed / "metrics.jsonl").is_file() and any(r["step"] >= 5 for r in _rows(resumed))):
-        assert first.poll() is None, first.stderr.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "no checkpoint-4 within 300 s"
-        time.sleep(0.01)
-    os.killpg(first.pid, signal.SIGKILL)  # no handler runs: whatever step was in flight is lost
-    first.wait()
-    left = {"checkpoints": _complete(resumed), "logged": [r["step"] for r in _rows(resumed)],
-            "finished": (resumed / "adapter" / "pdbgym_train.json").exists()}
-    again = subprocess.run(_command(tiny_model_dir, corpus, resumed, "--resume"), env=_env(root, "resumed"),
-                           capture_output=True, text=True, timeout=400)
-    assert again.returncode == 0, again.stderr[-3000:]
+    whole_stderr = root / "whole-stderr.txt"  # piped: the progress lines a log gets
+    with whole_stderr.open("w") as log:
+        uninterrupted = subprocess.Popen(_command(tiny_model_dir, corpus, whole), env=_env(root, "whole"),
+                                         stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    try:
+        first = subprocess.Popen(_command(tiny_model_dir, corpus, resumed), env=_env(root, "resumed"),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.monotonic() + 300
+        # kill once checkpoint-4 is complete and step 5 has been logged: a step past the checkpoint is lost
+        while not ((resumed / "checkpoints" / "checkpoint-4" / "trainer_state.json").is_file()
+                   and (resumed / "metrics.jsonl").is_file() and any(r["step"] >= 5 for r in _rows(resumed))):
+            assert first.poll() is None, first.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint-4 within 300 s"
+            time.sleep(0.01)
+        os.killpg(first.pid, signal.SIGKILL)  # no handler runs: whatever step was in flight is lost
+        first.wait()
+        left = {"checkpoints": _complete(resumed), "logged": [r["step"] for r in _rows(resumed)],
+                "finished": (resumed / "adapter" / "pdbgym_train.json").exists()}
+        again = subprocess.run(_command(tiny_model_dir, corpus, resumed, "--resume"), env=_env(root, "resumed"),
+                               capture_output=True, text=True, timeout=400)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert uninterrupted.wait(timeout=400) == 0, whole_stderr.read_text()[-3000:]
+    finally:
+        if uninterrupted.poll() is None:
+            os.killpg(uninterrupted.pid, signal.SIGKILL)
+            uninterrupted.wait()
     return whole, resumed, left, json.loads(again.stdout[again.stdout.index("{"):])
 
 
