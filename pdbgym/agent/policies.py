@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ if TYPE_CHECKING:  # annotations only: transformers loads with a model
 SERVER_APIS = ("auto", "chat", "sglang")
 _BACKENDS: dict[PolicySpec, Backend] = {}
 _TOKENIZERS: dict[str, PreTrainedTokenizerBase] = {}
+_RELEASE_LOCK = threading.Lock()
+_OPEN_BLOCKS = [0]  # models_released_after blocks open in this process
+_PENDING: dict[tuple[str, str], Any] = {}  # what the blocks ended so far loaded, released with the last
 
 
 @dataclass(frozen=True)
@@ -145,13 +149,21 @@ def models_released_after(keep_cpu: bool = True) -> Iterator[None]:
     evaluated arms); every one kept for the process's life, with its engine's static caches, filled an
     80 GB GPU within one experiment. Only models first loaded inside the block are released: one loaded
     before may have other users. ``keep_cpu``: models on the CPU stay loaded (a later campaign of the same
-    model reuses them; host memory holds them)."""
+    model reuses them; host memory holds them). Blocks open at once in one process (campaigns in threads)
+    release together, when the last ends: one's models may be in another's use."""
     before = loaded_models()
+    with _RELEASE_LOCK:
+        _OPEN_BLOCKS[0] += 1
     try:
         yield
     finally:
-        fresh = [model for key, model in loaded_models().items() if key not in before
-                 and not (keep_cpu and next(model.parameters()).device.type == "cpu")]
+        with _RELEASE_LOCK:
+            _OPEN_BLOCKS[0] -= 1
+            _PENDING.update({key: model for key, model in loaded_models().items() if key not in before
+                             and not (keep_cpu and next(model.parameters()).device.type == "cpu")})
+            fresh = list(_PENDING.values()) if not _OPEN_BLOCKS[0] else []
+            if fresh:
+                _PENDING.clear()
         if fresh:
             _release(fresh)
 

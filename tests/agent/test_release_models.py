@@ -55,6 +55,23 @@ def test_a_model_loaded_before_the_block_is_left_to_its_users(tiny_model_dir, tm
         assert build_backend(spec) is not outer  # the outer block loaded it, and released it
 
 
+def test_blocks_open_at_once_release_together_when_the_last_ends(tiny_model_dir, tmp_path):
+    """Two campaigns in threads of one process: the first to end must not close the engine of a model the
+    other is playing, even one it loaded itself (the other may have picked it up since)."""
+    spec = _own_copy(tiny_model_dir, tmp_path)
+    first, second = models_released_after(keep_cpu=False), models_released_after(keep_cpu=False)
+    first.__enter__()
+    second.__enter__()
+    backend = build_backend(spec)  # loaded while both are open
+    first.__exit__(None, None, None)
+    assert build_backend(spec) is backend and _played(backend)  # still served: the second block is open
+    model = weakref.ref(backend.model)
+    del backend
+    second.__exit__(None, None, None)
+    gc.collect()
+    assert model() is None
+
+
 def test_models_on_the_cpu_stay_loaded_after_a_block_by_default(tiny_model_dir, tmp_path):
     spec = _own_copy(tiny_model_dir, tmp_path)
     with models_released_after():
