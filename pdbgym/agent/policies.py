@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from pdbgym.agent.backends.base import Backend, BackendError, SamplingParams
 from pdbgym.agent.backends.embedded import load_embedded_backend, load_embedded_tokenizer
 from pdbgym.agent.backends.hf import HFBackend, forget_model, loaded_models
@@ -29,6 +31,7 @@ from pdbgym.agent.room import check_context_room
 from pdbgym.agent.scripted import ScriptedPolicy
 from pdbgym.agent.toolcalls import FORMATS, detect_format
 from pdbgym.agent.turns import ActionPolicyTurns, ModelTurns, TurnSource
+from pdbgym.engine.shared import release_engine
 from pdbgym.modelload import ModelLoadError, is_model_ref, load_tokenizer, model_path
 from pdbgym.policyname import (
     ACTION_POLICIES,
@@ -169,8 +172,6 @@ def models_released_after(keep_cpu: bool = True) -> Iterator[None]:
 
 
 def _release(models: list[Any]) -> None:
-    from pdbgym.engine.shared import release_engine  # heavy: torch, loaded already with any local model
-
     cuda = any(next(model.parameters()).device.type == "cuda" for model in models)
     for model in models:
         for spec in [spec for spec, backend in _BACKENDS.items() if getattr(backend, "model", None) is model]:
@@ -180,8 +181,6 @@ def _release(models: list[Any]) -> None:
     models.clear()
     gc.collect()
     if cuda:
-        import torch
-
         torch.cuda.empty_cache()  # to the device: the next stage, or another process on the GPU, may need it
 
 
