@@ -100,6 +100,9 @@ def _order_worker(rank: int, model_dir: str, port: int, out: str) -> None:
                                          ScoringConfig(token_budget=400, show_progress=False))
     if rank == 0:
         np.savez(out, *scores)
+    # Leave together, as the CLI's ranks do: a rank tearing its gloo pairs down while rank 0 still
+    # writes can abort in gloo's teardown ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -149,6 +149,7 @@ def _two_processes(rank: int, init: str, results: str) -> None:
             outcomes.append(guard.check(model, step))
             model.zero_grad()
         Path(results, f"rank{rank}.json").write_text(json.dumps({"taken": outcomes, "named": guard.offenders}))
+        dist.barrier()  # leave together: an early teardown can abort in gloo ("terminate called ...")
     finally:
         dist.destroy_process_group()
 
