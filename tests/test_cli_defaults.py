@@ -10,13 +10,17 @@ import re
 import typing
 from pathlib import Path
 
+import click
 import pytest
+import typer
+import typer.main
 from typer.testing import CliRunner
 
 from pdbgym import episode_defaults
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.build import CacheBuildConfig
 from pdbgym.agent.commands import cache_build_command, run_command
+from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.play import RunConfig
 from pdbgym.cli import app
@@ -48,7 +52,7 @@ RENAMED = {"json_output": None, "as_json": None, "json_out": "json_out", "k": No
 
 @pytest.mark.parametrize("command,config", [
     (cache_build_command, CacheBuildConfig), (eval_command, EvalConfig), (select_command, SelectConfig),
-    (divergence_command, DivergenceConfig), (run_command, EnvConfig),
+    (divergence_command, DivergenceConfig), (run_command, RunConfig), (run_command, EnvConfig),
     (sft_command, SFTTrainConfig), (dagger_command, DaggerConfig), (grpo, GRPORunConfig), (demo_command, DemoConfig),
 ])
 def test_flag_defaults_are_the_config_defaults(command, config):
@@ -237,7 +241,9 @@ def test_old_and_new_turn_budget_flags_both_cap_the_episode(tiny_task, tmp_path,
     assert outcome["termination_reason"] == "budget" and outcome["actions_used"] == 2
 
 
-# The shown flags of `eval` and `train dagger` when they were written by hand (2834dec): scripts use these names.
+# The shown flags of commands when they were written by hand (`eval`, `train dagger`: 2834dec; `run`, `cache build`,
+# `eval select`: 89c5a6b, read from typer's parameters before they were built from their configs): scripts use
+# these names.
 HAND_WRITTEN_FLAGS = {
     "eval": {"--arm", "--device", "--force", "--json", "--k", "--local-episodes", "--max-context-tokens",
              "--max-new-tokens", "--out", "--ray-address", "--runs", "--seed", "--split", "--splits", "--tasks",
@@ -247,11 +253,36 @@ HAND_WRITTEN_FLAGS = {
                      "--teacher", "--teacher-cache", "--teacher-temperature", "--temperature", "--tokenizer",
                      "--turn-budget", "--val-tasks"},
 }
+# ... and, for the commands moved last, each shown flag's default then (None: required or no default)
+HAND_WRITTEN_DEFAULTS = {
+    "run": {"--task": None, "--policy": "scripted", "--turn-budget": 30, "--transcript": None, "--sandbox": "auto",
+            "--json": False, "--temperature": 0.7, "--max-new-tokens": 512, "--seed": None},
+    "cache build": {"--policy": None, "--out": None, "--tasks": "builtin", "--runs": 1, "--temperature": 0.7,
+                    "--top-p": 0.9, "--dataset": "pdbgym_builtin", "--workers": 0, "--local-episodes": 0,
+                    "--max-new-tokens": 512, "--max-context-tokens": 32768, "--turn-budget": 30,
+                    "--command-timeout-s": 10.0, "--seed": None, "--tokenizer": "embedded", "--api": "auto",
+                    "--logprob-mode": "raw", "--tool-format": None, "--device": "cpu", "--ray-address": None,
+                    "--json": False},
+    "eval select": {"--checkpoint": None, "--splits": None, "--tasks": "builtin", "--select-on": "val",
+                    "--report-on": "test", "--runs": 2, "--out": Path("runs/select"), "--turn-budget": 30,
+                    "--force": False, "--temperature": 0.7, "--max-new-tokens": 512, "--max-context-tokens": 32768,
+                    "--workers": 0, "--ray-address": None},
+}
+HAND_WRITTEN_FLAGS.update({command: set(defaults) for command, defaults in HAND_WRITTEN_DEFAULTS.items()})
+BUILT = [("eval", eval_command, EvalConfig), ("train dagger", dagger_command, DaggerConfig),
+         ("run", run_command, RunConfig), ("cache build", cache_build_command, CacheBuildConfig),
+         ("eval select", select_command, SelectConfig)]
 
 
-@pytest.mark.parametrize("command, function, config", [("eval", eval_command, EvalConfig),
-                                                        ("train dagger", dagger_command, DaggerConfig)])
-def test_eval_and_dagger_are_built_from_their_configs_under_the_hand_written_flag_names(command, function, config):
+def _click_command(command: str) -> click.Command:
+    found = typer.main.get_command(app)
+    for word in command.split():
+        found = found.commands[word]
+    return found
+
+
+@pytest.mark.parametrize("command, function, config", BUILT, ids=[c for c, _, _ in BUILT])
+def test_commands_are_built_from_their_configs_under_the_hand_written_flag_names(command, function, config):
     assert function.config_class is config
     result = CliRunner().invoke(app, [*command.split(), "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
@@ -261,6 +292,9 @@ def test_eval_and_dagger_are_built_from_their_configs_under_the_hand_written_fla
     for spec in dataclasses.fields(config):  # every flag's help is its field's, declared once there
         if spec.metadata["cli"] and not dataclasses.is_dataclass(hints[spec.name]):
             assert spec.metadata["help"] in text, spec.name
+    if command in HAND_WRITTEN_DEFAULTS:
+        shown = {p.opts[0]: p.default for p in _click_command(command).params if not p.hidden}
+        assert shown == HAND_WRITTEN_DEFAULTS[command]
 
 
 def test_the_flattened_flags_fill_the_nested_settings_and_their_old_spellings_too():
@@ -271,3 +305,52 @@ def test_the_flattened_flags_fill_the_nested_settings_and_their_old_spellings_to
     evaluation = {flag.parameter.name: flag.field for flag in config_flags(EvalConfig)}
     assert evaluation["workers"] == ("executor", "workers") and evaluation["ray"] == ("executor", "ray_address")
     assert "top_p" not in evaluation and "title" not in evaluation
+    run = {flag.parameter.name: flag.field for flag in config_flags(RunConfig)}
+    assert run["turn_budget"] == run["budget"] == ("env", "turn_budget") and run["sandbox"] == ("env", "sandbox")
+    assert run["temperature"] == ("sampling", "temperature") and run["seed"] == ("seed",)
+    assert "top_p" not in run and "command_timeout_s" not in run and "zygote" not in run  # no flag, as before
+    cache = {flag.parameter.name: flag.field for flag in config_flags(CacheBuildConfig)}
+    assert cache["top_p"] == ("episode", "top_p") and cache["budget"] == ("episode", "turn_budget")
+    select = {flag.parameter.name: flag.field for flag in config_flags(SelectConfig)}
+    assert select["checkpoints"] == ("checkpoints",) and select["ray_address"] == ("executor", "ray_address")
+    assert "top_p" not in select and "local_episodes" not in select
+
+
+class _Made(Exception):
+    """Raised by a stand-in for a command's library call, carrying the config the command made."""
+
+
+def _config_made(monkeypatch, module, function: str, argv: list[str]) -> object:
+    def stand_in(config, *args, **kwargs):
+        raise _Made(config)
+
+    monkeypatch.setattr(module, function, stand_in)
+    result = CliRunner().invoke(app, argv)
+    assert isinstance(result.exception, _Made), result.output
+    return result.exception.args[0]
+
+
+@pytest.mark.parametrize("flags, ray_address", [([], None), (["--ray"], "local"), (["--ray-address", "a:1"], "a:1"),
+                                                (["--ray", "--ray-address", "a:1"], "a:1")])
+def test_cache_builds_hidden_ray_switch_still_starts_a_local_cluster(monkeypatch, tmp_path, flags, ray_address):
+    from pdbgym.agent import build
+
+    config = _config_made(monkeypatch, build, "build_cache",
+                          ["cache", "build", "--policy", "scripted", "--out", str(tmp_path), *flags, "--budget", "4"])
+    assert config.ray_address == ray_address and config.episode.turn_budget == 4 and config.episode.top_p == 0.9
+
+
+def test_run_and_select_fill_their_configs_from_the_flags(monkeypatch, tmp_path):
+    from pdbgym.agent import play
+    from pdbgym.evaluate import procedures
+
+    config = _config_made(monkeypatch, play, "run_one", ["run", "--task", "t", "--budget", "3", "--sandbox", "plain",
+                                                         "--temperature", "0", "--seed", "5"])
+    assert config == RunConfig("t", env=EnvConfig(turn_budget=3, sandbox="plain"),
+                               sampling=SamplingParams(temperature=0.0), seed=5)
+    config = _config_made(monkeypatch, procedures, "select_checkpoint",
+                          ["eval", "select", "--checkpoint", "a=scripted", "--checkpoint", "b=scripted", "--splits",
+                           str(tmp_path / "s.json"), "--budget", "7", "--workers", "2", "--force"])
+    assert config == SelectConfig(["a=scripted", "b=scripted"], tmp_path / "s.json", force=True,
+                                  episode=dataclasses.replace(SelectConfig.episode, turn_budget=7),
+                                  executor=ExecutorConfig(workers=2))

@@ -82,12 +82,19 @@ SELECT = ["eval", "select", "--checkpoint", "a=scripted", "--splits", "OUT/split
 DAGGER = ["train", "dagger", "--student", "embedded", "--teacher", "embedded", "--tasks", "builtin", "--out", "OUT"]
 GRPO = ["train", "grpo", "--policy", "embedded", "--tasks", "builtin", "--out", "OUT"]
 CACHE = ["cache", "build", "--policy", "scripted", "--out", "OUT"]
+RUN = ["run", "--task", "builtin", "--transcript", "OUT/t.json"]
 CASES = [
-    (["run", "--task", "builtin", "--transcript", "OUT/t.json"], ["--turn-budget", "0"], "turn_budget"),
-    (["run", "--task", "builtin", "--transcript", "OUT/t.json"], ["--temperature", "-1"], "temperature"),
+    (RUN, ["--turn-budget", "0"], "turn_budget"),
+    (RUN, ["--temperature", "-1"], "temperature"),
+    (RUN, ["--max-new-tokens", "0"], "max_new_tokens"),
+    (RUN, ["--budget", "0"], "turn_budget"),  # the old spelling, hidden, still checked
     (CACHE, ["--runs", "0"], "runs"),
     (CACHE, ["--turn-budget", "-3"], "turn_budget"),
     (CACHE, ["--temperature", "-1"], "temperature"),
+    (CACHE, ["--max-new-tokens", "0"], "max_new_tokens"),
+    (CACHE, ["--max-context-tokens", "0"], "max_context_tokens"),
+    (CACHE, ["--top-p", "0"], "top_p"),
+    (CACHE, ["--ray", "--runs", "0"], "runs"),  # the hidden switch, still a switch
     (EVAL, ["--turn-budget", "-3"], "turn_budget"),
     (EVAL, ["--turn-budget", "0"], "turn_budget"),
     (EVAL, ["--runs", "-1"], "runs"),
@@ -100,6 +107,8 @@ CASES = [
     (SELECT, ["--runs", "0"], "runs"),
     (SELECT, ["--turn-budget", "-3"], "turn_budget"),
     (SELECT, ["--temperature", "-1"], "temperature"),
+    (SELECT, ["--max-new-tokens", "0"], "max_new_tokens"),
+    (SELECT, ["--budget", "0"], "turn_budget"),
     (["demo", "--out", "OUT"], ["--eval-runs", "0"], "eval_runs"),
     (["demo", "--out", "OUT"], ["--turn-budget", "-3"], "turn_budget"),
     (DAGGER, ["--runs", "0"], "runs"),

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TypedDict
 
 from pdbgym.agent.backends.base import SamplingParams
-from pdbgym.agent.executor import ExecutorConfig
+from pdbgym.agent.executor import LOCAL_EPISODES_GPU, ExecutorConfig
 from pdbgym.agent.jobs import JobResult
 from pdbgym.agent.loop import AgentConfig
 from pdbgym.agent.policies import check_policy, parse_policy
 from pdbgym.agent.runner import completed_samples, plan_jobs, run_all
+from pdbgym.defaults import documented
 from pdbgym.env.environment import EnvConfig
 from pdbgym.episode_defaults import EpisodeSettings, check_setting, episode_defaults_for
 from pdbgym.errors import PdbgymError
@@ -31,7 +32,8 @@ from pdbgym.tasks.suites import resolve_tasks
 
 @dataclass
 class CacheBuildConfig:
-    """What ``pdbgym cache build`` takes; the command's flags read their defaults from here.
+    """What ``pdbgym cache build`` takes: every field is a flag of the command, with the help and default declared
+    on it (``pdbgym.commandapp.config_command``); ``episode``'s fields are flags by their own names.
 
     Args:
         policy: ``scripted``, ``embedded``, a model folder, or a server URL (``pdbgym.policyname``).
@@ -55,22 +57,26 @@ class CacheBuildConfig:
         ray_address: None runs locally; ``"local"`` starts or joins a Ray cluster here; else its address.
     """
 
-    policy: str
-    out: Path
-    tasks: str = "builtin"
-    runs: int = 1
-    episode: EpisodeSettings = episode_defaults_for("cache build")
-    dataset: str = "pdbgym_builtin"
-    workers: int = 0
-    local_episodes: int = 0
-    command_timeout_s: float = EnvConfig.command_timeout_s
-    seed: int | None = None
-    tokenizer: str = "embedded"
-    api: str = "auto"
-    logprob_mode: str = "raw"
-    tool_format: str | None = None
-    device: str = "cpu"
-    ray_address: str | None = None
+    policy: str = documented(help="scripted | embedded | a model folder | a server URL")
+    out: Path = documented(help="Cache folder to write (a rerun resumes it)")
+    tasks: str = documented("builtin", "A suite name (builtin, regression) or a task folder")
+    runs: int = documented(1, "Samples per task (their _sample_idx is 0..runs-1)")
+    episode: EpisodeSettings = documented(
+        episode_defaults_for("cache build"), "the settings of every episode",
+        inner={"temperature": "Sampling temperature (0 = greedy)", "top_p": "Top-p nucleus mass, in (0, 1]",
+               "max_context_tokens": "Trajectory cap (tokens): ctx_overflow"})
+    dataset: str = documented("pdbgym_builtin", "Dataset name stored in every record")
+    workers: int = documented(0, "Parallel episodes (0: all cores; local models: --local-episodes)", min=0)
+    local_episodes: int = documented(
+        0, f"Local-model episodes at once, turns batched (0: {LOCAL_EPISODES_GPU} on a GPU, 1 on CPU)", min=0)
+    command_timeout_s: float = documented(EnvConfig.command_timeout_s, "Seconds before a pdb command is interrupted")
+    seed: int | None = documented(None, "Base seed (each episode gets its own derived seed)")
+    tokenizer: str = documented("embedded", "Tokenizer for scripted policies and server URLs")
+    api: str = documented("auto", "Server protocol: auto | chat | sglang")
+    logprob_mode: str = documented("raw", "What a chat server's log-probs are: raw | tempered | processed")
+    tool_format: str | None = documented(None, "qwen3_xml | hermes | text (default: from the template)")
+    device: str = documented("cpu", "Device for local models (cpu, cuda)")
+    ray_address: str | None = documented(None, "Fan episodes over Ray at this address ('local' starts one here)")
 
     def __post_init__(self) -> None:
         check_setting("runs", self.runs)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pdbgym.agent.backends.base import BackendError, SamplingParams
@@ -13,6 +13,7 @@ from pdbgym.agent.policies import PolicySpec, build_backend, parse_policy, token
 from pdbgym.agent.policy import Policy
 from pdbgym.agent.runner import run_job, run_to_end
 from pdbgym.agent.turns import ActionPolicyTurns
+from pdbgym.defaults import documented
 from pdbgym.env.environment import DebugEnv, EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
@@ -24,7 +25,9 @@ from pdbgym.tasks.suites import resolve_task
 
 @dataclass
 class RunConfig:
-    """What ``pdbgym run`` takes; the command's flags read their defaults from here.
+    """What ``pdbgym run`` takes: every field is a flag of the command, with the help and default declared on it
+    (``pdbgym.commandapp.config_command``); ``env``'s and ``sampling``'s fields with a flag are flags by their
+    own names (``--turn-budget``, ``--sandbox``, ``--temperature``, ``--max-new-tokens``).
 
     Args:
         task: a built-in task id or a task folder.
@@ -38,12 +41,15 @@ class RunConfig:
             as the first sample of a cache build or a campaign). Default None (unseeded).
     """
 
-    task: str
-    policy: str = "scripted"
-    env: EnvConfig = field(default_factory=EnvConfig)
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    transcript: Path | None = None
-    seed: int | None = None
+    task: str = documented(help="A built-in task id or a task folder")
+    policy: str = documented("scripted", "scripted (reference patch), human (you, at the terminal), embedded, "
+                                         "a model folder, or a server URL")
+    env: EnvConfig = documented(help="the episode's settings", factory=EnvConfig,
+                                inner={"command_timeout_s": None})  # run shows no --command-timeout-s
+    sampling: SamplingParams = documented(help="how a model policy samples", factory=SamplingParams,
+                                          inner={"top_p": None})  # run plays at top-p 1.0, no flag
+    transcript: Path | None = documented(None, "Where to write the JSON transcript")
+    seed: int | None = documented(None, "Base seed (the episode samples with its derived seed)")
 
 
 def play_episode(task: Task, policy: str, env_config: EnvConfig, transcript_path: Path, *,

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict, cast
 
+from pdbgym.defaults import documented
 from pdbgym.env import files, zygotes
 from pdbgym.env.tools import Action, ActionError, StepInfo, StepResult, ToolArgs, check_args
 from pdbgym.episode_defaults import EPISODE, check_setting
@@ -30,23 +31,31 @@ from pdbgym.termination import TERMINATION_REASONS
 
 @dataclass
 class EnvConfig:
-    """Episode settings. ``turn_budget`` counts every step, malformed ones included."""
+    """Episode settings. ``turn_budget`` counts every step, malformed ones included.
 
-    turn_budget: int = EPISODE.turn_budget  # pdbgym.episode_defaults: every command's default
-    command_timeout_s: float = 10.0  # a pdb command running longer is interrupted with SIGINT
-    sandbox: str = "auto"  # "bwrap", "plain" or "auto" (bwrap when available)
-    observation_max_chars: int = 12_000  # longer observations keep a head and a tail
-    start_debugger: bool = True
-    workspace_parent: str | None = None
+    The fields with a flag are ``pdbgym run``'s (``pdbgym.agent.play.RunConfig.env``, flattened by
+    ``pdbgym.commandapp.config_command``), with the help declared here; the rest are for library callers.
+    """
+
+    # pdbgym.episode_defaults: every command's default
+    turn_budget: int = documented(EPISODE.turn_budget, "Tool calls per episode before 'budget'",
+                                  old_flags=("--budget",))
+    command_timeout_s: float = documented(10.0, "Seconds before a pdb command is interrupted")
+    sandbox: str = documented("auto", "auto, bwrap or plain")  # "auto": bwrap when available
+    observation_max_chars: int = documented(12_000, "longer observations keep a head and a tail", cli=False)
+    start_debugger: bool = documented(True, "start the pdb session at reset", cli=False)
+    workspace_parent: str | None = documented(None, "folder the workspace is made in (None: the temp folder)",
+                                              cli=False)
     # Host disk the agent's commands may add to the workspace, over the task's repo as copied: allocated
     # bytes, and files and folders. Past it they are stopped and the agent told (docs/sandbox.md, "Host disk").
-    workspace_extra_bytes: int = EXTRA_BYTES
-    workspace_extra_files: int = EXTRA_FILES
-    disk_poll_s: float = 0.2  # how often the workspace's usage is measured (longer for a large tree)
+    workspace_extra_bytes: int = documented(EXTRA_BYTES, "bytes the agent may add to the workspace", cli=False)
+    workspace_extra_files: int = documented(EXTRA_FILES, "files and folders the agent may add", cli=False)
+    disk_poll_s: float = documented(0.2, "how often the workspace's usage is measured (longer for a large tree)",
+                                    cli=False)
     # A pytest fork server (docs/sandbox.md, "The pytest fork server") under bwrap: the pdb session, the
     # agent's test runs and grading fork from one warm interpreter instead of each starting Python and
     # pytest. Off: a fresh interpreter per run, as before.
-    zygote: bool = True
+    zygote: bool = documented(True, "pdb sessions and test runs fork from a pytest fork server", cli=False)
 
     def __post_init__(self) -> None:
         check_setting("turn_budget", self.turn_budget)  # EpisodeSettings' rule: a budget of 0 plays nothing

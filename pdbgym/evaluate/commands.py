@@ -1,7 +1,8 @@
 """`pdbgym eval ...`: campaigns, planning, checkpoint selection (`pdbgym demo` lives in ``train.demo.commands``).
 
-Each command parses its flags into a config (``EvalConfig``, ``SelectConfig``; the flags read their
-defaults from them), calls one library function (``pdbgym.evaluate.procedures``) and prints.
+``eval``'s and ``eval select``'s flags are their configs' fields (``EvalConfig``, ``SelectConfig``), with the help
+and default declared there (``pdbgym.commandapp.config_command``); each command calls one library function
+(``pdbgym.evaluate.procedures``) and prints.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -17,16 +17,13 @@ import typer
 from rich.console import Console
 from rich.progress import TaskID
 
-from pdbgym.agent.executor import ExecutorConfig
 from pdbgym.commandapp import command_app, config_command
-from pdbgym.defaults import defaults_of, pick
 from pdbgym.evaluate.procedures import EvalConfig, SelectConfig
 from pdbgym.evaluate.results import EpisodeRow
 from pdbgym.progress import TaskSet, progress
 
 app = command_app(no_args_is_help=False, invoke_without_command=True)
 console = Console()
-S = defaults_of(SelectConfig)
 
 
 class EpisodeProgress:
@@ -103,34 +100,15 @@ def plan_command(
 
 
 @app.command("select")
-def select_command(
-    checkpoints: Annotated[list[str], typer.Option("--checkpoint", help="NAME=MODEL, repeat for each candidate")],
-    splits: Annotated[Path, typer.Option(help="Split file")],
-    tasks: Annotated[str, typer.Option(help="Suite or folder holding the split's tasks")] = S.tasks,
-    select_on: Annotated[str, typer.Option(help="Split used to choose")] = S.select_on,
-    report_on: Annotated[str, typer.Option(help="Split the chosen checkpoint is measured on, once")] = S.report_on,
-    runs: Annotated[int, typer.Option(help="Runs per task")] = S.runs,
-    out: Annotated[Path, typer.Option(help="Folder for both campaigns")] = S.out,
-    turn_budget: Annotated[int, typer.Option(help="Tool calls per episode before 'budget'")] = S.turn_budget,
-    force: Annotated[bool, typer.Option(help="Allow --report-on equal to --select-on (biased!)")] = S.force,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature of model arms")] = S.temperature,
-    max_new_tokens: Annotated[int, typer.Option(help="Token cap of one model turn")] = S.max_new_tokens,
-    max_context_tokens: Annotated[int, typer.Option(help="Trajectory cap in tokens (then ctx_overflow)")] = S.max_context_tokens,
-    workers: Annotated[int, typer.Option(help="Episodes at once (0: one per core)")] = S.executor.workers,
-    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address ('local' starts one here)")] = None,
-    budget: Annotated[int | None, typer.Option("--budget", hidden=True)] = None,
-) -> None:
+@config_command(SelectConfig)
+def select_command(config: SelectConfig) -> None:
     """Choose a checkpoint on one split, then measure the chosen one once on another."""
     # the command's code loads when it runs: every other command starts without it
     from pdbgym.evaluate.procedures import select_checkpoint
 
-    episode = replace(S.episode, turn_budget=pick(turn_budget, budget), temperature=temperature,
-                      max_new_tokens=max_new_tokens, max_context_tokens=max_context_tokens)
-    config = SelectConfig(checkpoints=checkpoints, splits=splits, tasks=tasks, select_on=select_on,
-                          report_on=report_on, runs=runs, out=out, force=force, episode=episode,
-                          executor=ExecutorConfig(workers, ray_address))
-    with episode_progress(out) as shown:
+    with episode_progress(config.out) as shown:
         outcome = select_checkpoint(config, shown.tick, shown.plan)
+    select_on = config.select_on
     console.print(f"chose {outcome.chosen.name} ({100 * outcome.score:.1f}% pass@1 on {select_on})")
     if outcome.tied_with:
         console.print(f"[bold yellow]tie:[/] {', '.join(outcome.tied_with)} scored the same on {select_on}; "

@@ -186,20 +186,28 @@ class SelectConfig:
         out: folder for both campaigns (``select-<split>``, ``report-<split>``). Default ``runs/select``.
         force: allow ``report_on`` equal to ``select_on`` (a biased number). Default False.
         episode, executor: as in ``EvalConfig``, for both campaigns.
+
+    Every field is a flag of ``pdbgym eval select`` (``pdbgym.commandapp.config_command``), with the help
+    declared on it; ``episode``'s and ``executor``'s fields are flags by their own names (no ``--top-p``, no
+    ``--local-episodes``).
     """
 
-    checkpoints: list[str]
-    splits: Path
-    tasks: str = "builtin"
-    select_on: str = "val"
-    report_on: str = "test"
-    runs: int = 2
-    out: Path = Path("runs/select")
-    force: bool = False
-    episode: EpisodeSettings = episode_defaults_for("eval select")
-    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    checkpoints: list[str] = documented(help="NAME=MODEL, repeat for each candidate", flag="--checkpoint")
+    splits: Path = documented(help="Split file")
+    tasks: str = documented("builtin", "Suite or folder holding the split's tasks")
+    select_on: str = documented("val", "Split used to choose")
+    report_on: str = documented("test", "Split the chosen checkpoint is measured on, once")
+    runs: int = documented(2, "Runs per task")
+    out: Path = documented(Path("runs/select"), "Folder for both campaigns")
+    force: bool = documented(False, "Allow --report-on equal to --select-on (biased!)")
+    episode: EpisodeSettings = documented(episode_defaults_for("eval select"), "the settings of every episode",
+                                          inner={"temperature": "Sampling temperature of model arms", "top_p": None})
+    executor: ExecutorConfig = documented(help="where the episodes run", factory=ExecutorConfig,
+                                          inner={"local_episodes": None})  # no --local-episodes, as before
 
     def __post_init__(self) -> None:
+        if not self.checkpoints:
+            raise SettingsError("give at least one --checkpoint NAME=MODEL")
         check_setting("runs", self.runs)
 
 

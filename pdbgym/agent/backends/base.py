@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
+from pdbgym.defaults import documented
 from pdbgym.env.tools import ToolSpec
 from pdbgym.episode_defaults import EPISODE, check_setting
 from pdbgym.errors import PdbgymError
@@ -33,10 +34,13 @@ class BackendError(PdbgymError):
 class SamplingParams:
     """How to sample. ``temperature == 0`` is greedy. ``max_new_tokens`` caps one turn (tokens)."""
 
-    temperature: float = EPISODE.temperature  # pdbgym.episode_defaults: every command's defaults
-    top_p: float = EPISODE.top_p
-    max_new_tokens: int = EPISODE.max_new_tokens
-    seed: int | None = None
+    # pdbgym.episode_defaults: every command's defaults; the help is ``pdbgym run``'s flags'
+    # (``pdbgym.agent.play.RunConfig.sampling``, flattened by ``pdbgym.commandapp.config_command``)
+    temperature: float = documented(EPISODE.temperature, "Sampling temperature of a model policy")
+    top_p: float = documented(EPISODE.top_p, "Nucleus mass of a model policy (1: the whole distribution)")
+    max_new_tokens: int = documented(EPISODE.max_new_tokens, "Token cap of one model turn")
+    seed: int | None = documented(None, "the episode's own sampling seed (pdbgym.seeds), not a command's base seed",
+                                  cli=False)
 
     def __post_init__(self) -> None:
         # Checked where the settings are made (a command's flags), not at an episode's first turn, where
