@@ -269,6 +269,12 @@ HAND_WRITTEN_DEFAULTS = {
                     "--workers": 0, "--ray-address": None},
 }
 HAND_WRITTEN_FLAGS.update({command: set(defaults) for command, defaults in HAND_WRITTEN_DEFAULTS.items()})
+# Flags added since, each new (not a renamed old one): a local model's episodes over several processes.
+ADDED = {"eval": {"--local-processes": 1}, "cache build": {"--local-processes": 1}}
+for command, added in ADDED.items():
+    HAND_WRITTEN_FLAGS[command] |= set(added)
+    if command in HAND_WRITTEN_DEFAULTS:
+        HAND_WRITTEN_DEFAULTS[command] = {**HAND_WRITTEN_DEFAULTS[command], **added}
 BUILT = [("eval", eval_command, EvalConfig), ("train dagger", dagger_command, DaggerConfig),
          ("run", run_command, RunConfig), ("cache build", cache_build_command, CacheBuildConfig),
          ("eval select", select_command, SelectConfig)]

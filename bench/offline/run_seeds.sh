@@ -1,6 +1,6 @@
 #!/bin/bash
 # On the GPU machine, from the repository root, after bench/offline/setup.sh's parts have arrived (stage.py
-# --tree REV): `[SEEDS="0 1"] [LOCAL=96] [WORKERS=4] [PRIOR=docs/runs/FOLDER] bash bench/offline/run_seeds.sh REV SECONDS [UNTIL]` runs the seeds file's seeds
+# --tree REV): `[SEEDS="0 1"] [LOCAL=96] [PROCS=3] [WORKERS=4] [PRIOR=docs/runs/FOLDER] bash bench/offline/run_seeds.sh REV SECONDS [UNTIL]` runs the seeds file's seeds
 # side by side (each its own process and PDBGYM_HOME) for SECONDS at most, GPU load and memory logged every
 # 20 s, then writes every report and the pooled one from what is there and packs the results (no weights, no
 # token caches) and the logs into $OUT. A later call resumes the folders where the last one left them
@@ -17,7 +17,7 @@ for d in ${PRIOR:+"$OLDPWD/$PRIOR"/seed-*}; do [ -d "/tmp/seeds/$(basename "$d")
 MIN=$(python3 -c "print(round(($SECS - 80) / 60, 2))")
 for s in ${SEEDS:-0 1 2}; do
   PDBGYM_HOME=/tmp/home-$s timeout -s INT -k 20 "$SECS" python3 -m pdbgym.cli experiment run experiments/smollm2-ladder-seeds.toml \
-    --out /tmp/seeds --seeds $s --device cuda --workers "${WORKERS:-4}" --local-episodes "${LOCAL:-0}" ${UNTIL:+--until $UNTIL} \
+    --out /tmp/seeds --seeds $s --device cuda --workers "${WORKERS:-4}" --local-episodes "${LOCAL:-0}" --local-processes "${PROCS:-1}" ${UNTIL:+--until $UNTIL} \
     --minutes "$MIN" >> /tmp/seed-$s.log 2>&1 &
 done
 wait

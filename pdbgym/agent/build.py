@@ -46,6 +46,8 @@ class CacheBuildConfig:
         workers: episodes at once (``ExecutorConfig.workers``); 0 = one per core; local models play in
             this process, ``local_episodes`` at once. Default 0.
         local_episodes: ``ExecutorConfig.local_episodes`` (0: 48 on a GPU, 1 on CPU). Default 0.
+        local_processes: ``ExecutorConfig.local_processes``: processes that share a local model's
+            episodes, each with its own copy of the model. Default 1.
         command_timeout_s: seconds before a pdb command is interrupted. Default 10.0.
         seed: base seed; each episode gets ``pdbgym.seeds.episode_seed(seed, task id, sample_idx)``.
             Default None (unseeded).
@@ -69,6 +71,8 @@ class CacheBuildConfig:
     workers: int = documented(0, "Parallel episodes (0: all cores; local models: --local-episodes)", min=0)
     local_episodes: int = documented(
         0, f"Local-model episodes at once, turns batched (0: {LOCAL_EPISODES_GPU} on a GPU, 1 on CPU)", min=0)
+    local_processes: int = documented(
+        1, "Processes sharing a local model's episodes, each with its own copy of the model (1: this one)", min=1)
     command_timeout_s: float = documented(EnvConfig.command_timeout_s, "Seconds before a pdb command is interrupted")
     seed: int | None = documented(None, "Base seed (each episode gets its own derived seed)")
     tokenizer: str = documented("embedded", "Tokenizer for scripted policies and server URLs")
@@ -130,7 +134,7 @@ def build_cache(config: CacheBuildConfig, on_result: Callable[[JobResult, int], 
         if on_result is not None:
             on_result(result, len(jobs))
 
-    executor = ExecutorConfig(config.workers, config.ray_address, config.local_episodes)
+    executor = ExecutorConfig(config.workers, config.ray_address, config.local_episodes, config.local_processes)
     try:
         results = run_all(jobs, config.out, executor, on_result=advance)
     except KeyboardInterrupt:

@@ -27,6 +27,7 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pdbgym.agent.localprocs import Spread
 from pdbgym.defaults import documented
 from pdbgym.errors import PdbgymError
 from pdbgym.fdwait import raise_descriptor_limit
@@ -44,6 +45,7 @@ STOP_GRACE_S = 30.0  # how long Ctrl-C waits for running episodes to end cleanly
 # 5 to 10 measured on the tiny task), with room: the soft limit is raised to fit the episodes played at once.
 DESCRIPTORS_PER_EPISODE = 16
 LOCAL_EPISODES_GPU = 48  # a local model's episodes at once on a GPU: their turns fill the engine's batches
+SPREAD_POLL_S = 0.2  # with episodes in other local processes: how long each side is waited on in turn
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,18 @@ class ExecutorConfig:
         local_episodes: episodes of a local model played at once in this process, their turns batched
             by the model's engine; 0 picks ``LOCAL_EPISODES_GPU`` when the model is on a GPU, else 1 (on
             CPU one episode at a time keeps each turn's KV cache for the next). Default 0.
+        local_processes: processes that share a local model's jobs, each with its own copy of the model and
+            its engine and ``local_episodes`` episodes at once (``pdbgym.agent.localprocs``): one process's
+            interpreter, not the GPU, bounds how many episodes a minute it plays. 1 plays them in this
+            process. Default 1.
     """
 
     workers: int = documented(0, "Episodes at once (0: one per core)")
     ray_address: str | None = documented(None, "Ray cluster address ('local' starts one here)", old_flags=("--ray",))
     local_episodes: int = documented(
         0, f"Local-model episodes at once, their turns batched (0: {LOCAL_EPISODES_GPU} on a GPU, 1 on CPU)", min=0)
+    local_processes: int = documented(
+        1, "Processes sharing a local model's episodes, each with its own copy of the model (1: this one)", min=1)
 
     def worker_count(self) -> int:
         return self.workers or max(1, os.cpu_count() or 1)
@@ -102,7 +110,7 @@ def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig, play: Play) -> Iter
     if config.ray_address is not None:
         yield from _on_ray(jobs, config.ray_address, play)
     else:
-        yield from _locally(jobs, config.worker_count(), config.local_count(jobs), play)
+        yield from _locally(jobs, config.worker_count(), config.local_count(jobs), play, config.local_processes)
 
 
 def _init_worker(torch_threads: int) -> None:
@@ -117,11 +125,19 @@ def _init_worker(torch_threads: int) -> None:
         pass
 
 
-def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play) -> Iterator[JobDone]:
+def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play, processes: int = 1) -> Iterator[JobDone]:
     here = [job for job in jobs if workers <= 1 or job.policy.in_process]
     away = [job for job in jobs if not (workers <= 1 or job.policy.in_process)]
+    spread_jobs = [job for job in here if job.policy.in_process] if processes > 1 else []
+    if spread_jobs:
+        here = [job for job in here if not job.policy.in_process]
     clear_stop()
     with ExitStack() as stack:
+        spread = None
+        if spread_jobs:  # a local model's jobs over several processes, each its own model and engine
+            spread = Spread(spread_jobs, play, processes, local, grace=STOP_GRACE_S,
+                            descriptors=DESCRIPTORS_PER_EPISODE * local + 256)
+            stack.callback(spread.close)
         if here:
             from pdbgym.agent.policies import models_released_after  # the model stack: local jobs only
 
@@ -144,14 +160,23 @@ def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play) -> It
             pools.append(stack.enter_context(pool))
             _submit(pool, play, away, futures)
         try:
-            while futures:
-                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            while futures or (spread is not None and not spread.finished):
+                if spread is not None and not spread.finished:
+                    for job, result, error in spread.poll(SPREAD_POLL_S if not futures else 0.0):
+                        yield JobDone(job, result, error)
+                if not futures:
+                    continue
+                finished, _ = wait(futures, timeout=SPREAD_POLL_S if spread else None, return_when=FIRST_COMPLETED)
                 for future in finished:
                     job = futures.pop(future)
                     error = future.exception()
                     yield JobDone(job, None if error else future.result(), error)
         except BaseException:  # Ctrl-C here or in the caller (GeneratorExit): stop now, not after every job
+            if spread is not None:
+                spread.terminate()  # its children start unwinding while this process's episodes do
             _stop_all(pools, futures)
+            if spread is not None:
+                spread.stop()
             raise
 
 

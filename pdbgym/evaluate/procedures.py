@@ -203,7 +203,7 @@ class SelectConfig:
     episode: EpisodeSettings = documented(episode_defaults_for("eval select"), "the settings of every episode",
                                           inner={"temperature": "Sampling temperature of model arms", "top_p": None})
     executor: ExecutorConfig = documented(help="where the episodes run", factory=ExecutorConfig,
-                                          inner={"local_episodes": None})  # no --local-episodes, as before
+                                          inner={"local_episodes": None, "local_processes": None})  # as before
 
     def __post_init__(self) -> None:
         if not self.checkpoints:

@@ -21,6 +21,7 @@ def run_command(
     device: Annotated[str, typer.Option(help="Device of training, local-model episodes and KL scoring (cpu, cuda)")] = "cpu",
     workers: Annotated[int, typer.Option(min=1, help="Scripted episodes at once (worker processes)")] = 2,
     local_episodes: Annotated[int, typer.Option(min=0, help="Local-model episodes at once, their turns batched (0: 48 on a GPU, 1 on CPU); episodes are seeded one by one, so results do not change")] = 0,
+    local_processes: Annotated[int, typer.Option(min=1, help="Processes sharing a local model's episodes, each with its own copy of the model and engine (one process's interpreter bounds its episodes a minute); 1: this process")] = 1,
     until: Annotated[str | None, typer.Option(help="Stop after this stage (tasks, split, oracle, sft, grpo, matched, eval, temperatures); the report shows what is there")] = None,
     minutes: Annotated[float, typer.Option(min=0, help="This invocation's wall-clock budget (a job's time limit; 0: none): once spent, no stage starts and GRPO pauses at a gated checkpoint; a rerun goes on")] = 0.0,
     seeds: Annotated[str | None, typer.Option(help="Training seeds, e.g. 0,1,2: one folder each (OUT/seed-N, the same tasks) and one pooled report (OUT/pooled.md); default: the file's seeds, else its one seed")] = None,
@@ -42,10 +43,12 @@ def run_command(
     with progress(console) as bars:
         if chosen:
             pooled = run_seeds(experiment, out, chosen, run_experiment, say=say, device=device, workers=workers,
-                               until=until, minutes=minutes, progress=bars, local_episodes=local_episodes)
+                               until=until, minutes=minutes, progress=bars, local_episodes=local_episodes,
+                               local_processes=local_processes)
         else:
             report = run_experiment(experiment, out, device=device, workers=workers, say=say, until=until,
-                                    minutes=minutes, progress=bars, local_episodes=local_episodes)
+                                    minutes=minutes, progress=bars, local_episodes=local_episodes,
+                                    local_processes=local_processes)
     if chosen:
         typer.echo(f"pooled report: {pooled}  (each seed's: {out}/seed-N/report.md)")
         return

@@ -119,7 +119,7 @@ def changed_settings(old: dict[str, Any], new: dict[str, Any], where: str = "") 
 
 def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", workers: int = 2,
                    say: Say = print, until: str | None = None, minutes: float = 0.0, progress: Any = None,
-                   local_episodes: int = 0) -> Path:
+                   local_episodes: int = 0, local_processes: int = 1) -> Path:
     """Every stage not yet finished in ``out`` (up to and including ``until`` when given; the report is
     then written from what is there); returns the report's path.
 
@@ -127,9 +127,10 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
     it is spent no further stage starts, and GRPO pauses at a gated checkpoint (unchosen, unregistered)
     for the next invocation to resume; the report is written from what is there. A stage already
     running otherwise runs to its end. ``progress``: a ``pdbgym.progress`` task set the long stages show
-    their episodes and steps on (None: none). ``workers`` and ``local_episodes`` say how episodes run
-    (``ExecutorConfig``: scripted ones in worker processes, a local model's that many at once with their
-    turns batched; 0: 48 on a GPU, 1 on CPU); each episode's seed is its own, so neither changes a result."""
+    their episodes and steps on (None: none). ``workers``, ``local_episodes`` and ``local_processes`` say
+    how episodes run (``ExecutorConfig``: scripted ones in worker processes, a local model's that many at
+    once with their turns batched, 0: 48 on a GPU, 1 on CPU, in that many processes each with its own copy
+    of the model); each episode's seed is its own, so none of them changes a result."""
     if until is not None and until not in STAGES:
         raise ExperimentError(f"--until {until!r}: the stages are {', '.join(STAGES)}")
     if (problem := device_problem(device)) is not None:
@@ -137,7 +138,7 @@ def run_experiment(config: ExperimentConfig, out: Path, device: str = "cpu", wor
     out.mkdir(parents=True, exist_ok=True)
     state = _State(out, config)
     clock, bars = time.monotonic(), StageBars(progress)
-    executor = ExecutorConfig(workers=workers, local_episodes=local_episodes)
+    executor = ExecutorConfig(workers=workers, local_episodes=local_episodes, local_processes=local_processes)
 
     def left() -> float:  # minutes of the budget left (inf without one)
         return minutes - (time.monotonic() - clock) / 60 if minutes > 0 else float("inf")
