@@ -9,7 +9,7 @@ with batched turns a row's draws depend only on its seed and step, but batched a
 differently, so there the outcomes are compared and the differing count printed.
 
     .venv/bin/python bench/local_processes.py [--policy embedded] [--tasks builtin] [--runs 2]
-        [--local 1] [--processes 1,2] [--device cpu] [--turn-budget 4] [--max-new-tokens 32] [--json FILE]
+        [--tiny] [--local 1] [--processes 1,2] [--device cpu] [--turn-budget 4] [--max-new-tokens 32] [--json FILE]
 
 On a GPU: ``--device cuda --local 48 --processes 1,2,4 --runs 8``.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,9 +42,26 @@ def play(jobs: list, processes: int, local: int) -> dict:
             "_results": results}
 
 
+def tiny_model(folder: Path) -> str:
+    """A random 1-layer Llama over the embedded tokenizer: each turn costs the host's work, not arithmetic."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pdbgym.agent.backends.embedded import load_embedded_tokenizer
+
+    tokenizer = load_embedded_tokenizer()
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192,
+                                 tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default="embedded")
+    parser.add_argument("--tiny", action="store_true", help="a random 1-layer model instead of --policy: host work only")
     parser.add_argument("--tasks", default="builtin")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--local", type=int, default=1)
@@ -62,13 +80,15 @@ def main() -> None:
     from pdbgym.env import EnvConfig
     from pdbgym.tasks.suites import resolve_tasks
 
+    scratch = tempfile.TemporaryDirectory(prefix="pdbgym-bench-")
+    policy = tiny_model(Path(scratch.name)) if args.tiny else args.policy
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     agent = AgentConfig(dataset="bench", max_context_tokens=4096, sampling=sampling)
-    jobs = plan_jobs(resolve_tasks(args.tasks), args.runs, parse_policy(args.policy, device=args.device), agent,
+    jobs = plan_jobs(resolve_tasks(args.tasks), args.runs, parse_policy(policy, device=args.device), agent,
                      EnvConfig(turn_budget=args.turn_budget), set(), seed=0)
     arms = [play(jobs, int(n), args.local) for n in args.processes.split(",")]
     base = arms[0]
-    print(f"{len(jobs)} episodes of {args.policy} on {args.device}, {args.local} at once a process, "
+    print(f"{len(jobs)} episodes of {'a random 1-layer model' if args.tiny else args.policy} on {args.device}, {args.local} at once a process, "
           f"os.cpu_count() {os.cpu_count()}")
     print("| processes | seconds | episodes a minute | mean episode s | solved | ratio | outcomes unlike the baseline |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
