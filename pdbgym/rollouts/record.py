@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import NotRequired, Protocol, TypedDict, TypeVar, cast, runtime_checkable
@@ -326,6 +327,9 @@ def declared_fingerprints(records: Iterable[RolloutRecord]) -> set[str]:
             if isinstance(tok := r.metadata.get("tokenizer"), dict) and tok.get("fingerprint")}
 
 
+_FINGERPRINTING = threading.Lock()
+
+
 def tokenizer_fingerprint(tokenizer: Vocabulary) -> str:
     """16 hex digits of sha256 over the tokenizer's id -> token map (added tokens included).
 
@@ -335,12 +339,16 @@ def tokenizer_fingerprint(tokenizer: Vocabulary) -> str:
     cached = getattr(tokenizer, "_pdbgym_fingerprint", None)
     if isinstance(cached, str):
         return cached
-    digest = hashlib.sha256()
-    for token, index in sorted(tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0])):
-        digest.update(f"{index}\t{token}\n".encode("utf-8", "surrogatepass"))
-    fingerprint = digest.hexdigest()[:16]
-    try:
-        setattr(tokenizer, "_pdbgym_fingerprint", fingerprint)  # noqa: B010 (not an attribute of the protocol)
-    except AttributeError:
-        pass
+    with _FINGERPRINTING:  # a campaign's episode threads finish their first records together: hash once, not each
+        cached = getattr(tokenizer, "_pdbgym_fingerprint", None)
+        if isinstance(cached, str):
+            return cached
+        digest = hashlib.sha256()
+        for token, index in sorted(tokenizer.get_vocab().items(), key=lambda item: (item[1], item[0])):
+            digest.update(f"{index}\t{token}\n".encode("utf-8", "surrogatepass"))
+        fingerprint = digest.hexdigest()[:16]
+        try:
+            setattr(tokenizer, "_pdbgym_fingerprint", fingerprint)  # noqa: B010 (not an attribute of the protocol)
+        except AttributeError:
+            pass
     return fingerprint

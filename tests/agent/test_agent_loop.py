@@ -99,3 +99,26 @@ def test_native_format_path_renders_tools_and_tool_role(tiny_task, smol_tokenize
     text = smol_tokenizer.decode(outcome.record.tokens)
     assert "<|im_start|>tool\n" in text and "<tool_call>" in text
     assert outcome.record.termination_reason == "budget"
+
+
+def test_episode_threads_finishing_together_hash_the_vocabulary_once(smol_tokenizer):
+    import copy
+    import threading
+
+    fresh = copy.copy(smol_tokenizer)
+    fresh.__dict__.pop("_pdbgym_fingerprint", None)
+    reads, vocabulary = [], fresh.get_vocab
+    fresh.get_vocab = lambda: reads.append(1) or vocabulary()
+    start = threading.Barrier(8)
+    found = []
+
+    def first_record() -> None:
+        start.wait()
+        found.append(tokenizer_fingerprint(fresh))
+
+    threads = [threading.Thread(target=first_record) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == [tokenizer_fingerprint(smol_tokenizer)] * 8 and len(reads) == 1
