@@ -117,3 +117,25 @@ def test_stop_kills_a_process_whose_episode_outlives_the_grace(tiny_task, tiny_m
     spread.stop()
     spread.close()
     assert [child.exitcode for child in spread.children] == [-signal.SIGKILL] * 2
+
+
+def test_cache_build_takes_local_processes_from_its_flag(tiny_task, tiny_model_dir, tmp_path):
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from pdbgym.agent.commands import cache_build_command
+    from pdbgym.agent.policies import loaded_models
+    from pdbgym.rollouts.cache import read_cache
+
+    app = typer.Typer()
+    app.command()(cache_build_command)
+    before = set(loaded_models())
+    result = CliRunner().invoke(app, ["--policy", str(tiny_model_dir), "--tasks", str(tiny_task.path), "--out",
+                                      str(tmp_path / "c"), "--runs", "3", "--max-new-tokens", "4", "--seed", "3",
+                                      "--local-processes", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["episodes_run"] == 3
+    assert sorted(r.metadata["_sample_idx"] for r in read_cache(tmp_path / "c")) == [0, 1, 2]
+    assert set(loaded_models()) == before  # played in the spawned processes
