@@ -95,16 +95,22 @@ class Spread:
         threads = torch_threads or max(1, (os.cpu_count() or 1) // max(1, len(self.cut)))
         self.children: list[multiprocessing.process.BaseProcess] = []
         self.readers: dict[int, Connection] = {}  # child -> the end its results arrive on, until it closes
-        for n in range(len(self.cut)):
-            reader, writer = context.Pipe(duplex=False)
-            child = context.Process(target=_child, name=f"pdbgym-local-{n}", daemon=False,
-                                    args=(n, jobs, self.cut, self.counters, self.owners, writer, play, local,
-                                          grace, descriptors, threads))
-            child.start()
-            writer.close()  # the child holds the only writing end: its exit closes the pipe
-            self.children.append(child)
-            self.readers[n] = reader
         self.left = set(range(len(jobs)))
+        try:
+            for n in range(len(self.cut)):
+                reader, writer = context.Pipe(duplex=False)
+                self.readers[n] = reader
+                child = context.Process(target=_child, name=f"pdbgym-local-{n}", daemon=False,
+                                        args=(n, jobs, self.cut, self.counters, self.owners, writer, play, local,
+                                              grace, descriptors, threads))
+                self.children.append(child)
+                child.start()
+                writer.close()  # the child holds the only writing end: its exit closes the pipe
+        except BaseException:  # Ctrl-C (or a failed start) while starting: no child is left playing
+            self.children = [child for child in self.children if child.pid is not None]
+            self.stop()
+            self.close()
+            raise
 
     @property
     def finished(self) -> bool:
