@@ -138,6 +138,7 @@ def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play, proce
             spread = Spread(spread_jobs, play, processes, local, grace=STOP_GRACE_S,
                             descriptors=DESCRIPTORS_PER_EPISODE * local + 256)
             stack.callback(spread.close)
+            stack.callback(spread.stop)  # however this block ends, its processes end with it (stopped if not done)
         if here:
             from pdbgym.agent.policies import models_released_after  # the model stack: local jobs only
 
@@ -173,10 +174,8 @@ def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play, proce
                     yield JobDone(job, None if error else future.result(), error)
         except BaseException:  # Ctrl-C here or in the caller (GeneratorExit): stop now, not after every job
             if spread is not None:
-                spread.terminate()  # its children start unwinding while this process's episodes do
+                spread.terminate()  # its children unwind while this process's episodes do (the stack waits)
             _stop_all(pools, futures)
-            if spread is not None:
-                spread.stop()
             raise
 
 

@@ -8,17 +8,19 @@ episodes a minute apiece (``docs/runs/2026-12-06-smollm2-ladder-seeds-run3.md``)
 the jobs to ``processes`` spawned children instead:
 
 - **Which child plays what.** The jobs, ordered by policy, are cut into one contiguous share per child,
-  so a child loads as few models as it can (four arms over four children: one model each). A child
-  whose share is done takes jobs from the others' (work stealing), so a share of slower episodes does
-  not leave the other children idle at the end.
-- **Results stream back** the moment each job ends, down a pipe per child (the caller
-  saves each at once, as for jobs played in this process). A child marks each job it takes in shared
-  memory before playing it, so a child that dies (killed, out of memory) costs only the jobs it had in
-  flight: each comes back as a failed job naming the exit code, and its untaken share is played by the
-  others.
+  so a child loads as few models as it can (four arms over four children: one model each). A child asks
+  this process for a job whenever one of its episode threads is free, and gets the next of its own share,
+  or once that is done the next of the share with the most left (work stealing), so a share of slower
+  episodes does not leave the other children idle at the end. Only this process hands jobs out, so it
+  knows which child holds which: no lock or shared memory that a killed child could leave held.
+- **Results stream back** the moment each job ends, down the child's pipe (the caller saves each at once,
+  as for jobs played in this process). A child that dies (killed, out of memory) costs only the jobs it
+  had in flight: each comes back as a failed job naming the exit code, and the rest are played by the
+  others. A result or error that cannot cross the pipe comes back as that job's error.
 - **Stopping.** The parent's Ctrl-C (or the caller leaving the loop) sends each child SIGTERM, which
-  ends its episodes cleanly (``pdbgym.interrupts``); a child still running after ``grace`` seconds is
-  killed. A child whose parent dies stops on its own (``end_with_parent``).
+  ends its episodes cleanly (``pdbgym.interrupts``); the pipes are read meanwhile, so no child waits on a
+  full one, and a child still running after ``grace`` seconds is killed. A child whose parent dies stops
+  on its own (``end_with_parent``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
 import threading
 import time
@@ -38,8 +41,6 @@ from pdbgym.fdwait import raise_descriptor_limit
 from pdbgym.interrupts import end_with_parent, stop_on_sigterm, stop_requested
 
 if TYPE_CHECKING:  # annotations only
-    from multiprocessing.sharedctypes import Array, Synchronized
-
     from pdbgym.agent.jobs import EpisodeJob, JobResult
 
     Play = Callable[[EpisodeJob], JobResult]
@@ -77,10 +78,8 @@ class Spread:
     """``jobs`` played in ``processes`` spawned children, ``local`` at once in each.
 
     ``poll`` returns the jobs that ended since the last call (waiting up to ``timeout`` for the first),
-    ``finished`` says whether every job came back, ``stop`` ends the children's episodes (SIGTERM, then
-    SIGKILL after ``grace`` seconds). Each child sends its results down a pipe of its own, each send
-    whole before the next job starts, so what a child finished reaches this process even if it is
-    killed the moment after.
+    ``finished`` says whether every job came back, ``terminate`` tells the children to end their episodes
+    and ``stop`` waits for them (SIGKILL after ``grace`` seconds), as it does at the end of a run.
     """
 
     def __init__(self, jobs: list[EpisodeJob], play: Play, processes: int, local: int, *,
@@ -88,24 +87,22 @@ class Spread:
         context = multiprocessing.get_context("spawn")  # torch's thread pools and CUDA do not survive fork
         self.jobs, self.grace = jobs, grace
         self.cut = [share for share in shares(jobs, processes) if share]
-        self.counters = [context.Value("i", 0) for _ in self.cut]
-        # which child took each job (-1: none yet), written under the share's lock when the job is taken:
-        # shared memory, not a message, so a child killed at once still tells what it had taken
-        self.owners = context.RawArray("i", [-1] * len(jobs))
-        threads = torch_threads or max(1, (os.cpu_count() or 1) // max(1, len(self.cut)))
-        self.children: list[multiprocessing.process.BaseProcess] = []
-        self.readers: dict[int, Connection] = {}  # child -> the end its results arrive on, until it closes
+        self.next = [0] * len(self.cut)  # each share's first job not handed out yet
+        self.held: dict[int, set[int]] = {n: set() for n in range(len(self.cut))}  # child -> jobs in flight
         self.left = set(range(len(jobs)))
+        self.children: list[multiprocessing.process.BaseProcess] = []
+        self.pipes: dict[int, Connection] = {}  # child -> its end of the pipe, until the child is gone
+        self._terminated: float | None = None
+        threads = torch_threads or max(1, (os.cpu_count() or 1) // max(1, len(self.cut)))
         try:
             for n in range(len(self.cut)):
-                reader, writer = context.Pipe(duplex=False)
-                self.readers[n] = reader
+                mine, theirs = context.Pipe(duplex=True)
+                self.pipes[n] = mine
                 child = context.Process(target=_child, name=f"pdbgym-local-{n}", daemon=False,
-                                        args=(n, jobs, self.cut, self.counters, self.owners, writer, play, local,
-                                              grace, descriptors, threads))
+                                        args=(n, jobs, theirs, play, local, grace, descriptors, threads))
                 self.children.append(child)
                 child.start()
-                writer.close()  # the child holds the only writing end: its exit closes the pipe
+                theirs.close()  # the child holds the only other end: its exit closes the pipe
         except BaseException:  # Ctrl-C (or a failed start) while starting: no child is left playing
             self.children = [child for child in self.children if child.pid is not None]
             self.stop()
@@ -118,74 +115,102 @@ class Spread:
 
     def poll(self, timeout: float) -> list[Ended]:
         done: list[Ended] = []
-        ready = set(wait([*self.readers.values(), *(c.sentinel for c in self.children if c.exitcode is None)],
-                         timeout))
-        for n, reader in list(self.readers.items()):
-            if reader in ready or not self.children[n].is_alive():
-                done += self._read(n, block=False)
+        ready = wait([*self.pipes.values(), *(c.sentinel for c in self.children if c.exitcode is None)], timeout)
+        for n in list(self.pipes):
+            if self.pipes[n] in ready or not self.children[n].is_alive():
+                done += self._read(n)
         done += self._lost()
-        if self.finished:
-            for child in self.children:
-                child.join()
         return done
 
     def terminate(self) -> None:
         """Tell every child to end its episodes (SIGTERM); ``stop`` waits for them."""
+        if self._terminated is None:
+            self._terminated = time.monotonic()
         _signal(self.children, signal.SIGTERM)
 
     def stop(self) -> None:
-        """End the children's episodes: SIGTERM, up to ``grace`` seconds to unwind, then SIGKILL."""
-        _signal(self.children, signal.SIGTERM)
+        """Wait for the children to end, up to ``grace`` seconds after they were told to (now, unless every
+        job came back or ``terminate`` told them earlier), reading their pipes meanwhile and keeping nothing;
+        a child still running then is killed."""
+        if not self.finished:
+            self.terminate()
+        deadline = (self._terminated or time.monotonic()) + self.grace
         with suppress(KeyboardInterrupt):  # a second Ctrl-C stops the waiting, not the killing below
-            deadline = time.monotonic() + self.grace
-            for child in self.children:
-                child.join(timeout=max(0.0, deadline - time.monotonic()))
+            while any(child.is_alive() for child in self.children) and time.monotonic() < deadline:
+                wait([*self.pipes.values(), *(c.sentinel for c in self.children if c.exitcode is None)],
+                     min(0.5, max(0.0, deadline - time.monotonic())))
+                for n in list(self.pipes):  # a child blocked on a full pipe could not end otherwise
+                    self._read(n, keep=False)
         for child in self.children:
             if child.is_alive():  # an episode that did not end in time: its sandbox dies with its process
                 child.kill()
-                child.join()
+            child.join()
 
     def close(self) -> None:
-        for reader in self.readers.values():
-            reader.close()
-        self.readers.clear()
+        for pipe in self.pipes.values():
+            pipe.close()
+        self.pipes.clear()
 
-    def _read(self, n: int, *, block: bool) -> list[Ended]:
-        """What child ``n`` has sent; until its pipe closes when ``block`` (a child that has ended)."""
-        reader, done = self.readers[n], []
+    def _read(self, n: int, keep: bool = True) -> list[Ended]:
+        """What child ``n`` has sent: a job's end, or a request for a job (answered). Its pipe is dropped once
+        it closes (the child ended)."""
+        pipe, done = self.pipes[n], []
         try:
-            while block or reader.poll():
-                index, result, error = reader.recv()
-                self.left.discard(index)
-                done.append((self.jobs[index], result, error))
-        except (EOFError, OSError):  # the child ended and everything it sent was read
-            reader.close()
-            del self.readers[n]
+            while pipe.poll():
+                kind, index, payload = pipe.recv()
+                if kind == "want":
+                    self._hand_out(n, keep)
+                    continue
+                self.held[n].discard(index)
+                if keep and index in self.left:
+                    self.left.discard(index)
+                    done.append((self.jobs[index], *_unpacked(payload)))
+        except (EOFError, OSError):  # the child ended (a message cut short by its death included)
+            pipe.close()
+            del self.pipes[n]
         return done
+
+    def _hand_out(self, n: int, keep: bool) -> None:
+        """Answer child ``n``'s request: the next job of its own share, else of the share with most left."""
+        index = None
+        if keep and self._terminated is None:
+            order = [n, *sorted(range(len(self.cut)), key=lambda m: self.next[m] - len(self.cut[m]))]
+            share = next((m for m in order if self.next[m] < len(self.cut[m])), None)
+            if share is not None:
+                index = self.cut[share][self.next[share]]
+                self.next[share] += 1
+                self.held[n].add(index)
+        with suppress(OSError):  # a child that died since it asked: what it held is reported as lost
+            self.pipes[n].send(index)
 
     def _lost(self) -> list[Ended]:
-        """Once a child has ended and its pipe is read: the jobs it had taken and not finished, as failures."""
-        gone = {n for n, child in enumerate(self.children) if not child.is_alive()}
+        """Once a child has ended and its pipe is read to the end: the jobs it held, as failures; once every
+        child has ended, the jobs nobody took."""
         done: list[Ended] = []
-        for n in gone & set(self.readers):
-            done += self._read(n, block=True)
-        for index in sorted(self.left):
-            owner = self.owners[index]
-            if owner in gone:
+        for n, child in enumerate(self.children):
+            if n in self.pipes or child.is_alive() or not self.held[n]:
+                continue
+            for index in sorted(self.held[n] & self.left):
                 self.left.discard(index)
                 done.append((self.jobs[index], None, RuntimeError(
-                    f"the process playing this episode (pdbgym-local-{owner}) ended with exit code "
-                    f"{self.children[owner].exitcode} before the episode did (killed, or out of memory); "
-                    "run again to play it (campaigns resume)")))
-        if len(gone) == len(self.children) and self.left:  # nobody is left to take the rest
-            for n, share in enumerate(self.cut):
-                with self.counters[n].get_lock():
-                    untaken, self.counters[n].value = share[self.counters[n].value:], len(share)
-                for index in untaken:
-                    self.left.discard(index)
-                    done.append((self.jobs[index], None, RuntimeError(
-                        "every episode process ended before this episode started; run again to play it")))
+                    f"the process playing this episode (pdbgym-local-{n}) ended with exit code {child.exitcode} "
+                    "before the episode did (killed, or out of memory); run again to play it (campaigns resume)")))
+            self.held[n].clear()
+        if self.left and not self.pipes and not any(child.is_alive() for child in self.children):
+            codes = ", ".join(str(child.exitcode) for child in self.children)
+            for index in sorted(self.left):
+                done.append((self.jobs[index], None, RuntimeError(
+                    f"every episode process ended (exit codes {codes}) before this episode started: see what "
+                    "they printed above; once that is mended, run again to play it")))
+            self.left.clear()
         return done
+
+
+def _unpacked(payload: bytes) -> tuple[JobResult | None, BaseException | None]:
+    try:
+        return pickle.loads(payload)
+    except Exception as exc:  # noqa: BLE001 - a result this process cannot read is that job's failure
+        return None, RuntimeError(f"the episode's result could not be read here ({type(exc).__name__}: {exc})")
 
 
 def _signal(children: list[multiprocessing.process.BaseProcess], signum: int) -> None:
@@ -195,11 +220,11 @@ def _signal(children: list[multiprocessing.process.BaseProcess], signum: int) ->
                 os.kill(child.pid, signum)
 
 
-def _child(n: int, jobs: list[EpisodeJob], cut: list[list[int]], counters: list[Synchronized], owners: Array,
-           results: Connection, play: Play, local: int, grace: float, descriptors: int,
-           torch_threads: int) -> None:
+def _child(n: int, jobs: list[EpisodeJob], pipe: Connection, play: Play, local: int, grace: float,
+           descriptors: int, torch_threads: int) -> None:
     stop_on_sigterm()  # the parent's Ctrl-C reaches this child as SIGTERM
     end_with_parent(grace)
+    os.set_inheritable(pipe.fileno(), False)  # no process this one starts holds the pipe open after it ends
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch  # optional: torch (pdbgym[hf]); local models need it
 
@@ -207,44 +232,49 @@ def _child(n: int, jobs: list[EpisodeJob], cut: list[list[int]], counters: list[
     if local > 1:
         from pdbgym.engine import expect_rows  # heavy: torch
 
-        expect_rows(local, max(jobs[i].agent.max_context_tokens for share in cut for i in share))
+        expect_rows(local, max(job.agent.max_context_tokens for job in jobs))
         raise_descriptor_limit(descriptors)
-    order = [n, *(m for m in range(len(cut)) if m != n)]  # its own share first, then the others' in turn
-    sending = threading.Lock()  # one episode's result at a time down the pipe
+    sending = threading.Lock()  # one message at a time down the pipe
+    handed: queue.Queue[int | None] = queue.Queue()  # the parent's answers, taken by whichever thread is free
 
-    def take() -> int | None:
-        for m in order:
-            with counters[m].get_lock():
-                position = counters[m].value
-                if position < len(cut[m]):
-                    counters[m].value = position + 1
-                    owners[cut[m][position]] = n
-                    return cut[m][position]
-        return None
+    def send(message: tuple[str, int, bytes]) -> None:
+        with sending:
+            pipe.send(message)
+
+    def answers() -> None:  # the only reader of the pipe
+        with suppress(EOFError, OSError):
+            while True:
+                handed.put(pipe.recv())
+        for _ in range(max(1, local)):  # the parent is gone: every waiting thread stops
+            handed.put(None)
 
     def episodes() -> None:
         while not stop_requested():
-            index = take()
+            send(("want", -1, b""))
+            index = handed.get()
             if index is None:
                 return
             try:
-                result, error = play(jobs[index]), None
+                outcome: tuple[JobResult | None, BaseException | None] = (play(jobs[index]), None)
             except BaseException as exc:  # noqa: BLE001 - one failed job, reported to the parent
-                result, error = None, _picklable(exc)
-            with sending:
-                results.send((index, result, error))
+                outcome = (None, exc)
+            send(("done", index, _packed(outcome)))
 
+    threading.Thread(target=answers, name="pdbgym-local-answers", daemon=True).start()
     threads = [threading.Thread(target=episodes, name=f"pdbgym-episode-{n}-{t}") for t in range(max(1, local))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    results.close()
+    pipe.close()
 
 
-def _picklable(exc: BaseException) -> BaseException:
+def _packed(outcome: tuple[JobResult | None, BaseException | None]) -> bytes:
+    """The outcome pickled here, so one that cannot cross the pipe fails as this job's error, not its thread."""
     try:
-        pickle.loads(pickle.dumps(exc))
-    except Exception:  # noqa: BLE001 - any exception that cannot cross the process boundary
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
-    return exc
+        return pickle.dumps(outcome)
+    except Exception as exc:  # noqa: BLE001 - any result or error that cannot be pickled
+        error = outcome[1]
+        what = f"{type(error).__name__}: {error}" if error is not None else "its result"
+        return pickle.dumps((None, RuntimeError(f"the episode ended, but {what} could not be sent back "
+                                                f"({type(exc).__name__}: {exc})")))

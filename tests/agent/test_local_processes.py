@@ -111,9 +111,8 @@ def test_stop_kills_a_process_whose_episode_outlives_the_grace(tiny_task, tiny_m
     spread = Spread(jobs, _slow, 2, 2, grace=2.0, torch_threads=1)
     deadline = time.monotonic() + 120
     while len(list(marks.iterdir())) < 4 and time.monotonic() < deadline:  # all four playing
-        time.sleep(0.1)
+        assert spread.poll(0.1) == []  # polling hands the jobs out
     assert len(list(marks.iterdir())) == 4
-    assert spread.poll(0.1) == []
     spread.stop()
     spread.close()
     assert [child.exitcode for child in spread.children] == [-signal.SIGKILL] * 2
@@ -139,3 +138,68 @@ def test_cache_build_takes_local_processes_from_its_flag(tiny_task, tiny_model_d
     assert json.loads(result.stdout.strip().splitlines()[-1])["episodes_run"] == 3
     assert sorted(r.metadata["_sample_idx"] for r in read_cache(tmp_path / "c")) == [0, 1, 2]
     assert set(loaded_models()) == before  # played in the spawned processes
+
+
+def _big(job) -> bytes:
+    """A stand-in whose result (1 MiB) does not fit a pipe's buffer: its sender waits for this process to read."""
+    time.sleep(0.3)
+    return b"x" * 2**20
+
+
+def test_stop_reads_the_pipes_so_a_child_waiting_to_send_a_big_result_ends_cleanly(tiny_task, tiny_model_dir):
+    jobs = _jobs(tiny_task, tiny_model_dir, 6)
+    spread = Spread(jobs, _big, 2, 1, grace=20.0, torch_threads=1)
+    ended: list = []
+    deadline = time.monotonic() + 120
+    while not ended and time.monotonic() < deadline:
+        ended += spread.poll(0.2)
+    assert ended and ended[0][1] == b"x" * 2**20
+    time.sleep(2.0)  # the children play their next jobs and wait, unread, to send them
+    spread.stop()
+    spread.close()
+    assert [child.exitcode for child in spread.children] == [0, 0]  # ended on SIGTERM, not killed after the grace
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise TypeError("this result cannot be pickled")
+
+
+def _awkward(job):
+    """A stand-in: sample 1's result cannot be pickled, sample 2 raises an error of a class only the child has."""
+    if job.sample_idx == 1:
+        return _Unpicklable()
+    if job.sample_idx == 2:
+        import sys
+        import types
+
+        module = types.ModuleType("pdbgym_child_only")
+        sys.modules[module.__name__] = module
+        module.Boom = type("Boom", (Exception,), {"__module__": module.__name__})
+        raise module.Boom("only the child knows this class")
+    return job.sample_idx
+
+
+def test_results_that_cannot_cross_the_pipe_fail_their_own_job_only(tiny_task, tiny_model_dir):
+    jobs = _jobs(tiny_task, tiny_model_dir, 4)
+    spread = Spread(jobs, _awkward, 1, 1, grace=10.0, torch_threads=1)  # one process, one thread: it must go on
+    try:
+        ended = _drain(spread)
+    finally:
+        spread.stop()
+        spread.close()
+    by_sample = {job.sample_idx: (result, error) for job, result, error in ended}
+    assert by_sample[0] == (0, None) and by_sample[3] == (3, None)
+    assert "could not be sent back" in str(by_sample[1][1]) and "cannot be pickled" in str(by_sample[1][1])
+    assert "could not be read here" in str(by_sample[2][1])
+
+
+def test_leaving_the_executor_loop_early_ends_every_process(tiny_task, tiny_model_dir):
+    import multiprocessing
+
+    jobs = _jobs(tiny_task, tiny_model_dir, 6)
+    ended = run_jobs(jobs, ExecutorConfig(workers=1, local_processes=2), run_job)
+    first = next(ended)
+    assert first.job in jobs
+    ended.close()  # the caller stops iterating (GeneratorExit in the executor)
+    assert not [child for child in multiprocessing.active_children() if child.name.startswith("pdbgym-local")]
