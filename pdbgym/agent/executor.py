@@ -27,11 +27,11 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdbgym.agent.localprocs import Spread
+from pdbgym.agent.localprocs import Spread, init_worker, signal_processes
 from pdbgym.defaults import documented
 from pdbgym.errors import PdbgymError
 from pdbgym.fdwait import raise_descriptor_limit
-from pdbgym.interrupts import clear_stop, end_with_parent, request_stop, stop_on_sigterm
+from pdbgym.interrupts import clear_stop, request_stop
 from pdbgym.versions import require
 
 if TYPE_CHECKING:  # annotations only: the executor loads in a few milliseconds, before any episode's modules
@@ -113,30 +113,19 @@ def run_jobs(jobs: list[EpisodeJob], config: ExecutorConfig, play: Play) -> Iter
         yield from _locally(jobs, config.worker_count(), config.local_count(jobs), play, config.local_processes)
 
 
-def _init_worker(torch_threads: int) -> None:
-    stop_on_sigterm()  # Ctrl-C reaches the parent, which stops this worker with SIGTERM (pdbgym.interrupts)
-    end_with_parent(STOP_GRACE_S)  # a parent killed outright leaves no worker playing on
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        import torch  # optional: torch (pdbgym[hf])
-
-        torch.set_num_threads(torch_threads)
-    except ImportError:
-        pass
-
-
 def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play, processes: int = 1) -> Iterator[JobDone]:
     here = [job for job in jobs if workers <= 1 or job.policy.in_process]
     away = [job for job in jobs if not (workers <= 1 or job.policy.in_process)]
     spread_jobs = [job for job in here if job.policy.in_process] if processes > 1 else []
     if spread_jobs:
         here = [job for job in here if not job.policy.in_process]
+    descriptors = DESCRIPTORS_PER_EPISODE * local + 256  # the soft limit that fits ``local`` episodes at once
     clear_stop()
     with ExitStack() as stack:
         spread = None
         if spread_jobs:  # a local model's jobs over several processes, each its own model and engine
             spread = Spread(spread_jobs, play, processes, local, grace=STOP_GRACE_S,
-                            descriptors=DESCRIPTORS_PER_EPISODE * local + 256)
+                            descriptors=descriptors)
             stack.callback(spread.close)
             stack.callback(spread.stop)  # however this block ends, its processes end with it (stopped if not done)
         if here:
@@ -150,14 +139,14 @@ def _locally(jobs: list[EpisodeJob], workers: int, local: int, play: Play, proce
                 from pdbgym.engine import expect_rows  # heavy: torch, only when local models play
 
                 expect_rows(local, max(job.agent.max_context_tokens for job in here))
-                raise_descriptor_limit(DESCRIPTORS_PER_EPISODE * local + 256)
+                raise_descriptor_limit(descriptors)
             pools.append(stack.enter_context(ThreadPoolExecutor(local, thread_name_prefix="pdbgym-episode")))
             _submit(pools[-1], play, here, futures)
         if away:
             context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
             threads = max(1, (os.cpu_count() or 1) // workers)
-            pool = ProcessPoolExecutor(min(workers, len(away)), mp_context=context, initializer=_init_worker,
-                                       initargs=(threads,))
+            pool = ProcessPoolExecutor(min(workers, len(away)), mp_context=context, initializer=init_worker,
+                                       initargs=(threads, STOP_GRACE_S))
             pools.append(stack.enter_context(pool))
             _submit(pool, play, away, futures)
         try:
@@ -193,18 +182,12 @@ def _stop_all(pools: list[Executor], futures: dict[Future[JobResult], EpisodeJob
         future.cancel()
     for pool in pools:
         pool.shutdown(wait=False, cancel_futures=True)
-    _signal(workers, signal.SIGTERM)
+    signal_processes(workers, signal.SIGTERM)
     running = [future for future in futures if not future.cancelled()]  # a cancelled one never turns "done"
     with suppress(KeyboardInterrupt):
         _, stuck = wait(running, timeout=STOP_GRACE_S)
         if stuck:  # a worker that does not end its episode in time is killed (its sandbox dies with it)
-            _signal(workers, signal.SIGKILL)
-
-
-def _signal(processes: list[multiprocessing.Process], signum: int) -> None:
-    for process in processes:
-        with suppress(ProcessLookupError, TypeError):
-            os.kill(process.pid, signum)
+            signal_processes(workers, signal.SIGKILL)
 
 
 def _submit(pool: Executor, play: Play, jobs: list[EpisodeJob],

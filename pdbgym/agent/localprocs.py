@@ -32,7 +32,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING
@@ -42,6 +42,7 @@ from pdbgym.interrupts import end_with_parent, stop_on_sigterm, stop_requested
 
 if TYPE_CHECKING:  # annotations only
     from pdbgym.agent.jobs import EpisodeJob, JobResult
+    from pdbgym.agent.policies import PolicySpec
 
     Play = Callable[[EpisodeJob], JobResult]
     Ended = tuple[EpisodeJob, JobResult | None, BaseException | None]  # a job, its result or what stopped it
@@ -56,9 +57,9 @@ def shares(jobs: list[EpisodeJob], processes: int) -> list[list[int]]:
     """
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
-    groups: dict[str, list[int]] = {}  # each policy's jobs, policies in the order they first appear
+    groups: dict[PolicySpec, list[int]] = {}  # each policy's jobs, policies in the order they first appear
     for index, job in enumerate(jobs):
-        groups.setdefault(_policy_key(job), []).append(index)
+        groups.setdefault(job.policy, []).append(index)
     order = [index for group in groups.values() for index in group]
     size, extra = divmod(len(order), processes)
     cut, start = [], 0
@@ -67,11 +68,6 @@ def shares(jobs: list[EpisodeJob], processes: int) -> list[list[int]]:
         cut.append(order[start:end])
         start = end
     return cut
-
-
-def _policy_key(job: EpisodeJob) -> str:
-    policy = job.policy
-    return f"{policy.kind}\0{policy.target}\0{policy.device}"
 
 
 class Spread:
@@ -126,7 +122,7 @@ class Spread:
         """Tell every child to end its episodes (SIGTERM); ``stop`` waits for them."""
         if self._terminated is None:
             self._terminated = time.monotonic()
-        _signal(self.children, signal.SIGTERM)
+        signal_processes(self.children, signal.SIGTERM)
 
     def stop(self) -> None:
         """Wait for the children to end, up to ``grace`` seconds after they were told to (now, unless every
@@ -213,22 +209,33 @@ def _unpacked(payload: bytes) -> tuple[JobResult | None, BaseException | None]:
         return None, RuntimeError(f"the episode's result could not be read here ({type(exc).__name__}: {exc})")
 
 
-def _signal(children: list[multiprocessing.process.BaseProcess], signum: int) -> None:
-    for child in children:
-        if child.is_alive():
+def signal_processes(processes: Iterable[multiprocessing.process.BaseProcess], signum: int) -> None:
+    """Send ``signum`` to each of ``processes`` still running (this process's children)."""
+    for process in processes:
+        if process.is_alive():
             with suppress(ProcessLookupError, TypeError):
-                os.kill(child.pid, signum)
+                os.kill(process.pid, signum)
+
+
+def init_worker(torch_threads: int, grace: float) -> None:
+    """A worker process's start: SIGTERM stops its episodes as Ctrl-C does (its parent decides on SIGINT),
+    it stops on its own once its parent is gone (``grace`` seconds for its episodes to unwind), no hub
+    access, and its share of the cores for torch where torch is installed."""
+    stop_on_sigterm()
+    end_with_parent(grace)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import torch  # optional: torch (pdbgym[hf])
+
+        torch.set_num_threads(torch_threads)
+    except ImportError:
+        pass
 
 
 def _child(n: int, jobs: list[EpisodeJob], pipe: Connection, play: Play, local: int, grace: float,
            descriptors: int, torch_threads: int) -> None:
-    stop_on_sigterm()  # the parent's Ctrl-C reaches this child as SIGTERM
-    end_with_parent(grace)
+    init_worker(torch_threads, grace)  # the parent's Ctrl-C reaches this child as SIGTERM
     os.set_inheritable(pipe.fileno(), False)  # no process this one starts holds the pipe open after it ends
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch  # optional: torch (pdbgym[hf]); local models need it
-
-    torch.set_num_threads(torch_threads)
     if local > 1:
         from pdbgym.engine import expect_rows  # heavy: torch
 
