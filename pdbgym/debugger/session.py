@@ -24,6 +24,7 @@ from pdbgym.debugger.breakpoints import Breakpoint, Edit, shift_breakpoints
 from pdbgym.debugger.protocol import BreakpointSpec, LauncherRecord, PromptRecord, RecordScanner
 from pdbgym.errors import PdbgymError
 from pdbgym.sandbox import Limits, Sandbox, sandbox_env
+from pdbgym.sandbox.cpuwait import CommandClock
 from pdbgym.sandbox.pty_process import PtyTerminal
 from pdbgym.sandbox.zygote import Zygote, ZygoteError
 
@@ -291,13 +292,15 @@ class PdbSession:
             self._process.close()
 
     def _await(self, timeout_s: float) -> _Outcome:
-        """Read until a record, the process's end, or ``timeout_s`` seconds."""
+        """Read until a record, the process's end, or ``timeout_s`` seconds of the debugger's own time:
+        the wall clock less what its processes waited for a CPU (``pdbgym.sandbox.cpuwait``), so a command
+        is cut at the same point of its work on a loaded host as on an idle one."""
         assert self._process is not None and self._scanner is not None
-        deadline = time.monotonic() + timeout_s
+        clock = CommandClock(self._process.pid, timeout_s)
         record = self._scanner.next_record()
         outcome = _Outcome()
         while record is None:
-            remaining = deadline - time.monotonic()
+            remaining = clock.remaining()
             if remaining <= 0:
                 outcome.timed_out = True
                 break

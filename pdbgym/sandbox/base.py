@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pdbgym.errors import SandboxError
 from pdbgym.sandbox.cgroup import CommandCgroup
+from pdbgym.sandbox.cpuwait import CommandClock
 from pdbgym.sandbox.environment import sandbox_env
 from pdbgym.sandbox.limits import Limits, RunResult
 from pdbgym.sandbox.output import BoundedOutput
@@ -93,7 +94,7 @@ class Sandbox(ABC):
             _close_all(pass_fds)
         output = BoundedOutput(limits.output_limit_bytes)
         try:
-            timed_out = _pump(popen, (stdin or "").encode(), output, started + limits.wall_time_s)
+            timed_out = _pump(popen, (stdin or "").encode(), output, CommandClock(popen.pid, limits.wall_time_s))
         finally:
             returncode = kill_tree(popen, cgroup)
         return RunResult(
@@ -268,10 +269,11 @@ def make_raw(fd: int) -> None:
     termios.tcsetattr(fd, termios.TCSANOW, attrs)
 
 
-def _pump(popen: subprocess.Popen, stdin_data: bytes, output: BoundedOutput, deadline: float) -> bool:
-    """Feed stdin and collect stdout until both EOF and exit, exit plus a short drain, or the deadline.
+def _pump(popen: subprocess.Popen, stdin_data: bytes, output: BoundedOutput, clock: CommandClock) -> bool:
+    """Feed stdin and collect stdout until both EOF and exit, exit plus a short drain, or the clock's
+    budget is spent (the command's own time: ``pdbgym.sandbox.cpuwait``).
 
-    Returns True when the deadline passed first. The child's exit is watched through a pidfd, so
+    Returns True when the budget ran out first. The child's exit is watched through a pidfd, so
     nothing sleeps: every wait is a select on the pipes and the pidfd.
     """
     assert popen.stdout is not None
@@ -284,17 +286,17 @@ def _pump(popen: subprocess.Popen, stdin_data: bytes, output: BoundedOutput, dea
         os.set_blocking(popen.stdin.fileno(), False)
         selector.register(popen.stdin, selectors.EVENT_WRITE, "in")
     pending = memoryview(stdin_data)
-    exited, output_open = False, True
+    exited, output_open, drain_until = False, True, None
     try:
         while output_open or not exited:
-            remaining = deadline - time.monotonic()
+            remaining = clock.remaining() if drain_until is None else drain_until - time.monotonic()
             if remaining <= 0:
                 return not exited
             for key, _ in selector.select(remaining):
                 if key.data == "exit":
                     exited = True
                     selector.unregister(pidfd)
-                    deadline = min(deadline, time.monotonic() + _DRAIN_AFTER_EXIT_S)
+                    drain_until = time.monotonic() + min(_DRAIN_AFTER_EXIT_S, clock.remaining())
                 elif key.data == "in":
                     pending = _write_some(popen, selector, pending)
                 elif chunk := os.read(popen.stdout.fileno(), READ_CHUNK_BYTES):

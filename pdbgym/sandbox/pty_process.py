@@ -22,6 +22,11 @@ class PtyTerminal:
 
     master_fd: int
 
+    @property
+    def pid(self) -> int:
+        """The child's process id in this process's PID namespace."""
+        raise NotImplementedError
+
     def write(self, data: bytes) -> None:
         """Write all of ``data`` to the child's stdin."""
         view = memoryview(data)

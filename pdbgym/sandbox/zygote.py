@@ -29,6 +29,7 @@ from typing import Literal, TypedDict, TypeVar, cast
 from pdbgym.errors import SandboxError
 from pdbgym.fdwait import readable
 from pdbgym.sandbox.base import Sandbox, make_raw
+from pdbgym.sandbox.cpuwait import CommandClock
 from pdbgym.sandbox.environment import sandbox_env
 from pdbgym.sandbox.limits import Limits, RunResult
 from pdbgym.sandbox.output import BoundedOutput
@@ -362,7 +363,7 @@ class Zygote:
             os.close(out_read)
             raise
         output = BoundedOutput(limits.output_limit_bytes)
-        timed_out = _pump(out_read, job, output, started + limits.wall_time_s)
+        timed_out = _pump(out_read, job, output, CommandClock(job.pid, limits.wall_time_s))
         returncode = job.finish()
         if not job.reported:  # stopped, ended, or made to hang by something of the run: never used again
             self.stop()
@@ -395,10 +396,11 @@ class Zygote:
         return cast(SweepAccount, message)  # the server's own answer (grading/server.py's ``sweep``)
 
 
-def _pump(out_fd: int, job: _Job, output: BoundedOutput, deadline: float) -> bool:
+def _pump(out_fd: int, job: _Job, output: BoundedOutput, clock: CommandClock) -> bool:
     """Collect the job's output until its exit is reported and its output closed (or a short drain after
-    the report), or the deadline; True when the deadline came first (``finish`` then kills the job). A job
-    whose process is gone with no report within ``EXIT_REPORT_GRACE_S`` ends the wait too."""
+    the report), or the clock's budget is spent (the job's own time: ``pdbgym.sandbox.cpuwait``); True
+    when the budget ran out first (``finish`` then kills the job). A job whose process is gone with no
+    report within ``EXIT_REPORT_GRACE_S`` ends the wait too."""
     os.set_blocking(out_fd, False)
     output_open, drain_until, gone_at = True, None, None
     try:
@@ -409,7 +411,7 @@ def _pump(out_fd: int, job: _Job, output: BoundedOutput, deadline: float) -> boo
                 drain_until = drain_until or now + DRAIN_AFTER_EXIT_S
                 if not output_open or now >= drain_until:
                     return False
-            elif now >= deadline:
+            elif (left := clock.remaining()) <= 0:
                 return True
             elif gone_at is not None and now >= gone_at + EXIT_REPORT_GRACE_S:
                 return False  # the process is gone and the server is silent: run_test refuses the run
@@ -418,8 +420,11 @@ def _pump(out_fd: int, job: _Job, output: BoundedOutput, deadline: float) -> boo
                 watched.append(job.reply)
                 if gone_at is None:
                     watched.append(job.pidfd)
-            limit = drain_until if ended else min(deadline, (gone_at or deadline) + EXIT_REPORT_GRACE_S)
-            ready = readable(watched, max(0.0, limit - now))
+            if ended:
+                wait = drain_until - now
+            else:
+                wait = left if gone_at is None else min(left, gone_at + EXIT_REPORT_GRACE_S - now)
+            ready = readable(watched, max(0.0, wait))
             if job.pidfd in ready:
                 gone_at = time.monotonic()
             if job.reply in ready:

@@ -1,0 +1,108 @@
+"""A command's time limit counts its own time: real processes crowded onto one core."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from crowding import BUSY, busy_processes, one_core
+
+from pdbgym.sandbox import Limits, Workspace, get_sandbox
+from pdbgym.sandbox.cpuwait import WALL_CAP_FACTOR, CommandClock, schedstat_available
+
+pytestmark = pytest.mark.skipif(not schedstat_available(), reason="this kernel reports no per-thread schedstat")
+
+# Spins until it has had SECONDS of CPU, then says so: on an idle core that takes SECONDS of wall clock.
+NEEDS_CPU = """
+import sys, time
+need = float(sys.argv[1])
+while time.process_time() < need:
+    pass
+print("had", need, "s of CPU")
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path: Path):
+    source = tmp_path / "project"
+    source.mkdir()
+    (source / "needs_cpu.py").write_text(NEEDS_CPU)
+    with Workspace.create(source, parent=tmp_path / "workspaces") as ws:
+        yield ws.path
+
+
+def test_a_starved_process_is_not_charged_for_its_wait():
+    with one_core(), busy_processes(3):
+        spinner = subprocess.Popen([sys.executable, "-c", BUSY])
+        try:
+            clock = CommandClock(spinner.pid, budget_s=100.0)
+            time.sleep(2.0)
+            own, wall = clock.own(), clock.elapsed()
+        finally:
+            spinner.kill()
+            spinner.wait()
+    # Four busy processes on one core: the spinner runs about a quarter of the time.
+    assert own < 0.6 * wall, (own, wall)
+    assert own > 0.1 * wall, (own, wall)
+
+
+def test_an_idle_or_sleeping_process_is_charged_the_wall_clock():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        clock = CommandClock(sleeper.pid, budget_s=100.0)
+        time.sleep(1.0)
+        own, wall = clock.own(), clock.elapsed()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert own > 0.9 * wall, (own, wall)
+
+
+def test_a_test_run_on_a_crowded_core_gets_its_budget_of_its_own_time(workspace):
+    """1.2 s of CPU under a 2.5 s limit, on a core shared with three busy processes: about 5 s of wall clock.
+    The wall clock alone would stop it at 2.5 s with about 0.6 s of CPU had."""
+    sandbox = get_sandbox("auto")
+    with one_core(), busy_processes(3):
+        started = time.monotonic()
+        result = sandbox.run([sys.executable, "needs_cpu.py", "1.2"], workspace, Limits(wall_time_s=2.5))
+        wall = time.monotonic() - started
+    assert not result.timed_out, (wall, result.output)
+    assert "had 1.2 s of CPU" in result.output
+    assert wall > 2.5  # it did wait for the CPU: the limit was not simply generous
+
+
+def test_a_run_that_crowds_the_core_itself_is_ended_by_the_wall_clock_cap(workspace):
+    """A command may slow its own clock by keeping many processes runnable (each waits for the core); the
+    cap of WALL_CAP_FACTOR times the budget ends it anyway."""
+    crowd = ("import os, time\n"
+             "for _ in range(12):\n"
+             "    if os.fork() == 0:\n"
+             "        while True: pass\n"
+             "time.sleep(600)\n")
+    sandbox = get_sandbox("auto")
+    with one_core():
+        started = time.monotonic()
+        result = sandbox.run([sys.executable, "-c", crowd], workspace, Limits(wall_time_s=0.5))
+        wall = time.monotonic() - started
+    assert result.timed_out
+    # Twelve spinning children: the run's own clock moves at about a twelfth of the wall clock's pace, so
+    # the cap, not the budget, ended it.
+    assert 0.5 * WALL_CAP_FACTOR - 0.3 < wall < 0.5 * WALL_CAP_FACTOR + 3.0, wall
+
+
+def test_a_sleeping_run_is_still_ended_on_time(workspace):
+    sandbox = get_sandbox("auto")
+    started = time.monotonic()
+    result = sandbox.run([sys.executable, "-c", "import time; time.sleep(60)"], workspace, Limits(wall_time_s=1.0))
+    assert result.timed_out
+    assert time.monotonic() - started < 3.0
+
+
+def test_no_process_means_the_wall_clock():
+    clock = CommandClock(None, budget_s=0.3)
+    assert clock.remaining() > 0.2
+    time.sleep(0.35)
+    assert clock.remaining() == 0.0
