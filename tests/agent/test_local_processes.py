@@ -92,7 +92,13 @@ def test_a_killed_process_costs_its_jobs_in_flight_and_the_other_plays_the_rest(
     failed = {job.sample_idx: error for job, result, error in ended if error is not None}
     assert list(failed) == [2] and "exit code -9" in str(failed[2]) and "run again" in str(failed[2])
     pid = {result[0]: result[1] for _, result, _ in ended if result is not None}
-    assert pid[0] == pid[1] != pid[3] == pid[4]  # the survivor took the dead child's untaken job as well as its own
+    dead = [child.pid for child in spread.children if child.exitcode == -signal.SIGKILL]
+    assert len(dead) == 1
+    survivor = {child.pid for child in spread.children} - set(dead)
+    # Job 3 is handed out after the fatal job 2, which kills whichever child takes it at once: job 3 is the
+    # dead child's untaken job where that child held the first share (the survivor stole it), or the
+    # survivor's own next job where the survivor, slow to start, had its job 2 stolen by the other.
+    assert pid[3] in survivor
     assert all(not child.is_alive() for child in spread.children)
 
 
