@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 BUSY = "while True: pass"
 
 
+LOCK = Path(tempfile.gettempdir()) / "pdbgym-tests-one-core.lock"
+
+
 @contextmanager
 def one_core() -> Iterator[int]:
-    """Pin this process (and so every process it starts meanwhile) to one core; restore after."""
-    before = os.sched_getaffinity(0)
-    core = max(before)
-    os.sched_setaffinity(0, {core})
-    try:
-        yield core
-    finally:
-        os.sched_setaffinity(0, before)
+    """Pin this process (and so every process it starts meanwhile) to one core; restore after. One test at a
+    time on the machine holds it (a file lock), so the test workers' crowds never share the core."""
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = os.sched_getaffinity(0)
+        core = max(before)
+        os.sched_setaffinity(0, {core})
+        try:
+            yield core
+        finally:
+            os.sched_setaffinity(0, before)
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextmanager

@@ -17,13 +17,17 @@ Two bounds keep it honest:
 
 - **A wall-clock cap** (``wall_cap_s``, by default ``WALL_CAP_FACTOR`` times the budget). A command that
   makes its own contention (many busy processes on few cores) grows its threads' run-queue delays and so
-  slows its own clock; the cap ends it regardless.
+  slows its own clock; the cap ends it regardless. The cap is per clock: a pdb command's wait, each of the
+  interrupt's grace periods and a restart's start-up each have one.
 - **No schedstat, no discount.** Where the kernel has no per-thread schedstat (``CONFIG_SCHED_INFO`` off),
   the clock is the wall clock, as before.
 
 Reading a hostile process tree's ``/proc`` entries is safe here: the kernel writes them, a process can only
 vanish (its delay then stays counted as the largest seen) or be born (its delay counts from zero), and every
-number parsed is bounded by the cap.
+number parsed is bounded by the cap. The tree is read once at the start and then, only after the wall clock
+alone has spent the budget, at most every ``MIN_POLL_S``; its size is bounded by the command's process
+limit. A root pid that ended and was reused by an unrelated process can only make the limit last longer,
+up to the cap.
 """
 
 from __future__ import annotations
@@ -82,31 +86,35 @@ class CommandClock:
         self.started = time.monotonic()
         self.waited_s = 0.0  # the largest run-queue delay of one thread since the start (seconds)
         self._base = run_delays(self.pid) if self.pid is not None else {}
+        self._read_at = self.started
 
     def elapsed(self) -> float:
         """Wall-clock seconds since the start."""
         return time.monotonic() - self.started
 
     def own(self) -> float:
-        """The command's own seconds so far: wall clock less the CPU wait (read now)."""
-        wall = self.elapsed()
-        if self.pid is not None:
+        """The command's own seconds so far: wall clock less the CPU wait. The wait is read again only when
+        ``MIN_POLL_S`` has passed since the last reading (a command printing without pause is read at that
+        pace, not once a chunk); a reading that old only makes the own time look larger by at most that."""
+        if self.pid is not None and time.monotonic() - self._read_at >= MIN_POLL_S:
             now = run_delays(self.pid)
+            self._read_at = time.monotonic()
             # A thread seen at the start counts from its reading then; one born since, from zero.
             grown = max((delay - self._base.get(tid, 0) for tid, delay in now.items()), default=0)
-            self.waited_s = min(max(self.waited_s, grown / 1e9), wall)
-        return wall - self.waited_s
+            self.waited_s = max(self.waited_s, grown / 1e9)
+        wall = self.elapsed()  # after the reading, which takes time of its own on a big tree
+        return wall - min(self.waited_s, wall)
 
     def remaining(self) -> float:
         """Seconds to wait before asking again; 0 once the budget or the wall-clock cap is spent. The
         ``/proc`` readings are taken only once the wall clock alone has spent the budget."""
-        wall = self.elapsed()
-        left = self.budget_s - wall
+        left = self.budget_s - self.elapsed()
         if left > TOLERANCE_S:
             return left
         if self.pid is None:
             return 0.0
-        left = min(self.budget_s - self.own(), self.wall_cap_s - wall)
+        own = self.own()
+        left = min(self.budget_s - own, self.wall_cap_s - self.elapsed())
         return 0.0 if left <= TOLERANCE_S else max(left, MIN_POLL_S)
 
     def expired(self) -> bool:
