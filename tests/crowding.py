@@ -12,8 +12,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 BUSY = "while True: pass"
-
-
 LOCK = Path(tempfile.gettempdir()) / "pdbgym-tests-one-core.lock"
 
 

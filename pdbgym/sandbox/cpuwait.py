@@ -15,7 +15,7 @@ ready but unrun. Its own time is the wall clock less that.
 
 Two bounds keep it honest:
 
-- **A wall-clock cap** (``wall_cap_s``, by default ``WALL_CAP_FACTOR`` times the budget). A command that
+- **A wall-clock cap** (``wall_cap_s``: ``WALL_CAP_FACTOR`` times the budget). A command that
   makes its own contention (many busy processes on few cores) grows its threads' run-queue delays and so
   slows its own clock; the cap ends it regardless. The cap is per clock: a pdb command's wait, each of the
   interrupt's grace periods and a restart's start-up each have one.
@@ -47,7 +47,8 @@ MIN_POLL_S = 0.05  # the shortest wait between two readings (own time may grow f
 def schedstat_available() -> bool:
     """Whether this kernel reports per-thread run-queue delay (``/proc/self/schedstat``, three numbers)."""
     try:
-        fields = open("/proc/self/schedstat", encoding="ascii").read().split()
+        with open("/proc/self/schedstat", encoding="ascii") as stat:
+            fields = stat.read().split()
     except OSError:
         return False
     return len(fields) == 3 and all(field.isdigit() for field in fields)
@@ -79,10 +80,10 @@ class CommandClock:
     fast as the wall clock.
     """
 
-    def __init__(self, pid: int | None, budget_s: float, wall_cap_s: float | None = None) -> None:
+    def __init__(self, pid: int | None, budget_s: float) -> None:
         self.pid = pid if pid is not None and schedstat_available() else None
         self.budget_s = budget_s
-        self.wall_cap_s = budget_s * WALL_CAP_FACTOR if wall_cap_s is None else max(wall_cap_s, budget_s)
+        self.wall_cap_s = budget_s * WALL_CAP_FACTOR
         self.started = time.monotonic()
         self.waited_s = 0.0  # the largest run-queue delay of one thread since the start (seconds)
         self._base = run_delays(self.pid) if self.pid is not None else {}
@@ -116,6 +117,3 @@ class CommandClock:
         own = self.own()
         left = min(self.budget_s - own, self.wall_cap_s - self.elapsed())
         return 0.0 if left <= TOLERANCE_S else max(left, MIN_POLL_S)
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0.0
