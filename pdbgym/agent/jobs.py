@@ -51,4 +51,5 @@ class JobResult:
         return EpisodeResult(self.instance_id, self.transcript["termination_reason"],
                              bool(self.transcript["final_test_passed"]), self.transcript["actions_used"],
                              round(self.wall_seconds, 3), env_result.get("detail", ""),
-                             env_result.get("grading", {}), env_result.get("wrong_site"))
+                             env_result.get("grading", {}), env_result.get("wrong_site"),
+                             env_result.get("commands_cut", 0))

@@ -80,6 +80,7 @@ class PdbReply:
     program_ended: bool = False  # the debuggee finished (test passed/failed); session restarted
     note: str = ""  # human-readable explanation of the above, for the observation
     exit_status: int | None = None  # pytest's exit status when the program finished by itself
+    timed_out: bool = False  # the command reached its time limit (then SIGINT stopped it, or the session restarted)
 
 
 @dataclass
@@ -349,11 +350,13 @@ class PdbSession:
             if not outcome.timed_out:
                 outcome.output = "".join(outputs)
                 how = "SIGINT" if attempt == 0 else "a second SIGINT (KeyboardInterrupt)"
-                return self._reply(outcome, interrupted=True,
-                                   note=f"The command ran longer than {timeout_s:g} s; {how} interrupted it. ")
+                reply = self._reply(outcome, interrupted=True,
+                                    note=f"The command ran longer than {timeout_s:g} s; {how} interrupted it. ")
+                reply.timed_out = True
+                return reply
         restart_note = self.restart()
         return PdbReply(
-            output="".join(outputs) + "\n" + self.last_start_output, restarted=True,
+            output="".join(outputs) + "\n" + self.last_start_output, restarted=True, timed_out=True,
             note=(f"The command ran longer than {timeout_s:g} s and did not stop on SIGINT within "
                   f"{2 * INTERRUPT_GRACE_S:g} s; the session was restarted at a fresh first prompt "
                   f"(program state lost). {restart_note}"),

@@ -72,6 +72,7 @@ class EpisodeResultDict(TypedDict):
     detail: str
     grading: GradingDict
     wrong_site: WrongSiteOutcome | None
+    commands_cut: int
 
 
 class StepRecord(TypedDict):
@@ -116,6 +117,8 @@ class EpisodeResult:
     # Tasks with wrong-site information only: {"touched", "sites", "touched_sites"} of the final edits
     # (pdbgym.tasks.wrongsite); None for tasks without it or an episode that never had a workspace.
     wrong_site: WrongSiteOutcome | None = None
+    # pdb commands that reached their time limit (``command_timeout_s`` of the session's own time) and were cut
+    commands_cut: int = 0
 
     @property
     def wrong_site_touched(self) -> bool | None:
@@ -153,6 +156,7 @@ class DebugEnv:
         self.session = None
         self.result: EpisodeResult | None = None
         self.actions_used = 0
+        self.commands_cut = 0  # pdb commands cut by their time limit this episode
         self._steps: list[StepRecord] = []
         self._initial_observation = ""
         self._started = 0.0
@@ -163,7 +167,7 @@ class DebugEnv:
 
     def reset(self) -> str:
         self.close()
-        self.result, self.actions_used, self._steps = None, 0, []
+        self.result, self.actions_used, self.commands_cut, self._steps = None, 0, 0, []
         self._started = time.perf_counter()
         parent = Path(self.config.workspace_parent) if self.config.workspace_parent else None
         if self.config.zygote:
@@ -298,6 +302,7 @@ class DebugEnv:
         else:
             prefix = ""
         reply = self.session.send(command)
+        self.commands_cut += reply.timed_out
         parts = [prefix + reply.output.rstrip()]
         if reply.note:
             parts.append(f"[{reply.note}]")
@@ -370,6 +375,7 @@ class DebugEnv:
             detail=detail,
             grading=graded.to_dict() if graded else {},
             wrong_site=wrong_site,
+            commands_cut=self.commands_cut,
         )
         self._close_session()
         return self.result

@@ -28,6 +28,15 @@ class WrongSiteBlock(TypedDict):
     tasks: list[str]
 
 
+class CutBlock(TypedDict):
+    """An arm's pdb commands cut by their time limit, over its counted episodes that recorded them: the
+    episodes counted, those with at least one command cut, and the commands cut in all."""
+
+    episodes: int
+    episodes_with_cut: int
+    commands: int
+
+
 class ArmBlock(TypedDict):
     """One arm's results. Beside these fields, first in the dict, sit its pass@k estimates (``EstimateDict``)
     under ``pass@1``, ``pass@2``, ... up to the runs per task: one key per k, read with ``pass_at``."""
@@ -38,6 +47,7 @@ class ArmBlock(TypedDict):
     wrong_site: WrongSiteBlock | None
     tampered: int
     refused: int
+    commands_cut: NotRequired[CutBlock]  # absent: no episode of the arm recorded its cut commands
 
 
 class ComparisonEntry(TypedDict):
@@ -187,6 +197,10 @@ def summarize(
             "tampered": reasons.get("tampered", 0),
             "refused": sum(1 for r in counted if r.grade_refused and r.termination_reason != "tampered"),
         })
+        cuts = [r.commands_cut for r in counted if r.commands_cut is not None]
+        if cuts:
+            summary["arm_results"][arm]["commands_cut"] = {
+                "episodes": len(cuts), "episodes_with_cut": sum(1 for c in cuts if c), "commands": sum(cuts)}
     for a, b in combinations(arms, 2):
         cmp = stats.paired_comparison(pass1[a], pass1[b], confidence, power)
         summary["comparisons"].append({"arm_a": a, "arm_b": b, "metric": "pass@1", **cmp.to_dict()})

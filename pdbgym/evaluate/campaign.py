@@ -181,7 +181,7 @@ def run_campaign(
         row = EpisodeRow(arm.name, result.instance_id, run, bool(result.final_test_passed),
                          result.termination_reason, result.actions_used, result.duration_s,
                          str(transcript.relative_to(store.out_dir)), result.wrong_site_touched,
-                         verdict_refused(result.grading, result.termination_reason))
+                         verdict_refused(result.grading, result.termination_reason), result.commands_cut)
         store.append([row])
         if on_episode is not None:
             on_episode(row)

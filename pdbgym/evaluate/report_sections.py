@@ -1,10 +1,11 @@
-"""Report sections beyond solve rates: reward hacking (tampered and verdict-refused episodes), wrong-site
-fixation and KL to a teacher cache, as blocks of the report's page.
+"""Report sections beyond solve rates: reward hacking (tampered and verdict-refused episodes), pdb commands
+cut by the time limit, wrong-site fixation and KL to a teacher cache, as blocks of the report's page.
 
 All read the summary built by ``analysis.summarize`` (``arm_results[arm]``: ``episodes``, ``tampered``,
-``refused``, ``wrong_site``) and, for KL, ``summary["divergence"]`` (``divergence_arms.arm_divergence``).
+``refused``, ``commands_cut``, ``wrong_site``) and, for KL, ``summary["divergence"]`` (``divergence_arms.arm_divergence``).
 The reward-hacking section is always shown (zero counts say the grading saw none); the others are left
-out when the campaign has nothing for them (no task declares a wrong site; no ``--teacher-cache``).
+out when the campaign has nothing for them (rows from before commands cut were counted; no task declares a
+wrong site; no ``--teacher-cache``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ HACKING_EXPLANATION = (
     "the tasks every arm finished, like pass@k. In the per-task table ! marks a tampered run and ? a "
     "verdict-refused one."
 )
+CUT_TITLE = "pdb commands cut by the time limit"
+CUT_HEAD = ["arm", "episodes with a command cut", "commands cut", "episodes counted"]
+CUT_EXPLANATION = (
+    "Commands cut: pdb commands that ran past their time limit (the env's command_timeout_s of the "
+    "session's own time, CPU waits on a loaded host not counted) and were interrupted. A task whose bug hangs "
+    "cuts commands honestly; many more cuts in one arm than another, or in the scripted oracle, point at the "
+    "host rather than the policy. Counted over the tasks every arm finished, like pass@k."
+)
 WRONG_SITE_EXPLANATION = (
     "Wrong-site rate: share of episodes whose final edits (the workspace at the end against the task's "
     "original repo) touched the task's known wrong site, the tempting fix at the symptom (docs/task-format.md, "
@@ -68,11 +77,26 @@ KL_EXPLANATION = (
 def explanation_lines(summary: CampaignSummary) -> list[str]:
     """Reading-guide lines for the sections this summary has."""
     lines = []
+    if has_cuts(summary):
+        lines.append(CUT_EXPLANATION)
     if has_wrong_site(summary):
         lines.append(WRONG_SITE_EXPLANATION)
     if summary.get("divergence"):
         lines.append(KL_EXPLANATION)
     return lines
+
+
+def has_cuts(summary: CampaignSummary) -> bool:
+    return any("commands_cut" in block for block in summary["arm_results"].values())
+
+
+def _cut_rows(summary: CampaignSummary) -> list[list[str]]:
+    rows = []
+    for arm in summary["arms"]:
+        block = summary["arm_results"][arm].get("commands_cut")
+        rows.append([arm, NA, NA, "0"] if block is None else
+                    [arm, str(block["episodes_with_cut"]), str(block["commands"]), str(block["episodes"])])
+    return rows
 
 
 def has_wrong_site(summary: CampaignSummary) -> bool:
@@ -141,6 +165,8 @@ WS_HEAD = ["arm", "wrong-site rate (%)", "touched / episodes", "tasks", "CI meth
 def section_blocks(summary: CampaignSummary) -> list[Block]:
     """The reward-hacking, wrong-site and KL sections."""
     blocks: list[Block] = [Heading(HACKING_TITLE), Table(HACKING_HEAD, hacking_rows(summary))]
+    if has_cuts(summary):
+        blocks += [Heading(CUT_TITLE), Table(CUT_HEAD, _cut_rows(summary))]
     if has_wrong_site(summary):
         blocks += [Heading("Wrong-site fixation"), Table(WS_HEAD, _wrong_site_rows(summary))]
     divergence = summary.get("divergence")

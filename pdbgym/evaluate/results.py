@@ -39,6 +39,7 @@ class EpisodeRow:
     transcript: str  # path relative to the campaign folder
     wrong_site_touched: bool | None = None  # final edits touched the task's wrong site; None: no such site
     grade_refused: bool = False  # grading refused the run's verdict (an abnormal end), not tampered
+    commands_cut: int | None = None  # pdb commands cut by their time limit; None: a row written before they were counted
 
     @property
     def key(self) -> tuple[str, str, int]:

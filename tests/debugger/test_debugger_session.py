@@ -124,7 +124,7 @@ def test_infinite_loop_is_interrupted_in_the_looping_frame(sandbox, workspace):
         assert "spin()" in session.send("c", timeout_s=60).output  # pytest is slow to start under pdb
         session.send("cl 1")
         reply = session.send("c")
-        assert reply.interrupted and not reply.restarted
+        assert reply.interrupted and reply.timed_out and not reply.restarted
         assert "Program interrupted" in reply.output and "calc.py(" in reply.output and "spin()" in reply.output
         assert "SIGINT" in reply.note
         assert session.send("p count > 0, limit").output == "(True, 3)\n"

@@ -172,6 +172,9 @@ def test_a_forked_session_is_interrupted_in_the_looping_frame(tiny_task):
         assert "interrupted" in obs.lower(), obs
         obs, _, _ = env.step(Action("pdb", {"command": "p 6 * 7"}))
         assert obs.strip().endswith("42"), obs
+        env.step(Action("submit"))
+    # the cut command is counted in the result (a campaign's row and report show it per arm); the answered one not
+    assert env.result.commands_cut == 1 and env.result.to_dict()["commands_cut"] == 1
 
 
 @needs_bwrap

@@ -14,6 +14,7 @@ from pdbgym.env.environment import EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.evaluate.analysis import summarize
 from pdbgym.evaluate.campaign import Arm, CampaignConfig, run_campaign
+from pdbgym.evaluate.report import write_report
 from pdbgym.evaluate.results import CONFIG_FILE, EpisodeRow
 
 
@@ -53,6 +54,17 @@ def test_an_arm_without_episodes_does_not_hide_the_others():
     summary = summarize(rows, {"a": "scripted", "broken": "constrained:embedded"}, ["t0", "t1", "t2"], 1)
     assert summary["tasks"] == 3 and summary["arm_results"]["a"]["solved"] == 3
     assert summary["arms_without_episodes"] == ["broken"] and "broken" in summary["warnings"][0]
+
+
+def test_commands_cut_are_counted_per_arm_and_rows_from_before_are_not_read_as_none_cut(tmp_path):
+    rows = [EpisodeRow("a", f"t{i}", 0, i != 0, "solved", 1, 0.0, "x", commands_cut=[2, 0, 1][i]) for i in range(3)]
+    rows += [EpisodeRow("old", f"t{i}", 0, True, "solved", 1, 0.0, "x") for i in range(3)]  # commands_cut None
+    summary = summarize(rows, {"a": "scripted", "old": "scripted"}, ["t0", "t1", "t2"], 1)
+    assert summary["arm_results"]["a"]["commands_cut"] == {"episodes": 3, "episodes_with_cut": 2, "commands": 3}
+    assert "commands_cut" not in summary["arm_results"]["old"]
+    write_report(summary, rows, tmp_path, "cuts")
+    text = (tmp_path / "report.md").read_text()
+    assert "| a | 2 | 3 | 3 |" in text and "| old | n/a | n/a | 0 |" in text, text
 
 
 @pytest.mark.slow

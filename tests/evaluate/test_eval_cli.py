@@ -21,6 +21,11 @@ def test_eval_runs_a_campaign_and_writes_reports(tiny_task, tmp_path, monkeypatc
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["arms"]["ref"]["pass@1"]["mean"] == 1.0 and "pass@2" in summary["arms"]["ref"]
     assert (out / "report.html").is_file() and (out / "report.md").is_file() and (out / "pass_at_k.png").is_file()
+    # every row counts the pdb commands its episode had cut by the time limit (the oracle's: none)
+    rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert [r["commands_cut"] for r in rows] == [0, 0]
+    assert summary["arms"]["ref"]["commands_cut"] == {"episodes": 2, "episodes_with_cut": 0, "commands": 0}
+    assert "pdb commands cut by the time limit" in (out / "report.md").read_text()
     assert CliRunner().invoke(app, ["eval", "report", str(out)]).exit_code == 0
 
     # The same folder with other settings is refused, naming what differs; nothing is lost.
