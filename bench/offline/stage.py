@@ -8,7 +8,9 @@ Writes, under ``--out`` (default ``.offline/``, ignore it in git):
 - ``gguf.0``, ``gguf.1``, ...: the embedded SmolLM2 GGUF cut into parts of at most ``--part-mb`` MB, and
   ``llm_init.py``, the package file that finds it;
 - ``tree-REV.tar.xz`` for each ``--tree REV``: that revision's ``pdbgym/`` and ``bench/`` (``git archive``),
-  to run a bench's baseline or a fixed revision there.
+  to run a bench's baseline or a fixed revision there;
+- ``bwrap/``: this machine's bubblewrap binary and the shared libraries it needs beyond the C library, for a
+  machine without it (``setup.sh`` says whether it runs there; ``USE_BWRAP=1`` makes pdbgym use it).
 
 ``bench/offline/setup.sh``, run on the machine from the repository root, installs whatever of these has
 arrived (the parts may come in several transfers; they are gathered in ``/tmp`` until all are there).
@@ -60,6 +62,23 @@ def gguf_parts(out: Path, part_mb: int) -> list[Path]:
     return parts
 
 
+def bwrap(out: Path) -> Path:
+    """This machine's bwrap and its libraries (``ldd``'s list less the C library, the loader and the vDSO)."""
+    binary = shutil.which("bwrap")
+    if binary is None:
+        raise SystemExit("bwrap is not installed here: apt-get install bubblewrap")
+    folder = out / "bwrap"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(binary, folder / "bwrap")
+    listing = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    for line in listing.splitlines():
+        name, _, rest = line.strip().partition(" => ")
+        library = rest.split(" (")[0].strip()
+        if library.startswith("/") and not name.startswith(("libc.so", "ld-linux")):
+            shutil.copyfile(library, folder / name)
+    return folder
+
+
 def tree(out: Path, rev: str) -> Path:
     target = out / f"tree-{rev}.tar.xz"
     archive = subprocess.run(["git", "archive", "--format=tar", rev, "pdbgym", "bench", "experiments"], cwd=ROOT,
@@ -80,7 +99,7 @@ def main() -> None:
     wheels(args.out / "wheels", [name for name in args.packages.split(",") if name], args.python)
     parts = gguf_parts(args.out, args.part_mb)
     trees = [tree(args.out, rev) for rev in args.tree]
-    for path in [args.out / "wheels", *parts, *trees]:
+    for path in [args.out / "wheels", *parts, *trees, bwrap(args.out)]:
         size = sum(f.stat().st_size for f in path.rglob("*")) if path.is_dir() else path.stat().st_size
         print(f"{path.relative_to(args.out)}: {size / 1e6:.1f} MB")
 
