@@ -5,8 +5,8 @@ that comes back is swept (every process it started killed, its private ``/tmp``,
 queues, System V IPC and keyrings emptied, the server checked unchanged) and its folder emptied on the
 host; only then does the next episode get it, so the start of Python and pytest is paid once per process
 and concurrent episode, not once per run. A server that cannot be swept clean, or has died, is ended
-instead. Only the bwrap sandbox gets one; elsewhere ``acquire`` returns None and the episode starts a
-fresh interpreter per run, as before.
+instead. The bwrap sandbox and the plain backend get one (the plain one sweeps only its own descendants:
+``pdbgym.grading.server``); another backend gets None, and its episode starts a fresh interpreter per run.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ def server_argv() -> list[str]:
 
 
 def _key(sandbox: Sandbox, parent: Path | None) -> str:
-    """Servers wait by folder and by the environment mounted in them: an episode gets a server whose
-    interpreter sees its task's packages, never another task's."""
+    """Servers wait by backend, folder and the environment mounted in them: an episode gets a server of its
+    own sandbox's kind whose interpreter sees its task's packages, never another task's."""
     folder = str(Path(parent).resolve()) if parent is not None else ""
-    return f"{folder}\0{sandbox.site_packages or ''}"
+    return f"{sandbox.name}\0{folder}\0{sandbox.site_packages or ''}"
 
 
 def _fresh_after_fork() -> None:
@@ -56,7 +56,7 @@ def _fresh_after_fork() -> None:
 def acquire(sandbox: Sandbox, parent: Path | None = None) -> Zygote | None:
     """A swept, ready server whose folder lies under ``parent`` (None: the temp folder), started if none
     waits; None where the sandbox cannot hold one or it fails to start (said once, then quietly)."""
-    if not (sandbox.isolated and sandbox.binds_readonly):
+    if sandbox.isolated and not sandbox.binds_readonly:
         return None
     key = _key(sandbox, parent)
     with _lock:

@@ -14,6 +14,11 @@ descriptors (``SCM_RIGHTS``) are a reply socket and the job's own descriptors:
 - ``{"op": "sweep"}`` + (reply): kill every other process of the sandbox and remove what they left in its
   private writable places (``/tmp``, ``/dev/shm``, POSIX and System V IPC, keyrings).
 
+Started with ``--plain`` after FD, it serves the plain backend, which has no namespaces: the server is then
+one process among the host's, so "every other process" is its own descendants (it is their subreaper, so a
+daemon a job leaves stays below it) and each is signalled through a pidfd once its ancestry is checked, and
+the host's ``/tmp``, ``/dev/shm``, IPC objects and keyrings are not the sandbox's to empty: the sweep leaves them.
+
 A job's reply socket gets ``{"pid": N}`` with the child's pidfd, then ``{"exit": STATUS}`` when it is reaped.
 
 What keeps runs apart (docs/sandbox.md, "The pytest fork server"): the server never runs a job itself and
@@ -78,6 +83,7 @@ _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION = -4, -5
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
 _INITIAL_HANDLERS = {s: signal.getsignal(s) for s in _SIGNALS}  # a fresh interpreter's dispositions
+_plain = False  # ``--plain``: the plain backend's server, in the host's PID namespace (set by ``main``)
 
 
 def _attributes() -> dict[str, object]:
@@ -183,8 +189,89 @@ def run_pdb(job: dict) -> None:
 
 
 def _other_pids() -> list[int]:
+    """Every other process of the sandbox: in bwrap's PID namespace all but its init and this server; in the
+    plain backend this server's descendants."""
     me = os.getpid()
+    if _plain:
+        return _descendants(me)
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+
+
+def _children(pid: int) -> list[int] | None:
+    """``pid``'s children from ``/proc/PID/task/*/children``; None where the kernel has no such file."""
+    found: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as listing:
+                found += [int(child) for child in listing.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None  # a kernel without CONFIG_PROC_CHILDREN
+        except OSError:
+            continue
+    return found
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root``, read from the children lists (or, where the kernel has none, from every
+    process's parent in ``/proc``)."""
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        pid = frontier.pop()
+        children = _children(pid)
+        if children is None:
+            return _descendants_by_scan(root)
+        for child in children:
+            if child not in found:
+                found.append(child)
+                frontier.append(child)
+    return found
+
+
+def _descendants_by_scan(root: int) -> list[int]:
+    parents = {int(p): _parent(int(p)) for p in os.listdir("/proc") if p.isdigit()}
+    below, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in below and pid not in below}
+        below |= more
+        grew = bool(more)
+    return sorted(below - {root})
+
+
+def _is_below_me(pid: int) -> bool:
+    """Whether ``pid`` is now a descendant of this server (its parent chain reaches it)."""
+    me, seen = os.getpid(), set()
+    while pid not in seen and len(seen) < 4096:
+        seen.add(pid)
+        parent = _parent(pid)
+        if parent is None or parent <= 1:
+            return False
+        if parent == me:
+            return True
+        pid = parent
+    return False
+
+
+def _kill(pid: int) -> bool:
+    """SIGKILL ``pid``. In the plain backend through a pidfd, and only once the process behind it is seen to
+    be this server's descendant: a pid read a moment ago may since name another process of the host."""
+    if not _plain:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    pidfd = os.pidfd_open(pid)
+    try:
+        if not _is_below_me(pid):
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return True
+    finally:
+        os.close(pidfd)
 
 
 def _reap_any() -> list[tuple[int, int]]:
@@ -205,8 +292,8 @@ def _kill_all_others(deadline_s: float = 5.0) -> int:
     while (others := _other_pids()) and time.monotonic() < deadline:
         for pid in others:
             try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
+                if _kill(pid):
+                    killed.add(pid)
             except ProcessLookupError:
                 pass
         _reap_any()
@@ -297,6 +384,11 @@ def _leftovers(kept: set[str]) -> list[str]:
 def sweep(expected: dict[str, object], kept: set[str]) -> dict[str, object]:
     """Kill every other process, remove what they left, and say whether this server is as it started."""
     killed = _kill_all_others()
+    if _plain:  # the host's /tmp, IPC and keyrings are not this sandbox's
+        problems = [f"process {pid}" for pid in _other_pids()]
+        if _attributes() != expected:
+            problems.append("the server's rlimits, priority, affinity or scheduling were changed from outside")
+        return {"ok": not problems, "killed": killed, "removed": 0, "problems": problems[:20]}
     mounts = _mount_points()
     removed = sum(_wipe(folder, kept, mounts) for folder in WIPED) + _remove_sysv_ipc()
     keyrings = all(_keyctl(_KEYCTL_CLEAR, spec) == 0 for spec in (_KEY_SPEC_USER, _KEY_SPEC_USER_SESSION))
@@ -332,7 +424,7 @@ def _kill_orphans(jobs: dict[int, tuple[socket.socket, int]]) -> None:
         doomed |= below
     for pid in doomed:
         try:
-            os.kill(pid, signal.SIGKILL)
+            _kill(pid)
         except OSError:
             pass
 
@@ -351,7 +443,7 @@ def _reap_orphans(jobs: dict[int, tuple[socket.socket, int]]) -> None:
 def serve(control: socket.socket) -> tuple[dict, list[int]] | None:
     """The server loop. Returns only in a forked child, with the job it is to run (the server's frames are
     gone from the child's stack by then); in the server it returns None when the host closes the socket."""
-    expected, kept = _attributes(), _pristine_entries()
+    expected, kept = _attributes(), set() if _plain else _pristine_entries()
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, None)
     jobs: dict[int, tuple[socket.socket, int]] = {}  # pid -> (reply socket, pidfd)
@@ -433,6 +525,8 @@ def main() -> None:
     _keyctl(_KEYCTL_JOIN_SESSION, 0)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_IGN)  # only the host ends the server (SIGKILL, or closing the socket)
+    global _plain
+    _plain = sys.argv[2:] == ["--plain"]
     control = socket.socket(fileno=int(sys.argv[1]))
     if not stat.S_ISSOCK(os.fstat(control.fileno()).st_mode):
         raise SystemExit("zygote: the control descriptor is not a socket")

@@ -3,14 +3,16 @@ process per test run or pdb session (the server itself is ``pdbgym.grading.serve
 
 Starting Python and importing pytest is most of a small test run, and an episode makes several (the pdb
 session and its restarts, the agent's ``run_tests``). A ``Zygote`` pays that once: ``Sandbox.spawn``
-starts the server in a bubblewrap sandbox whose writable folder is ``folder`` (an episode's workspace is
-made inside it); each job is one ``fork`` of the server. ``sweep`` asks the server to kill every other
-process of the sandbox and remove what they left, before grading reads the workspace and between
-episodes. Grading never runs here: it runs in a fresh sandbox the episode never touched.
+starts the server in a sandbox whose writable folder is ``folder`` (an episode's workspace is made inside
+it); each job is one ``fork`` of the server. ``sweep`` asks the server to kill every other process of the
+sandbox and remove what they left, before grading reads the workspace and between episodes. Grading never
+runs here: it runs in a fresh sandbox the episode never touched.
 
-Only the bwrap backend takes part: the fork server relies on the sandbox's own PID namespace, its private
-``/tmp`` and read-only binds (docs/sandbox.md, "The pytest fork server"). Any failure here raises
-``ZygoteError``, and callers fall back to starting a fresh interpreter as before.
+Under bwrap the server's defences rest on the sandbox's own PID namespace, its private ``/tmp`` and
+read-only binds (docs/sandbox.md, "The pytest fork server"). The plain backend has none of these, and
+isolates nothing a fresh interpreter would not share either: its server (``--plain``) sweeps only its own
+descendants and leaves the host's ``/tmp`` and IPC alone. Any failure here raises ``ZygoteError``, and
+callers fall back to starting a fresh interpreter as before.
 """
 
 from __future__ import annotations
@@ -237,12 +239,13 @@ class ZygotePty(PtyTerminal):
 
 
 class Zygote:
-    """A pytest fork server in its own bwrap sandbox; ``folder`` is writable inside it."""
+    """A pytest fork server in its own sandbox (bwrap, or the plain backend); ``folder`` is writable inside it."""
 
     def __init__(self, sandbox: Sandbox, server_argv: list[str], limits: Limits | None = None,
                  parent: Path | None = None) -> None:
-        if not (sandbox.isolated and sandbox.binds_readonly):
-            raise ZygoteError(f"the pytest fork server needs the bwrap sandbox, not {sandbox.name}")
+        if sandbox.isolated and not sandbox.binds_readonly:
+            raise ZygoteError(f"the pytest fork server needs read-only binds or no isolation, not {sandbox.name}")
+        plain = [] if sandbox.isolated else ["--plain"]  # the server then sweeps only its own descendants
         self.sandbox = sandbox
         self.folder = owned_folder("zygote-", parent)
         host_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -252,7 +255,7 @@ class Zygote:
         self.jobs_run = 0
         try:
             self._command = _spawner.call(lambda: sandbox.spawn(
-                [*server_argv, str(server_end.fileno())], self.folder, limits or Limits(),
+                [*server_argv, str(server_end.fileno()), *plain], self.folder, limits or Limits(),
                 env=sandbox_env(self.folder), pass_fds=(server_end.fileno(),)))
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)

@@ -45,9 +45,12 @@ def _append(ws: Path, code: str) -> None:
     init.write_text(init.read_text() + code)
 
 
-def test_only_the_bwrap_sandbox_holds_a_server():
-    with pytest.raises(ZygoteError, match="needs the bwrap sandbox"):
-        Zygote(get_sandbox("plain"), server_argv())
+def test_an_isolating_sandbox_without_read_only_binds_holds_no_server():
+    class Isolating(type(get_sandbox("plain"))):  # a backend that isolates but cannot bind read-only
+        name, isolated = "isolating", True
+
+    with pytest.raises(ZygoteError, match="needs read-only binds or no isolation"):
+        Zygote(Isolating(), server_argv())
 
 
 @needs_bwrap
