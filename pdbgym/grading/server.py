@@ -14,10 +14,13 @@ descriptors (``SCM_RIGHTS``) are a reply socket and the job's own descriptors:
 - ``{"op": "sweep"}`` + (reply): kill every other process of the sandbox and remove what they left in its
   private writable places (``/tmp``, ``/dev/shm``, POSIX and System V IPC, keyrings).
 
-Started with ``--plain`` after FD, it serves the plain backend, which has no namespaces: the server is then
-one process among the host's, so "every other process" is its own descendants (it is their subreaper, so a
-daemon a job leaves stays below it) and each is signalled through a pidfd once its ancestry is checked, and
-the host's ``/tmp``, ``/dev/shm``, IPC objects and keyrings are not the sandbox's to empty: the sweep leaves them.
+The sweep above is the one bwrap's sandbox gets, asked for with ``--pid-namespace`` after FD and refused
+unless the server is the second process of a PID namespace of its own (bwrap's init is the first). Without
+it the server serves the plain backend, which has no namespaces: the server is one process among the
+host's, so "every other process" is its own descendants (it is their subreaper, so a daemon a job leaves
+stays below it), each signalled through a pidfd once its ancestry is checked, and the host's ``/tmp``,
+``/dev/shm``, IPC objects and keyrings are not the sandbox's to empty: the sweep leaves them. A slip in the
+arguments therefore gives the narrow sweep, never the host-wide one.
 
 A job's reply socket gets ``{"pid": N}`` with the child's pidfd, then ``{"exit": STATUS}`` when it is reaped.
 
@@ -83,7 +86,7 @@ _KEY_SPEC_USER, _KEY_SPEC_USER_SESSION = -4, -5
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
 _INITIAL_HANDLERS = {s: signal.getsignal(s) for s in _SIGNALS}  # a fresh interpreter's dispositions
-_plain = False  # ``--plain``: the plain backend's server, in the host's PID namespace (set by ``main``)
+_plain = True  # the plain backend's server, in the host's PID namespace, unless ``main`` is given --pid-namespace
 
 
 def _attributes() -> dict[str, object]:
@@ -244,16 +247,30 @@ def _descendants_by_scan(root: int) -> list[int]:
     return sorted(below - {root})
 
 
+def _stat(pid: int) -> tuple[int, int] | None:
+    """``pid``'s parent and start time (clock ticks after boot), from ``/proc/PID/stat``."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _is_below_me(pid: int) -> bool:
-    """Whether ``pid`` is now a descendant of this server (its parent chain reaches it)."""
+    """Whether ``pid`` is now a descendant of this server: its parent chain reaches it, each parent started
+    no later than its child (a parent's pid reused meanwhile by a younger process fails that)."""
     me, seen = os.getpid(), set()
-    while pid not in seen and len(seen) < 4096:
+    entry = _stat(pid)
+    while entry is not None and pid not in seen and len(seen) < 4096:
         seen.add(pid)
-        parent = _parent(pid)
-        if parent is None or parent <= 1:
+        parent, started = entry
+        if parent <= 1:
             return False
         if parent == me:
             return True
+        entry = _stat(parent)
+        if entry is None or entry[1] > started:
+            return False
         pid = parent
     return False
 
@@ -294,7 +311,7 @@ def _kill_all_others(deadline_s: float = 5.0) -> int:
             try:
                 if _kill(pid):
                     killed.add(pid)
-            except ProcessLookupError:
+            except OSError:  # gone, or not ours to signal: the leftovers list names what stays
                 pass
         _reap_any()
         time.sleep(0.002)
@@ -447,7 +464,7 @@ def serve(control: socket.socket) -> tuple[dict, list[int]] | None:
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, None)
     jobs: dict[int, tuple[socket.socket, int]] = {}  # pid -> (reply socket, pidfd)
-    _send(control, {"ready": True, "pid": os.getpid()})
+    _send(control, {"ready": True, "pid": os.getpid(), "plain": _plain})
     while True:
         _reap_orphans(jobs)
         for key, _ in selector.select(1.0):
@@ -467,6 +484,8 @@ def serve(control: socket.socket) -> tuple[dict, list[int]] | None:
                 continue
             job, fds = receive_message(control, MAX_FDS)  # a packet that is not a JSON object: {}, no request
             if job is None:
+                if _plain:  # no namespace ends with this server: what its jobs started must end here
+                    _kill_all_others()
                 return None
             if not fds:
                 continue  # no reply socket to answer on
@@ -526,7 +545,10 @@ def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_IGN)  # only the host ends the server (SIGKILL, or closing the socket)
     global _plain
-    _plain = sys.argv[2:] == ["--plain"]
+    _plain = sys.argv[2:] != ["--pid-namespace"]
+    if not _plain and not (os.getpid() == 2 and os.getppid() == 1):
+        raise SystemExit(f"zygote: --pid-namespace, but this is process {os.getpid()} of parent {os.getppid()}, "
+                         "not the second of a PID namespace of its own: refusing to sweep it")
     control = socket.socket(fileno=int(sys.argv[1]))
     if not stat.S_ISSOCK(os.fstat(control.fileno()).st_mode):
         raise SystemExit("zygote: the control descriptor is not a socket")

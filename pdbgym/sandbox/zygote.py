@@ -10,8 +10,8 @@ runs here: it runs in a fresh sandbox the episode never touched.
 
 Under bwrap the server's defences rest on the sandbox's own PID namespace, its private ``/tmp`` and
 read-only binds (docs/sandbox.md, "The pytest fork server"). The plain backend has none of these, and
-isolates nothing a fresh interpreter would not share either: its server (``--plain``) sweeps only its own
-descendants and leaves the host's ``/tmp`` and IPC alone. Any failure here raises ``ZygoteError``, and
+isolates nothing a fresh interpreter would not share either: its server (started without
+``--pid-namespace``) sweeps only its own descendants and leaves the host's ``/tmp`` and IPC alone. Any failure here raises ``ZygoteError``, and
 callers fall back to starting a fresh interpreter as before.
 """
 
@@ -219,6 +219,17 @@ class ZygotePty(PtyTerminal):
     def find_process(self, marker: str) -> int | None:
         return None if self.job.exited else self.pid
 
+    def signal_process(self, pid: int, signum: int = signal.SIGINT) -> bool:
+        """The job's own process is signalled through its pidfd: once the server has reaped it, its pid may
+        name another process (in the plain backend, any of the host's)."""
+        if pid != self.pid:
+            return super().signal_process(pid, signum)
+        try:
+            signal.pidfd_send_signal(self.job.pidfd, signum)
+        except ProcessLookupError:
+            return False
+        return True
+
     def kill(self) -> None:
         if not self._closed:
             self.job.kill()
@@ -245,7 +256,9 @@ class Zygote:
                  parent: Path | None = None) -> None:
         if sandbox.isolated and not sandbox.binds_readonly:
             raise ZygoteError(f"the pytest fork server needs read-only binds or no isolation, not {sandbox.name}")
-        plain = [] if sandbox.isolated else ["--plain"]  # the server then sweeps only its own descendants
+        # bwrap's server sweeps its whole PID namespace; the plain one only its own descendants
+        self.plain = not sandbox.isolated
+        mode = [] if self.plain else ["--pid-namespace"]
         self.sandbox = sandbox
         self.folder = owned_folder("zygote-", parent)
         host_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -255,7 +268,7 @@ class Zygote:
         self.jobs_run = 0
         try:
             self._command = _spawner.call(lambda: sandbox.spawn(
-                [*server_argv, str(server_end.fileno()), *plain], self.folder, limits or Limits(),
+                [*server_argv, str(server_end.fileno()), *mode], self.folder, limits or Limits(),
                 env=sandbox_env(self.folder), pass_fds=(server_end.fileno(),)))
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -281,6 +294,9 @@ class Zygote:
                 os.close(fd)
             if not message or not message.get("ready"):
                 raise ZygoteError("the pytest fork server ended before it was ready")
+            if message.get("plain") is not self.plain:
+                raise ZygoteError(f"the pytest fork server sweeps {'its descendants' if message.get('plain') else 'its PID namespace'}, "
+                                  f"not what the {self.sandbox.name} sandbox needs")
         except ZygoteError as exc:
             output = self._command.output()
             self.close()
@@ -290,8 +306,8 @@ class Zygote:
     def stop(self) -> None:
         """End the server and everything it started (its folder, holding the workspace, stays). Twice is fine."""
         self.release_workspace()
+        self._command.close()  # while the server lives, so its tree can still be found below it
         self._control.close()
-        self._command.close()
 
     def close(self) -> None:
         """``stop``, then remove the folder. Safe to call twice."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pdbgym.env import Action, DebugEnv, EnvConfig, zygotes
+from pdbgym.env.zygotes import server_argv
 from pdbgym.grading import server
 from pdbgym.sandbox.bwrap import bwrap_unavailable_reason
 
@@ -110,6 +112,47 @@ def test_the_next_plain_episode_gets_the_same_server_without_the_last_ones_proce
         env.reset()
         assert env._zygote is first, "the swept server was not kept for the next episode"
         assert [p.name for p in first.folder.iterdir()] == [env.ws.name]  # the last workspace removed
+
+
+def test_a_sweep_while_the_session_runs_kills_what_it_started(tiny_task, tmp_path):
+    """The sweep itself, not only the end of a job (which also ends what the job left), kills a daemon."""
+    with DebugEnv(tiny_task, EnvConfig(sandbox="plain")) as env:
+        env.reset()
+        env.step(Action("pdb", {"command": _daemon(tmp_path / "daemon.pid")}))
+        daemon = _wait_for(tmp_path / "daemon.pid")
+        session = env.session._process.pid
+        account = env._zygote.sweep()
+        assert account["ok"] and account["killed"] >= 2, account  # the session's process and its daemon
+        assert not _alive(daemon) and not _alive(session)
+
+
+def test_a_plain_server_stopped_with_a_job_running_leaves_no_process_behind(tiny_task, tmp_path):
+    with DebugEnv(tiny_task, EnvConfig(sandbox="plain")) as env:
+        env.reset()
+        env.step(Action("pdb", {"command": _daemon(tmp_path / "daemon.pid")}))
+        daemon = _wait_for(tmp_path / "daemon.pid")
+        env._zygote.stop()
+        deadline = time.monotonic() + 5
+        while _alive(daemon) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(daemon), "a process of a stopped server's job escaped to the host"
+
+
+def test_the_namespace_sweep_is_refused_outside_a_pid_namespace():
+    """The host-wide sweep needs --pid-namespace, which the server refuses unless it is the second process of a
+    namespace of its own: started on the host with it, the server exits before serving, killing nothing."""
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    host_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        started = subprocess.run([*server_argv(), str(server_end.fileno()), "--pid-namespace"],
+                                 pass_fds=(server_end.fileno(),), capture_output=True, text=True, timeout=60)
+        assert started.returncode != 0 and "not the second of a PID namespace" in started.stderr, started.stderr
+        assert bystander.poll() is None
+    finally:
+        host_end.close()
+        server_end.close()
+        bystander.kill()
+        bystander.wait()
 
 
 @pytest.mark.skipif(bwrap_unavailable_reason() is not None, reason=str(bwrap_unavailable_reason()))
