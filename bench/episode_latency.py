@@ -7,6 +7,9 @@ for every run (``zygote=False``). The baseline is ``python -m pytest -q -p no:ca
 tests (FAIL_TO_PASS + PASS_TO_PASS) in a copy of its repo, in the same sandbox with the environment every
 sandboxed command gets. The three are measured in turn, rep by rep, so they share the machine's load.
 Figures are p50 and p95 in milliseconds; the ratio is episode p50 over plain p50 (goal: at most 1.5).
+Beside them, the machine's CPU seconds over each episode (busy time in ``/proc/stat``, every process
+counted: the server, its forks, the sessions' spares) and their p50 ratio, fresh over fork server: what a
+CPU-bound campaign of many episodes at once gains. Run it on a quiet machine.
 
     python bench/episode_latency.py                  # builtin__billing-invoice-totals, 15 reps
     python bench/episode_latency.py --task builtin__logstats-level-counts --reps 30 --json
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -66,13 +70,23 @@ def plain_pytest(sandbox: Sandbox, task: Task) -> float:
     return elapsed
 
 
-def scripted_episode(sandbox: Sandbox, task: Task, zygote: bool, scratch: Path) -> tuple[float, dict[str, float]]:
-    """Seconds for one whole scripted episode, and the seconds of each of its steps (from its transcript)."""
+def machine_busy_s() -> float:
+    """Seconds of CPU the whole machine has spent busy since boot (``/proc/stat``: all but idle and iowait)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def scripted_episode(sandbox: Sandbox, task: Task, zygote: bool, scratch: Path) -> tuple[float, float, dict[str, float]]:
+    """Seconds for one whole scripted episode, the machine's CPU seconds over it, and the seconds of each of
+    its steps (from its transcript)."""
     transcript = scratch / f"episode-{time.monotonic_ns()}.json"
+    busy = machine_busy_s()
     started = time.perf_counter()
     config = EnvConfig(zygote=zygote) if HAS_ZYGOTE else EnvConfig()
     result = play_policy(task, ScriptedPolicy(task), config, sandbox=sandbox, transcript_path=transcript)
     elapsed = time.perf_counter() - started
+    cpu = machine_busy_s() - busy
     if not result.final_test_passed:
         raise SystemExit(f"the scripted policy failed on {task.instance_id}: the benchmark is void")
     steps: dict[str, float] = {}
@@ -80,7 +94,7 @@ def scripted_episode(sandbox: Sandbox, task: Task, zygote: bool, scratch: Path) 
         name = step["tool"] if step["tool"] != "pdb" else f"pdb {step['args']['command'].split()[0]}"
         steps[name] = steps.get(name, 0.0) + step["duration_s"]
     transcript.unlink()
-    return elapsed, steps
+    return elapsed, cpu, steps
 
 
 def run_benchmark(task_id: str = "builtin__billing-invoice-totals", reps: int = 15, kind: str = "bwrap",
@@ -92,8 +106,9 @@ def run_benchmark(task_id: str = "builtin__billing-invoice-totals", reps: int = 
     if not HAS_ZYGOTE:
         arms = {"fresh": []}
     steps: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
+    cpu: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="pdbgym-bench-episode-") as scratch:
-        first, _ = scripted_episode(sandbox, task, HAS_ZYGOTE, Path(scratch))  # starts this process's fork server
+        first, _, _ = scripted_episode(sandbox, task, HAS_ZYGOTE, Path(scratch))  # starts this process's fork server
         plain_pytest(sandbox, task)  # the page cache warm for the baseline too
         for rep in range(reps):
             order = ["plain", *arms] if rep % 2 == 0 else [*reversed(arms), "plain"]
@@ -101,8 +116,9 @@ def run_benchmark(task_id: str = "builtin__billing-invoice-totals", reps: int = 
                 if what == "plain":
                     plain.append(plain_pytest(sandbox, task))
                 else:
-                    elapsed, by_step = scripted_episode(sandbox, task, what == "zygote", Path(scratch))
+                    elapsed, cpu_s, by_step = scripted_episode(sandbox, task, what == "zygote", Path(scratch))
                     arms[what].append(elapsed)
+                    cpu[what].append(cpu_s)
                     steps[what].append(by_step)
     figures = {"plain": summarize(f"plain `python -m pytest` of the suite ({len(task.all_tests)} tests)", plain)}
     if "zygote" in arms:
@@ -113,7 +129,10 @@ def run_benchmark(task_id: str = "builtin__billing-invoice-totals", reps: int = 
     ratios = {f"{arm}_over_plain_p50": figures[arm].p50_ms / figures["plain"].p50_ms for arm in arms}
     step_means = {arm: {name: 1000 * statistics.mean(s.get(name, 0.0) for s in runs) for name in runs[0]}
                   for arm, runs in steps.items()}
+    cpu_p50 = {arm: statistics.median(values) for arm, values in cpu.items()}
+    cpu_ratio = cpu_p50["fresh"] / cpu_p50["zygote"] if {"fresh", "zygote"} <= set(cpu_p50) else None
     return {"sandbox": sandbox.name, "task": task.instance_id, "reps": reps, "first_episode_ms": first * 1000,
+            "cpu_p50_s": cpu_p50, "cpu_fresh_over_zygote_p50": cpu_ratio,
             "figures": {key: asdict(value) for key, value in figures.items()}, "ratios": ratios,
             "step_means_ms": step_means, "goal_ratio": GOAL_RATIO,
             "goal_met": min(ratios.values()) <= GOAL_RATIO}
@@ -146,6 +165,9 @@ def main(argv: list[str] | None = None) -> None:
                       f"(goal <= {GOAL_RATIO})")
     for arm, means in result["step_means_ms"].items():  # type: ignore[union-attr]
         console.print(f"{arm} steps, mean ms: " + ", ".join(f"{k} {v:.0f}" for k, v in means.items()))
+    console.print("machine CPU an episode, p50: " + ", ".join(f"{arm} {s:.2f} s" for arm, s in result["cpu_p50_s"].items()))
+    if result["cpu_fresh_over_zygote_p50"] is not None:
+        console.print(f"CPU, fresh interpreter / fork server (p50): {result['cpu_fresh_over_zygote_p50']:.2f}x")
     console.print(f"first episode of the process (starts the fork server): {result['first_episode_ms']:.0f} ms")
 
 

@@ -421,10 +421,8 @@ def sweep(expected: dict[str, object], kept: set[str]) -> dict[str, object]:
 
 
 def _parent(pid: int) -> int | None:
-    try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    entry = _stat(pid)
+    return None if entry is None else entry[0]
 
 
 def _kill_orphans(jobs: dict[int, tuple[socket.socket, int]]) -> None:

@@ -11,8 +11,8 @@ runs here: it runs in a fresh sandbox the episode never touched.
 Under bwrap the server's defences rest on the sandbox's own PID namespace, its private ``/tmp`` and
 read-only binds (docs/sandbox.md, "The pytest fork server"). The plain backend has none of these, and
 isolates nothing a fresh interpreter would not share either: its server (started without
-``--pid-namespace``) sweeps only its own descendants and leaves the host's ``/tmp`` and IPC alone. Any failure here raises ``ZygoteError``, and
-callers fall back to starting a fresh interpreter as before.
+``--pid-namespace``) sweeps only its own descendants and leaves the host's ``/tmp`` and IPC alone. Any
+failure here raises ``ZygoteError``, and callers fall back to starting a fresh interpreter as before.
 """
 
 from __future__ import annotations
@@ -295,8 +295,9 @@ class Zygote:
             if not message or not message.get("ready"):
                 raise ZygoteError("the pytest fork server ended before it was ready")
             if message.get("plain") is not self.plain:
-                raise ZygoteError(f"the pytest fork server sweeps {'its descendants' if message.get('plain') else 'its PID namespace'}, "
-                                  f"not what the {self.sandbox.name} sandbox needs")
+                sweeps = "its descendants" if message.get("plain") else "its PID namespace"
+                raise ZygoteError(f"the pytest fork server sweeps {sweeps}, not what the {self.sandbox.name} "
+                                  "sandbox needs")
         except ZygoteError as exc:
             output = self._command.output()
             self.close()

@@ -28,8 +28,8 @@ FIX = {"path": "calc/ops.py", "start": 6, "end": 6, "new_text": "    return a - 
 
 def _daemon(pid_file: Path) -> str:
     """A pdb command that leaves a daemon (double fork, its own session) writing its pid to ``pid_file``."""
-    code = ("import os, time\\nif os.fork(): os._exit(0)\\nopen(%r, 'w').write(str(os.getpid()))\\n"
-            "while True: time.sleep(0.05)") % str(pid_file)
+    code = ("import os, time\\nif os.fork(): os._exit(0)\\n"
+            f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\\nwhile True: time.sleep(0.05)")
     return (f"!import subprocess, sys; subprocess.Popen([sys.executable, '-c', \"{code}\"], "
             "start_new_session=True)")
 
