@@ -81,6 +81,11 @@ class GRPORunConfig:
     update_tokens: int = documented(
         65536, "padded ids one forward of the update holds at most: the step's sequences are grouped by length and "
         "each group's padding cut (0: TRL's one padded batch)")
+    update_micro_batches: int = documented(
+        1, "forward-and-backward passes the step's rows are split into, their gradients accumulated into one "
+        "optimizer step (TRL's steps_per_generation and gradient_accumulation_steps): the same loss, a "
+        "micro-batch's activations held at a time; with --no-gradient-checkpointing the update skips the "
+        "recompute where one micro-batch fits the card", min=1)
     gradient_checkpointing: bool = documented(
         True, "recompute each layer's activations in the backward (TRL's default; off is faster where the "
         "step's activations fit the card: a DoRA delta's held over 1 MB an id at SmolLM2-135M's shape)")
@@ -112,10 +117,15 @@ class GRPORunConfig:
         if isinstance(self.update_tokens, bool) or not isinstance(self.update_tokens, int) or self.update_tokens < 0:
             raise SettingsError(f"update_tokens must be a whole number of ids >= 0 (0: one padded batch), got "
                                 f"{self.update_tokens!r}")
+        if isinstance(self.update_micro_batches, bool) or not isinstance(self.update_micro_batches, int) \
+                or self.update_micro_batches < 1:
+            raise SettingsError(f"update_micro_batches must be a whole number >= 1 (1: the step's rows in one "
+                                f"forward and backward), got {self.update_micro_batches!r}")
         EpisodeSettings(max_context_tokens=self.max_context_tokens, turn_budget=self.budget_end,
                         temperature=self.temperature, max_new_tokens=self.max_new_tokens)
 
     def recipe(self) -> dict[str, Setting]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
-                "rollout_weights", "update_tokens", "gradient_checkpointing", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
+                "rollout_weights", "update_tokens", "update_micro_batches", "gradient_checkpointing", "pause_after_minutes",
+                "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

@@ -95,6 +95,7 @@ def replay_step(trainer: GRPOTrainer, path: Path) -> StepReplay:
             parameters[name].copy_(value)
     trainer.beta = saved["beta"]
     trainer.state.global_step = saved["step"] - 1  # the BC anchor's batch is the step's
+    trainer._batches_of = None  # the first batch replayed is the step's first: it carries the BC anchor
     trainer.current_gradient_accumulation_steps = saved["accumulation"]  # TRL's loss divides by it
     model.train()
     model.zero_grad()

@@ -91,17 +91,42 @@ def per_process_groups(tasks_per_step: int, processes: int) -> int:
     return tasks_per_step // processes
 
 
+def peak_memory_gib(device: torch.device) -> float | None:
+    """The most GiB the CUDA ``device`` held since the last call (the count reset), or None off CUDA."""
+    import torch  # optional: torch (pdbgym[hf])
+
+    if device.type != "cuda" or not torch.cuda.is_initialized():
+        return None
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    torch.cuda.reset_peak_memory_stats(device)
+    return round(peak, 2)
+
+
+def micro_batch_rows(rows: int, micro_batches: int) -> int:
+    """Rows of each of a process's ``micro_batches`` forward-and-backward passes over its ``rows`` episodes."""
+    if rows % micro_batches:
+        fits = [m for m in range(1, rows + 1) if rows % m == 0]
+        raise PdbgymError(f"--update-micro-batches {micro_batches} does not divide the {rows} episodes each training "
+                          f"process plays a step (group x tasks per step / processes): every micro-batch holds the "
+                          f"same number of rows. Pass one of {fits}")
+    return rows // micro_batches
+
+
 def grpo_arguments(config: GRPORunConfig, device: str, processes: int = 1) -> GRPOConfig:
     """TRL ``GRPOConfig``: one optimizer step = ``tasks_per_step`` groups of ``group`` episodes over all
-    ``processes`` (each plays ``tasks_per_step / processes`` whole groups)."""
+    ``processes`` (each plays ``tasks_per_step / processes`` whole groups), generated together and then split
+    into ``update_micro_batches`` forward-and-backward passes whose gradients add up to the step's (TRL
+    normalises each pass's loss by the whole generation batch's tokens)."""
     from trl import GRPOConfig  # optional: trl (pdbgym[train])
 
     groups = per_process_groups(config.tasks_per_step, processes)
+    micro = config.update_micro_batches
     kwargs: dict[str, Any] = dict(  # GRPOConfig's fields, ours and then the caller's own (``config.extra``)
         output_dir=str(config.out / "checkpoints"), seed=config.seed, data_seed=config.seed,
         max_steps=config.steps, learning_rate=config.lr, lr_scheduler_type="constant",
-        per_device_train_batch_size=config.group * groups, gradient_accumulation_steps=1,
-        num_generations=config.group, steps_per_generation=1, num_iterations=config.num_iterations,
+        per_device_train_batch_size=micro_batch_rows(config.group * groups, micro),
+        gradient_accumulation_steps=micro, steps_per_generation=micro,
+        num_generations=config.group, num_iterations=config.num_iterations,
         temperature=config.temperature, beta=config.beta, loss_type=config.loss_type, epsilon=config.epsilon,
         importance_sampling_level=config.importance_sampling_level,
         reward_weights=RewardConfig(config.format_weight).functions()[1],
@@ -162,7 +187,7 @@ def _trainer_class() -> type:
                 loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
                 weight = anchor_weight(self.state.global_step, self.run_config.anchor_weight,
                                        self.run_config.anchor_decay_steps) if self.anchor else 0.0
-                if weight > 0:
+                if weight > 0 and len(self.step_batches) == 1:  # once a step: its first micro-batch carries it
                     with self.update_clock.timed("anchor"):
                         nll = anchor_nll(model, self.anchor.batch(self.state.global_step))
                     loss = loss + weight * nll
@@ -179,6 +204,9 @@ def _trainer_class() -> type:
                 rollouts = metrics.get("time/rollout_s") or [0.0]
                 for key, value in self.update_clock.drain(sum(rollouts) / len(rollouts)).items():
                     metrics[key] = [value]
+                peak = peak_memory_gib(self.accelerator.device)
+                if peak is not None:  # the step's high-water mark of the card: what --update-micro-batches trades
+                    metrics["memory/peak_gib"] = [peak]
                 logs = {**logs, "beta": float(self.beta), "turn_budget": float(self.recipe_state.budget_now),
                         "episodes/tampered_total": float(self.recipe_state.tampered_total),
                         "episodes/refused_total": float(self.recipe_state.refused_total),
