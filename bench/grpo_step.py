@@ -12,10 +12,12 @@ trained model's episodes. No anchor or replay corpus (they need an SFT corpus).
 Printed per tree: each step's seconds as TRL logs them (``step_time``: rollouts, scoring and the
 backward; the optimizer step is timed apart where the tree records it, ``time/update/optimizer_s``), the
 rollouts' seconds and the engine's split, the update's split where the tree records it
-(``pdbgym.train.grpo.timing``), and the median step (the first step left out: it captures the CUDA graphs).
+(``pdbgym.train.grpo.timing``), and the median step (the first step left out: it captures the CUDA graphs; so is
+a ``--trace-step``, which the profiler slows).
 With ``--against``: the ratio of the medians, baseline over this tree.
 
     python bench/grpo_step.py --device cuda --steps 4 --against e5c61a5
+    python bench/grpo_step.py --device cuda --steps 3 --trace-step 3 --trace-out /tmp/trace   # where step 3 goes
     python bench/grpo_step.py --device cpu --steps 2 --group 2 --tasks-per-step 1 --turn-budget 3 --max-new-tokens 16
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,8 +88,8 @@ def play(tree: Path, model: Path, task_folder: Path, out: Path, args: argparse.N
     return rows
 
 
-def summary(rows: list[dict]) -> dict[str, float]:
-    timed = rows[1:] or rows  # the first step captures the decode graphs
+def summary(rows: list[dict], traced: int = 0) -> dict[str, float]:
+    timed = [r for r in rows[1:] if r.get("step") != traced] or rows  # the first step captures the decode graphs
     return {key: round(statistics.median(float(r[key]) for r in timed), 3) for key in SHOWN
             if all(key in r for r in timed)}
 
@@ -118,6 +121,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--against", default=None,
                    help="a git revision (or a folder holding its tree): the same steps with its code, and the ratio")
     p.add_argument("--flags", default="", help="more train grpo flags for this tree, e.g. --no-gradient-checkpointing")
+    p.add_argument("--trace-step", type=int, default=0,
+                   help="this tree's step N under torch.profiler (train grpo --trace-step), its trace kept in --trace-out")
+    p.add_argument("--trace-out", type=Path, default=Path("grpo-step-trace"))
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pdbgym-grpo-step-") as tmp:
@@ -129,14 +135,18 @@ def main(argv: list[str] | None = None) -> None:
             trees.insert(0, (args.against, checkout(args.against, work / "baseline")))
         results = {}
         for name, tree in trees:
-            rows = play(tree, model, task_folder, work / f"out-{len(results)}", args,
-                        args.flags.split() if tree == ROOT else [])
-            results[name] = {"steps": rows, "median": summary(rows)}
+            out = work / f"out-{len(results)}"
+            flags = args.flags.split() + (["--trace-step", str(args.trace_step)] if args.trace_step else [])
+            rows = play(tree, model, task_folder, out, args, flags if tree == ROOT else [])
+            if tree == ROOT and (out / "trace").is_dir():
+                shutil.copytree(out / "trace", args.trace_out, dirs_exist_ok=True)
+                print(f"  trace of step {args.trace_step}: {args.trace_out}")
+            results[name] = {"steps": rows, "median": summary(rows, args.trace_step if tree == ROOT else 0)}
             for row in rows:
                 print(f"  step {row.get('step')}: " + ", ".join(f"{k} {float(row[k]):.2f}" for k in SHOWN if k in row))
             print(f"  median (steps 2..): {json.dumps(results[name]['median'])}")
     out = {"settings": vars(args) | {"model": str(args.model or "SmolLM2-135M shape, random weights"),
-                                     "json": None},
+                                     "json": None, "trace_out": str(args.trace_out)},
            "results": {k: v["median"] for k, v in results.items()}}
     if args.against:
         old, new = results[args.against]["median"], results["this tree"]["median"]

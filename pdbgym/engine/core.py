@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from pdbgym.engine.attention import decode_attention
+from pdbgym.engine.cuda import traced
 from pdbgym.engine.dora import dora_norms_cached
 from pdbgym.engine.draw import draw_rows
 from pdbgym.engine.dynamic import Rounds
@@ -256,6 +257,7 @@ class LocalEngine(Sessions, Rounds):
             if not row.future.done():  # a caller that stopped waiting (Ctrl-C, a cancelled episode) gets nothing
                 row.future.set_result(result)
 
+    @traced("draw")
     def _draw(self, rows: Sequence[Row], logits: torch.Tensor, hold: bool = False) -> None:
         """Draw the next id of each row from its row of ``logits`` and record it. A row that ends is handed
         to its caller now, or with ``hold`` kept until ``_release`` (after the batch's context has exited:

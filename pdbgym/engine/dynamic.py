@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from pdbgym.engine.cuda import synchronize
+from pdbgym.engine.cuda import synchronize, traced
 from pdbgym.engine.kv import cut_row, join_rows, new_dynamic_cache, right_align
 from pdbgym.engine.prefixes import Prefix, PrefixStore
 from pdbgym.engine.types import EngineSettings, EngineStats, Row
@@ -99,6 +99,7 @@ class Rounds:
             mask[i, width - row.position:] = 1
         return mask.to(self.device)
 
+    @traced("prefill")
     def _start_rows(self, model: Any, rows: list[Row]) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """The first logits of every row, their KV cache (right-aligned) and attention mask.
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from pdbgym.engine.attention import decode_attention
-from pdbgym.engine.cuda import CAPTURE, synchronize
+from pdbgym.engine.cuda import CAPTURE, synchronize, traced
 from pdbgym.engine.kv import (
     cache_bytes,
     cut_row,
@@ -128,6 +128,7 @@ class Sessions:
             self._shapes.pop((1, self.settings.min_length), None)
         return True
 
+    @traced("keep")
     def _keep_static(self, model: Any, shape: StaticShape, row: Row, end: int) -> None:
         """Keep the keys and values of a row that ended in a static session (its prompt and every id but
         the last, the positions ``[end - len, end)`` of its slot) for its episode's next turn."""
@@ -257,6 +258,7 @@ class Sessions:
         allowed = self._session_bytes // (slots * self._slot_position_bytes(model)) // LENGTH_STEP * LENGTH_STEP
         return max(need, min(wanted, allowed))
 
+    @traced("admit")
     def _admit(self, model: Any, shape: StaticShape, rows: list[Row], occupied: list[Row | None], head: int) -> None:
         """Prefill ``rows`` and place them in free slots right-aligned below ``head``; draw their first id."""
         if not rows:
@@ -281,6 +283,7 @@ class Sessions:
         inside = self.stats.prefill_seconds + self.stats.draw_seconds + self.stats.keep_seconds - inside
         self.stats.admit_seconds += time.perf_counter() - started - inside
 
+    @traced("decode")
     def _decode(self, model: Any, shape: StaticShape, head: int) -> torch.Tensor:
         """One decode step of every slot at ``head``: the shape's CUDA graph replayed (captured on first
         use), the compiled step, or the eager forward (CPU)."""

@@ -17,6 +17,7 @@ from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.inputs import load_tasks, recipe_parts
 from pdbgym.train.grpo.rewards import RewardConfig
 from pdbgym.train.grpo.rollout import EpisodeProgress
+from pdbgym.train.grpo.steptrace import step_trace
 from pdbgym.train.grpo.trainer import (
     STEPS_FILE,
     PdbgymRollout,
@@ -73,6 +74,8 @@ def build(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None = None,
     for callback in make_callbacks(trainer, config, parts.controller, rollout, val_tasks,
                                    StepLogCallback(config.out / STEPS_FILE, on_log)):
         trainer.add_callback(callback)
+    if config.trace_step > 0:
+        trainer.add_callback(step_trace(config.out, config.trace_step))
     if progress is not None:  # a rollout.EpisodeProgress: phases, episodes and optimizer steps shown
         rollout.progress = progress
         callback = progress.trainer_callback()

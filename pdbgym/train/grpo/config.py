@@ -86,6 +86,9 @@ class GRPORunConfig:
         "optimizer step (TRL's steps_per_generation and gradient_accumulation_steps): the same loss, a "
         "micro-batch's activations held at a time; with --no-gradient-checkpointing the update skips the "
         "recompute where one micro-batch fits the card", min=1)
+    trace_step: int = documented(
+        0, "profile this optimizer step with torch.profiler (0: none): OUT/trace/step-N.json.gz (a Chrome trace) "
+        "and step-N.txt (wall, device-busy seconds, top operators); the traced step runs slower", min=0)
     gradient_checkpointing: bool = documented(
         True, "recompute each layer's activations in the backward (TRL's default; off is faster where the "
         "step's activations fit the card: a DoRA delta's held over 1 MB an id at SmolLM2-135M's shape)")
@@ -126,6 +129,6 @@ class GRPORunConfig:
 
     def recipe(self) -> dict[str, Setting]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
-                "rollout_weights", "update_tokens", "update_micro_batches", "gradient_checkpointing", "pause_after_minutes",
+                "rollout_weights", "update_tokens", "update_micro_batches", "trace_step", "gradient_checkpointing", "pause_after_minutes",
                 "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

@@ -41,9 +41,12 @@ class UpdateClock:
 
     @contextmanager
     def timed(self, part: str) -> Iterator[None]:
+        from torch.profiler import record_function  # optional: torch (pdbgym[hf]); a named range in a trace
+
         started = time.perf_counter()
         try:
-            yield
+            with record_function(f"pdbgym/{part}"):
+                yield
         finally:
             _sync()
             self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - started

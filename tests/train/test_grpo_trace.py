@@ -1,0 +1,32 @@
+"""``train grpo --trace-step N``: one optimizer step under torch.profiler, its trace and a summary written, the
+step's parts and the engine's as named ranges in it; no other step traced."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+from homefixtures import fresh_home
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_toy import make_toy_model, make_toy_tasks, toy_config, toy_play  # noqa: E402
+
+
+def test_the_traced_step_writes_a_trace_with_the_steps_parts_and_a_summary(tmp_path, monkeypatch):
+    from pdbgym.train.grpo.run import train_grpo
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
+    out = tmp_path / "run"
+    train_grpo(toy_config(out, model, tasks, steps=3, save_steps=3, trace_step=2), play=toy_play)
+    assert sorted(p.name for p in (out / "trace").iterdir()) == ["step-2.json.gz", "step-2.txt"]
+    text = (out / "trace" / "step-2.txt").read_text()
+    assert text.startswith("wall seconds: ") and "by self CPU time:" in text and "aten::" in text
+    events = json.loads(gzip.decompress((out / "trace" / "step-2.json.gz").read_bytes()))["traceEvents"]
+    names = {e.get("name") for e in events}
+    # the update's parts (UpdateClock) and the engine's decode and draw, as ranges of the traced step
+    assert {"pdbgym/policy_forward", "pdbgym/reference", "pdbgym/loss", "pdbgym/engine/draw"} <= names, sorted(
+        n for n in names if n and n.startswith("pdbgym"))
+    wall = float(text.split()[2])
+    rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert wall >= 0.5 * rows[1]["step_time"]  # the trace spans the step, rollouts included
