@@ -83,6 +83,31 @@ def test_toy_grpo_on_two_processes_splits_the_groups_and_keeps_the_ranks_in_step
         assert again[2][key] == ranks[2][key], key
 
 
+@pytest.mark.slow
+def test_micro_batches_on_two_processes_give_one_batchs_weights(tmp_path):
+    """Each process splits its 4 rows into 2 passes; DDP reduces the gradients once the step's passes are in.
+    The weights after two steps match the run that takes each process's rows in one pass."""
+    from safetensors.torch import load_file
+    from test_grpo_anchor_replay import _toy_corpus
+
+    model = make_toy_model(tmp_path / "toy-model")
+    make_toy_tasks(tmp_path / "toy-tasks")
+    make_toy_tasks(tmp_path / "val-tasks", count=1, prefix="toyval")
+    _toy_corpus(tmp_path / "corpus", model)
+    weights, rows = {}, {}
+    for micro in (1, 2):
+        out = tmp_path / f"run-{micro}"
+        launch([str(Path(__file__).resolve()), str(out), "--micro", str(micro)], tmp_path / f"home-{micro}")
+        weights[micro] = load_file(str(out / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"))
+        rows[micro] = jsonl(out / "steps.jsonl")
+    assert [r["reward"] for r in rows[2]] == [r["reward"] for r in rows[1]]  # the same episodes
+    for one, split in zip(rows[1], rows[2], strict=True):
+        assert split["loss"] == pytest.approx(one["loss"], rel=1e-4, abs=1e-6)
+    for name, value in weights[1].items():
+        assert float((weights[2][name] - value).abs().max()) < 1e-4, name
+    assert max(float(v.abs().max()) for k, v in weights[1].items() if "lora_B" in k) > 1e-3  # it trained
+
+
 def test_groups_are_dealt_whole_to_the_processes():
     from pdbgym.errors import PdbgymError
     from pdbgym.train.grpo.config import GRPORunConfig
@@ -113,8 +138,9 @@ def test_a_replay_pool_skips_what_the_other_processes_handed_out():
     assert [s.completion_ids for s in rank0.take("t", 1)] == [s.completion_ids for s in alone.take("t", 1)]
     rank0.skip({"unknown": 3})  # a task without solved examples: nothing to rotate
 
-def main(out: Path, resume: bool) -> None:
-    """One process of the toy run (launched twice by accelerate); writes what ``train_grpo`` returned."""
+def main(out: Path, resume: bool, micro: int | None = None) -> None:
+    """One process of the toy run (launched twice by accelerate); writes what ``train_grpo`` returned. With
+    ``micro``: two steps, the update in that many passes a process, no val gate."""
     import os
 
     import torch
@@ -124,12 +150,17 @@ def main(out: Path, resume: bool) -> None:
 
     torch.set_num_threads(1)
     root = out.parent
-    config = toy_config(out, root / "toy-model", root / "toy-tasks", val_tasks=str(root / "val-tasks"),
-                        anchor_data=root / "corpus", replay_data=root / "corpus",
-                        **{**TOY, "name": "toy-ddp-resumed" if resume else TOY["name"]}, resume=resume)
+    settings = {**TOY, "name": "toy-ddp-resumed" if resume else TOY["name"]}
+    if micro is not None:
+        settings.update(steps=2, save_steps=2, curriculum="fixed", name=f"toy-ddp-micro-{micro}",
+                        update_micro_batches=micro)
+    config = toy_config(out, root / "toy-model", root / "toy-tasks",
+                        val_tasks=None if micro is not None else str(root / "val-tasks"),
+                        anchor_data=root / "corpus", replay_data=root / "corpus", **settings, resume=resume)
     record = train_grpo(config, play=toy_play)
     write_json_atomic(out / f"record-{os.environ['RANK']}.json", record)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), "--resume" in sys.argv[2:])
+    main(Path(sys.argv[1]), "--resume" in sys.argv[2:],
+         int(sys.argv[sys.argv.index("--micro") + 1]) if "--micro" in sys.argv else None)
