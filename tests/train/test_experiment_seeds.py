@@ -92,3 +92,27 @@ def test_a_campaign_cut_short_is_named_and_left_out_and_no_spread_gives_no_inter
     assert "| grpo - sft-best | 0.0% (no interval: every task's difference is the same under every seed) |" in text
     assert "inf" not in text
 
+
+
+def test_the_updates_speed_settings_leave_the_seed_folders_digests_as_recorded(tmp_path):
+    """[grpo] update_micro_batches and gradient_checkpointing change how the update runs, not what it computes:
+    the seeds file's digests stay those its finished seed folders recorded, with or without them, so a seed
+    run at either setting pools with the others."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    seeds_file = root / "experiments" / "smollm2-ladder-seeds.toml"
+    recorded = root / "docs" / "runs" / "2026-12-07-smollm2-ladder-seeds-run5"
+    config = load_experiment(seeds_file)
+    faster = tmp_path / "faster.toml"
+    text = seeds_file.read_text()
+    faster.write_text(text.replace("[grpo]\n", "[grpo]\nupdate_micro_batches = 4\ngradient_checkpointing = false\n", 1))
+    tuned = load_experiment(faster)
+    assert (tuned.grpo.update_micro_batches, tuned.grpo.gradient_checkpointing) == (4, False)
+    assert tomllib.loads(faster.read_text())["grpo"]["update_micro_batches"] == 4
+    for seed in (0, 2):
+        digest = json.loads((recorded / f"seed-{seed}" / "experiment.json").read_text())["digest"]
+        assert config.for_seed(seed).digest() == tuned.for_seed(seed).digest() == digest
+    moved = faster.read_text().replace("group = 4", "group = 8", 1)  # a setting of the result does move it
+    faster.write_text(moved)
+    assert load_experiment(faster).digest() != config.digest()

@@ -97,6 +97,13 @@ class GRPOSettings:
     curriculum: str = "fixed"
     budget_start: int = 0  # 0: [episodes] turn_budget
     budget_ramp_steps: int = 100
+    # How the update runs, not what it computes (pdbgym train grpo --update-micro-batches,
+    # --no-gradient-checkpointing): left out of the settings digest, so a folder resumes under either.
+    update_micro_batches: int = 1
+    gradient_checkpointing: bool = True
+
+
+UPDATE_ONLY = ("update_micro_batches", "gradient_checkpointing")  # [grpo] keys the digest leaves out
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,9 @@ class ExperimentConfig:
         return data
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        data = self.to_dict()
+        data["grpo"] = {k: v for k, v in data["grpo"].items() if k not in UPDATE_ONLY}  # type: ignore[union-attr]
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 if TYPE_CHECKING:  # annotations only
