@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOWN = ("step_time", "memory/peak_gib", "time/rollout_s", "time/refresh_s", "engine/busy_s", "engine/prefill_s", "engine/prefills",
-         "engine/step_s", "engine/draw_s", "engine/keep_s", "engine/admit_s", "engine/decode_steps",
+SHOWN = ("step_time", "memory/peak_gib", "time/rollout_s", "time/refresh_s", "engine/busy_s", "engine/prefill_s",
+         "engine/prefills", "engine/step_s", "engine/draw_s", "engine/keep_s", "engine/admit_s", "engine/decode_steps",
          "engine/live_rows", "time/episode_env_s", "time/prepare_s", "time/update/reference_s",
          "time/update/policy_forward_s", "time/update/anchor_s", "time/update/backward_s",
          "time/update/optimizer_s", "time/update/other_scoring_s", "time/update_s")

@@ -30,3 +30,12 @@ def test_the_traced_step_writes_a_trace_with_the_steps_parts_and_a_summary(tmp_p
     wall = float(text.split()[2])
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert wall >= 0.5 * rows[1]["step_time"]  # the trace spans the step, rollouts included
+
+
+def test_a_trace_step_past_the_run_is_refused(tmp_path):
+    import pytest
+
+    from pdbgym.episode_defaults import SettingsError
+
+    with pytest.raises(SettingsError, match=r"trace_step 4 is past the run's 3 steps.*from 1 to 3"):
+        toy_config(tmp_path / "run", tmp_path, tmp_path, steps=3, trace_step=4)

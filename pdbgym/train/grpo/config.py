@@ -124,11 +124,14 @@ class GRPORunConfig:
                 or self.update_micro_batches < 1:
             raise SettingsError(f"update_micro_batches must be a whole number >= 1 (1: the step's rows in one "
                                 f"forward and backward), got {self.update_micro_batches!r}")
+        if self.trace_step > self.steps:
+            raise SettingsError(f"trace_step {self.trace_step} is past the run's {self.steps} steps, so nothing would be "
+                                f"traced: pass a step from 1 to {self.steps} (0: no trace)")
         EpisodeSettings(max_context_tokens=self.max_context_tokens, turn_budget=self.budget_end,
                         temperature=self.temperature, max_new_tokens=self.max_new_tokens)
 
     def recipe(self) -> dict[str, Setting]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
-                "rollout_weights", "update_tokens", "update_micro_batches", "trace_step", "gradient_checkpointing", "pause_after_minutes",
-                "max_minutes"}  # how a run stops is no setting of its result
+                "rollout_weights", "update_tokens", "update_micro_batches", "trace_step", "gradient_checkpointing",
+                "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

@@ -48,6 +48,8 @@ def step_trace(out: Path, step: int) -> TrainerCallback:
     import torch  # optional: torch (pdbgym[hf])
     from transformers import TrainerCallback  # optional: transformers (pdbgym[hf])
 
+    from pdbgym.engine.cuda import synchronize  # imports torch
+
     class StepTrace(TrainerCallback):
         profiler: Any = None
         started = 0.0
@@ -60,23 +62,22 @@ def step_trace(out: Path, step: int) -> TrainerCallback:
             if torch.cuda.is_available():
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             try:  # the engine decodes in a thread of its own, started before the trace; syncs show host waits
-                config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True,
-                                                                enable_cuda_sync_events=True)
-            except TypeError:  # a torch without these: the calling thread's operators and the device's kernels
+                config = torch.profiler._ExperimentalConfig(profile_all_threads=True, enable_cuda_sync_events=True)
+            except (AttributeError, TypeError):  # a torch without them: this thread's operators, the kernels
                 config = None
             self.profiler = torch.profiler.profile(activities=activities, experimental_config=config)
-            self.profiler.__enter__()
+            self.profiler.start()
             self.started = time.perf_counter()
 
         def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                         **kwargs: object) -> None:
-            if self.profiler is None or self.started == 0.0:
+            if self.started == 0.0:  # not this step, or traced already
                 return
             cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
             if cuda:
-                torch.cuda.synchronize()
+                synchronize()  # the engine's sync: waits out a graph capture in its thread
             wall = time.perf_counter() - self.started
-            self.profiler.__exit__(None, None, None)
+            self.profiler.stop()
             self.started = 0.0  # traced once
             folder = out / TRACE_DIR
             folder.mkdir(parents=True, exist_ok=True)
