@@ -393,8 +393,9 @@ def compare_stage(stage: Stage, trees: tuple[Tree, Tree]) -> Diff:
 # A workspace is a fresh temporary folder per episode: its name shows in pdb's and pytest's output, so the
 # observation ids of two runs differ there in either tree, as do object addresses in reprs and pytest's timings.
 # Observations are compared as text without them.
-# (named pdbgym-ws-PID.START-RANDOM wherever its parent folder is: a sandbox shows it under another root)
-WORKSPACE = re.compile(r"(?:/[^\s/:'\"]+)*/pdbgym-ws-[A-Za-z0-9._-]+")
+# (named pdbgym-ws-PID.START-RANDOM wherever its parent folder is: a sandbox shows it under another root; on a
+# fork server the copy is that folder's subfolder w, and its path counts as the workspace's whole)
+WORKSPACE = re.compile(r"(?:/[^\s/:'\"]+)*/pdbgym-ws-[A-Za-z0-9._-]+(?:/w(?![^\s/:'\"]))?")
 PYTEST_SECONDS = re.compile(r"\bin \d+\.\d+s\b")
 ADDRESS = re.compile(r"\b0x[0-9a-f]{6,}\b")
 RECORD_SEGMENTED = ("tokens", "loss_mask", "rollout_log_probs", "response_length")

@@ -172,7 +172,10 @@ class DebugEnv:
         parent = Path(self.config.workspace_parent) if self.config.workspace_parent else None
         if self.config.zygote:
             self._zygote = zygotes.acquire(self.sandbox, parent)
-        self.workspace = Workspace.create(self.task.repo, self._zygote.folder if self._zygote else parent)
+        if self._zygote is not None:
+            self.workspace = Workspace.create(self.task.repo, self._zygote.folder, in_owned=True)
+        else:
+            self.workspace = Workspace.create(self.task.repo, parent)
         if self._zygote is not None:
             self._zygote.serve_workspace(self.workspace.path)
         self._disk = DiskGuard(self.ws, self.config.workspace_extra_bytes, self.config.workspace_extra_files,

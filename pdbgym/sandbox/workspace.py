@@ -80,8 +80,13 @@ class Workspace:
         self.path = path
 
     @classmethod
-    def create(cls, source_repo: Path, parent: Path | None = None) -> Workspace:
+    def create(cls, source_repo: Path, parent: Path | None = None, *, in_owned: bool = False) -> Workspace:
         """Copy ``source_repo`` into a fresh folder under ``parent`` (default: the system temp dir).
+
+        ``in_owned``: ``parent`` is a folder of its own that ``owned_folder`` made (a fork server's, emptied
+        after each episode and removed with its owner), so the copy is ``parent/w``: its path is then as
+        long as a workspace's plus two characters. The path shows in every breakpoint, listing and
+        traceback an agent reads; nested with a second owner tag it took twice the characters.
 
         Symlinks are copied as links, never followed; a link that points outside the repo is refused,
         because tools on the host that read or write workspace files would follow it out.
@@ -97,7 +102,17 @@ class Workspace:
                 f"cannot create a workspace: {source_repo} holds symlinks that point outside it: "
                 f"{', '.join(escaping[:5])}; replace them with the files or with links inside the repo"
             )
-        root = owned_folder("", parent)
+        if in_owned:
+            if parent is None:
+                raise ValueError("in_owned needs the owned parent folder")
+            root = Path(parent).resolve() / "w"
+            try:
+                root.mkdir()
+            except OSError as exc:
+                raise SandboxError(f"cannot create a workspace in {parent}: {exc}; the folder must be empty "
+                                   "(the last episode's copy is removed when it ends)") from exc
+        else:
+            root = owned_folder("", parent)
         try:
             shutil.copytree(source_repo, root, symlinks=True, ignore=_NOT_COPIED, dirs_exist_ok=True)
         except (OSError, shutil.Error) as exc:

@@ -260,7 +260,7 @@ class Zygote:
         self.plain = not sandbox.isolated
         mode = [] if self.plain else ["--pid-namespace"]
         self.sandbox = sandbox
-        self.folder = owned_folder("zygote-", parent)
+        self.folder = owned_folder("", parent)  # named like a workspace: an episode's copy is folder/w
         host_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._control = host_end
         self._lock = threading.Lock()

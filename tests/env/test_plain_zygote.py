@@ -188,3 +188,24 @@ def test_the_plain_servers_kill_refuses_a_pid_that_is_not_its_descendant(monkeyp
         child.kill()
         os.kill(orphan, signal.SIGKILL)
         orphan_file.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("sandbox", ["plain", "bwrap"])
+def test_an_episode_on_the_server_reads_a_path_as_short_as_one_without_it(tiny_task, sandbox):
+    """The workspace nests in the server's folder; its path shows in every breakpoint, listing and traceback
+    the agent reads, so it must cost no more characters than a workspace of its own (it cost twice as many,
+    and the scripted oracle overflowed a 4,096-token context on two built-in tasks)."""
+    if sandbox == "bwrap" and bwrap_unavailable_reason():
+        pytest.skip(bwrap_unavailable_reason())
+    zygotes.close_all()
+    paths = {}
+    for server_on in (False, True):
+        with DebugEnv(tiny_task, EnvConfig(sandbox=sandbox, zygote=server_on)) as env:
+            env.reset()
+            assert (env._zygote is not None) is server_on
+            obs, _, _ = env.step(Action("pdb", {"command": "b calc/ops.py:6"}))
+            assert str(env.ws) in obs, obs
+            paths[server_on] = str(env.ws)
+            if server_on:
+                assert env.ws.parent == env._zygote.folder
+    assert len(paths[True]) <= len(paths[False]) + 2, paths
