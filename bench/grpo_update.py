@@ -10,7 +10,13 @@ timed as the median of ``--repeats`` after a warm-up, in one run:
   policy forward), and ``dora_backward``: its backward;
 - ``lora_scoring`` / ``lora_backward``: the same with a plain LoRA delta;
 
-and each piece's ratio to the plain forward (``ratio_vs_forward``).
+and each piece's ratio to the plain forward (``ratio_vs_forward``). Every piece above repeats one shape. A
+GRPO step's shape changes every step (its longest episode sets it), so on a GPU the DoRA forward and
+backward is timed again at a new length each repeat (``--length`` less 8, 16, ...), once with
+``scaled_dot_product_attention`` free to pick cuDNN's kernels (torch's default, the baseline:
+``new_shape_cudnn_allowed``) and once without them (``new_shape_cudnn_off``, what ``train grpo
+--no-cudnn-attention`` sets), with the ratio of the two (``cudnn_allowed_over_off``). cuDNN builds a graph
+for each new shape, on the host.
 
     python bench/grpo_update.py --device cuda --rows 32 --length 1024
 """
@@ -38,6 +44,25 @@ def timed(run, device: str, repeats: int) -> float:
         run()
         torch.cuda.synchronize() if device.startswith("cuda") else None
         seconds.append(time.perf_counter() - started)
+    return round(statistics.median(seconds), 4)
+
+
+def new_shapes(model, ids, mask, labels, repeats: int) -> float:
+    """Median seconds of a forward and backward whose length is new each time (a warm-up at the full one)."""
+    import torch
+
+    seconds = []
+    for k in range(repeats + 1):
+        cut = ids.shape[1] - 8 * k  # k = 0: the warm-up; then a length no earlier call had
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        result = model(input_ids=ids[:, :cut], attention_mask=mask[:, :cut], labels=labels[:, :cut],
+                       fused_lm_head=True)
+        result.log_probs.float().sum().backward()
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if k:
+            seconds.append(time.perf_counter() - started)
     return round(statistics.median(seconds), 4)
 
 
@@ -100,9 +125,18 @@ def main() -> None:
         out[f"{kind}_forward_and_backward"] = timed(both, args.device, args.repeats)
         out[f"{kind}_backward"] = round(out[f"{kind}_forward_and_backward"] - out[f"{kind}_scoring"], 4)
         del model
+    if args.device.startswith("cuda"):
+        model = model_of("dora").train()
+        for name, cudnn in (("cudnn_allowed", True), ("cudnn_off", False)):
+            torch.backends.cuda.enable_cudnn_sdp(cudnn)
+            out[f"new_shape_{name}"] = new_shapes(model, ids, mask, labels, args.repeats)
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        out["cudnn_allowed_over_off"] = round(out["new_shape_cudnn_allowed"] / out["new_shape_cudnn_off"], 2)
+        del model
     out["ids"] = args.rows * args.length
     out["ratio_vs_forward"] = {key: round(value / out["forward"], 2) for key, value in out.items()
-                               if key not in ("rows", "length", "device", "ids", "forward") and isinstance(value, float)}
+                               if key not in ("rows", "length", "device", "ids", "forward", "cudnn_allowed_over_off")
+                               and isinstance(value, float)}
     print(json.dumps(out, indent=1))
 
 

@@ -1,5 +1,5 @@
-"""The one lock on CUDA graph captures of the process, the device-wide sync that respects it, and the
-engine's named ranges in a profiler trace."""
+"""The one lock on CUDA graph captures of the process, the device-wide sync that respects it, the engine's
+named ranges in a profiler trace, and which attention kernels the process may take."""
 
 from __future__ import annotations
 
@@ -34,3 +34,11 @@ def traced(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
                 return method(*args, **kwargs)
         return inner
     return wrap
+
+
+def allow_cudnn_attention(allowed: bool) -> None:
+    """Whether ``scaled_dot_product_attention`` may take cuDNN's kernels in this process (torch's default: it
+    may, and prefers them on Hopper). cuDNN builds and caches a graph per shape on the host; where shapes change
+    every call (a GRPO step's length groups) that build is paid each time. Without cuDNN, attention falls to the
+    flash or memory-efficient kernels, which need no build."""
+    torch.backends.cuda.enable_cudnn_sdp(allowed)

@@ -39,3 +39,23 @@ def test_a_trace_step_past_the_run_is_refused(tmp_path):
 
     with pytest.raises(SettingsError, match=r"trace_step 4 is past the run's 3 steps.*from 1 to 3"):
         toy_config(tmp_path / "run", tmp_path, tmp_path, steps=3, trace_step=4)
+
+
+def test_the_kernel_sum_counts_kernels_not_named_ranges_syncs_or_operators():
+    """On an H100 the summary counted the device-side spans of named ranges, sync waits and operators' host
+    entries with the kernels: 18.7 s of "kernels" in a step of 8.8 s wall."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEventAvg
+
+    from pdbgym.train.grpo.steptrace import kernel_seconds
+
+    def entry(key: str, device_us: float, device_type: DeviceType, annotation: bool = False) -> FunctionEventAvg:
+        event = FunctionEventAvg()
+        event.key, event.self_device_time_total, event.device_type = key, device_us, device_type
+        event.is_user_annotation = annotation
+        return event
+
+    averages = [entry("nvjet_sm90_tst_64x8", 2.0e6, DeviceType.CUDA), entry("elementwise_kernel", 0.5e6, DeviceType.CUDA),
+                entry("aten::mm", 2.0e6, DeviceType.CPU),  # the same kernels' time, seen from the host
+                entry("pdbgym/prepare", 6.4e6, DeviceType.CUDA, annotation=True), entry("Stream Sync", 1.1e6, DeviceType.CUDA)]
+    assert kernel_seconds(averages) == 2.5

@@ -46,6 +46,10 @@ def build(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None = None,
 
     set_quiet_trl()
     device = pick_device(config.device)
+    if device.startswith("cuda"):
+        from pdbgym.engine.cuda import allow_cudnn_attention  # imports torch
+
+        allow_cudnn_attention(config.cudnn_attention)
     arguments = grpo_arguments(config, device, world_size())  # refuses groups that would straddle processes
     train_tasks, val_tasks = load_tasks(config)
     base = resolve_base(config.policy, Store(config.store) if config.store else Store(), device)

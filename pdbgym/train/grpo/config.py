@@ -92,6 +92,9 @@ class GRPORunConfig:
     gradient_checkpointing: bool = documented(
         True, "recompute each layer's activations in the backward (TRL's default; off is faster where the "
         "step's activations fit the card: a DoRA delta's held over 1 MB an id at SmolLM2-135M's shape)")
+    cudnn_attention: bool = documented(
+        True, "let attention take cuDNN's kernels on a GPU (torch's default). cuDNN builds a graph on the host for "
+        "each new shape, and a step's shapes change every step (bench/grpo_update.py: new_shape_*)")
     max_minutes: float = documented(
         0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
         "gated", min=0)
@@ -133,5 +136,5 @@ class GRPORunConfig:
     def recipe(self) -> dict[str, Setting]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
                 "rollout_weights", "update_tokens", "update_micro_batches", "trace_step", "gradient_checkpointing",
-                "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
+                "cudnn_attention", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

@@ -6,8 +6,8 @@ rollouts, scoring, update and optimizer step all fall inside) and stops it when 
 under ``OUT/trace/``:
 
 - ``step-N.json.gz``: the Chrome trace (open it in Perfetto or ``chrome://tracing``);
-- ``step-N.txt``: the step's wall seconds; on a GPU, the seconds of kernels summed and that sum over the
-  wall (how busy the card was, upper bound where streams overlap); then the operators by self device time
+- ``step-N.txt``: the step's wall seconds; on a GPU, the seconds of kernels summed and that sum over the wall
+  (how busy the card was, an upper bound where streams overlap); then the operators by self device time
   and by self CPU time (``key_averages``), each table cut to its top rows.
 
 Every thread is traced (the engine decodes in its own). The parts the step's timers know are named ranges
@@ -30,14 +30,28 @@ TRACE_DIR = "trace"
 ROWS = 25
 
 
+SYNCS = ("Context Sync", "Stream Sync", "Event Sync", "Stream Wait Event")  # the profiler's CUDA sync events
+
+
+def kernel_seconds(averages: Any) -> float:
+    """Seconds of device kernels in the trace, summed: the device's own entries, less the device-side spans of
+    named ranges (``pdbgym/...``: they cover whatever ran meanwhile) and the sync events (waits, not work).
+    Counted with the kernels, those made the sum several times the wall. An operator's host entry carries
+    its kernels' time too, so host entries are left out, as torch's own table total does."""
+    from torch.autograd import DeviceType  # optional: torch (pdbgym[hf])
+
+    return sum(e.self_device_time_total for e in averages
+               if e.device_type != DeviceType.CPU and not e.is_user_annotation and e.key not in SYNCS) / 1e6
+
+
 def summary(profiler: Any, wall_s: float, cuda: bool) -> str:
     """The text of ``step-N.txt`` from a stopped ``torch.profiler.profile``."""
     averages = profiler.key_averages()
     lines = [f"wall seconds: {wall_s:.3f}"]
     if cuda:
-        device_us = sum(getattr(e, "self_device_time_total", 0.0) for e in averages)
-        lines.append(f"device kernels, summed: {device_us / 1e6:.3f} s ({device_us / 1e6 / max(wall_s, 1e-9):.1%} "
-                     "of the wall)")
+        device_s = kernel_seconds(averages)
+        lines.append(f"device kernels, summed: {device_s:.3f} s ({device_s / max(wall_s, 1e-9):.1%} of the wall; "
+                     "syncs and named ranges left out)")
         lines += ["", "by self device time:", averages.table(sort_by="self_device_time_total", row_limit=ROWS)]
     lines += ["", "by self CPU time:", averages.table(sort_by="self_cpu_time_total", row_limit=ROWS)]
     return "\n".join(lines) + "\n"
