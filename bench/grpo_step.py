@@ -14,9 +14,12 @@ backward; the optimizer step is timed apart where the tree records it, ``time/up
 rollouts' seconds and the engine's split, the update's split where the tree records it
 (``pdbgym.train.grpo.timing``), and the median step (the first step left out: it captures the CUDA graphs; so is
 a ``--trace-step``, which the profiler slows).
-With ``--against``: the ratio of the medians, baseline over this tree.
+With ``--against``: the ratio of the medians, baseline over this tree. ``--against-flags "..."`` makes the
+baseline this tree with those flags instead (one setting against another in one run: ``--against-flags= --flags=--no-cudnn-attention``; flags
+that start with a dash are given after ``=``).
 
     python bench/grpo_step.py --device cuda --steps 4 --against e5c61a5
+    python bench/grpo_step.py --device cuda --steps 4 --against-flags= --flags=--no-cudnn-attention
     python bench/grpo_step.py --device cuda --steps 3 --trace-step 3 --trace-out /tmp/trace   # where step 3 goes
     python bench/grpo_step.py --device cpu --steps 2 --group 2 --tasks-per-step 1 --turn-budget 3 --max-new-tokens 16
 """
@@ -122,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-context-tokens", type=int, default=4096)
     p.add_argument("--against", default=None,
                    help="a git revision (or a folder holding its tree): the same steps with its code, and the ratio")
+    p.add_argument("--against-flags", default=None,
+                   help="the baseline is this tree run with these train grpo flags ('' for none), not --against's")
     p.add_argument("--flags", default="", help="more train grpo flags for this tree, e.g. --no-gradient-checkpointing")
     p.add_argument("--trace-step", type=int, default=0,
                    help="this tree's step N under torch.profiler (train grpo --trace-step), its trace kept in --trace-out")
@@ -132,30 +137,34 @@ def main(argv: list[str] | None = None) -> None:
         work = Path(tmp)
         model = args.model or random_model(work / "model", args.device)
         task_folder = tasks(work / "tasks", args.tasks_per_step * max(1, args.steps), ROOT)
-        trees = [("this tree", ROOT)]
-        if args.against:
-            trees.insert(0, (args.against, checkout(args.against, work / "baseline")))
+        trace = ["--trace-step", str(args.trace_step)] if args.trace_step else []
+        runs = [("this tree", ROOT, args.flags.split() + trace)]  # (name, tree, its flags); the baseline first
+        if args.against_flags is not None:
+            runs.insert(0, (f"this tree with '{args.against_flags}'", ROOT, args.against_flags.split()))
+        elif args.against:
+            runs.insert(0, (args.against, checkout(args.against, work / "baseline"), []))
         results = {}
-        for name, tree in trees:
-            out = work / f"out-{len(results)}"
-            flags = args.flags.split() + (["--trace-step", str(args.trace_step)] if args.trace_step else [])
-            rows = play(tree, model, task_folder, out, args, flags if tree == ROOT else [])
-            if tree == ROOT and (out / "trace").is_dir():
+        for index, (name, tree, flags) in enumerate(runs):
+            out = work / f"out-{index}"
+            rows = play(tree, model, task_folder, out, args, flags)
+            traced = args.trace_step if index == len(runs) - 1 else 0
+            if traced and (out / "trace").is_dir():
                 shutil.copytree(out / "trace", args.trace_out, dirs_exist_ok=True)
                 print(f"  trace of step {args.trace_step}: {args.trace_out}")
-            results[name] = {"steps": rows, "median": summary(rows, args.trace_step if tree == ROOT else 0)}
+            results[name] = {"steps": rows, "median": summary(rows, traced)}
             for row in rows:
                 print(f"  step {row.get('step')}: " + ", ".join(f"{k} {float(row[k]):.2f}" for k in SHOWN if k in row))
             print(f"  median (steps 2..): {json.dumps(results[name]['median'])}")
     out = {"settings": vars(args) | {"model": str(args.model or "SmolLM2-135M shape, random weights"),
                                      "json": None, "trace_out": str(args.trace_out)},
            "results": {k: v["median"] for k, v in results.items()}}
-    if args.against:
-        old, new = results[args.against]["median"], results["this tree"]["median"]
+    if len(runs) == 2:
+        baseline = runs[0][0]
+        old, new = results[baseline]["median"], results["this tree"]["median"]
         whole = lambda m: m.get("step_time", 0.0) + m.get("time/update/optimizer_s", 0.0)  # noqa: E731
         out["speedup_step"] = round(whole(old) / whole(new), 2) if whole(new) else None
-        print(f"median step (step_time + optimizer): {whole(old):.2f} s ({args.against}) -> {whole(new):.2f} s "
-              f"(this tree): {out['speedup_step']}x")
+        print(f"median step (step_time + optimizer): {whole(old):.2f} s ({baseline}) -> {whole(new):.2f} s "
+              f"(this tree{', ' + args.flags if args.flags else ''}): {out['speedup_step']}x")
     print(json.dumps(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
