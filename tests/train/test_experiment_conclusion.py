@@ -50,3 +50,23 @@ def test_no_finished_task_says_so_instead_of_concluding():
     assert what_this_run_shows(ARMS, summary, {}, None) == [
         "No held-out task has finished in every arm yet, so this run shows nothing about the arms; run it again "
         "with the same --out to play the missing episodes."]
+
+
+def test_the_oracles_misses_are_named_with_the_context_that_cut_them():
+    """Seed 1 of the seeds file (docs/runs): the oracle missed two built-in tasks, every run, because its
+    transcripts outgrew 4,096 tokens; seed 0's oracle solved everything and gets no such sentence."""
+    from pathlib import Path
+
+    runs = Path(__file__).resolve().parents[2] / "docs" / "runs" / "2026-12-07-smollm2-ladder-seeds-run5"
+
+    def text(seed: int) -> str:
+        folder = runs / f"seed-{seed}"
+        summary = json.loads((folder / "eval" / "summary.json").read_text())
+        arms = json.loads((folder / "eval" / "campaign.json").read_text())["config"]["arms"]
+        return " ".join(what_this_run_shows(arms, summary, json.loads((folder / "validity.json").read_text()),
+                                            json.loads((folder / "kl.json").read_text())))
+
+    seed1 = text(1)
+    assert ("It missed 8 episode(s), on builtin__calc-lexer-hang and builtin__mailmerge-placeholders; 20 of its "
+            "episodes ran out of context (ctx_overflow)") in seed1 and "raise max_context_tokens" in seed1
+    assert "It missed" not in text(0)

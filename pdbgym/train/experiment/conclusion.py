@@ -48,12 +48,27 @@ def _solving(arms: Mapping[str, str], summary: dict[str, Any]) -> list[str]:
         r = results[arm]
         sentences.append(f"The {arm} arm replays each task's reference fix, so its {r['solved']} of {r['episodes']} "
                          "is an upper bound set by the tasks and settings, not a model's skill.")
+        sentences += _oracle_shortfall(arm, r, summary.get("per_task", {}))
     unsolved = [a for a in arms if a in results and a not in oracles and results[a]["solved"] == 0]
     if unsolved:
         reach = max(results[a]["pass@1"]["ci"][1] for a in unsolved)
         sentences.append(f"For {_names(unsolved)}, 0 solved is no evidence about solving ability either way: "
                          f"pass@1's 95% interval still reaches {100 * reach:.1f}%.")
     return sentences
+
+
+def _oracle_shortfall(arm: str, result: dict[str, Any], per_task: dict[str, dict[str, float]]) -> list[str]:
+    """Where the reference fix itself failed, which tasks and why, if the episodes say: a context that cuts
+    the replay short is a setting to raise, and no arm can be credited on those tasks."""
+    missed = sorted(task for task, rates in per_task.items() if rates.get(arm, 1.0) < 1.0)
+    if result["solved"] >= result["episodes"] or not missed:
+        return []
+    named = _names(missed[:5]) + (f" and {len(missed) - 5} more" if len(missed) > 5 else "")
+    overflows = result.get("termination_reasons", {}).get("ctx_overflow", 0)
+    why = (f"; {overflows} of its episodes ran out of context (ctx_overflow), and one that runs out before its "
+           "edit is cut short by the context setting, not the task: raise max_context_tokens, since no arm can "
+           "solve what the reference fix cannot fit") if overflows else ""
+    return [f"It missed {result['episodes'] - result['solved']} episode(s), on {named}{why}."]
 
 
 def _stored_comparison(summary: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
