@@ -14,7 +14,9 @@ backward; the optimizer step is timed apart where the tree records it, ``time/up
 rollouts' seconds and the engine's split, the update's split where the tree records it
 (``pdbgym.train.grpo.timing``), and the median step (the first step left out: it captures the CUDA graphs; so is
 a ``--trace-step``, which the profiler slows).
-With ``--against``: the ratio of the medians, baseline over this tree. ``--against-flags "..."`` makes the
+With ``--against``: the ratio of the medians, baseline over this tree. ``--seeds 1 2 3`` runs each
+configuration once per training seed (alternating which goes first) and prints each one's median step, their
+median and range, and the speedup paired by seed with its range. ``--against-flags "..."`` makes the
 baseline this tree with those flags instead (one setting against another in one run: ``--against-flags= --flags=--no-cudnn-attention``; flags
 that start with a dash are given after ``=``).
 
@@ -74,13 +76,13 @@ def tasks(folder: Path, count: int, tree: Path) -> Path:
 
 
 def play(tree: Path, model: Path, task_folder: Path, out: Path, args: argparse.Namespace,
-         flags: list[str]) -> list[dict]:
+         flags: list[str], seed: int = 1) -> list[dict]:
     command = [sys.executable, "-m", "pdbgym.cli", "train", "grpo", "--policy", str(model), "--tasks", str(task_folder),
                "--out", str(out), "--steps", str(args.steps), "--group", str(args.group),
                "--tasks-per-step", str(args.tasks_per_step), "--curriculum", "fixed",
                "--budget-start", str(args.turn_budget), "--budget-end", str(args.turn_budget),
                "--max-new-tokens", str(args.max_new_tokens), "--max-context-tokens", str(args.max_context_tokens),
-               "--temperature", "1.0", "--lr", "3e-4", "--save-steps", "1000", "--seed", "1",
+               "--temperature", "1.0", "--lr", "3e-4", "--save-steps", "1000", "--seed", str(seed),
                "--device", args.device, "--register-without-signal",
                # a store and ledger of this run's own: a second bench on the same machine registers its result anew
                "--store", str(out / "store"), "--ledger", str(out / "ledger.jsonl"), *flags]
@@ -97,6 +99,12 @@ def summary(rows: list[dict], traced: int = 0) -> dict[str, float]:
     timed = [r for r in rows[1:] if r.get("step") != traced] or rows  # the first step captures the decode graphs
     return {key: round(statistics.median(float(r[key]) for r in timed), 3) for key in SHOWN
             if all(key in r for r in timed)}
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """The median of ``values`` (one a seed) and their range."""
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3),
+            "n": len(values)} if values else {}
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -131,6 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--trace-step", type=int, default=0,
                    help="this tree's step N under torch.profiler (train grpo --trace-step), its trace kept in --trace-out")
     p.add_argument("--trace-out", type=Path, default=Path("grpo-step-trace"))
+    p.add_argument("--seeds", type=int, nargs="+", default=[1],
+                   help="one run of each configuration per training seed (their order alternates): each one's "
+                        "median step, and the spread over seeds")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="pdbgym-grpo-step-") as tmp:
@@ -138,33 +149,39 @@ def main(argv: list[str] | None = None) -> None:
         model = args.model or random_model(work / "model", args.device)
         task_folder = tasks(work / "tasks", args.tasks_per_step * max(1, args.steps), ROOT)
         trace = ["--trace-step", str(args.trace_step)] if args.trace_step else []
-        runs = [("this tree", ROOT, args.flags.split() + trace)]  # (name, tree, its flags); the baseline first
+        runs = [("this tree", ROOT, args.flags.split())]  # (name, tree, its flags); the baseline first
         if args.against_flags is not None:
             runs.insert(0, (f"this tree with '{args.against_flags}'", ROOT, args.against_flags.split()))
         elif args.against:
             runs.insert(0, (args.against, checkout(args.against, work / "baseline"), []))
-        results = {}
-        for index, (name, tree, flags) in enumerate(runs):
-            out = work / f"out-{index}"
-            rows = play(tree, model, task_folder, out, args, flags)
-            traced = args.trace_step if index == len(runs) - 1 else 0
-            if traced and (out / "trace").is_dir():
-                shutil.copytree(out / "trace", args.trace_out, dirs_exist_ok=True)
-                print(f"  trace of step {args.trace_step}: {args.trace_out}")
-            results[name] = {"steps": rows, "median": summary(rows, traced)}
-            for row in rows:
-                print(f"  step {row.get('step')}: " + ", ".join(f"{k} {float(row[k]):.2f}" for k in SHOWN if k in row))
-            print(f"  median (steps 2..): {json.dumps(results[name]['median'])}")
+        results: dict[str, list[dict]] = {name: [] for name, _, _ in runs}
+        for round_, seed in enumerate(args.seeds):
+            order = list(enumerate(runs)) if round_ % 2 == 0 else list(enumerate(runs))[::-1]
+            for index, (name, tree, flags) in order:
+                out = work / f"out-{index}-seed-{seed}"
+                traced = args.trace_step if index == len(runs) - 1 and round_ == 0 else 0
+                rows = play(tree, model, task_folder, out, args, flags + (trace if traced else []), seed)
+                if traced and (out / "trace").is_dir():
+                    shutil.copytree(out / "trace", args.trace_out, dirs_exist_ok=True)
+                    print(f"  trace of step {args.trace_step}: {args.trace_out}")
+                results[name].append(summary(rows, traced))
+                for row in rows:
+                    print(f"  step {row.get('step')}: " + ", ".join(f"{k} {float(row[k]):.2f}" for k in SHOWN if k in row))
+                print(f"  {name}, seed {seed}, median (steps 2..): {json.dumps(results[name][-1])}")
+    whole = lambda m: m.get("step_time", 0.0) + m.get("time/update/optimizer_s", 0.0)  # noqa: E731
     out = {"settings": vars(args) | {"model": str(args.model or "SmolLM2-135M shape, random weights"),
                                      "json": None, "trace_out": str(args.trace_out)},
-           "results": {k: v["median"] for k, v in results.items()}}
+           "results": {name: {"per_seed": per_seed, "step_s": spread([whole(m) for m in per_seed])}
+                       for name, per_seed in results.items()}}
+    for name, result in out["results"].items():
+        print(f"{name}: median step (step_time + optimizer) over seeds {args.seeds}: {result['step_s']}")
     if len(runs) == 2:
         baseline = runs[0][0]
-        old, new = results[baseline]["median"], results["this tree"]["median"]
-        whole = lambda m: m.get("step_time", 0.0) + m.get("time/update/optimizer_s", 0.0)  # noqa: E731
-        out["speedup_step"] = round(whole(old) / whole(new), 2) if whole(new) else None
-        print(f"median step (step_time + optimizer): {whole(old):.2f} s ({baseline}) -> {whole(new):.2f} s "
-              f"(this tree{', ' + args.flags if args.flags else ''}): {out['speedup_step']}x")
+        ratios = [whole(old) / whole(new) for old, new in zip(results[baseline], results["this tree"], strict=True)
+                  if whole(new)]
+        out["speedup_step"] = spread(ratios)
+        print(f"step speedup, {baseline} over this tree{', ' + args.flags if args.flags else ''}, paired by seed: "
+              f"{out['speedup_step']}")
     print(json.dumps(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
