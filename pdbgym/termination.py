@@ -8,7 +8,8 @@
   its disk cap: ``pdbgym.sandbox.diskguard``). A failing backend ends no episode: ``run_episode`` raises
   ``TurnSourceFailed`` and the episode counts as not run.
 - ``tampered``: the grading run's result channel showed forgery (a duplicate or late outcome, a
-  forged end record, pytest internals replaced); graded unsolved and counted apart.
+  forged end record, pytest internals replaced), or the agent moved, removed or replaced its workspace
+  folder (never graded then); graded unsolved and counted apart.
 
 Apart from the reason, an episode is *verdict-refused* when its grading refused to pass anything from
 the grading run because the run ended abnormally (killed by a signal, an exit status disagreeing with
@@ -32,7 +33,8 @@ TERMINATION_MEANINGS: dict[str, str] = {
     "budget": "the turn budget ran out before the agent submitted",
     "other": "ended otherwise (malformed tool calls in a row, an interruption, the workspace left over its "
              "disk cap)",
-    "tampered": "the grading run showed forgery of test results; graded unsolved",
+    "tampered": "the grading run showed forgery of test results, or the agent moved its workspace folder; graded "
+                "unsolved",
 }
 
 

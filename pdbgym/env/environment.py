@@ -5,6 +5,8 @@ Gym-like: ``reset() -> observation``; ``step(action) -> StepResult(observation, 
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 import traceback
 from collections.abc import Mapping
@@ -162,6 +164,7 @@ class DebugEnv:
         self._started = 0.0
         self._disk: DiskGuard | None = None
         self._zygote: Zygote | None = None
+        self._ws_identity: tuple[int, int] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -176,6 +179,7 @@ class DebugEnv:
             self.workspace = Workspace.create(self.task.repo, self._zygote.folder, in_owned=True)
         else:
             self.workspace = Workspace.create(self.task.repo, parent)
+        self._ws_identity = self._identity()
         if self._zygote is not None:
             self._zygote.serve_workspace(self.workspace.path)
         self._disk = DiskGuard(self.ws, self.config.workspace_extra_bytes, self.config.workspace_extra_files,
@@ -232,7 +236,12 @@ class DebugEnv:
         try:
             action = Action.coerce(action)
             record["tool"], record["args"] = action.tool, action.args
-            observation, done = self._dispatch(action.tool, check_args(action))
+            moved = self._workspace_moved()  # by a process the agent left running, since the last step
+            observation, done = ("", False) if moved else self._dispatch(action.tool, check_args(action))
+            moved = moved or (None if done else self._workspace_moved())
+            if moved:
+                self._finish("tampered", moved, grade_workspace=False)
+                observation, done = f"{observation}\n\n{moved}: graded unsolved. The episode ends.".lstrip(), True
         except ActionError as exc:
             observation = f"Error: {exc}"
             record["error"] = str(exc)
@@ -244,7 +253,10 @@ class DebugEnv:
             self._finish("other", f"internal error: {exc!r}")
             observation, done = f"The environment failed: {exc!r}. The episode ends.", True
         if not done and self._disk is not None:
-            note, ending = self._disk.after_step()
+            try:
+                note, ending = self._disk.after_step()
+            except OSError as exc:  # the workspace went from under the walk: moved now, or another fault
+                note, ending = "", self._workspace_moved() or f"the disk cap's check of the workspace failed: {exc}"
             observation += f"\n\n{note}" if note else ""
             if ending is not None:
                 self._finish("other", ending)
@@ -260,6 +272,23 @@ class DebugEnv:
         record["observation"], record["duration_s"] = observation, round(time.perf_counter() - started, 4)
         self._steps.append(record)
         return StepResult(observation, done, self._info())
+
+    def _identity(self) -> tuple[int, int] | None:
+        """The workspace folder's (device, inode), or None where its path no longer names a folder."""
+        try:
+            info = os.lstat(self.ws)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
+
+    def _workspace_moved(self) -> str | None:
+        """Why the episode cannot go on in its workspace, or None. On the fork server the workspace sits in
+        the server's writable folder, so the agent's code can rename it or put another folder or a link
+        in its place; every later use of the path on the host (edits, the disk cap's walk, grading) would
+        then read what the agent chose, and a missing one raised out of ``step``."""
+        if self._ws_identity is None or self._identity() == self._ws_identity:
+            return None
+        return f"the workspace folder {self.ws} was moved, removed or replaced during the episode"
 
     def _dispatch(self, tool: str, args: ToolArgs) -> tuple[str, bool]:
         if tool == "pdb":
@@ -356,11 +385,16 @@ class DebugEnv:
         self._zygote.stop()
 
     def _finish(self, reason: str, detail: str, graded: GradeResult | None = None,
-                wrong_site: WrongSiteOutcome | None = None) -> EpisodeResult:
+                wrong_site: WrongSiteOutcome | None = None, grade_workspace: bool = True) -> EpisodeResult:
+        """End the episode; ungraded so far, it is graded now, unless ``grade_workspace`` is False (a
+        workspace the agent moved: whatever sits at its path is the agent's choice, never graded)."""
         if reason not in TERMINATION_REASONS:
             raise PdbgymError(f"unknown termination reason '{reason}'; use one of {TERMINATION_REASONS}")
         self._stop_disk_guard()  # no command of the agent's runs from here on
-        if graded is None and self.workspace is not None:
+        if not grade_workspace:
+            self._close_session()
+            self._end_agent_processes()
+        elif graded is None and self.workspace is not None:
             self._close_session()
             wrong_site = self._wrong_site()
             try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pdbgym.env import Action, DebugEnv
+from pdbgym.env import Action, DebugEnv, zygotes
 from pdbgym.sandbox.process import descendants
 from pdbgym.tasks.model import load_task
 
@@ -137,6 +137,7 @@ def test_hostile_tests_are_contained(hostile_task):
         assert "7" in env.step(Action("pdb", {"command": "p 3 + 4"})).observation
         assert _processes_left_by(workspace, already_running), "the probe must see the live session's processes"
     assert not os.path.exists(marker), "a sandboxed test wrote outside its workspace"
+    zygotes.close_all()  # the pool's idle fork servers are ours by design (run alone, this test counted them)
     # Killed processes take a moment to exit and be reaped; a real leak is still there after the grace.
     deadline = time.monotonic() + 5.0
     while (left := _processes_left_by(workspace, already_running)) and time.monotonic() < deadline:
