@@ -165,6 +165,7 @@ class DebugEnv:
         self._disk: DiskGuard | None = None
         self._zygote: Zygote | None = None
         self._ws_identity: tuple[int, int] | None = None
+        self._ws_fd: int | None = None  # the workspace folder, held open (O_PATH) for the host's file tools
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -179,6 +180,7 @@ class DebugEnv:
             self.workspace = Workspace.create(self.task.repo, self._zygote.folder, in_owned=True)
         else:
             self.workspace = Workspace.create(self.task.repo, parent)
+        self._ws_fd = os.open(self.ws, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         self._ws_identity = self._identity()
         if self._zygote is not None:
             self._zygote.serve_workspace(self.workspace.path)
@@ -210,6 +212,9 @@ class DebugEnv:
         if self.session is not None:
             self.session.close()
             self.session = None
+        if self._ws_fd is not None:
+            os.close(self._ws_fd)
+            self._ws_fd = None
         if self.workspace is not None:
             self.workspace.cleanup()
             self.workspace = None
@@ -273,6 +278,12 @@ class DebugEnv:
         self._steps.append(record)
         return StepResult(observation, done, self._info())
 
+    def _held(self) -> Path:
+        """The workspace as the folder held open since ``reset``: what the host's file tools read and write
+        through. A path swapped for a link, or another folder, between the episode's checks of it is not
+        followed; the checks end the episode either way."""
+        return Path(f"/proc/self/fd/{self._ws_fd}") if self._ws_fd is not None else self.ws
+
     def _identity(self) -> tuple[int, int] | None:
         """The workspace folder's (device, inode), or None where its path no longer names a folder."""
         try:
@@ -294,7 +305,7 @@ class DebugEnv:
         if tool == "pdb":
             return self._pdb(args["command"]), False
         if tool == "view":
-            return files.view(self.ws, args["path"], args.get("start"), args.get("end")), False
+            return files.view(self._held(), args["path"], args.get("start"), args.get("end")), False
         if tool == "edit":
             return self._edit(args), False
         if tool == "run_tests":
@@ -309,9 +320,9 @@ class DebugEnv:
     def _run_tests(self, nodes: list[str]) -> str:
         """The agent's own run, in its workspace, through the hardened runner. What it shows is for the
         agent's information only: the episode's result always comes from a fresh grading run."""
-        plan, screened = grading_preview(self.task, self.ws)
+        plan, screened = grading_preview(self.task, self._held())
         # Every file the agent changed, taken by grading or not, is the agent's code in this run.
-        written = agent_lines(self.task.repo, self.ws, [*plan.changed, *plan.ignored])
+        written = agent_lines(self.task.repo, self._held(), [*plan.changed, *plan.ignored])
         run = run_tests(self.sandbox, self.ws, self.task, nodes, agent_lines=written, zygote=self._zygote)
         text = f"{run.summary(nodes)}\n\npytest output:\n{bound_text(run.output, 4000)}"
         ignored = plan.ignored
@@ -344,13 +355,13 @@ class DebugEnv:
         if "old" in args or "new" in args:
             if "old" not in args or "new" not in args or {"start", "end", "new_text"} & set(args):
                 raise ActionError("edit takes either (path, old, new) or (path, start, end, new_text)")
-            span = files.edit_string(self.ws, args["path"], args["old"], args["new"])
+            span = files.edit_string(self._held(), args["path"], args["old"], args["new"])
         else:
             missing = [k for k in ("start", "end", "new_text") if k not in args]
             if missing:
                 raise ActionError(f"edit by line range needs {missing} (or give old and new instead)")
-            span = files.edit_lines(self.ws, args["path"], args["start"], args["end"], args["new_text"])
-        observation = f"Edited {span.path}:\n{files.numbered_excerpt(self.ws, span)}"
+            span = files.edit_lines(self._held(), args["path"], args["start"], args["end"], args["new_text"])
+        observation = f"Edited {span.path}:\n{files.numbered_excerpt(self._held(), span)}"
         if self.session is not None:
             self.session.record_edit(span.path, span.first, span.last, span.new_count)
             observation += f"\n\nThe pdb session restarted. {self.session.restart()}".rstrip()
@@ -361,6 +372,10 @@ class DebugEnv:
     def _finish_graded(self, how: str) -> EpisodeResult:
         self._close_session()  # the agent's processes end before grading reads its workspace
         self._stop_disk_guard()
+        self._end_agent_processes()
+        moved = self._workspace_moved()  # by a process that ran until the sweep: nothing moves it after
+        if moved:
+            return self._finish("tampered", moved, grade_workspace=False)
         wrong_site = self._wrong_site()
         graded = grade(self.task, self.ws, self.sandbox)
         reason = "solved" if graded.final_test_passed else "finish_unresolved"
@@ -396,6 +411,10 @@ class DebugEnv:
             self._end_agent_processes()
         elif graded is None and self.workspace is not None:
             self._close_session()
+            self._end_agent_processes()
+            moved = self._workspace_moved()
+            if moved:
+                return self._finish("tampered", f"{detail}; {moved}", grade_workspace=False)
             wrong_site = self._wrong_site()
             try:
                 graded = grade(self.task, self.ws, self.sandbox)

@@ -97,7 +97,7 @@ def measure(root: Path | str, stop_after_files: int | None = None) -> DiskUsage:
     descriptors held at once are at most the depth (``MAX_DEPTH``), however wide the tree."""
     total, count = 0, 0
     seen: set[tuple[int, int]] = set()  # (device, inode) of files with several links, counted once
-    root_folder = _Folder(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    root_folder = _Folder(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW))
     root_folder.pending = 1
     stack: list[tuple[_Folder, str, int]] = []
     current: _Folder | None = root_folder

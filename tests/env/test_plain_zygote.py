@@ -9,6 +9,7 @@ grading starts a fresh one) and that its sweep, which under bwrap empties a whol
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -258,3 +259,23 @@ def test_a_workspace_moved_between_steps_is_caught_before_the_next_action_uses_i
             time.sleep(0.05)
         obs, done, info = env.step(Action("edit", FIX))
         assert done and info["termination_reason"] == "tampered" and not obs.startswith("Edited"), obs
+
+
+def test_the_hosts_file_tools_never_follow_a_link_swapped_in_between_the_checks(tiny_task, tmp_path):
+    """The checks run before and after each action; a process the agent left running can still swap the
+    workspace for a link in between. The host's edits and views go through the folder held open since
+    reset, so they land in the agent's own (moved) folder, never at the link's target on the host. Here the
+    race is won by hand: the swap, then the tool, with no check between."""
+    outside = tmp_path / "outside"
+    shutil.copytree(tiny_task.repo, outside)
+    zygotes.close_all()
+    with DebugEnv(tiny_task, EnvConfig(sandbox="plain")) as env:
+        env.reset()
+        ws = env.ws
+        os.rename(ws, f"{ws}.old")
+        os.symlink(outside, ws)
+        observation, _ = env._dispatch("edit", FIX)
+        assert observation.startswith("Edited calc/ops.py"), observation
+        assert "a - b" not in (outside / "calc" / "ops.py").read_text(), "the edit followed the link out"
+        assert "a - b" in Path(f"{ws}.old", "calc", "ops.py").read_text()
+        assert "a - b" in env._dispatch("view", {"path": "calc/ops.py"})[0]
