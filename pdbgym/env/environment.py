@@ -244,9 +244,9 @@ class DebugEnv:
             moved = self._workspace_moved()  # by a process the agent left running, since the last step
             observation, done = ("", False) if moved else self._dispatch(action.tool, check_args(action))
             moved = moved or (None if done else self._workspace_moved())
-            if moved:
+            if moved:  # what the action saw may be what the agent swapped in: none of it is shown
                 self._finish("tampered", moved, grade_workspace=False)
-                observation, done = f"{observation}\n\n{moved}: graded unsolved. The episode ends.".lstrip(), True
+                observation, done = f"{moved}: graded unsolved. The episode ends.", True
         except ActionError as exc:
             observation = f"Error: {exc}"
             record["error"] = str(exc)
@@ -320,9 +320,9 @@ class DebugEnv:
     def _run_tests(self, nodes: list[str]) -> str:
         """The agent's own run, in its workspace, through the hardened runner. What it shows is for the
         agent's information only: the episode's result always comes from a fresh grading run."""
-        plan, screened = grading_preview(self.task, self._held())
+        plan, screened = grading_preview(self.task, self.ws)
         # Every file the agent changed, taken by grading or not, is the agent's code in this run.
-        written = agent_lines(self.task.repo, self._held(), [*plan.changed, *plan.ignored])
+        written = agent_lines(self.task.repo, self.ws, [*plan.changed, *plan.ignored])
         run = run_tests(self.sandbox, self.ws, self.task, nodes, agent_lines=written, zygote=self._zygote)
         text = f"{run.summary(nodes)}\n\npytest output:\n{bound_text(run.output, 4000)}"
         ignored = plan.ignored
