@@ -144,6 +144,9 @@ def main(argv: list[str] | None = None) -> None:
                         "median step, and the spread over seeds")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    if args.against and args.against_flags is not None:
+        p.error("--against (another tree) and --against-flags (this tree with other flags) name two baselines; "
+                "pass one")
     with tempfile.TemporaryDirectory(prefix="pdbgym-grpo-step-") as tmp:
         work = Path(tmp)
         model = args.model or random_model(work / "model", args.device)

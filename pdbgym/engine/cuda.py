@@ -3,9 +3,10 @@ named ranges in a profiler trace, and which attention kernels the process may ta
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 import torch
@@ -36,9 +37,16 @@ def traced(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     return wrap
 
 
-def allow_cudnn_attention(allowed: bool) -> None:
-    """Whether ``scaled_dot_product_attention`` may take cuDNN's kernels in this process (torch's default: it
-    may, and prefers them on Hopper). cuDNN builds and caches a graph per shape on the host; where shapes change
-    every call (a GRPO step's length groups) that build is paid each time. Without cuDNN, attention falls to the
-    flash or memory-efficient kernels, which need no build."""
+@contextlib.contextmanager
+def cudnn_attention(allowed: bool) -> Iterator[None]:
+    """Whether ``scaled_dot_product_attention`` may take cuDNN's kernels inside the block, the process's
+    setting restored after it (torch's default: it may, and prefers them on Hopper). cuDNN builds and caches
+    a graph per shape on the host; where shapes change every call (a GRPO step's length groups) that build is
+    paid each time. Without cuDNN, attention falls to the flash or memory-efficient kernels, which need no
+    build."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
     torch.backends.cuda.enable_cudnn_sdp(allowed)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

@@ -370,10 +370,8 @@ class DebugEnv:
     # -- ending ----------------------------------------------------------------------------------
 
     def _finish_graded(self, how: str) -> EpisodeResult:
-        self._close_session()  # the agent's processes end before grading reads its workspace
         self._stop_disk_guard()
-        self._end_agent_processes()
-        moved = self._workspace_moved()  # by a process that ran until the sweep: nothing moves it after
+        moved = self._settle()
         if moved:
             return self._finish("tampered", moved, grade_workspace=False)
         wrong_site = self._wrong_site()
@@ -381,9 +379,16 @@ class DebugEnv:
         reason = "solved" if graded.final_test_passed else "finish_unresolved"
         return self._finish(reason, how, graded, wrong_site)
 
-    def _wrong_site(self) -> WrongSiteOutcome | None:
-        """Read from the workspace before grading, once the agent's processes are gone."""
+    def _settle(self) -> str | None:
+        """End the agent's session and every process it started (the sweep), then say whether the workspace
+        was moved meanwhile (``_workspace_moved``): after the sweep nothing moves it, so a workspace still in
+        place is the one the agent left, and grading may read it."""
+        self._close_session()
         self._end_agent_processes()
+        return self._workspace_moved()
+
+    def _wrong_site(self) -> WrongSiteOutcome | None:
+        """Read from the workspace before grading, once the agent's processes are gone (``_settle``)."""
         return wrong_site_outcome(self.task, self.ws) if self.workspace is not None else None
 
     def _end_agent_processes(self) -> None:
@@ -407,12 +412,9 @@ class DebugEnv:
             raise PdbgymError(f"unknown termination reason '{reason}'; use one of {TERMINATION_REASONS}")
         self._stop_disk_guard()  # no command of the agent's runs from here on
         if not grade_workspace:
-            self._close_session()
-            self._end_agent_processes()
+            self._settle()
         elif graded is None and self.workspace is not None:
-            self._close_session()
-            self._end_agent_processes()
-            moved = self._workspace_moved()
+            moved = self._settle()
             if moved:
                 return self._finish("tampered", f"{detail}; {moved}", grade_workspace=False)
             wrong_site = self._wrong_site()

@@ -59,3 +59,20 @@ def test_the_kernel_sum_counts_kernels_not_named_ranges_syncs_or_operators():
                 entry("aten::mm", 2.0e6, DeviceType.CPU),  # the same kernels' time, seen from the host
                 entry("pdbgym/prepare", 6.4e6, DeviceType.CUDA, annotation=True), entry("Stream Sync", 1.1e6, DeviceType.CUDA)]
     assert kernel_seconds(averages) == 2.5
+
+
+def test_no_cudnn_attention_holds_for_the_run_and_the_processs_setting_comes_back(tmp_path, monkeypatch):
+    """The switch is process-wide in torch; an experiment runs GRPO and then its held-out campaign in one
+    process, so the run's setting must not outlive the run."""
+    import torch
+
+    from pdbgym.train.grpo.run import train_grpo
+
+    monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
+    model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")
+    seen = []
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    train_grpo(toy_config(tmp_path / "run", model, tasks, steps=1, save_steps=1, cudnn_attention=False),
+               on_log=lambda row: seen.append(torch.backends.cuda.cudnn_sdp_enabled()), play=toy_play)
+    assert seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

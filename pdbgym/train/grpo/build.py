@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from pdbgym.adapters.store import Store
 from pdbgym.agent.loop import check_tool_turns
 from pdbgym.agent.toolcalls import detect_format
-from pdbgym.engine.cuda import allow_cudnn_attention
 from pdbgym.errors import PdbgymError
 from pdbgym.modelload import pick_device
 from pdbgym.tasks.model import Task
@@ -47,8 +46,6 @@ def build(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None = None,
 
     set_quiet_trl()
     device = pick_device(config.device)
-    if device.startswith("cuda"):
-        allow_cudnn_attention(config.cudnn_attention)
     arguments = grpo_arguments(config, device, world_size())  # refuses groups that would straddle processes
     train_tasks, val_tasks = load_tasks(config)
     base = resolve_base(config.policy, Store(config.store) if config.store else Store(), device)

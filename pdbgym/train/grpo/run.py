@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+from pdbgym.engine.cuda import cudnn_attention
 from pdbgym.errors import PdbgymError
 from pdbgym.train.checkpoints import (
     TENSORBOARD_DIR,
@@ -64,6 +65,12 @@ def train_grpo(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None = 
     Under ``accelerate launch`` every process trains; the main one chooses, copies, registers and writes
     the record, and every process returns that record. A run stopped by ``pause_after_minutes`` returns
     ``{"paused": True, "steps": ..., "max_steps": ...}`` and writes no record (``resume`` goes on)."""
+    with cudnn_attention(config.cudnn_attention):  # the run's setting, the process's own restored after it
+        return _train(config, on_log, play, progress)
+
+
+def _train(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None, play: PlayEpisodes | None,
+           progress: EpisodeProgress | None) -> GRPORunRecord | PausedRun:
     config.out = Path(config.out)
     resume_from = _checkpoint_to_resume(config, main=os.environ.get("RANK", "0") == "0")
     trainer, base, val_tasks = build(config, on_log, play, progress)
