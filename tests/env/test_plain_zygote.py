@@ -9,7 +9,6 @@ grading starts a fresh one) and that its sweep, which under bwrap empties a whol
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -211,71 +210,3 @@ def test_an_episode_on_the_server_reads_a_path_as_short_as_one_without_it(tiny_t
                 assert env.ws.parent == env._zygote.folder
     assert len(paths[True]) <= len(paths[False]) + 2, paths
 
-
-def _moves(ws: str, how: str) -> str:
-    """A pdb command that takes the workspace away: renamed, or renamed with a solved copy (tests made to pass
-    and the fix in) put in its place as a folder or as a link."""
-    fake = str(Path(ws).parent / "fake")
-    solved = (f"shutil.copytree({ws!r}, {fake!r}); "
-              f"open({fake + '/calc/ops.py'!r}, 'w').write('def add(a, b):\\n    return a + b\\n\\n\\n"
-              f"def sub(a, b):\\n    return a - b\\n'); ")
-    swap = {"gone": "", "folder": f"os.rename({fake!r}, {ws!r}); ", "link": f"os.symlink('fake', {ws!r}); "}[how]
-    return (f"!import os, shutil; {solved if how != 'gone' else ''}os.rename({ws!r}, {ws + '.old'!r}); "
-            f"{swap}print('moved')")
-
-
-@pytest.mark.parametrize("how", ["gone", "folder", "link"])
-@pytest.mark.parametrize("sandbox", ["plain", "bwrap"])
-def test_a_workspace_the_agent_moves_ends_the_episode_tampered_and_ungraded(tiny_task, sandbox, how):
-    """On the server the workspace sits in the server's writable folder, so the agent's code can rename it.
-    Before, the next step raised FileNotFoundError out of the disk cap's walk (a crash of the episode loop),
-    and a folder or link put in its place was what edits and grading then read."""
-    if sandbox == "bwrap" and bwrap_unavailable_reason():
-        pytest.skip(bwrap_unavailable_reason())
-    zygotes.close_all()
-    with DebugEnv(tiny_task, EnvConfig(sandbox=sandbox)) as env:
-        env.reset()
-        server_ = env._zygote
-        obs, done, info = env.step(Action("pdb", {"command": _moves(str(env.ws), how)}))
-        assert done and "was moved, removed or replaced during the episode: graded unsolved" in obs, obs
-        assert info["termination_reason"] == "tampered" and not info["final_test_passed"]
-        assert env.result.grading == {}, "whatever sat at the workspace's path was graded"
-        assert env.step(Action("submit")).observation == "The episode is over."
-    assert list(server_.folder.iterdir()) == [] or not server_.alive  # nothing of it is left for the next one
-
-
-def test_a_workspace_moved_between_steps_is_caught_before_the_next_action_uses_it(tiny_task):
-    """A process the agent left running moves the workspace after its step answered: the next action (here
-    an edit, which would write through a link) never runs."""
-    zygotes.close_all()
-    with DebugEnv(tiny_task, EnvConfig(sandbox="plain")) as env:
-        env.reset()
-        ws = str(env.ws)
-        later = f"import os, time; time.sleep(1.0); os.rename({ws!r}, {ws + '.old'!r}); os.symlink('/tmp', {ws!r})"
-        env.step(Action("pdb", {"command": f"!import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
-                                           f"{later!r}], start_new_session=True)"}))
-        deadline = time.monotonic() + 10
-        while not os.path.islink(ws) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        obs, done, info = env.step(Action("edit", FIX))
-        assert done and info["termination_reason"] == "tampered" and not obs.startswith("Edited"), obs
-
-
-def test_the_hosts_file_tools_never_follow_a_link_swapped_in_between_the_checks(tiny_task, tmp_path):
-    """The checks run before and after each action; a process the agent left running can still swap the
-    workspace for a link in between. The host's edits and views go through the folder held open since
-    reset, so they land in the agent's own (moved) folder, never at the link's target on the host. Here the
-    race is won by hand: the swap, then the tool, with no check between."""
-    outside = tmp_path / "outside"
-    shutil.copytree(tiny_task.repo, outside)
-    zygotes.close_all()
-    with DebugEnv(tiny_task, EnvConfig(sandbox="plain")) as env:
-        env.reset()
-        ws = env.ws
-        os.rename(ws, f"{ws}.old")
-        os.symlink(outside, ws)
-        observation, _ = env._dispatch("edit", FIX)
-        assert observation.startswith("Edited calc/ops.py"), observation
-        assert "a - b" not in (outside / "calc" / "ops.py").read_text(), "the edit followed the link out"
-        assert "a - b" in Path(f"{ws}.old", "calc", "ops.py").read_text()
-        assert "a - b" in env._dispatch("view", {"path": "calc/ops.py"})[0]
