@@ -53,7 +53,7 @@ def _threshold_by_search(rows: torch.Tensor, top_p: torch.Tensor) -> torch.Tenso
     return rows.masked_fill(keys < high[:, None], float("inf")).amin(dim=-1, keepdim=True)
 
 
-def nucleus_mask(logprobs: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
+def nucleus_mask(logprobs: torch.Tensor, top_p: float | torch.Tensor, sync_free: bool = False) -> torch.Tensor:
     """Boolean mask of the nucleus, same shape as ``logprobs`` (``[..., V]`` log-probs in nats).
 
     ``top_p`` is a mass in (0, 1], one float or a tensor of shape ``[...]`` (one per row); 1 (or more)
@@ -66,6 +66,9 @@ def nucleus_mask(logprobs: torch.Tensor, top_p: float | torch.Tensor) -> torch.T
     their threshold by a bisection over the row (``_threshold_by_search``: the same rule, some dozens of
     small kernels instead of a sort of the vocabulary). The two agree but for the rounding of the
     mass's sums at the set's edge.
+
+    ``sync_free``: nothing waits on the device's values (what a CUDA graph may hold): the bisection runs
+    on every row, on any device, and each row takes its threshold from the first look or from it as above.
     """
     if not isinstance(top_p, torch.Tensor):
         if top_p >= 1.0:
@@ -78,7 +81,9 @@ def nucleus_mask(logprobs: torch.Tensor, top_p: float | torch.Tensor) -> torch.T
     threshold, mass = _threshold(torch.topk(rows, look, dim=-1).values, limit)
     if look < shape[-1]:
         short = ((mass < limit) & (limit < 1.0))[:, 0]  # the nucleus may reach past the first look
-        if bool(short.any()):
+        if sync_free:
+            threshold = torch.where(short[:, None], _threshold_by_search(rows, limit), threshold)
+        elif bool(short.any()):
             if rows.device.type == "cpu":
                 whole, _ = _threshold(torch.sort(rows[short], dim=-1, descending=True).values, limit[short])
             else:
@@ -87,7 +92,8 @@ def nucleus_mask(logprobs: torch.Tensor, top_p: float | torch.Tensor) -> torch.T
     return ((rows >= threshold) | (limit >= 1.0)).reshape(shape)
 
 
-def nucleus_logprobs(logprobs: torch.Tensor, top_p: float | torch.Tensor) -> torch.Tensor:
-    """``logprobs`` ([..., V], nats) renormalized over the nucleus (``top_p`` as in ``nucleus_mask``); ``-inf`` outside it."""
-    kept = logprobs.masked_fill(~nucleus_mask(logprobs, top_p), float("-inf"))
+def nucleus_logprobs(logprobs: torch.Tensor, top_p: float | torch.Tensor, sync_free: bool = False) -> torch.Tensor:
+    """``logprobs`` ([..., V], nats) renormalized over the nucleus (``top_p`` and ``sync_free`` as in
+    ``nucleus_mask``); ``-inf`` outside it."""
+    kept = logprobs.masked_fill(~nucleus_mask(logprobs, top_p, sync_free), float("-inf"))
     return kept - torch.logsumexp(kept, dim=-1, keepdim=True)

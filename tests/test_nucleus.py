@@ -99,6 +99,8 @@ def test_the_partial_sort_gives_the_full_sorts_nucleus_in_peaked_flat_and_tied_r
     assert torch.equal(nucleus_mask(logprobs.reshape(2, 5, 300), top_p.reshape(2, 5)),
                        got.reshape(2, 5, 300))  # leading dims of any shape
     assert torch.equal(nucleus_mask(logprobs[0], 0.9), full_sort_mask(logprobs[:1], torch.tensor([0.9]))[0])
+    # what a CUDA graph holds: no host round trip, the bisection run on every row and each row's choice kept
+    assert torch.equal(nucleus_mask(logprobs, top_p, sync_free=True), got)
 
 
 def test_the_gpus_threshold_search_keeps_the_full_sorts_nucleus_row_for_row():

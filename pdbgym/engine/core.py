@@ -275,14 +275,19 @@ class LocalEngine(Sessions, Rounds):
                                           dtype=torch.float32).to(device)
         seeds, steps = torch.tensor([[r.seed for r in rows], [len(r.ids) for r in rows]], dtype=torch.int64).to(device)
         ids, logprobs = draw_rows(logits, temperature, top_p, seeds, steps, [r.request.logprob_mode for r in rows])
-        values = logprobs.tolist()
+        self._record(rows, ids.tolist(), logprobs.tolist(), hold)
+        self.stats.draw_seconds += time.perf_counter() - started
+
+    def _record(self, rows: Sequence[Row], ids: Sequence[int], values: Sequence[float], hold: bool = False) -> None:
+        """Append each row's drawn id and log-prob, end the rows that stopped or reached their budget, and
+        hand those to their callers (``_draw``'s ``hold``)."""
         broken = sum(1 for value in values if value != value)  # NaN: the row's logits held NaN or +inf
         if broken:
             raise EngineError(f"the model's logits are not finite (NaN or inf) in {broken} of {len(rows)} rows, so "
                               "nothing can be sampled from them: its weights, or an adapter on them, hold non-finite "
                               "values (written by a training step, say). Load weights that are finite")
         now = time.perf_counter()
-        for row, token, logprob in zip(rows, ids.tolist(), values, strict=True):
+        for row, token, logprob in zip(rows, ids, values, strict=True):
             if row.request.mask is not None:
                 row.request.mask.accept(token)
             row.ids.append(token)
@@ -304,4 +309,3 @@ class LocalEngine(Sessions, Rounds):
                     self._held.append((row, result))
                 else:
                     row.future.set_result(result)
-        self.stats.draw_seconds += time.perf_counter() - started

@@ -62,17 +62,32 @@ def draw_rows(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tens
     for mode in set(modes):
         if mode not in LOGPROB_MODES:
             raise ValueError(f"logprob_mode must be one of {LOGPROB_MODES}, got {mode!r}")
+    chosen: str | torch.Tensor = modes[0] if len(set(modes)) == 1 else torch.tensor(
+        [LOGPROB_MODES.index(mode) for mode in modes], device=logits.device)
+    # no row truncates (top-p 1, the default): the nucleus is everything, no sort needed
+    return draw_all(logits, temperature, top_p, seeds, steps, chosen, nucleus=not bool((top_p >= 1.0).all()))
+
+
+def draw_all(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, seeds: torch.Tensor,
+             steps: torch.Tensor, modes: str | torch.Tensor, nucleus: bool,
+             sync_free: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``draw_rows`` with the host's decisions made by the caller: ``modes`` is one mode for every row or
+    a ``[B]`` int64 tensor of indices into ``LOGPROB_MODES``, ``nucleus`` whether any row's top-p is below
+    1. With ``sync_free`` nothing waits on the device's values (``nucleus_mask``), so the whole draw can
+    be recorded in a CUDA graph with the decode step it follows."""
     logits = logits.float()
     greedy = temperature <= 0
     scale = torch.where(greedy, torch.ones_like(temperature), temperature)
     tempered = torch.log_softmax(logits / scale[:, None], dim=-1)
-    # no row truncates (top-p 1, the default): the nucleus is everything, no sort needed
-    nucleus = tempered if bool((top_p >= 1.0).all()) else nucleus_logprobs(tempered, top_p)
-    sampled = torch.argmax(nucleus + gumbel_noise(seeds, steps, logits.shape[-1]), dim=-1)
+    kept = nucleus_logprobs(tempered, top_p, sync_free) if nucleus else tempered
+    sampled = torch.argmax(kept + gumbel_noise(seeds, steps, logits.shape[-1]), dim=-1)
     ids = torch.where(greedy, torch.argmax(logits, dim=-1), sampled)
     pick = ids[:, None]
     raw = logits.gather(-1, pick)[:, 0] - torch.logsumexp(logits, dim=-1)  # log_softmax(z)[y], one reduction
-    by_mode = {"raw": raw, "tempered": tempered.gather(-1, pick)[:, 0], "processed": nucleus.gather(-1, pick)[:, 0]}
-    chosen = torch.stack([by_mode[mode][row] for row, mode in enumerate(modes)]) if len(set(modes)) > 1 \
-        else by_mode[modes[0]]
+    by_mode = {"raw": raw, "tempered": tempered.gather(-1, pick)[:, 0], "processed": kept.gather(-1, pick)[:, 0]}
+    if isinstance(modes, str):
+        chosen = by_mode[modes]
+    else:
+        chosen = torch.where(modes == 0, raw, torch.where(modes == 1, by_mode[LOGPROB_MODES[1]],
+                                                          by_mode[LOGPROB_MODES[2]]))
     return ids, torch.where(greedy, raw, chosen)

@@ -9,20 +9,29 @@ that one prefill pass admits several. A row that ends leaves a copy of its keys 
 positions) to be continued by its episode's next turn, as on the dynamic path: that turn prefills only
 its new part. Slot counts and lengths come in buckets (powers of two), so the number of captured shapes
 stays small; each capture is counted, timed and logged.
+
+The draw is part of the recorded step: each slot's sampling settings live in device buffers beside its
+inputs, and the step writes the id it drew back as the slot's next input, so one step follows another
+with no host round trip between them. The host launches step t + 1 before it reads step t's ids (copied
+to pinned memory behind the step), so its bookkeeping overlaps the device's work; a row that stopped at
+step t has then run one step too many, whose id is dropped. A session holding a grammar-masked row reads
+every step's logits before the next (the mask is applied on the host).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from pdbgym.engine.attention import decode_attention
 from pdbgym.engine.cuda import CAPTURE, synchronize, traced
+from pdbgym.engine.draw import LOGPROB_MODES, draw_all
 from pdbgym.engine.kv import (
     cache_bytes,
     cut_row,
@@ -45,19 +54,37 @@ PREFIXES_KEPT = 4  # earlier turns' KV caches kept at least (the dynamic path: a
 
 @dataclass
 class StaticShape:
-    """One static cache shape: its cache, the decode step's input buffers and the compiled step."""
+    """One static cache shape: its cache, the decode step's input and sampling buffers and its graphs."""
 
     slots: int
     length: int
     cache: Any
     mask: torch.Tensor  # [slots, 1, 1, length] True where a row's query may look
-    input_ids: torch.Tensor  # [slots, 1]
+    input_ids: torch.Tensor  # [slots, 1]: each slot's next input, written back by the step's draw
     positions: torch.Tensor  # [slots, 1]
+    head: torch.Tensor  # [1] int64: the position the next step writes at (the cache's own head moves with it)
+    temperature: torch.Tensor  # [slots] float32, and below each slot's draw settings
+    top_p: torch.Tensor
+    seeds: torch.Tensor  # [slots] int64
+    steps: torch.Tensor  # [slots] int64: the index of the id the next step draws in its row's turn
+    modes: torch.Tensor  # [slots] int64: indices into LOGPROB_MODES
     step: Callable[..., Any]
     warm: bool = False
-    graph: Any = None  # torch.cuda.CUDAGraph of one decode step, once captured
-    logits: torch.Tensor | None = None  # the graph's output buffer
-    weights: int = 0  # data pointer of the first parameter the graph was captured with
+    graphs: dict[bool, Any] = field(default_factory=dict)  # torch.cuda.CUDAGraph of one step, by "any top-p < 1"
+    outputs: dict[bool, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # (ids, logprobs, logits) each
+    weights: int = 0  # data pointer of the first parameter the graphs were captured with
+
+
+@dataclass
+class Launched:
+    """A decode step launched and not yet read: its rows, the head after it, and its ids and log-probs on
+    their way to the host (``ready`` recorded behind the copies)."""
+
+    rows: list[Row]
+    end: int
+    ids: torch.Tensor
+    logprobs: torch.Tensor
+    ready: Any = None
 
 
 def bucket(value: int, buckets: Sequence[int]) -> int:
@@ -115,10 +142,10 @@ class Sessions:
         try:
             with decode_attention(model):
                 shape = self._shape(model, 1, self.settings.min_length)
-                set_head(shape.cache, 1)
+                _set_head(shape, 1)
                 shape.mask.fill_(True)
-                self._capture(model, shape, 1)
-                shape.graph.replay()
+                self._capture(model, shape, False, 1)
+                shape.graphs[False].replay()
                 synchronize()
         except Exception as exc:  # noqa: BLE001 - any failure: decode without graphs
             self._static_reason = f"a decode step could not be captured as a CUDA graph ({type(exc).__name__}: {exc})"
@@ -176,11 +203,14 @@ class Sessions:
                 # thread that first used them, so graphs here are the per-function kind.
                 inductor.triton.cudagraph_trees = False
                 step = model.get_compiled_call(CompileConfig(dynamic=False, fullgraph=False))
+            zeros = functools.partial(torch.zeros, slots, dtype=torch.long, device=self.device)
             self._shapes[key] = StaticShape(
                 slots, length, new_static_cache(model, slots, length),
-                torch.ones((slots, 1, 1, length), dtype=torch.bool, device=self.device),
-                torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
-                torch.zeros((slots, 1), dtype=torch.long, device=self.device), step)
+                mask=torch.ones((slots, 1, 1, length), dtype=torch.bool, device=self.device),
+                input_ids=torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
+                positions=zeros(1), head=torch.zeros(1, dtype=torch.long, device=self.device),
+                temperature=torch.ones(slots, device=self.device), top_p=torch.ones(slots, device=self.device),
+                seeds=zeros(), steps=zeros(), modes=zeros(), step=step)
         return self._shapes[key]
 
     def _static_session(self, model: Any, first: list[Row], live: list[Row]) -> None:
@@ -189,7 +219,8 @@ class Sessions:
 
         ``shape.mask[r, 0, 0, j]`` says whether slot r's query may see position j: its prompt below the
         head where it joined, then every position the head has passed (each row's own new ids); never a
-        position above the head, whatever an earlier occupant left there.
+        position above the head, whatever an earlier occupant left there. ``head`` here is where the next
+        launched step writes; the step launched before it may still be running (module docstring).
         """
         budget = max(r.request.max_new_tokens for r in first)
         room = budget + max(budget, JOIN_STEPS)
@@ -197,10 +228,11 @@ class Sessions:
         length = self._session_length(model, slots, max(len(r.request.prompt_ids) for r in first), room)
         shape = self._shape(model, slots, length)
         head = length - room
-        set_head(shape.cache, head)
+        _set_head(shape, head)
         shape.mask.fill_(False)
         occupied: list[Row | None] = [None] * slots
         self._admit(model, shape, first, occupied, head)
+        launched: Launched | None = None
         while True:
             free = occupied.count(None)
             if free and head < length:
@@ -215,24 +247,65 @@ class Sessions:
                     if joiners:
                         seconds = time.perf_counter() - started
                         self._pass_seconds = seconds if not self._pass_seconds else 0.7 * self._pass_seconds + 0.3 * seconds
-            active = [r for r in occupied if r is not None]
-            if not active:
+            in_flight = set(map(id, launched.rows)) if launched else set()
+            # a row runs another step only while its budget has room beyond the step not yet read
+            ready = [r for r in occupied if r is not None and r.left - (id(r) in in_flight) > 0]
+            masked = any(r.request.mask is not None for r in ready)
+            if launched is not None and (masked or not ready):
+                self._settle(model, shape, launched, occupied)
+                launched = None
+                continue
+            if not ready:
                 return
             started = time.perf_counter()
-            feed = torch.tensor([[r.slot for r in active], [r.ids[-1] for r in active],
-                                 [r.position - 1 for r in active]], dtype=torch.long).to(self.device)
-            shape.input_ids[feed[0], 0] = feed[1]  # one copy and two writes a step, not two a row
-            shape.positions[feed[0], 0] = feed[2]
-            shape.mask[:, 0, 0, head] = True
-            logits = self._decode(model, shape, head)
-            self.stats.step_seconds += time.perf_counter() - started
+            ids, logprobs, logits = self._decode(model, shape, head, any(r.request.top_p < 1.0 for r in ready))
             head += 1
             self.stats.decode_steps += 1
-            self.stats.row_steps += len(active)
-            self._draw(active, logits[[r.slot for r in active]])
-            for row in active:
-                if row.finish is not None:
-                    self._keep_static(model, shape, row, head)
+            self.stats.row_steps += len(ready)
+            step = self._read(ready, head, ids, logprobs)
+            self.stats.step_seconds += time.perf_counter() - started
+            if masked:  # the mask is applied on the host: each masked row drawn again from its logits
+                self._settle(model, shape, step, occupied, logits)
+                continue
+            if launched is not None:
+                self._settle(model, shape, launched, occupied)
+            launched = step
+
+    def _read(self, rows: list[Row], end: int, ids: torch.Tensor, logprobs: torch.Tensor) -> Launched:
+        """Start copying a launched step's ids and log-probs to the host, behind the step."""
+        if self.device.type != "cuda":
+            return Launched(rows, end, ids.clone(), logprobs.clone())
+        host = Launched(rows, end, torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True),
+                        torch.empty(logprobs.shape, dtype=logprobs.dtype, pin_memory=True))
+        host.ids.copy_(ids, non_blocking=True)
+        host.logprobs.copy_(logprobs, non_blocking=True)
+        host.ready = torch.cuda.Event()
+        host.ready.record()
+        return host
+
+    @traced("draw")
+    def _settle(self, model: Any, shape: StaticShape, step: Launched, occupied: list[Row | None],
+                logits: torch.Tensor | None = None) -> None:
+        """Record a launched step's ids for the rows still live, keep and free the rows that ended. With
+        ``logits``, the masked rows are drawn on the host from them instead, and their ids written back as
+        their slots' next inputs."""
+        started = time.perf_counter()
+        if step.ready is not None:
+            step.ready.synchronize()
+        rows = [r for r in step.rows if r.finish is None]
+        masked = [r for r in rows if r.request.mask is not None] if logits is not None else []
+        plain = [r for r in rows if r.request.mask is None] if masked else rows
+        ids, values = step.ids.tolist(), step.logprobs.tolist()
+        self._record(plain, [ids[r.slot] for r in plain], [values[r.slot] for r in plain])
+        self.stats.draw_seconds += time.perf_counter() - started
+        if masked:
+            self._draw(masked, logits[[r.slot for r in masked]])
+            slots = torch.tensor([r.slot for r in masked], dtype=torch.long, device=self.device)
+            shape.input_ids[slots, 0] = torch.tensor([r.ids[-1] for r in masked], dtype=torch.long).to(self.device)
+        for row in rows:
+            if row.finish is not None:
+                self._keep_static(model, shape, row, step.end)
+                if occupied[row.slot] is row:
                     occupied[row.slot] = None
 
     def _admit_now(self, fits: Callable[[Row], bool], free: int, busy: int) -> bool:
@@ -280,24 +353,27 @@ class Sessions:
             if row.finish is not None:
                 self._keep_static(model, shape, row, head)
                 occupied[row.slot] = None
+        _seat(shape, [r for r in rows if r.finish is None])
         inside = self.stats.prefill_seconds + self.stats.draw_seconds + self.stats.keep_seconds - inside
         self.stats.admit_seconds += time.perf_counter() - started - inside
 
     @traced("decode")
-    def _decode(self, model: Any, shape: StaticShape, head: int) -> torch.Tensor:
-        """One decode step of every slot at ``head``: the shape's CUDA graph replayed (captured on first
-        use), the compiled step, or the eager forward (CPU)."""
+    def _decode(self, model: Any, shape: StaticShape, head: int,
+                nucleus: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Launch one decode step of every slot at ``head`` with its draw (``_step``): the shape's CUDA
+        graph replayed (captured on first use), the compiled forward, or the eager one (CPU). Returns the
+        step's ids, log-probs and logits (device tensors, a graph's own buffers)."""
         started = time.perf_counter()
         if self.device.type != "cuda" or self.settings.graphs == "compiled":
-            if self.device.type == "cuda":
-                torch.compiler.cudagraph_mark_step_begin()
-            logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache,
-                                   shape.step).clone()
+            out = self._step(model, shape, nucleus, shape.step)
         else:
-            if shape.graph is None or shape.weights != next(model.parameters()).data_ptr():
-                self._capture(model, shape, head)  # first use, or weights that moved (gathered shards)
-            shape.graph.replay()
-            logits = shape.logits
+            if shape.weights != next(model.parameters()).data_ptr():
+                shape.graphs.clear()  # weights that moved (gathered shards): every graph is captured again
+                shape.outputs.clear()
+            if nucleus not in shape.graphs:
+                self._capture(model, shape, nucleus, head)
+            shape.graphs[nucleus].replay()
+            out = shape.outputs[nucleus]
         if not shape.warm:
             shape.warm = True
             if self.device.type == "cuda":
@@ -308,24 +384,77 @@ class Sessions:
                         "per process)", shape.slots, shape.length, seconds,
                         "CUDA graph capture" if self.device.type == "cuda" and self.settings.graphs != "compiled"
                         else "compile" if self.device.type == "cuda" else "first call")
-        return logits
+        return out
 
-    def _capture(self, model: Any, shape: StaticShape, head: int) -> None:
-        """Record the decode step at this shape as a CUDA graph. Warm-up runs write at the head (positions
-        no row sees yet, rewritten by the first real step) and move it, so it is put back after them."""
+    def _step(self, model: Any, shape: StaticShape, nucleus: bool,
+              step: Callable[..., Any] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One decode step as device work alone (what a graph records): the head's column opened to every
+        slot, the forward, each slot's draw with its own settings (``draw_all``, nothing read back), and the
+        drawn ids written back as the slots' next inputs, every position, step index and the head moved on."""
+        shape.mask.index_fill_(3, shape.head, True)
+        if step is not None and self.device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache, step)
+        if step is not None and self.device.type == "cuda":
+            logits = logits.clone()  # the compiled call's output buffer is reused by its next call
+        ids, logprobs = draw_all(logits, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes,
+                                 nucleus=nucleus, sync_free=True)
+        shape.input_ids[:, 0].copy_(ids)
+        shape.positions.add_(1)
+        shape.steps.add_(1)
+        shape.head.add_(1)
+        return ids, logprobs, logits
+
+    def _capture(self, model: Any, shape: StaticShape, nucleus: bool, head: int) -> None:
+        """Record the step at this shape as a CUDA graph. Warm-up runs write at the head (positions no row
+        sees yet, rewritten by the first real step) and move the head and every slot's inputs, so those are
+        put back after them: a capture may come mid-session (a first row with top-p < 1)."""
+        saved = [t.clone() for t in (shape.input_ids, shape.positions, shape.steps)]
+
+        def restore() -> None:
+            for tensor, before in zip((shape.input_ids, shape.positions, shape.steps), saved, strict=True):
+                tensor.copy_(before)
+            _set_head(shape, head)
+
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache)
+                self._step(model, shape, nucleus)
         torch.cuda.current_stream().wait_stream(side)
-        set_head(shape.cache, head)
+        restore()
         graph = torch.cuda.CUDAGraph()
         # thread_local: other threads (another engine of the process, an evaluation's other arm) keep
         # working while this one records; in the default global mode their host copies and kernel
         # launches invalidated the capture and broke both. One capture at a time in the process.
         with CAPTURE, torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            shape.logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache)
-        set_head(shape.cache, head)  # capture records without running; the head stays where it was
-        shape.graph = graph
+            shape.outputs[nucleus] = self._step(model, shape, nucleus)
+        restore()  # capture records without running; the inputs and head stay where they were
+        shape.graphs[nucleus] = graph
         shape.weights = next(model.parameters()).data_ptr()
+
+
+def _set_head(shape: StaticShape, position: int) -> None:
+    """Make the next step write at ``position``: the cache's head and the step's own."""
+    set_head(shape.cache, position)
+    shape.head.fill_(position)
+
+
+def _seat(shape: StaticShape, rows: list[Row]) -> None:
+    """Write the rows just admitted into their slots' inputs and draw settings (one copy for each kind)."""
+    if not rows:
+        return
+    device = shape.input_ids.device
+    slots = torch.tensor([r.slot for r in rows], dtype=torch.long).to(device)
+    whole = torch.tensor([[r.ids[-1] for r in rows], [r.position - 1 for r in rows], [len(r.ids) for r in rows],
+                          [r.seed for r in rows], [LOGPROB_MODES.index(r.request.logprob_mode) for r in rows]],
+                         dtype=torch.long).to(device)
+    real = torch.tensor([[r.request.temperature for r in rows], [r.request.top_p for r in rows]],
+                        dtype=torch.float32).to(device)
+    shape.input_ids[slots, 0] = whole[0]
+    shape.positions[slots, 0] = whole[1]
+    shape.steps[slots] = whole[2]
+    shape.seeds[slots] = whole[3]
+    shape.modes[slots] = whole[4]
+    shape.temperature[slots] = real[0]
+    shape.top_p[slots] = real[1]

@@ -96,6 +96,27 @@ def test_rows_with_different_settings_share_one_call():
     assert int(ids[1]) == 0 and float(logprobs[1]) == pytest.approx(0.0, abs=1e-6)  # T=0.5, top-p 0.5: one token
 
 
+def test_a_drawn_batch_of_mixed_modes_reports_each_rows_own_mode_with_or_without_host_round_trips():
+    """``draw_all`` with a tensor of modes and no host round trip (what the engine's recorded decode step
+    runs) draws the ids and reports the log-probs each row gets from ``draw_rows`` in a batch of its mode."""
+    from pdbgym.engine.draw import LOGPROB_MODES, draw_all
+
+    generator = torch.Generator().manual_seed(4)
+    logits = torch.randn(6, 40, generator=generator) * 2
+    temperature = torch.tensor([0.7, 1.0, 0.0, 0.9, 1.3, 0.7])
+    top_p = torch.tensor([0.8, 1.0, 1.0, 0.6, 0.95, 1.0])
+    seeds, steps = torch.arange(6) * 17, torch.arange(6)
+    modes = ["processed", "raw", "tempered", "tempered", "processed", "raw"]
+    index = torch.tensor([LOGPROB_MODES.index(m) for m in modes])
+    ids, logprobs = draw_all(logits, temperature, top_p, seeds, steps, index, nucleus=True, sync_free=True)
+    for mode in set(modes):
+        alone_ids, alone = draw_rows(logits, temperature, top_p, seeds, steps, [mode] * 6)
+        rows = [i for i, m in enumerate(modes) if m == mode]
+        assert ids[rows].tolist() == alone_ids[rows].tolist()
+        assert logprobs[rows].tolist() == pytest.approx(alone[rows].tolist(), abs=1e-6)
+    assert int(ids[2]) == int(torch.argmax(logits[2]))  # the greedy row
+
+
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="logprob_mode"):
         draw_token(torch.zeros(3), 1.0, 1.0, 0, "vllm")

@@ -89,6 +89,33 @@ def test_a_request_arriving_mid_decode_joins_the_running_batch(model):
     assert joined.ids == engine.generate([late])[0].ids  # and it sampled what it samples alone
 
 
+class Forbid:
+    """A grammar mask that forbids some ids at every step (applied on the host, row by row)."""
+
+    def __init__(self, ids: list[int]):
+        self.ids = ids
+
+    def apply(self, logits, left):
+        logits[self.ids] = float("-inf")
+        return logits
+
+    def accept(self, token):
+        return None
+
+
+def test_a_static_session_with_a_masked_row_keeps_its_mask_and_the_others_draws(model):
+    """Unmasked rows draw inside the recorded step and are read a step late; a grammar-masked row in the
+    same session makes every step be read at once and that row drawn again on the host under its mask.
+    Each row samples what it samples on the dynamic path, and the masked row never draws a forbidden id."""
+    forbidden = list(range(0, 300, 2))
+    requests = [*REQUESTS[:3], EngineRequest([9, 8, 7, 6], 10, temperature=1.0, seed=21, mask=Forbid(forbidden))]
+    drawn = [engine_of(model, static).generate(requests) for static in (True, False)]
+    assert [r.ids for r in drawn[0]] == [r.ids for r in drawn[1]]
+    assert not set(drawn[0][3].ids) & set(forbidden)
+    for request, result in zip(requests[:3], drawn[0][:3], strict=True):
+        assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
+
+
 class SubmitAtSteps(SubmitAtStep):
     """``SubmitAtStep`` for several requests, each at its own step."""
 

@@ -50,6 +50,23 @@ def test_a_request_joins_a_running_graph_session(cuda_model):
     assert joined.ids == engine.generate([late])[0].ids
 
 
+def test_a_graph_captured_mid_session_leaves_the_live_rows_inputs_as_they_were(cuda_model):
+    """A first row with top-p < 1 joining a session of top-p 1 rows has the step with the nucleus
+    captured there and then; the capture's warm-up runs move every slot's inputs, which must be put back:
+    the running row and the joiner each sample what they sample alone."""
+    engine = LocalEngine(cuda_model, set(), 0, EngineSettings(static=True, min_length=512))
+    late = EngineRequest([5, 6, 7], 8, temperature=0.9, top_p=0.8, seed=11)
+    hook = SubmitAtStep(engine, 4, late)
+    first = EngineRequest([1, 2, 3, 4, 5, 6, 7, 8], 24, temperature=0.9, seed=10, mask=hook)
+    together = engine.submit(first).result()
+    joined = hook.future.result()
+    assert engine.stats.batches == 1
+    alone = LocalEngine(cuda_model, set(), 0, EngineSettings(static=True, min_length=512))
+    assert together.ids == alone.submit(EngineRequest(first.prompt_ids, 24, temperature=0.9, seed=10,
+                                                      mask=SubmitAtStep(alone, 10**6, late))).result().ids
+    assert joined.ids == alone.generate([late])[0].ids
+
+
 def test_engines_on_several_threads_capture_and_decode_at_once(cuda_model):
     """An evaluation plays several arms at once, each arm's engine on its own thread: one engine's graph
     capture while another decodes, copies ids to the device and synchronizes must break neither (in
