@@ -406,9 +406,11 @@ class Sessions:
         return ids, logprobs, logits
 
     def _capture(self, model: Any, shape: StaticShape, nucleus: bool, head: int) -> None:
-        """Record the step at this shape as a CUDA graph. Warm-up runs write at the head (positions no row
-        sees yet, rewritten by the first real step) and move the head and every slot's inputs, so those are
-        put back after them: a capture may come mid-session (a first row with top-p < 1)."""
+        """Record the step at this shape as a CUDA graph. One warm-up run first (on a side stream, as CUDA
+        graphs want): it opens the head's column and writes keys and values there, which the first real
+        step does again, and it moves the head and every slot's inputs, which are put back after it (a
+        capture may come mid-session: a first row with top-p < 1). A second warm-up would open the column
+        above the head, whose keys and values no real step has written yet, to every slot's next step."""
         saved = [t.clone() for t in (shape.input_ids, shape.positions, shape.steps)]
 
         def restore() -> None:
@@ -419,8 +421,7 @@ class Sessions:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(2):
-                self._step(model, shape, nucleus)
+            self._step(model, shape, nucleus)
         torch.cuda.current_stream().wait_stream(side)
         restore()
         graph = torch.cuda.CUDAGraph()
