@@ -63,10 +63,15 @@ def test_the_kernel_sum_counts_kernels_not_named_ranges_syncs_or_operators():
 
 def test_no_cudnn_attention_holds_for_the_run_and_the_processs_setting_comes_back(tmp_path, monkeypatch):
     """The switch is process-wide in torch; an experiment runs GRPO and then its held-out campaign in one
-    process, so the run's setting must not outlive the run."""
+    process, so the run's setting must not outlive the run. Off is the default (measured faster)."""
     import torch
 
+    from pdbgym.train.experiment.config import GRPOSettings
+    from pdbgym.train.grpo.config import GRPORunConfig
     from pdbgym.train.grpo.run import train_grpo
+
+    assert GRPORunConfig.__dataclass_fields__["cudnn_attention"].default is False
+    assert GRPOSettings.__dataclass_fields__["cudnn_attention"].default is False
 
     monkeypatch.setenv("PDBGYM_HOME", str(fresh_home(tmp_path / "home")))
     model, tasks = make_toy_model(tmp_path / "toy-model"), make_toy_tasks(tmp_path / "toy-tasks")

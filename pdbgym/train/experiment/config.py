@@ -102,7 +102,7 @@ class GRPOSettings:
     # under either.
     update_micro_batches: int = 1
     gradient_checkpointing: bool = True
-    cudnn_attention: bool = True
+    cudnn_attention: bool = False
 
 
 UPDATE_ONLY = ("update_micro_batches", "gradient_checkpointing", "cudnn_attention")  # [grpo] keys the digest leaves out

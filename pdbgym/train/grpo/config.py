@@ -93,8 +93,9 @@ class GRPORunConfig:
         True, "recompute each layer's activations in the backward (TRL's default; off is faster where the "
         "step's activations fit the card: a DoRA delta's held over 1 MB an id at SmolLM2-135M's shape)")
     cudnn_attention: bool = documented(
-        True, "let attention take cuDNN's kernels on a GPU (torch's default). cuDNN builds a graph on the host for "
-        "each new shape, and a step's shapes change every step (bench/grpo_update.py: new_shape_*)")
+        False, "let attention take cuDNN's kernels on a GPU (torch's default elsewhere). cuDNN builds a graph on the "
+        "host for each new shape, and a step's shapes change every step: off, a random-weight step on an H100 ran "
+        "1.41x faster (docs/benchmarks.md)")
     max_minutes: float = documented(
         0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
         "gated", min=0)
