@@ -17,11 +17,11 @@ a ``--trace-step``, which the profiler slows).
 With ``--against``: the ratio of the medians, baseline over this tree. ``--seeds 1 2 3`` runs each
 configuration once per training seed (alternating which goes first) and prints each one's median step, their
 median and range, and the speedup paired by seed with its range. ``--against-flags "..."`` makes the
-baseline this tree with those flags instead (one setting against another in one run: ``--against-flags= --flags=--no-cudnn-attention``; flags
+baseline this tree with those flags instead (one setting against another in one run: ``--against-flags=--cudnn-attention --flags=``; flags
 that start with a dash are given after ``=``).
 
     python bench/grpo_step.py --device cuda --steps 4 --against e5c61a5
-    python bench/grpo_step.py --device cuda --steps 4 --against-flags= --flags=--no-cudnn-attention
+    python bench/grpo_step.py --device cuda --steps 4 --against-flags=--cudnn-attention --flags=
     python bench/grpo_step.py --device cuda --steps 3 --trace-step 3 --trace-out /tmp/trace   # where step 3 goes
     python bench/grpo_step.py --device cpu --steps 2 --group 2 --tasks-per-step 1 --turn-budget 3 --max-new-tokens 16
 """

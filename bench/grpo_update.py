@@ -14,8 +14,8 @@ and each piece's ratio to the plain forward (``ratio_vs_forward``). Every piece 
 GRPO step's shape changes every step (its longest episode sets it), so on a GPU the DoRA forward and
 backward is timed again at a new length each repeat (``--length`` less 8, 16, ...), once with
 ``scaled_dot_product_attention`` free to pick cuDNN's kernels (torch's default, the baseline:
-``new_shape_cudnn_allowed``) and once without them (``new_shape_cudnn_off``, what ``train grpo
---no-cudnn-attention`` sets), with the ratio of the two (``cudnn_allowed_over_off``). cuDNN builds a graph
+``new_shape_cudnn_allowed``) and once without them (``new_shape_cudnn_off``, what ``train grpo``
+sets by default), with the ratio of the two (``cudnn_allowed_over_off``). cuDNN builds a graph
 for each new shape, on the host.
 
     python bench/grpo_update.py --device cuda --rows 32 --length 1024
