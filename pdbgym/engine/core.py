@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from pdbgym.engine.attention import decode_attention
-from pdbgym.engine.cuda import traced
+from pdbgym.engine.cuda import engine_attention, traced
 from pdbgym.engine.dora import dora_norms_cached
 from pdbgym.engine.draw import draw_rows
 from pdbgym.engine.dynamic import Rounds
@@ -177,7 +177,8 @@ class LocalEngine(Sessions, Rounds):
             self.stats.batches += 1
             live: list[Row] = list(rows)
             try:
-                with self.context() as maybe_model, torch.inference_mode():
+                kernels = engine_attention() if self.device.type == "cuda" else nullcontext()
+                with kernels, self.context() as maybe_model, torch.inference_mode():
                     model = maybe_model if maybe_model is not None else self.model
                     if self._static and not self._static_works(model):
                         self._static = False

@@ -98,7 +98,7 @@ class GRPOSettings:
     budget_start: int = 0  # 0: [episodes] turn_budget
     budget_ramp_steps: int = 100
     # How the update runs, not what it computes (pdbgym train grpo --update-micro-batches,
-    # --no-gradient-checkpointing, --no-cudnn-attention): left out of the settings digest, so a folder resumes
+    # --no-gradient-checkpointing, --cudnn-attention): left out of the settings digest, so a folder resumes
     # under either.
     update_micro_batches: int = 1
     gradient_checkpointing: bool = True

@@ -1,0 +1,48 @@
+"""Which attention kernels the engines' batches may take: torch's switch is process-wide, so the engines
+turn cuDNN off while any of them runs a batch and put the process's own setting back after the last; a run
+that asks for cuDNN (``cudnn_attention(True)``) keeps it. The switch is a flag on any torch build, so
+this runs on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pdbgym.engine.cuda import cudnn_attention, engine_attention
+
+
+@pytest.fixture
+def allowed():
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_overlapping_batches_keep_cudnn_off_until_the_last_ends_then_the_setting_comes_back(allowed):
+    first, second = engine_attention(), engine_attention()
+    first.__enter__()
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    second.__enter__()
+    first.__exit__(None, None, None)  # the first ends while the second still runs: still off
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    second.__exit__(None, None, None)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_a_run_that_asks_for_cudnn_keeps_it_in_its_engines_batches_and_a_run_without_it_loses_it(allowed):
+    with cudnn_attention(True), engine_attention():
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+    with cudnn_attention(False):
+        with engine_attention():
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with engine_attention():  # outside any run: the engines' default, off
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_a_failing_batch_still_puts_the_setting_back(allowed):
+    with pytest.raises(RuntimeError), engine_attention():
+        raise RuntimeError("the batch failed")
+    assert torch.backends.cuda.cudnn_sdp_enabled()
