@@ -37,11 +37,32 @@ def traced(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     return wrap
 
 
-# Whether the engines' batches may take cuDNN's attention kernels: not by default (each prefill pass is a
-# shape of its own, whose cuDNN graph is built on the host), and as ``cudnn_attention`` says inside it.
-_ENGINES_CUDNN = [False]
-_SERVING = threading.Lock()
-_serving: list[bool] = []  # one entry a batch running on a GPU; the first holds the setting to put back
+# Torch's cuDNN-attention switch is one flag of the process, and both the runs' blocks (``cudnn_attention``)
+# and the engines' batches (``engine_attention``, on threads of their own) want it set while they last,
+# beginning and ending in any order. So they share one record: the blocks in force, each with what it
+# asks (a run: its setting; an engine batch: None, "whatever the latest run asks, else off"), and the
+# process's own setting, taken when the first began and put back when the last ends.
+_SWITCH = threading.Lock()
+_blocks: list[tuple[object, bool | None]] = []
+_before: list[bool] = []
+
+
+def _enter(asked: bool | None) -> object:
+    token = object()
+    with _SWITCH:
+        if not _blocks:
+            _before[:] = [torch.backends.cuda.cudnn_sdp_enabled()]
+        _blocks.append((token, asked))
+        runs = [value for _, value in _blocks if value is not None]
+        torch.backends.cuda.enable_cudnn_sdp(runs[-1] if runs else False)
+    return token
+
+
+def _leave(token: object) -> None:
+    with _SWITCH:
+        _blocks[:] = [block for block in _blocks if block[0] is not token]
+        runs = [value for _, value in _blocks if value is not None]
+        torch.backends.cuda.enable_cudnn_sdp(runs[-1] if runs else False if _blocks else _before[0])
 
 
 @contextlib.contextmanager
@@ -51,35 +72,21 @@ def cudnn_attention(allowed: bool) -> Iterator[None]:
     included. cuDNN builds and caches a graph per shape on the host; where shapes change every call (a GRPO
     step's length groups, every prefill pass) that build is paid each time. Without cuDNN, attention falls
     to the flash or memory-efficient kernels, which need no build."""
-    before, engines = torch.backends.cuda.cudnn_sdp_enabled(), _ENGINES_CUDNN[0]
-    torch.backends.cuda.enable_cudnn_sdp(allowed)
-    _ENGINES_CUDNN[0] = allowed
+    token = _enter(allowed)
     try:
         yield
     finally:
-        torch.backends.cuda.enable_cudnn_sdp(before)
-        _ENGINES_CUDNN[0] = engines
+        _leave(token)
 
 
 @contextlib.contextmanager
 def engine_attention() -> Iterator[None]:
-    """Around an engine's batch on a GPU: attention off cuDNN while any engine's batch runs (unless inside
-    ``cudnn_attention(True)``), the process's setting put back when the last one ends. A GRPO step's
-    prefill pass cost 115-155 ms with cuDNN's graph builds and 36-47 ms without on an H100
-    (docs/benchmarks.md).
-    The switch is torch's, process-wide: engines on several threads share one count, so none puts it back
-    while another still runs."""
-    with _SERVING:
-        if not _serving:
-            _serving.append(torch.backends.cuda.cudnn_sdp_enabled())
-            if not _ENGINES_CUDNN[0]:
-                torch.backends.cuda.enable_cudnn_sdp(False)
-        else:
-            _serving.append(_serving[0])
+    """Around an engine's batch on a GPU: attention off cuDNN while any engine's batch runs (unless a
+    ``cudnn_attention(True)`` block is in force), the process's setting put back when the last block of
+    either kind ends. A GRPO step's prefill pass cost 115-155 ms with cuDNN's graph builds and 36-47 ms
+    without on an H100 (docs/benchmarks.md)."""
+    token = _enter(None)
     try:
         yield
     finally:
-        with _SERVING:
-            before = _serving.pop()
-            if not _serving:
-                torch.backends.cuda.enable_cudnn_sdp(before)
+        _leave(token)

@@ -68,6 +68,7 @@ class StaticShape:
     seeds: torch.Tensor  # [slots] int64
     steps: torch.Tensor  # [slots] int64: the index of the id the next step draws in its row's turn
     modes: torch.Tensor  # [slots] int64: indices into LOGPROB_MODES
+    live: torch.Tensor  # [slots, 1] int64: 1 where a row sits; only those slots' positions and steps move on
     step: Callable[..., Any]
     warm: bool = False
     graphs: dict[bool, Any] = field(default_factory=dict)  # torch.cuda.CUDAGraph of one step, by "any top-p < 1"
@@ -144,8 +145,9 @@ class Sessions:
                 shape = self._shape(model, 1, self.settings.min_length)
                 _set_head(shape, 1)
                 shape.mask.fill_(True)
-                self._capture(model, shape, False, 1)
-                shape.graphs[False].replay()
+                for nucleus in (False, True):  # both graphs a session may need: with and without a top-p < 1 row
+                    self._capture(model, shape, nucleus, 1)
+                    shape.graphs[nucleus].replay()
                 synchronize()
         except Exception as exc:  # noqa: BLE001 - any failure: decode without graphs
             self._static_reason = f"a decode step could not be captured as a CUDA graph ({type(exc).__name__}: {exc})"
@@ -210,7 +212,7 @@ class Sessions:
                 input_ids=torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
                 positions=zeros(1), head=torch.zeros(1, dtype=torch.long, device=self.device),
                 temperature=torch.ones(slots, device=self.device), top_p=torch.ones(slots, device=self.device),
-                seeds=zeros(), steps=zeros(), modes=zeros(), step=step)
+                seeds=zeros(), steps=zeros(), modes=zeros(), live=zeros(1), step=step)
         return self._shapes[key]
 
     def _static_session(self, model: Any, first: list[Row], live: list[Row]) -> None:
@@ -230,6 +232,7 @@ class Sessions:
         head = length - room
         _set_head(shape, head)
         shape.mask.fill_(False)
+        _vacate(shape, None)  # a shape kept from an earlier session still marks its last rows' slots
         occupied: list[Row | None] = [None] * slots
         self._admit(model, shape, first, occupied, head)
         launched: Launched | None = None
@@ -302,11 +305,11 @@ class Sessions:
             self._draw(masked, logits[[r.slot for r in masked]])
             slots = torch.tensor([r.slot for r in masked], dtype=torch.long, device=self.device)
             shape.input_ids[slots, 0] = torch.tensor([r.ids[-1] for r in masked], dtype=torch.long).to(self.device)
-        for row in rows:
-            if row.finish is not None:
-                self._keep_static(model, shape, row, step.end)
-                if occupied[row.slot] is row:
-                    occupied[row.slot] = None
+        ended = [row for row in rows if row.finish is not None]
+        for row in ended:
+            self._keep_static(model, shape, row, step.end)
+            occupied[row.slot] = None
+        _vacate(shape, [row.slot for row in ended])
 
     def _admit_now(self, fits: Callable[[Row], bool], free: int, busy: int) -> bool:
         """Whether the requests waiting to join a running session are admitted now: at once where no row
@@ -353,6 +356,7 @@ class Sessions:
             if row.finish is not None:
                 self._keep_static(model, shape, row, head)
                 occupied[row.slot] = None
+        _vacate(shape, [r.slot for r in rows if r.finish is not None])
         _seat(shape, [r for r in rows if r.finish is None])
         inside = self.stats.prefill_seconds + self.stats.draw_seconds + self.stats.keep_seconds - inside
         self.stats.admit_seconds += time.perf_counter() - started - inside
@@ -372,6 +376,7 @@ class Sessions:
                 shape.outputs.clear()
             if nucleus not in shape.graphs:
                 self._capture(model, shape, nucleus, head)
+                shape.warm = False  # counted and logged below, a capture mid-session too
             shape.graphs[nucleus].replay()
             out = shape.outputs[nucleus]
         if not shape.warm:
@@ -381,7 +386,7 @@ class Sessions:
             seconds = time.perf_counter() - started
             self.stats.compiles.append({"slots": shape.slots, "length": shape.length, "seconds": round(seconds, 2)})
             log.warning("engine: decode step for %d slots x %d positions ready in %.1f s (%s, once per shape "
-                        "per process)", shape.slots, shape.length, seconds,
+                        "per process, and once more at its first row with top-p < 1)", shape.slots, shape.length, seconds,
                         "CUDA graph capture" if self.device.type == "cuda" and self.settings.graphs != "compiled"
                         else "compile" if self.device.type == "cuda" else "first call")
         return out
@@ -390,7 +395,8 @@ class Sessions:
               step: Callable[..., Any] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One decode step as device work alone (what a graph records): the head's column opened to every
         slot, the forward, each slot's draw with its own settings (``draw_all``, nothing read back), and the
-        drawn ids written back as the slots' next inputs, every position, step index and the head moved on."""
+        drawn ids written back as the slots' next inputs, the occupied slots' positions and step indices and
+        the head moved on."""
         shape.mask.index_fill_(3, shape.head, True)
         if step is not None and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()
@@ -400,8 +406,8 @@ class Sessions:
         ids, logprobs = draw_all(logits, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes,
                                  nucleus=nucleus, sync_free=True)
         shape.input_ids[:, 0].copy_(ids)
-        shape.positions.add_(1)
-        shape.steps.add_(1)
+        shape.positions.add_(shape.live)
+        shape.steps.add_(shape.live[:, 0])
         shape.head.add_(1)
         return ids, logprobs, logits
 
@@ -441,6 +447,22 @@ def _set_head(shape: StaticShape, position: int) -> None:
     shape.head.fill_(position)
 
 
+def _vacate(shape: StaticShape, slots: list[int] | None) -> None:
+    """Mark ``slots`` free (every slot with None) and put their positions and step indices back to 0. A free
+    slot's position then stays 0: were it moved on with the head, it would pass what an absolute-position
+    model's embeddings hold (the head may go beyond them) or widen the rotary scaling of models that scale
+    by the batch's largest position."""
+    if slots is None:
+        shape.live.zero_()
+        shape.positions.zero_()
+        shape.steps.zero_()
+    elif slots:
+        index = torch.tensor(slots, dtype=torch.long).to(shape.positions.device)
+        shape.live[index, 0] = 0
+        shape.positions[index, 0] = 0
+        shape.steps[index] = 0
+
+
 def _seat(shape: StaticShape, rows: list[Row]) -> None:
     """Write the rows just admitted into their slots' inputs and draw settings (one copy for each kind)."""
     if not rows:
@@ -457,5 +479,6 @@ def _seat(shape: StaticShape, rows: list[Row]) -> None:
     shape.steps[slots] = whole[2]
     shape.seeds[slots] = whole[3]
     shape.modes[slots] = whole[4]
+    shape.live[slots, 0] = 1
     shape.temperature[slots] = real[0]
     shape.top_p[slots] = real[1]

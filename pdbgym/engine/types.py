@@ -116,8 +116,10 @@ class EngineStats:
     batches: int = 0  # dynamic rounds and static sessions started
     busy_seconds: float = 0.0
     prefill_seconds: float = 0.0
-    draw_seconds: float = 0.0  # sampling and bookkeeping, host round trip included
+    draw_seconds: float = 0.0  # sampling and bookkeeping, host round trip included (a static session: reading
+    # a step's drawn ids, which waits for the device to finish the step: its decode and draw)
     step_seconds: float = 0.0  # decode steps: their inputs set and the forward (or graph replay) launched
+    # (a static session: the replay and the copy of its ids to the host queued)
     keep_seconds: float = 0.0  # ended rows' caches kept for their episodes' next turns
     admit_seconds: float = 0.0  # rows joining a static session, less their prefill, draw and kept caches
     row_steps: int = 0  # sum over decode steps of the rows that were live

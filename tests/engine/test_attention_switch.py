@@ -46,3 +46,25 @@ def test_a_failing_batch_still_puts_the_setting_back(allowed):
     with pytest.raises(RuntimeError), engine_attention():
         raise RuntimeError("the batch failed")
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_a_run_and_an_engine_batch_that_overlap_in_either_order_leave_each_its_setting(allowed):
+    """An engine batch on another thread may begin before a run's block and end inside it, or begin inside
+    it and outlive it: while the run's block is in force its setting holds, and when both have ended the
+    process's own comes back."""
+    batch, run = engine_attention(), cudnn_attention(True)
+    batch.__enter__()
+    run.__enter__()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    batch.__exit__(None, None, None)
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # the run asked for cuDNN
+    run.__exit__(None, None, None)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)  # a process that keeps cuDNN off, and a run that allows it
+    run, batch = cudnn_attention(True), engine_attention()
+    run.__enter__()
+    batch.__enter__()
+    run.__exit__(None, None, None)
+    assert not torch.backends.cuda.cudnn_sdp_enabled()  # the batch alone: off
+    batch.__exit__(None, None, None)
+    assert not torch.backends.cuda.cudnn_sdp_enabled()  # the process's own setting

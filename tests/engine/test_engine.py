@@ -116,6 +116,63 @@ def test_a_static_session_with_a_masked_row_keeps_its_mask_and_the_others_draws(
         assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
 
 
+class SubmitAtForward:
+    """A forward hook submitting requests at given decode forwards (one id a row) of the model: turns that
+    arrive while a step runs and the next is already launched, with no mask to make the steps synchronous."""
+
+    def __init__(self, engine: LocalEngine, plan: dict[int, EngineRequest]):
+        self.engine, self.plan, self.futures, self.calls = engine, plan, {}, 0
+
+    def __call__(self, module, args, kwargs, output):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[1] == 1:
+            self.calls += 1
+            if self.calls in self.plan:
+                self.futures[self.calls] = self.engine.submit(self.plan[self.calls])
+
+
+def test_turns_joining_a_pipelined_session_masked_or_not_sample_what_they_sample_alone(model):
+    """Rows read a step late: turns admitted while a step is in flight, and a grammar-masked turn joining
+    unmasked rows (from then on every step is read before the next), each sample what they sample alone,
+    with a plain forward pass's log-probs; the masked turn never draws a forbidden id."""
+    stops = set(range(240, 300))
+    engine = LocalEngine(model, stops, 0, EngineSettings(static=True, min_length=64, admit_wait_s=0.0))
+    first = [EngineRequest(list(range(1, 5 + 3 * i)), 20, temperature=1.0, seed=100 + i) for i in range(3)]
+    forbidden = list(range(0, 300, 2))
+    plan = {k: EngineRequest([7, 8, 9, k], 12, temperature=1.0, seed=500 + k) for k in (2, 4, 6)}
+    plan[3] = EngineRequest([9, 8, 7], 12, temperature=1.0, seed=503, mask=Forbid(forbidden))
+    hook = SubmitAtForward(engine, plan)
+    handle = model.register_forward_hook(hook, with_kwargs=True)
+    try:
+        drawn = engine.generate(first)
+        joined = {k: f.result() for k, f in hook.futures.items()}
+    finally:
+        handle.remove()
+    assert set(joined) == set(plan) and engine.stats.batches == 1  # every turn joined the running session
+    assert not set(joined[3].ids) & set(forbidden)
+    dynamic = LocalEngine(model, stops, 0, EngineSettings(static=False))
+    for request, result in [*zip(first, drawn, strict=True), *((plan[k], joined[k]) for k in plan)]:
+        assert result.ids == dynamic.generate([request])[0].ids, request
+        if request.mask is None:  # a masked row's log-probs are its masked distribution's
+            assert result.logprobs == pytest.approx(forward_logprobs(model, request, result.ids).tolist(), abs=1e-4)
+
+
+def test_free_slots_start_again_at_position_0_so_session_after_session_decodes(model):
+    """A step moves only the occupied slots' positions on, and a freed slot starts again at 0. Moved on
+    with the head, the free slots' positions grew session after session (a turn arriving before a session
+    ends joins it) until a model with absolute position embeddings (here 128 of them) indexed past them."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    small = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=128, n_embd=32, n_layer=2, n_head=2)).eval()
+    engine = LocalEngine(small, set(), 0, EngineSettings(static=True, min_length=64))
+    assert engine.mode == "static"
+    for i in range(10):
+        assert len(engine.generate([EngineRequest([1, 2, 3], 20, seed=i)])[0].ids) == 20
+        (shape,) = engine._shapes.values()
+        assert int(shape.positions.max()) <= 3 + 20  # the last row's own, until its slot is freed
+
+
 class SubmitAtSteps(SubmitAtStep):
     """``SubmitAtStep`` for several requests, each at its own step."""
 
