@@ -8,11 +8,17 @@ its warm-up timed apart), its dynamic path, and for the small shape one request 
 per-token loop at batch 1 that ``run``/``eval``/``cache build`` ran before). The engine's log-probs are
 checked against a plain fp32 forward pass over the sampled ids.
 
+``--top-p`` sets the draw's nucleus (1: none, what GRPO's rollouts sample with). ``--against REV`` (a git
+revision, or a folder holding its tree) first runs that tree's own ``decode`` with the same shapes, batch and
+lengths in a subprocess on the same device, then this tree's, and prints each shape's tokens/s before and now
+and their ratio (old trees fix top-p at 0.9).
+
 ``episodes``: real ``pdbgym eval`` campaigns (real sandboxed episodes, live pdb) of a local model: the
 engine with ``--local-episodes`` episodes at once against one episode at a time through the engine's
 batch-1 dynamic path (today's path before the engine), generated tokens/s and episodes/hour.
 
     python bench/engine_throughput.py decode --device cuda
+    python bench/engine_throughput.py --json out.json decode --device cuda --against 868e686
     python bench/engine_throughput.py episodes --device cuda --model embedded --local-episodes 48
 """
 
@@ -51,13 +57,13 @@ def random_model(shape: str, device: str, dtype):
     return model.eval()
 
 
-def hf_generate(model, prompts, new: int) -> float:
+def hf_generate(model, prompts, new: int, top_p: float = 0.9) -> float:
     """Seconds of one HF ``generate`` (dynamic cache) over the left-padded batch; every row runs to ``new``."""
     import torch
     from transformers import GenerationConfig
 
     ids = torch.tensor(prompts, device=model.device)
-    config = GenerationConfig(do_sample=True, temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=new,
+    config = GenerationConfig(do_sample=True, temperature=0.7, top_p=top_p, top_k=0, max_new_tokens=new,
                               min_new_tokens=new, pad_token_id=0, eos_token_id=None)
     torch.cuda.synchronize() if ids.is_cuda else None
     started = time.perf_counter()
@@ -68,10 +74,10 @@ def hf_generate(model, prompts, new: int) -> float:
     return time.perf_counter() - started
 
 
-def engine_run(engine, prompts, new: int, seed: int = 0) -> tuple[float, list]:
+def engine_run(engine, prompts, new: int, seed: int = 0, top_p: float = 0.9) -> tuple[float, list]:
     from pdbgym.engine import EngineRequest
 
-    requests = [EngineRequest(p, new, 0.7, 0.9, seed * 100_000 + i) for i, p in enumerate(prompts)]
+    requests = [EngineRequest(p, new, 0.7, top_p, seed * 100_000 + i) for i, p in enumerate(prompts)]
     started = time.perf_counter()
     results = engine.generate(requests)
     return time.perf_counter() - started, results
@@ -104,7 +110,7 @@ def decode(args: argparse.Namespace) -> dict:
 
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     figures: dict = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-                     "batch": args.batch, "prompt_ids": args.prompt, "new_ids": args.new}
+                     "batch": args.batch, "prompt_ids": args.prompt, "new_ids": args.new, "top_p": args.top_p}
     for shape in args.shapes.split(","):
         model = random_model(shape, args.device, dtype)
         vocab = model.config.vocab_size
@@ -113,7 +119,7 @@ def decode(args: argparse.Namespace) -> dict:
         tokens = args.batch * args.new
         row: dict = {}
         hf_generate(model, prompts[:2], 4)  # kernels loaded, allocator warm
-        seconds = hf_generate(model, prompts, args.new)
+        seconds = hf_generate(model, prompts, args.new, args.top_p)
         row["hf_generate_dynamic"] = {"seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1)}
         variants = [("engine_static", True, "capture"), ("engine_dynamic", False, "capture")]
         if args.compiled and shape == "smollm2-135m":
@@ -124,8 +130,8 @@ def decode(args: argparse.Namespace) -> dict:
             engine = LocalEngine(model, set(), 0, EngineSettings(static=static, max_batch=max(64, args.batch),
                                                                  graphs=graphs))
             engine.expect(args.batch)
-            warm, _ = engine_run(engine, prompts, args.new, seed=1)  # compiles the shape
-            seconds, results = engine_run(engine, prompts, args.new, seed=2)
+            warm, _ = engine_run(engine, prompts, args.new, seed=1, top_p=args.top_p)  # compiles the shape
+            seconds, results = engine_run(engine, prompts, args.new, seed=2, top_p=args.top_p)
             assert all(len(r.ids) == args.new for r in results)
             stats = engine.stats.to_dict()
             row[name] = {"seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1),
@@ -140,7 +146,7 @@ def decode(args: argparse.Namespace) -> dict:
             alone = prompts[:2]
             started = time.perf_counter()
             for i, prompt in enumerate(alone):
-                engine_run(engine, [prompt], args.new, seed=10 + i)
+                engine_run(engine, [prompt], args.new, seed=10 + i, top_p=args.top_p)
             seconds = time.perf_counter() - started
             row["batch1_loop"] = {"seconds": round(seconds, 2), "tok_s": round(len(alone) * args.new / seconds, 1)}
             engine.close()
@@ -149,6 +155,36 @@ def decode(args: argparse.Namespace) -> dict:
         del model
         torch.cuda.empty_cache() if args.device.startswith("cuda") else None
     return figures
+
+
+def decode_against(args: argparse.Namespace) -> dict:
+    """``decode`` of the tree of ``args.against`` (a subprocess), then of this tree, and the ratios."""
+    import subprocess
+    import tempfile
+
+    from grpo_step import checkout  # bench/: a revision's tree, or a folder holding one
+
+    if args.top_p != 0.9:
+        raise SystemExit("--against compares at top-p 0.9, which older trees' decode fixes; drop --top-p")
+    with tempfile.TemporaryDirectory(prefix="pdbgym-decode-against-") as tmp:
+        tree = checkout(args.against, Path(tmp) / "tree")
+        out = Path(tmp) / "before.json"
+        command = [sys.executable, "bench/engine_throughput.py", "--json", str(out), "decode", "--device", args.device,
+                   "--shapes", args.shapes, "--batch", str(args.batch), "--prompt", str(args.prompt),
+                   "--new", str(args.new)]
+        done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{args.against}'s decode failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
+        before = json.loads(out.read_text())
+    now = decode(args)
+    ratios = {shape: {"before_tok_s": before[shape]["engine_static" if "engine_static" in before[shape] else
+                                                  "engine_dynamic"]["tok_s"],
+                      "now_tok_s": now[shape]["engine_static" if "engine_static" in now[shape] else
+                                              "engine_dynamic"]["tok_s"]}
+              for shape in args.shapes.split(",")}
+    for row in ratios.values():
+        row["now_over_before"] = round(row["now_tok_s"] / row["before_tok_s"], 2)
+    return {"against": args.against, "before": before, "now": now, "engine": ratios}
 
 
 def episodes(args: argparse.Namespace) -> dict:
@@ -214,6 +250,9 @@ def main() -> None:
     one.add_argument("--prompt", type=int, default=1500)
     one.add_argument("--new", type=int, default=128)
     one.add_argument("--compiled", action="store_true", help="also time the compiled (inductor) decode step")
+    one.add_argument("--top-p", type=float, default=0.9, help="the draw's nucleus (1: none, as GRPO's rollouts)")
+    one.add_argument("--against", default=None,
+                     help="a git revision (or a folder holding its tree): its decode first, then this tree's, and the ratio")
     two = sub.add_parser("episodes")
     two.add_argument("--device", default="cuda")
     two.add_argument("--model", default="embedded")
@@ -225,7 +264,10 @@ def main() -> None:
     two.add_argument("--new", type=int, default=128)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    figures = decode(args) if args.what == "decode" else episodes(args)
+    if args.what == "decode":
+        figures = decode_against(args) if args.against else decode(args)
+    else:
+        figures = episodes(args)
     text = json.dumps(figures, indent=2)
     print(text)
     if args.json:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import signal
 import textwrap
 import time
 from collections.abc import Iterator
@@ -66,6 +67,16 @@ def _project(parent: Path, name: str, package_init: str = "", test: str = PRISTI
         "patch": "--- a/pkg/x.py\n+++ b/pkg/x.py\n@@ -0,0 +1 @@\n+x = 1\n",  # never applied here
     }))
     return load_task(root)
+
+
+@pytest.fixture(autouse=True)
+def sigint_not_ignored() -> Iterator[None]:
+    """Interpreters inherit SIGINT's disposition: a suite started from a shell's background job has it
+    ignored, and so would the server, every run it forks and a fresh interpreter, which the pristine test
+    would take for a leak. Started with it not ignored, each holds Python's own handler, what it expects."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture
