@@ -85,9 +85,6 @@ def draw_all(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tenso
     pick = ids[:, None]
     raw = logits.gather(-1, pick)[:, 0] - torch.logsumexp(logits, dim=-1)  # log_softmax(z)[y], one reduction
     by_mode = {"raw": raw, "tempered": tempered.gather(-1, pick)[:, 0], "processed": kept.gather(-1, pick)[:, 0]}
-    if isinstance(modes, str):
-        chosen = by_mode[modes]
-    else:
-        chosen = torch.where(modes == 0, raw, torch.where(modes == 1, by_mode[LOGPROB_MODES[1]],
-                                                          by_mode[LOGPROB_MODES[2]]))
+    chosen = by_mode[modes] if isinstance(modes, str) else \
+        torch.stack([by_mode[mode] for mode in LOGPROB_MODES], dim=-1).gather(-1, modes[:, None])[:, 0]
     return ids, torch.where(greedy, raw, chosen)
