@@ -83,14 +83,15 @@ def engine_run(engine, prompts, new: int, seed: int = 0, top_p: float = 0.9) -> 
     return time.perf_counter() - started, results
 
 
-def logprob_check(shape: str, device: str) -> float:
-    """Largest |engine log-prob - plain forward log-prob| on 4 prompts x 32 ids, fp32, static path."""
+def logprob_check(shape: str, device: str, graphs: str = "capture", dtype: str = "float32") -> float:
+    """Largest |engine log-prob - plain forward log-prob| on 4 prompts x 32 ids, static path, both in
+    ``dtype`` (fp32 by default; bf16 is what GRPO's rollouts and update run in)."""
     import torch
 
     from pdbgym.engine import EngineSettings, LocalEngine
 
-    model = random_model(shape, device, torch.float32)
-    engine = LocalEngine(model, set(), 0, EngineSettings(static=device.startswith("cuda"), max_batch=4))
+    model = random_model(shape, device, getattr(torch, dtype))
+    engine = LocalEngine(model, set(), 0, EngineSettings(static=device.startswith("cuda"), max_batch=4, graphs=graphs))
     prompts = [list(range(10 + i, 200 + 37 * i)) for i in range(4)]
     _, results = engine_run(engine, prompts, 32, seed=3)
     engine.close()
@@ -122,7 +123,7 @@ def decode(args: argparse.Namespace) -> dict:
         seconds = hf_generate(model, prompts, args.new, args.top_p)
         row["hf_generate_dynamic"] = {"seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1)}
         variants = [("engine_static", True, "capture"), ("engine_dynamic", False, "capture")]
-        if args.compiled and shape == "smollm2-135m":
+        if args.compiled:
             variants.insert(1, ("engine_static_compiled", True, "compiled"))
         for name, static, graphs in variants:
             if static and not args.device.startswith("cuda"):
@@ -151,6 +152,10 @@ def decode(args: argparse.Namespace) -> dict:
             row["batch1_loop"] = {"seconds": round(seconds, 2), "tok_s": round(len(alone) * args.new / seconds, 1)}
             engine.close()
         row["logprob_max_abs_diff_fp32"] = logprob_check(shape, args.device)
+        if args.compiled and args.device.startswith("cuda"):
+            row["compiled_logprob_max_abs_diff_fp32"] = logprob_check(shape, args.device, "compiled")
+            for graphs in ("capture", "compiled"):
+                row[f"{graphs}_logprob_max_abs_diff_bf16"] = logprob_check(shape, args.device, graphs, "bfloat16")
         figures[shape] = row
         del model
         torch.cuda.empty_cache() if args.device.startswith("cuda") else None
@@ -249,7 +254,7 @@ def main() -> None:
     one.add_argument("--batch", type=int, default=48)
     one.add_argument("--prompt", type=int, default=1500)
     one.add_argument("--new", type=int, default=128)
-    one.add_argument("--compiled", action="store_true", help="also time the compiled (inductor) decode step")
+    one.add_argument("--compiled", action="store_true", help="also time the decode step compiled by inductor before its capture (graphs=compiled)")
     one.add_argument("--top-p", type=float, default=0.9, help="the draw's nucleus (1: none, as GRPO's rollouts)")
     one.add_argument("--against", default=None,
                      help="a git revision (or a folder holding its tree): its decode first, then this tree's, and the ratio")

@@ -1,5 +1,6 @@
 """The engine's static path (CUDA, the default there): a ``StaticCache`` of ``slots`` rows and ``length``
-positions and a decode step recorded as a CUDA graph (or compiled by transformers: ``get_compiled_call``).
+positions and a decode step recorded as a CUDA graph (its kernels fused by inductor first with
+``graphs="compiled"``: one compile per process and model, its slot and position dimensions dynamic).
 
 Every row writes at one shared head; a prompt is prefilled on its own and its keys and values are placed
 right-aligned below the head in a free slot, so a request that arrives while others decode joins the
@@ -20,6 +21,7 @@ every step's logits before the next (the mask is applied on the host).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -34,11 +36,13 @@ from pdbgym.engine.cuda import CAPTURE, synchronize, traced
 from pdbgym.engine.draw import LOGPROB_MODES, draw_all
 from pdbgym.engine.kv import (
     cache_bytes,
+    cache_tensors,
     cut_row,
     new_static_cache,
     place_rows,
     set_head,
     static_cache_problem,
+    unpin,
 )
 from pdbgym.engine.prefixes import PrefixStore
 from pdbgym.engine.types import EngineSettings, EngineStats, Row
@@ -69,7 +73,6 @@ class StaticShape:
     steps: torch.Tensor  # [slots] int64: the index of the id the next step draws in its row's turn
     modes: torch.Tensor  # [slots] int64: indices into LOGPROB_MODES
     live: torch.Tensor  # [slots, 1] int64: 1 where a row sits; only those slots' positions and steps move on
-    step: Callable[..., Any]
     warm: bool = False
     graphs: dict[bool, Any] = field(default_factory=dict)  # torch.cuda.CUDAGraph of one step, by "any top-p < 1"
     outputs: dict[bool, tuple[torch.Tensor, ...]] = field(default_factory=dict)  # (ids, logprobs, logits) each
@@ -134,27 +137,38 @@ class Sessions:
         return True
 
     def _static_works(self, model: Any) -> bool:
-        """Before the first static session on CUDA: capture and replay one decode step of a one-slot cache;
-        a model whose step cannot be captured (a wrapper that syncs with the host, an unsupported
-        attention) decodes dynamically from then on, with the reason logged and kept."""
+        """Before the first static session on CUDA: capture and replay one decode step of a small cache (one
+        slot; ``MIN_SLOTS`` for a compiled step, whose compile then serves every shape). A step that cannot be
+        compiled is recorded as the model's own kernels instead; a model whose step cannot be captured (a
+        wrapper that syncs with the host, an unsupported attention) decodes dynamically from then on, with the
+        reason logged and kept."""
         if self._trialled or self.device.type != "cuda":
             return True
         self._trialled = True
+        trial = MIN_SLOTS if self.settings.graphs == "compiled" else 1
         try:
             with decode_attention(model):
-                shape = self._shape(model, 1, self.settings.min_length)
+                shape = self._shape(model, trial, self.settings.min_length)
                 _set_head(shape, 1)
                 shape.mask.fill_(True)
-                for nucleus in (False, True):  # both graphs a session may need: with and without a top-p < 1 row
+                # both graphs a session may need, with and without a top-p < 1 row; a compiled step's nucleus
+                # graph is compiled at its first use instead (tens of seconds that GRPO's top-p 1 never needs)
+                for nucleus in (False,) if self.settings.graphs == "compiled" else (False, True):
                     self._capture(model, shape, nucleus, 1)
                     shape.graphs[nucleus].replay()
                 synchronize()
         except Exception as exc:  # noqa: BLE001 - any failure: decode without graphs
+            if self.settings.graphs == "compiled":  # no compiler here (Triton), or a model it cannot take
+                log.warning("engine: recording the model's own decode step: compiling it failed (%s: %s)",
+                            type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "")
+                self.settings = dataclasses.replace(self.settings, graphs="capture")
+                self._trialled = False
+                return self._static_works(model)
             self._static_reason = f"a decode step could not be captured as a CUDA graph ({type(exc).__name__}: {exc})"
             log.warning("engine: decoding without a static cache: %s", self._static_reason)
             return False
         finally:
-            self._shapes.pop((1, self.settings.min_length), None)
+            self._shapes.pop((trial, self.settings.min_length), None)
         return True
 
     @traced("keep")
@@ -196,23 +210,17 @@ class Sessions:
             if dropped and self.device.type == "cuda":
                 torch.cuda.empty_cache()  # to the device, once: other processes on the GPU may use it
             log.info("engine: a static cache of %d slots x %d positions", slots, length)
-            step = model
-            if self.device.type == "cuda" and self.settings.graphs == "compiled":
-                import torch._inductor.config as inductor  # heavy: the compiler, only when asked for
-                from transformers import CompileConfig  # optional: transformers (pdbgym[hf])
-
-                # The engine decodes in its own thread; inductor's cudagraph trees keep their state in the
-                # thread that first used them, so graphs here are the per-function kind.
-                inductor.triton.cudagraph_trees = False
-                step = model.get_compiled_call(CompileConfig(dynamic=False, fullgraph=False))
+            cache = new_static_cache(model, slots, length)
+            if self.settings.graphs == "compiled":
+                unpin(cache)  # inputs of the compiled step like any other, not guarded by address
             zeros = functools.partial(torch.zeros, slots, dtype=torch.long, device=self.device)
             self._shapes[key] = StaticShape(
-                slots, length, new_static_cache(model, slots, length),
+                slots, length, cache,
                 mask=torch.ones((slots, 1, 1, length), dtype=torch.bool, device=self.device),
                 input_ids=torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
                 positions=zeros(1), head=torch.zeros(1, dtype=torch.long, device=self.device),
                 temperature=torch.ones(slots, device=self.device), top_p=torch.ones(slots, device=self.device),
-                seeds=zeros(), steps=zeros(), modes=zeros(), live=zeros(1), step=step)
+                seeds=zeros(), steps=zeros(), modes=zeros(), live=zeros(1))
         return self._shapes[key]
 
     def _static_session(self, model: Any, first: list[Row], live: list[Row]) -> None:
@@ -364,12 +372,12 @@ class Sessions:
     @traced("decode")
     def _decode(self, model: Any, shape: StaticShape, head: int,
                 nucleus: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Launch one decode step of every slot at ``head`` with its draw (``_step``): the shape's CUDA
-        graph replayed (captured on first use), the compiled forward, or the eager one (CPU). Returns the
-        step's ids, log-probs and logits (device tensors, a graph's own buffers)."""
+        """Launch one decode step of every slot at ``head`` with its draw (``decode_step``): the shape's CUDA
+        graph replayed (captured on first use), or the step run as it is (CPU). Returns the step's ids,
+        log-probs and logits (device tensors, a graph's own buffers)."""
         started = time.perf_counter()
-        if self.device.type != "cuda" or self.settings.graphs == "compiled":
-            out = self._step(model, shape, nucleus, shape.step)
+        if self.device.type != "cuda":
+            out = self._step(model, shape, nucleus)
         else:
             if shape.weights != next(model.parameters()).data_ptr():
                 shape.graphs.clear()  # weights that moved (gathered shards): every graph is captured again
@@ -385,31 +393,34 @@ class Sessions:
                 synchronize()
             seconds = time.perf_counter() - started
             self.stats.compiles.append({"slots": shape.slots, "length": shape.length, "seconds": round(seconds, 2)})
+            how = ("first call" if self.device.type != "cuda" else "CUDA graph capture"
+                   if self.settings.graphs != "compiled" else "CUDA graph capture of the compiled step")
             log.warning("engine: decode step for %d slots x %d positions ready in %.1f s (%s, once per shape "
-                        "per process, and once more at its first row with top-p < 1)", shape.slots, shape.length, seconds,
-                        "CUDA graph capture" if self.device.type == "cuda" and self.settings.graphs != "compiled"
-                        else "compile" if self.device.type == "cuda" else "first call")
+                        "per process, and once more at its first row with top-p < 1)", shape.slots, shape.length,
+                        seconds, how)
         return out
 
-    def _step(self, model: Any, shape: StaticShape, nucleus: bool,
-              step: Callable[..., Any] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One decode step as device work alone (what a graph records): the head's column opened to every
-        slot, the forward, each slot's draw with its own settings (``draw_all``, nothing read back), and the
-        drawn ids written back as the slots' next inputs, the occupied slots' positions and step indices and
-        the head moved on."""
-        shape.mask.index_fill_(3, shape.head, True)
-        if step is not None and self.device.type == "cuda":
-            torch.compiler.cudagraph_mark_step_begin()
-        logits = self._forward(model, shape.input_ids, shape.mask, shape.positions, shape.cache, step)
-        if step is not None and self.device.type == "cuda":
-            logits = logits.clone()  # the compiled call's output buffer is reused by its next call
-        ids, logprobs = draw_all(logits, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes,
-                                 nucleus=nucleus, sync_free=True)
-        shape.input_ids[:, 0].copy_(ids)
-        shape.positions.add_(shape.live)
-        shape.steps.add_(shape.live[:, 0])
-        shape.head.add_(1)
-        return ids, logprobs, logits
+    def _step(self, model: Any, shape: StaticShape, nucleus: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``decode_step`` on the shape's buffers: as it is, or compiled (``graphs="compiled"``)."""
+        step = decode_step
+        if self.settings.graphs == "compiled":
+            step = self._compiled_step(shape)
+        return step(self._forward, model, shape.cache, shape.input_ids, shape.mask, shape.positions, shape.head,
+                    shape.live, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes, nucleus)
+
+    def _compiled_step(self, shape: StaticShape) -> Callable[..., Any]:
+        """``decode_step`` compiled by inductor (once per process: one code object), the shape's slot and
+        position dimensions marked dynamic so that one compile serves every shape of a model."""
+        global _COMPILED
+        if _COMPILED is None:
+            _COMPILED = torch.compile(decode_step, dynamic=None, fullgraph=False)
+        for tensor in (shape.input_ids, shape.positions, shape.live, shape.temperature, shape.top_p, shape.seeds,
+                       shape.steps, shape.modes):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        for tensor in [shape.mask, *cache_tensors(shape.cache)]:
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            torch._dynamo.maybe_mark_dynamic(tensor, 2 if tensor is not shape.mask else 3)
+        return _COMPILED
 
     def _capture(self, model: Any, shape: StaticShape, nucleus: bool, head: int) -> None:
         """Record the step at this shape as a CUDA graph. One warm-up run first (on a side stream, as CUDA
@@ -439,6 +450,27 @@ class Sessions:
         restore()  # capture records without running; the inputs and head stay where they were
         shape.graphs[nucleus] = graph
         shape.weights = next(model.parameters()).data_ptr()
+
+
+_COMPILED: Callable[..., Any] | None = None
+
+
+def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, input_ids: torch.Tensor,
+                mask: torch.Tensor, positions: torch.Tensor, head: torch.Tensor, live: torch.Tensor,
+                temperature: torch.Tensor, top_p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
+                modes: torch.Tensor, nucleus: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decode step as device work alone (what a graph records): the head's column opened to every
+    slot, the forward, each slot's draw with its own settings (``draw_all``, nothing read back), and the
+    drawn ids written back as the slots' next inputs, the occupied slots' positions and step indices and
+    the head moved on."""
+    mask.index_fill_(3, head, True)
+    logits = forward(model, input_ids, mask, positions, cache)
+    ids, logprobs = draw_all(logits, temperature, top_p, seeds, steps, modes, nucleus=nucleus, sync_free=True)
+    input_ids[:, 0].copy_(ids)
+    positions.add_(live)
+    steps.add_(live[:, 0])
+    head.add_(1)
+    return ids, logprobs, logits
 
 
 def _set_head(shape: StaticShape, position: int) -> None:

@@ -58,6 +58,9 @@ class EngineResult:
     queued_seconds: float
 
 
+GRAPHS = ("capture", "compiled")
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """How the engine batches and decodes.
@@ -67,9 +70,11 @@ class EngineSettings:
         max_batch: rows decoded together at most. Default 64.
         static: decode with a static cache and CUDA graphs; None: on CUDA devices. Default None.
         min_length: the smallest static cache length (lengths are multiples of ``LENGTH_STEP``). Default 1024.
-        graphs: how a static decode step becomes a CUDA graph: ``capture`` records the model's own
-            forward once per shape (about a second), ``compiled`` has transformers compile it
-            (``get_compiled_call``: inductor kernels, tens of seconds per shape). Default ``capture``.
+        graphs: how a static decode step (forward and draw) becomes a CUDA graph: ``capture`` records the
+            model's own kernels once per shape (about a second); ``compiled`` has inductor compile the step
+            first (fused kernels: fewer launches a step, which bound a small model's step; tens of seconds
+            once per process and model architecture, every shape sharing the compile) and records that.
+            Default ``capture``.
         reuse_prefix: keep each request's KV cache for a later prompt that extends it (an episode's next
             turn), so only the new part is prefilled (both paths). Default True.
         prefix_bytes: how many bytes of kept KV caches are held beyond ``PREFIXES_KEPT`` and, on the
@@ -100,6 +105,11 @@ class EngineSettings:
     prefix_bytes: int = 2 << 30
     admit_wait_s: float | None = None
     session_bytes: int = 4 << 30
+
+    def __post_init__(self) -> None:
+        if self.graphs not in GRAPHS:
+            raise ValueError(f"graphs must be one of {GRAPHS} (how a static decode step becomes a CUDA graph), "
+                             f"got {self.graphs!r}")
 
 
 @dataclass

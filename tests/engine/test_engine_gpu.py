@@ -27,8 +27,9 @@ def cuda_model():
     return LlamaForCausalLM(config).to("cuda").eval()
 
 
-def test_the_captured_graph_samples_what_the_dynamic_path_samples(cuda_model):
-    static = LocalEngine(cuda_model, {STOP}, 0, EngineSettings(static=True, min_length=512))
+@pytest.mark.parametrize("graphs", ["capture", "compiled"])
+def test_the_captured_graph_samples_what_the_dynamic_path_samples(cuda_model, graphs):
+    static = LocalEngine(cuda_model, {STOP}, 0, EngineSettings(static=True, min_length=512, graphs=graphs))
     dynamic = LocalEngine(cuda_model, {STOP}, 0, EngineSettings(static=False))
     assert static.mode == "static"
     drawn = static.generate(REQUESTS)
@@ -40,8 +41,9 @@ def test_the_captured_graph_samples_what_the_dynamic_path_samples(cuda_model):
         assert result.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
 
 
-def test_a_request_joins_a_running_graph_session(cuda_model):
-    engine = LocalEngine(cuda_model, set(), 0, EngineSettings(static=True, min_length=512))
+@pytest.mark.parametrize("graphs", ["capture", "compiled"])
+def test_a_request_joins_a_running_graph_session(cuda_model, graphs):
+    engine = LocalEngine(cuda_model, set(), 0, EngineSettings(static=True, min_length=512, graphs=graphs))
     late = EngineRequest([5, 6, 7], 6, temperature=0.9, seed=11)
     hook = SubmitAtStep(engine, 4, late)
     engine.submit(EngineRequest([1, 2, 3, 4, 5, 6, 7, 8], 24, temperature=0.9, seed=10, mask=hook)).result()

@@ -385,7 +385,8 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
         val_tasks=str(out / "tasks" / "val"), val_runs=g.val_runs, val_k=g.val_k, store=out / "adapters",
         ledger=out / LEDGER_FILE, name=f"{config.name}-grpo", device=device, resume=last is not None,
         register_without_signal=True, update_micro_batches=g.update_micro_batches,
-        gradient_checkpointing=g.gradient_checkpointing, cudnn_attention=g.cudnn_attention))
+        gradient_checkpointing=g.gradient_checkpointing, cudnn_attention=g.cudnn_attention,
+        compile_decode=g.compile_decode))
     if record.get("paused"):
         return None
     return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"], "steps": record["steps"]}

@@ -96,6 +96,10 @@ class GRPORunConfig:
         False, "let attention take cuDNN's kernels on a GPU (torch's default elsewhere). cuDNN builds a graph on the "
         "host for each new shape, and a step's shapes change every step: off, a random-weight step on an H100 ran "
         "1.41x faster (docs/benchmarks.md)")
+    compile_decode: bool = documented(
+        True, "on a GPU, have inductor fuse the rollouts' decode step before it is recorded as a CUDA graph (once per "
+        "process, tens of seconds): a small model's step is bound by its kernel launches, which the fusion cuts; "
+        "off, the model's own kernels are recorded (docs/benchmarks.md)")
     max_minutes: float = documented(
         0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
         "gated", min=0)
@@ -137,5 +141,5 @@ class GRPORunConfig:
     def recipe(self) -> dict[str, Setting]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
                 "rollout_weights", "update_tokens", "update_micro_batches", "trace_step", "gradient_checkpointing",
-                "cudnn_attention", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
+                "cudnn_attention", "compile_decode", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

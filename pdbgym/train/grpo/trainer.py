@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from pdbgym.agent.backends.base import SamplingParams
 from pdbgym.agent.loop import AgentConfig
+from pdbgym.engine import EngineSettings
 from pdbgym.env import DebugEnv, EnvConfig
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import append_jsonl, write_json_atomic
@@ -340,12 +341,17 @@ class PdbgymRollout:
                 logger.warning("GRPO rollouts decode from the live PEFT model from now on: the merged copy %s", why)
         if self._merged is not None:
             if self._generator is None or self._generator.model is not self._merged.model:
-                self._generator = BatchedGenerator(self._merged.model, trainer.processing_class)
+                self._generator = BatchedGenerator(self._merged.model, trainer.processing_class,
+                                                   settings=self._engine_settings())
         elif self._generator is None or self._generator.model is not trainer.model:
             self._generator = BatchedGenerator(trainer.model, trainer.processing_class,
-                                               lambda: seams.unwrapped_for_generation(trainer))
+                                               lambda: seams.unwrapped_for_generation(trainer), self._engine_settings())
         self._generator.engine.forget_prefixes()  # the weights changed since the last batch: no old KV caches
         return self._generator
+
+    def _engine_settings(self) -> EngineSettings:
+        """The rollouts' engine: the decode step compiled before its capture unless ``--no-compile-decode``."""
+        return EngineSettings(graphs="compiled" if self.config.compile_decode else "capture")
 
     def __call__(self, prompts: list[str], trainer: GRPOTrainer) -> RolloutOutput:
         step = trainer.state.global_step
