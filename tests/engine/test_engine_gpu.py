@@ -34,6 +34,7 @@ def test_the_captured_graph_samples_what_the_dynamic_path_samples(cuda_model, gr
     assert static.mode == "static"
     drawn = static.generate(REQUESTS)
     assert static.mode == "static" and static.stats.compiles  # the graph was captured, not given up
+    assert static.settings.graphs == graphs  # a compiled step stayed compiled (no fallback to capture)
     assert [r.ids for r in drawn] == [r.ids for r in dynamic.generate(REQUESTS)]
     on_cpu = copy.deepcopy(cuda_model).cpu()
     for request, result in zip(REQUESTS, drawn, strict=True):
