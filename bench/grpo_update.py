@@ -9,6 +9,9 @@ timed as the median of ``--repeats`` after a warm-up, in one run:
 - ``dora_scoring``: the same with a fresh DoRA delta (rank 16 on every linear layer) under gradient (the
   policy forward), and ``dora_backward``: its backward;
 - ``lora_scoring`` / ``lora_backward``: the same with a plain LoRA delta;
+- ``dora_forward_and_backward_checkpointed``: the DoRA forward and backward with gradient checkpointing
+  (TRL's default: each layer recomputed in the backward), against the same without (``checkpointed_over_not``),
+  and on a GPU what each holds at its peak, in bytes an id (``*_activation_bytes_per_id``);
 
 and each piece's ratio to the plain forward (``ratio_vs_forward``). Every piece above repeats one shape. A
 GRPO step's shape changes every step (its longest episode sets it), so on a GPU the DoRA forward and
@@ -124,6 +127,23 @@ def main() -> None:
         holder.clear()
         out[f"{kind}_forward_and_backward"] = timed(both, args.device, args.repeats)
         out[f"{kind}_backward"] = round(out[f"{kind}_forward_and_backward"] - out[f"{kind}_scoring"], 4)
+        if args.device.startswith("cuda"):  # what one forward and backward holds: the activations a micro-batch needs
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            both()
+            out[f"{kind}_activation_bytes_per_id"] = round((torch.cuda.max_memory_allocated() - before) / ids.numel())
+        if kind == "dora":  # TRL's default: every layer's activations recomputed in the backward
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
+            out["dora_forward_and_backward_checkpointed"] = timed(both, args.device, args.repeats)
+            out["checkpointed_over_not"] = round(out["dora_forward_and_backward_checkpointed"]
+                                                 / out["dora_forward_and_backward"], 2)
+            if args.device.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+                both()
+                out["dora_checkpointed_activation_bytes_per_id"] = round(
+                    (torch.cuda.max_memory_allocated() - before) / ids.numel())
         del model
     if args.device.startswith("cuda"):
         model = model_of("dora").train()
@@ -135,7 +155,8 @@ def main() -> None:
         del model
     out["ids"] = args.rows * args.length
     out["ratio_vs_forward"] = {key: round(value / out["forward"], 2) for key, value in out.items()
-                               if key not in ("rows", "length", "device", "ids", "forward", "cudnn_allowed_over_off")
+                               if key not in ("rows", "length", "device", "ids", "forward", "cudnn_allowed_over_off",
+                                              "checkpointed_over_not")
                                and isinstance(value, float)}
     print(json.dumps(out, indent=1))
 
