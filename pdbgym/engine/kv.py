@@ -158,7 +158,7 @@ def unpin(cache: Any) -> None:
     as ordinary inputs instead of guarding on their addresses, so every static cache of a model's
     shape reuses one compile instead of recompiling for each new cache (CUDA graphs are the engine's own)."""
     for layer in cache.layers:
-        for tensor in (layer.keys, layer.values, layer.cumulative_length):
+        for tensor in (layer.keys, layer.values):
             if hasattr(tensor, "_dynamo_static_input_type"):
                 del tensor._dynamo_static_input_type
 

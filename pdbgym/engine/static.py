@@ -160,7 +160,7 @@ class Sessions:
         except Exception as exc:  # noqa: BLE001 - any failure: decode without graphs
             if self.settings.graphs == "compiled":  # no compiler here (Triton), or a model it cannot take
                 log.warning("engine: recording the model's own decode step: compiling it failed (%s: %s)",
-                            type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "")
+                            type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "", exc_info=True)
                 self.settings = dataclasses.replace(self.settings, graphs="capture")
                 self._trialled = False
                 return self._static_works(model)

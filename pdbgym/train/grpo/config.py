@@ -97,9 +97,10 @@ class GRPORunConfig:
         "host for each new shape, and a step's shapes change every step: off, a random-weight step on an H100 ran "
         "1.41x faster (docs/benchmarks.md)")
     compile_decode: bool = documented(
-        True, "on a GPU, have inductor fuse the rollouts' decode step before it is recorded as a CUDA graph (once per "
-        "process, tens of seconds): a small model's step is bound by its kernel launches, which the fusion cuts; "
-        "off, the model's own kernels are recorded (docs/benchmarks.md)")
+        False, "on a GPU, have inductor fuse the rollouts' decode step before it is recorded as a CUDA graph (once per "
+        "process, about 90 s for SmolLM2-135M): a small model's step is bound by its kernel launches, which the "
+        "fusion would cut. Experimental: on an H100 the compiled step's capture failed and the engine fell back to "
+        "the model's own kernels (docs/benchmarks.md)")
     max_minutes: float = documented(
         0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
         "gated", min=0)
