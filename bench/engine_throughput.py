@@ -14,8 +14,11 @@ lengths in a subprocess on the same device, then this tree's, and prints each sh
 and their ratio (old trees fix top-p at 0.9).
 
 ``episodes``: real ``pdbgym eval`` campaigns (real sandboxed episodes, live pdb) of a local model: the
-engine with ``--local-episodes`` episodes at once against one episode at a time through the engine's
-batch-1 dynamic path (today's path before the engine), generated tokens/s and episodes/hour.
+engine with ``--local-episodes`` episodes at once against the same tasks, runs and concurrency with the
+model's turns batched through HF ``generate`` instead (``bench/generate_sampler.py``: a dynamic cache,
+each turn's whole prompt prefilled, the batch run to its longest budget), and against one episode at a
+time through the engine's batch-1 dynamic path on ``--baseline-tasks`` tasks (0: skip it); generated
+tokens/s and episodes/hour, and the engine's ratio to each.
 
     python bench/engine_throughput.py decode --device cuda
     python bench/engine_throughput.py --json out.json decode --device cuda --against 868e686
@@ -195,12 +198,15 @@ def decode_against(args: argparse.Namespace) -> dict:
 def episodes(args: argparse.Namespace) -> dict:
     import tempfile
 
+    from generate_sampler import GenerateSampler  # bench/: the batched HF generate baseline
+
     from pdbgym.agent import policies
     from pdbgym.agent.backends import hf as hf_module
     from pdbgym.agent.backends.base import stop_token_ids
     from pdbgym.agent.backends.hf import load_model_and_tokenizer, pad_id
     from pdbgym.agent.executor import ExecutorConfig
     from pdbgym.engine import EngineSettings, engine_for
+    from pdbgym.engine.shared import serve_with
     from pdbgym.episode_defaults import EpisodeSettings
     from pdbgym.evaluate.procedures import EvalConfig, run_evaluation
     from pdbgym.modelload import embedded_model_dir
@@ -215,14 +221,21 @@ def episodes(args: argparse.Namespace) -> dict:
     few = Path(tempfile.mkdtemp(prefix="pdbgym-bench-tasks-"))
     for task in resolve_tasks(args.tasks)[:args.baseline_tasks]:  # the slow baseline plays a few tasks
         shutil.copytree(task.path, few / task.path.name)
-    arms = (("engine", args.local_episodes, None, args.runs, args.tasks),
-            ("batch1", 1, False, 1, str(few)))
+    arms = [("engine", args.local_episodes, None, args.runs, args.tasks),
+            ("hf_generate", args.local_episodes, None, args.runs, args.tasks)]  # the same tasks, runs and concurrency
+    if args.baseline_tasks:
+        arms.append(("batch1", 1, False, 1, str(few)))
     for name, local, static, runs, tasks in arms:
         hf_module._LOADED.clear()  # a fresh model and backend per arm: each arm's shared engine has its settings
         policies._BACKENDS.clear()
         model, tokenizer = load_model_and_tokenizer(path, args.device)
-        engine = engine_for(model, stop_token_ids(tokenizer, model), pad_id(tokenizer),
-                            EngineSettings(static=static, max_batch=max(64, local)))
+        if name == "hf_generate":  # the model's turns batched through HF generate instead of the engine
+            engine = GenerateSampler(model, stop_token_ids(tokenizer, model), pad_id(tokenizer),
+                                     max_batch=max(64, local))
+            serve_with(model, engine)
+        else:
+            engine = engine_for(model, stop_token_ids(tokenizer, model), pad_id(tokenizer),
+                                EngineSettings(static=static, max_batch=max(64, local)))
         with tempfile.TemporaryDirectory() as out:
             config = EvalConfig(arms=[f"{name}={args.model}"], tasks=tasks, runs=runs, out=Path(out) / "eval",
                                 episode=EpisodeSettings(turn_budget=args.turn_budget, max_new_tokens=args.new),
@@ -239,9 +252,12 @@ def episodes(args: argparse.Namespace) -> dict:
                          "engine_busy_seconds": stats["busy_seconds"], "mean_live_rows": stats["mean_live_rows"],
                          "compiles": stats["compiles"]}
         engine.close()
-    figures["tok_s_ratio"] = round(figures["engine"]["tok_s"] / figures["batch1"]["tok_s"], 2)
-    figures["episodes_per_hour_ratio"] = round(figures["engine"]["episodes_per_hour"]
-                                               / figures["batch1"]["episodes_per_hour"], 2)
+    for baseline in ("hf_generate", "batch1"):
+        if baseline in figures:
+            figures[f"over_{baseline}"] = {
+                "tok_s": round(figures["engine"]["tok_s"] / figures[baseline]["tok_s"], 2),
+                "episodes_per_hour": round(figures["engine"]["episodes_per_hour"]
+                                           / figures[baseline]["episodes_per_hour"], 2)}
     return figures
 
 

@@ -34,6 +34,19 @@ def engine_for(model: Any, stops: set[int], pad_id: int, settings: EngineSetting
         return held[1]
 
 
+def serve_with(model: Any, engine: Any) -> None:
+    """Make ``engine`` the one serving ``model`` in this process (closing the one it replaces): a
+    ``LocalEngine`` of other settings, or any object with its ``submit``/``generate``/``expect``/
+    ``forget_prefixes``/``close`` methods and ``stats`` (a bench's baseline sampler, played through the same
+    episodes)."""
+    with _LOCK:
+        held = _ENGINES.get(id(model))
+        _ENGINES[id(model)] = (model, engine)
+        engine.expect(*_EXPECTED)
+    if held is not None and held[1] is not engine:
+        held[1].close()
+
+
 def release_engine(model: Any) -> bool:
     """Close the shared engine of ``model`` and forget it (with its kept caches and its hold on the model),
     so the model can be freed; a later ``engine_for`` makes a new one. Whether there was one."""
