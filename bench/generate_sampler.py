@@ -16,6 +16,7 @@ backend), which is the comparison issue 41 asks for.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Sequence
@@ -26,6 +27,8 @@ import torch
 
 from pdbgym.engine import EngineError, EngineRequest, EngineResult, EngineStats
 
+Pending = tuple[EngineRequest, "Future[EngineResult]", float]
+
 
 class GenerateSampler:
     def __init__(self, model: Any, stops: set[int] | Sequence[int], pad_id: int, window_s: float = 0.003,
@@ -33,8 +36,7 @@ class GenerateSampler:
         self.model, self.stops, self.pad_id = model, sorted(stops), pad_id
         self.window_s, self.max_batch = window_s, max_batch
         self.stats = EngineStats()
-        self._queue: list[tuple[EngineRequest, Future[EngineResult], float]] = []
-        self._cond = threading.Condition()
+        self._pending: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()  # None: close
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="generate-sampler", daemon=True)
         self._thread.start()
@@ -49,53 +51,63 @@ class GenerateSampler:
         request.check()
         if request.mask is not None:
             raise EngineError("the generate baseline samples without grammar masks")
+        if self._closed:
+            raise EngineError("the sampler is closed")
         future: Future[EngineResult] = Future()
-        with self._cond:
-            if self._closed:
-                raise EngineError("the sampler is closed")
-            self._queue.append((request, future, time.perf_counter()))
-            self._cond.notify_all()
+        self._pending.put((request, future, time.perf_counter()))
         return future
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineResult]:
         return [f.result() for f in [self.submit(r) for r in requests]]
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self._closed = True
+        self._pending.put(None)
         self._thread.join(timeout=60)
 
     def _serve(self) -> None:
+        held: list[Pending] = []  # taken from the queue, not yet played (another temperature than the batch's)
         while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if self._closed and not self._queue:
-                    return
-                first = self._queue[0][2]
-            time.sleep(max(0.0, first + self.window_s - time.perf_counter()))
-            with self._cond:
-                key = (self._queue[0][0].temperature, self._queue[0][0].top_p)
-                batch = [item for item in self._queue if (item[0].temperature, item[0].top_p) == key][:self.max_batch]
-                for item in batch:
-                    self._queue.remove(item)
-            batch = [item for item in batch if not item[1].cancelled()]
-            if not batch:
-                continue
-            started = time.perf_counter()
-            try:
-                for (_, future, submitted), result in zip(batch, self._batch([b[0] for b in batch]), strict=True):
-                    result.queued_seconds = started - submitted
-                    if not future.cancelled():
-                        future.set_result(result)
-            except Exception as exc:  # noqa: BLE001 - every caller of the batch learns of it
-                for _, future, _ in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-            finally:
-                self.stats.busy_seconds += time.perf_counter() - started
-                self.stats.batches += 1
+            first = held.pop(0) if held else self._pending.get()
+            if first is None:
+                return
+            time.sleep(max(0.0, first[2] + self.window_s - time.perf_counter()))
+            closing = False
+            while True:  # everything that arrived within the window
+                try:
+                    item = self._pending.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    closing = True
+                    break
+                held.append(item)
+            key = (first[0].temperature, first[0].top_p)
+            batch = [first] + [item for item in held if (item[0].temperature, item[0].top_p) == key]
+            batch = batch[:self.max_batch]
+            held = [item for item in held if item not in batch]
+            self._play([item for item in batch if not item[1].cancelled()])
+            if closing:
+                for item in held:
+                    self._play([item])
+                return
+
+    def _play(self, batch: list[Pending]) -> None:
+        if not batch:
+            return
+        started = time.perf_counter()
+        try:
+            for (_, future, submitted), result in zip(batch, self._batch([b[0] for b in batch]), strict=True):
+                result.queued_seconds = started - submitted
+                if not future.cancelled():
+                    future.set_result(result)
+        except Exception as exc:  # noqa: BLE001 - every caller of the batch learns of it
+            for _, future, _ in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        finally:
+            self.stats.busy_seconds += time.perf_counter() - started
+            self.stats.batches += 1
 
     def _batch(self, requests: list[EngineRequest]) -> list[EngineResult]:
         from transformers import GenerationConfig  # optional: transformers (pdbgym[hf])
