@@ -1,0 +1,33 @@
+#!/bin/bash
+# On the GPU machine, from the repository root, once bench/offline/setup.sh's parts have all arrived (the GGUF
+# too, for the short experiment): `PARTS="1 2" bash bench/offline/decode_levers.sh` takes issue 41's decode and
+# step measurements, the parts named (a call runs at most 10 minutes: parts 1 and 2 fit one, 3 and 4 need one
+# each), everything in $OUT:
+# 1. bench/compiled_step.py: one decode step at SmolLM2-135M's shape (48 x 2,048) captured, compiled without a
+#    graph, and compiled inside the engine's graph, each timed on the device; where the compiled step fails,
+#    its traceback (compiled_step.json). About 2 minutes, most of it the compile.
+# 2. the GPU engine tests, the compiled step's included, with the engine's warnings shown (gpu-tests.log).
+# 3. bench/engine_throughput.py decode --compiled at both shapes (decode.json): the captured and the compiled
+#    step against HF generate at the same batch, log-probs against a plain forward pass in fp32 and bf16.
+# 4. the short experiment's GRPO stage at this tree's defaults (`--until grpo`, within
+#    MINUTES, default 8.5): its steps.jsonl (every step's split) and report.md.
+source bench/offline/setup.sh .offline
+set -o pipefail
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+part() { [[ " ${PARTS:-1 2} " == *" $1 "* ]]; }
+part 1 && { timeout 300 python3 bench/compiled_step.py --device cuda --json "$OUT/compiled_step.json" \
+  2>"$OUT/compiled_step.log" | grep -v '"[a-z_]*_error"'; grep -h -m3 -E "Error|error:" "$OUT/compiled_step.json" | cut -c1-600; }
+part 2 && { timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/test_engine_gpu.py -o log_cli=true \
+  --log-cli-level=WARNING > "$OUT/gpu-tests.log" 2>&1; tail -3 "$OUT/gpu-tests.log"; }
+part 3 && timeout 560 python3 bench/engine_throughput.py --json "$OUT/decode.json" decode --device cuda --compiled \
+  > "$OUT/decode.log" 2>&1 && python3 -c "
+import json; d = json.load(open('$OUT/decode.json'))
+for shape, row in d.items():
+    if isinstance(row, dict): print(shape, {k: v.get('tok_s', v) if isinstance(v, dict) else v for k, v in row.items()})"
+if part 4; then
+  python3 -m pdbgym.cli experiment run experiments/smollm2-ladder-short.toml --out /tmp/short --device cuda \
+    --workers 12 --until grpo --minutes "${MINUTES:-8.5}" > "$OUT/short.log" 2>&1; tail -5 "$OUT/short.log"
+  for f in $(find /tmp/short -name steps.jsonl -o -name report.md | head -4); do
+    cp "$f" "$OUT/$(echo "${f#/tmp/short/}" | tr / _)"; done
+fi
+ls -la "$OUT"
