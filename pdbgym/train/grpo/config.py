@@ -99,8 +99,8 @@ class GRPORunConfig:
     compile_decode: bool = documented(
         False, "on a GPU, have inductor fuse the rollouts' decode step before it is recorded as a CUDA graph (once per "
         "process, about 90 s for SmolLM2-135M): a small model's step is bound by its kernel launches, which the "
-        "fusion would cut. Experimental: on an H100 the compiled step's capture failed and the engine fell back to "
-        "the model's own kernels (docs/benchmarks.md)")
+        "fusion would cut. Experimental: on an H100 the compiled step's first-use trial failed and the engine fell back "
+        "to the model's own kernels (docs/benchmarks.md)")
     max_minutes: float = documented(
         0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
         "gated", min=0)

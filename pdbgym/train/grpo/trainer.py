@@ -350,7 +350,7 @@ class PdbgymRollout:
         return self._generator
 
     def _engine_settings(self) -> EngineSettings:
-        """The rollouts' engine: the decode step compiled before its capture unless ``--no-compile-decode``."""
+        """The rollouts' engine: the decode step compiled before its capture with ``--compile-decode``."""
         return EngineSettings(graphs="compiled" if self.config.compile_decode else "capture")
 
     def __call__(self, prompts: list[str], trainer: GRPOTrainer) -> RolloutOutput:
