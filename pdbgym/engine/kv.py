@@ -153,16 +153,6 @@ def cache_tensors(cache: Any) -> list[torch.Tensor]:
     return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
-def unpin(cache: Any) -> None:
-    """Undo ``StaticLayer``'s ``mark_static_address`` on its tensors: a compiled function then takes them
-    as ordinary inputs instead of guarding on their addresses, so every static cache of a model's
-    shape reuses one compile instead of recompiling for each new cache (CUDA graphs are the engine's own)."""
-    for layer in cache.layers:
-        for tensor in (layer.keys, layer.values):
-            if hasattr(tensor, "_dynamo_static_input_type"):
-                del tensor._dynamo_static_input_type
-
-
 def set_head(cache: Any, position: int) -> None:
     """Make the next write of every layer land at ``position``."""
     for layer in cache.layers:

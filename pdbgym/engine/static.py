@@ -42,7 +42,6 @@ from pdbgym.engine.kv import (
     place_rows,
     set_head,
     static_cache_problem,
-    unpin,
 )
 from pdbgym.engine.prefixes import PrefixStore
 from pdbgym.engine.types import EngineSettings, EngineStats, Row
@@ -210,17 +209,16 @@ class Sessions:
             if dropped and self.device.type == "cuda":
                 torch.cuda.empty_cache()  # to the device, once: other processes on the GPU may use it
             log.info("engine: a static cache of %d slots x %d positions", slots, length)
-            cache = new_static_cache(model, slots, length)
-            if self.settings.graphs == "compiled":
-                unpin(cache)  # inputs of the compiled step like any other, not guarded by address
             zeros = functools.partial(torch.zeros, slots, dtype=torch.long, device=self.device)
             self._shapes[key] = StaticShape(
-                slots, length, cache,
+                slots, length, new_static_cache(model, slots, length),
                 mask=torch.ones((slots, 1, 1, length), dtype=torch.bool, device=self.device),
                 input_ids=torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
                 positions=zeros(1), head=torch.zeros(1, dtype=torch.long, device=self.device),
                 temperature=torch.ones(slots, device=self.device), top_p=torch.ones(slots, device=self.device),
                 seeds=zeros(), steps=zeros(), modes=zeros(), live=zeros(1))
+            if self.settings.graphs == "compiled":
+                _mark_dynamic(self._shapes[key])
         return self._shapes[key]
 
     def _static_session(self, model: Any, first: list[Row], live: list[Row]) -> None:
@@ -402,25 +400,9 @@ class Sessions:
 
     def _step(self, model: Any, shape: StaticShape, nucleus: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``decode_step`` on the shape's buffers: as it is, or compiled (``graphs="compiled"``)."""
-        step = decode_step
-        if self.settings.graphs == "compiled":
-            step = self._compiled_step(shape)
+        step = compiled_decode_step() if self.settings.graphs == "compiled" else decode_step
         return step(self._forward, model, shape.cache, shape.input_ids, shape.mask, shape.positions, shape.head,
                     shape.live, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes, nucleus)
-
-    def _compiled_step(self, shape: StaticShape) -> Callable[..., Any]:
-        """``decode_step`` compiled by inductor (once per process: one code object), the shape's slot and
-        position dimensions marked dynamic so that one compile serves every shape of a model."""
-        global _COMPILED
-        if _COMPILED is None:
-            _COMPILED = torch.compile(decode_step, dynamic=None, fullgraph=False)
-        for tensor in (shape.input_ids, shape.positions, shape.live, shape.temperature, shape.top_p, shape.seeds,
-                       shape.steps, shape.modes):
-            torch._dynamo.maybe_mark_dynamic(tensor, 0)
-        for tensor in [shape.mask, *cache_tensors(shape.cache)]:
-            torch._dynamo.maybe_mark_dynamic(tensor, 0)
-            torch._dynamo.maybe_mark_dynamic(tensor, 2 if tensor is not shape.mask else 3)
-        return _COMPILED
 
     def _capture(self, model: Any, shape: StaticShape, nucleus: bool, head: int) -> None:
         """Record the step at this shape as a CUDA graph. One warm-up run first (on a side stream, as CUDA
@@ -452,9 +434,6 @@ class Sessions:
         shape.weights = next(model.parameters()).data_ptr()
 
 
-_COMPILED: Callable[..., Any] | None = None
-
-
 def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, input_ids: torch.Tensor,
                 mask: torch.Tensor, positions: torch.Tensor, head: torch.Tensor, live: torch.Tensor,
                 temperature: torch.Tensor, top_p: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
@@ -471,6 +450,24 @@ def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, in
     steps.add_(live[:, 0])
     head.add_(1)
     return ids, logprobs, logits
+
+
+@functools.cache
+def compiled_decode_step() -> Callable[..., Any]:
+    """``decode_step`` compiled by inductor: one code object, so one compile a process for each model
+    architecture; every shape reuses it, its dimensions marked dynamic when the shape is made."""
+    return torch.compile(decode_step, dynamic=None, fullgraph=False)
+
+
+def _mark_dynamic(shape: StaticShape) -> None:
+    """Mark a new shape's slot and position dimensions dynamic for the compiler, so that the first compile
+    of the step serves every later shape instead of specializing on this one's sizes."""
+    for tensor in (shape.input_ids, shape.positions, shape.live, shape.temperature, shape.top_p, shape.seeds,
+                   shape.steps, shape.modes):
+        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+    for tensor, position in [(shape.mask, 3)] + [(t, 2) for t in cache_tensors(shape.cache)]:
+        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        torch._dynamo.maybe_mark_dynamic(tensor, position)
 
 
 def _set_head(shape: StaticShape, position: int) -> None:
