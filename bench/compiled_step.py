@@ -12,6 +12,11 @@ each path's milliseconds a step, ``compile_seconds``, and the ratio of each to `
 
     python bench/compiled_step.py --device cuda --slots 48 --length 2048
     python bench/compiled_step.py --device cpu --slots 4 --length 512 --steps 5   # a smoke run: no graphs
+
+``--variant`` swaps how the step is compiled, to find one that records where the engine's own does not:
+``engine`` (the engine's: dynamic dimensions, graph breaks allowed), ``fullgraph`` (the same with
+``fullgraph=True``: a graph break fails with its reason), ``static`` (no dynamic dimensions: one compile per
+shape), ``forward`` (the model's forward alone compiled, the draw left to the captured kernels).
 """
 
 from __future__ import annotations
@@ -48,6 +53,31 @@ def step_ms(run, steps: int, cuda: bool = True) -> float:
     return round(statistics.median(times), 3)
 
 
+def compile_variant(variant: str) -> None:
+    """Swap the engine's compiled step for ``variant``'s (the module docstring lists them)."""
+    import torch
+
+    from pdbgym.engine import static
+
+    if variant == "engine":
+        return
+    if variant == "forward":
+        compiled: dict[int, object] = {}
+
+        def forward_compiled(forward, model, *rest):
+            fn = compiled.setdefault(id(model), torch.compile(model.forward, dynamic=None))
+            return static.decode_step(lambda m, ids, mask, positions, cache: forward(m, ids, mask, positions, cache,
+                                                                                     step=fn), model, *rest)
+
+        static.compiled_decode_step = lambda: forward_compiled
+        return
+    options = {"fullgraph": dict(dynamic=None, fullgraph=True), "static": dict(dynamic=False)}[variant]
+    step = torch.compile(static.decode_step, **options)
+    static.compiled_decode_step = lambda: step
+    if variant == "static":
+        static._mark_dynamic = lambda shape: None
+
+
 def main() -> None:
     import torch
     from engine_throughput import random_model  # bench/: the SmolLM2-135M and Qwen3-4B shapes
@@ -63,10 +93,12 @@ def main() -> None:
     p.add_argument("--length", type=int, default=2048)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--variant", default="engine", choices=["engine", "fullgraph", "static", "forward"])
     args = p.parse_args()
+    compile_variant(args.variant)
     cuda = args.device.startswith("cuda")
     model = random_model(args.shape, args.device, torch.bfloat16 if cuda else torch.float32)
-    out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "shape": args.shape,
+    out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "shape": args.shape, "variant": args.variant,
                  "slots": args.slots, "length": args.length}
     for graphs in ("capture", "compiled"):
         engine = LocalEngine(model, set(), 0, EngineSettings(static=True, graphs=graphs))

@@ -5,7 +5,8 @@
 # each), everything in $OUT:
 # 1. bench/compiled_step.py: one decode step at SmolLM2-135M's shape (48 x 2,048) captured, compiled without a
 #    graph, and compiled inside the engine's graph, each timed on the device; where the compiled step fails,
-#    its traceback (compiled_step.json). About 2 minutes, most of it the compile.
+#    its traceback (compiled_step-VARIANT.json; VARIANTS="engine fullgraph static forward" tries other ways of
+#    compiling it, bench/compiled_step.py --variant). About 2 minutes a variant, most of it the compile.
 # 2. the GPU engine tests, the compiled step's included, with the engine's warnings shown (gpu-tests.log).
 # 3. bench/engine_throughput.py decode --compiled at both shapes (decode.json): the captured and the compiled
 #    step against HF generate at the same batch, log-probs against a plain forward pass in fp32 and bf16.
@@ -15,8 +16,9 @@ source bench/offline/setup.sh .offline
 set -o pipefail
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 part() { [[ " ${PARTS:-1 2} " == *" $1 "* ]]; }
-part 1 && { timeout 300 python3 bench/compiled_step.py --device cuda --json "$OUT/compiled_step.json" \
-  2>"$OUT/compiled_step.log" | grep -v '"[a-z_]*_error"'; grep -h -m3 -E "Error|error:" "$OUT/compiled_step.json" | cut -c1-600; }
+part 1 && for v in ${VARIANTS:-engine}; do timeout ${PROBE_S:-300} python3 bench/compiled_step.py --device cuda \
+  --variant "$v" --json "$OUT/compiled_step-$v.json" 2>"$OUT/compiled_step-$v.log" | grep -v '"[a-z_]*_error"'
+  grep -h -m3 -E "Error|error:" "$OUT/compiled_step-$v.json" | cut -c1-600; done
 part 2 && { timeout 300 python3 -m pytest -q -p no:cacheprovider tests/engine/test_engine_gpu.py -o log_cli=true \
   --log-cli-level=WARNING > "$OUT/gpu-tests.log" 2>&1; tail -3 "$OUT/gpu-tests.log"; }
 part 3 && timeout 560 python3 bench/engine_throughput.py --json "$OUT/decode.json" decode --device cuda --compiled \
