@@ -13,10 +13,10 @@ each path's milliseconds a step, ``compile_seconds``, and the ratio of each to `
     python bench/compiled_step.py --device cuda --slots 48 --length 2048
     python bench/compiled_step.py --device cpu --slots 4 --length 512 --steps 5   # a smoke run: no graphs
 
-``--variant`` swaps how the step is compiled, to find one that records where the engine's own does not:
-``engine`` (the engine's: dynamic dimensions, graph breaks allowed), ``fullgraph`` (the same with
-``fullgraph=True``: a graph break fails with its reason), ``static`` (no dynamic dimensions: one compile per
-shape), ``forward`` (the model's forward alone compiled, the draw left to the captured kernels).
+``--variant`` swaps what is compiled: ``engine`` (the engine's: the model's forward, its slot and position
+dimensions dynamic, the draw's own kernels recorded beside it), ``static`` (the forward compiled for this
+shape alone), ``whole`` (the forward and the draw compiled together, which failed on an H100 with torch
+2.11: inductor's GPU code generation refused the draw's integer hashing).
 """
 
 from __future__ import annotations
@@ -53,29 +53,29 @@ def step_ms(run, steps: int, cuda: bool = True) -> float:
     return round(statistics.median(times), 3)
 
 
-def compile_variant(variant: str) -> None:
-    """Swap the engine's compiled step for ``variant``'s (the module docstring lists them)."""
+def compile_variant(variant: str, engine) -> None:
+    """Swap ``engine``'s compiled step for ``variant``'s (the module docstring lists them)."""
+    import functools
+
     import torch
 
     from pdbgym.engine import static
 
     if variant == "engine":
         return
-    if variant == "forward":
-        compiled: dict[int, object] = {}
-
-        def forward_compiled(forward, model, *rest):
-            fn = compiled.setdefault(id(model), torch.compile(model.forward, dynamic=None))
-            return static.decode_step(lambda m, ids, mask, positions, cache: forward(m, ids, mask, positions, cache,
-                                                                                     step=fn), model, *rest)
-
-        static.compiled_decode_step = lambda: forward_compiled
-        return
-    options = {"fullgraph": dict(dynamic=None, fullgraph=True), "static": dict(dynamic=False)}[variant]
-    step = torch.compile(static.decode_step, **options)
-    static.compiled_decode_step = lambda: step
-    if variant == "static":
+    if variant == "static":  # the forward compiled for this shape alone
+        compiled = torch.compile(engine.model.forward, dynamic=False)
+        static.compiled_forward = lambda model: compiled
         static._mark_dynamic = lambda shape: None
+        return
+    whole = torch.compile(static.decode_step, dynamic=None, fullgraph=False)  # the forward and the draw
+
+    def step(model, shape, nucleus, engine=engine):
+        forward = functools.partial(engine._forward)
+        return whole(forward, model, shape.cache, shape.input_ids, shape.mask, shape.positions, shape.head,
+                     shape.live, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes, nucleus)
+
+    engine._step = step
 
 
 def main() -> None:
@@ -93,15 +93,16 @@ def main() -> None:
     p.add_argument("--length", type=int, default=2048)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--variant", default="engine", choices=["engine", "fullgraph", "static", "forward"])
+    p.add_argument("--variant", default="engine", choices=["engine", "static", "whole"])
     args = p.parse_args()
-    compile_variant(args.variant)
     cuda = args.device.startswith("cuda")
     model = random_model(args.shape, args.device, torch.bfloat16 if cuda else torch.float32)
     out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "shape": args.shape, "variant": args.variant,
                  "slots": args.slots, "length": args.length}
     for graphs in ("capture", "compiled"):
         engine = LocalEngine(model, set(), 0, EngineSettings(static=True, graphs=graphs))
+        if graphs == "compiled":
+            compile_variant(args.variant, engine)
         with torch.inference_mode(), decode_attention(model):
             shape = engine._shape(model, args.slots, args.length)
             head = args.length - args.steps * 4 - 8

@@ -5,7 +5,7 @@
 # each), everything in $OUT:
 # 1. bench/compiled_step.py: one decode step at SmolLM2-135M's shape (48 x 2,048) captured, compiled without a
 #    graph, and compiled inside the engine's graph, each timed on the device; where the compiled step fails,
-#    its traceback (compiled_step-VARIANT.json; VARIANTS="engine fullgraph static forward" tries other ways of
+#    its traceback (compiled_step-VARIANT.json; VARIANTS="engine static whole" tries other ways of
 #    compiling it, bench/compiled_step.py --variant). About 2 minutes a variant, most of it the compile.
 # 2. the GPU engine tests, the compiled step's included, with the engine's warnings shown (gpu-tests.log).
 # 3. bench/engine_throughput.py decode --compiled at both shapes (decode.json): the captured and the compiled

@@ -1,6 +1,8 @@
 """The engine's static path (CUDA, the default there): a ``StaticCache`` of ``slots`` rows and ``length``
-positions and a decode step recorded as a CUDA graph (its kernels fused by inductor first with
-``graphs="compiled"``: one compile per process and model, its slot and position dimensions dynamic).
+positions and a decode step recorded as a CUDA graph (with ``graphs="compiled"`` the model's forward in
+it fused by inductor first: one compile per process and model, its slot and position dimensions dynamic; the
+draw stays the recorded kernels of ``draw_all``, whose integer hashing inductor's GPU code generation
+refused on an H100).
 
 Every row writes at one shared head; a prompt is prefilled on its own and its keys and values are placed
 right-aligned below the head in a free slot, so a request that arrives while others decode joins the
@@ -25,6 +27,7 @@ import dataclasses
 import functools
 import logging
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,9 +153,7 @@ class Sessions:
                 shape = self._shape(model, trial, self.settings.min_length)
                 _set_head(shape, 1)
                 shape.mask.fill_(True)
-                # both graphs a session may need, with and without a top-p < 1 row; a compiled step's nucleus
-                # graph is compiled at its first use instead (tens of seconds that GRPO's top-p 1 never needs)
-                for nucleus in (False,) if self.settings.graphs == "compiled" else (False, True):
+                for nucleus in (False, True):  # both graphs a session may need, with and without a top-p < 1 row
                     self._capture(model, shape, nucleus, 1)
                     shape.graphs[nucleus].replay()
                 synchronize()
@@ -399,10 +400,11 @@ class Sessions:
         return out
 
     def _step(self, model: Any, shape: StaticShape, nucleus: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``decode_step`` on the shape's buffers: as it is, or compiled (``graphs="compiled"``)."""
-        step = compiled_decode_step() if self.settings.graphs == "compiled" else decode_step
-        return step(self._forward, model, shape.cache, shape.input_ids, shape.mask, shape.positions, shape.head,
-                    shape.live, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes, nucleus)
+        """``decode_step`` on the shape's buffers, the model's forward as it is or compiled (``graphs="compiled"``)."""
+        forward = (functools.partial(self._forward, step=compiled_forward(model))
+                   if self.settings.graphs == "compiled" else self._forward)
+        return decode_step(forward, model, shape.cache, shape.input_ids, shape.mask, shape.positions, shape.head,
+                           shape.live, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes, nucleus)
 
     def _capture(self, model: Any, shape: StaticShape, nucleus: bool, head: int) -> None:
         """Record the step at this shape as a CUDA graph. One warm-up run first (on a side stream, as CUDA
@@ -452,18 +454,25 @@ def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, in
     return ids, logprobs, logits
 
 
-@functools.cache
-def compiled_decode_step() -> Callable[..., Any]:
-    """``decode_step`` compiled by inductor: one code object, so one compile a process for each model
-    architecture; every shape reuses it, its dimensions marked dynamic when the shape is made."""
-    return torch.compile(decode_step, dynamic=None, fullgraph=False)
+_COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Any]] = weakref.WeakKeyDictionary()
+
+
+def compiled_forward(model: Any) -> Callable[..., Any]:
+    """``model.forward`` compiled by inductor, made once per model object: every shape reuses it, its
+    dimensions marked dynamic when the shape is made. Only the forward: with the draw compiled too, inductor's
+    GPU code generation failed on the draw's integer hashing (an H100, torch 2.11), where the forward alone
+    compiled and, recorded with the draw's own kernels, made a step at SmolLM2-135M's shape 1.8x faster
+    (``bench/compiled_step.py``)."""
+    compiled = _COMPILED.get(model)
+    if compiled is None:
+        compiled = _COMPILED[model] = torch.compile(model.forward, dynamic=None)
+    return compiled
 
 
 def _mark_dynamic(shape: StaticShape) -> None:
     """Mark a new shape's slot and position dimensions dynamic for the compiler, so that the first compile
-    of the step serves every later shape instead of specializing on this one's sizes."""
-    for tensor in (shape.input_ids, shape.positions, shape.live, shape.temperature, shape.top_p, shape.seeds,
-                   shape.steps, shape.modes):
+    of the forward serves every later shape instead of specializing on this one's sizes."""
+    for tensor in (shape.input_ids, shape.positions):
         torch._dynamo.maybe_mark_dynamic(tensor, 0)
     for tensor, position in [(shape.mask, 3)] + [(t, 2) for t in cache_tensors(shape.cache)]:
         torch._dynamo.maybe_mark_dynamic(tensor, 0)
