@@ -11,7 +11,9 @@
 # 3. bench/engine_throughput.py decode --compiled at both shapes (decode.json): the captured and the compiled
 #    step against HF generate at the same batch, log-probs against a plain forward pass in fp32 and bf16.
 # 4. the short experiment's GRPO stage at this tree's defaults (`--until grpo`, within
-#    MINUTES, default 8.5): its steps.jsonl (every step's split) and report.md.
+#    MINUTES, default 8.5): its steps.jsonl (every step's split) and report.md; GRPO_KEYS="compile_decode = true;
+#    trace_step = 6" runs a copy of the file with those [grpo] keys (outside the settings digest), and a
+#    traced step's table (trace/step-N.txt) comes back too.
 source bench/offline/setup.sh .offline
 set -o pipefail
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
@@ -27,9 +29,17 @@ import json; d = json.load(open('$OUT/decode.json'))
 for shape, row in d.items():
     if isinstance(row, dict): print(shape, {k: v.get('tok_s', v) if isinstance(v, dict) else v for k, v in row.items()})"
 if part 4; then
-  python3 -m pdbgym.cli experiment run experiments/smollm2-ladder-short.toml --out /tmp/short --device cuda \
+  # GRPO_KEYS (e.g. "compile_decode = true; trace_step = 6") adds [grpo] keys outside the settings digest to a
+  # copy of the file: a lever measured at the same settings
+  TOML=experiments/smollm2-ladder-short.toml
+  if [ -n "$GRPO_KEYS" ]; then
+    python3 -c "import sys; t = open('$TOML').read(); k = '\n'.join(x.strip() for x in sys.argv[1].split(';'))
+print(t.replace('\n[grpo]\n', '\n[grpo]\n' + k + '\n', 1), end='')" "$GRPO_KEYS" > /tmp/short-levers.toml
+    TOML=/tmp/short-levers.toml
+  fi
+  python3 -m pdbgym.cli experiment run $TOML --out /tmp/short --device cuda \
     --workers 12 --until grpo --minutes "${MINUTES:-8.5}" > "$OUT/short.log" 2>&1; tail -5 "$OUT/short.log"
-  for f in $(find /tmp/short -name steps.jsonl -o -name report.md | head -4); do
+  for f in $(find /tmp/short -name steps.jsonl -o -name report.md -o -path "*trace*" -name "*.txt" | head -6); do
     cp "$f" "$OUT/$(echo "${f#/tmp/short/}" | tr / _)"; done
 fi
 ls -la "$OUT"
