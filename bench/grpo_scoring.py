@@ -1,0 +1,147 @@
+"""The GRPO update's scoring forward and backward over a step's rows, as TRL lays them out and as pdbgym groups them.
+
+A step's rows are episodes of different lengths: a prompt of ``--prompt`` ids (+-10%) left-padded by TRL,
+then a completion (the model's turns and the tools' outputs) right-padded, drawn uniform from
+``--completions`` (the short experiment's real rows on an H100 ran about 900 to 4,096 ids). Each arm
+scores every row's completion ids (TRL's fused LM head, log-probs and entropies, bf16 autocast on a GPU)
+with gradient through a DoRA delta (rank 16 on every linear layer) and gradient checkpointing, as
+``train grpo`` does by default, and runs the backward of their sum. Arms, in one run, same rows:
+
+- ``trl_padded`` (the baseline): TRL's one padded batch with its padding mask;
+- ``groups_before`` (with ``--against REV``): ``pdbgym/train/grpo/packing.py`` of that revision;
+- ``groups_now``: this tree's ``grouped_scores`` (each row at its group's left edge, no mask).
+
+Each is the median of ``--repeats`` after a warm-up, with the card's peak memory, and each grouped arm's
+log-probs are checked against the baseline's on the completion ids. Prints JSON with the ratios.
+
+    python bench/grpo_scoring.py --device cuda --against 7aef45e
+    python bench/grpo_scoring.py --device cpu --rows 4 --prompt 64 --completions 16,128 --layers 2   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def packing_of(rev: str) -> types.ModuleType:
+    """``pdbgym/train/grpo/packing.py`` as it was at ``rev`` (or the file ``rev`` names: a machine without the
+    repository's history gets the old file copied over), as a module."""
+    if Path(rev).is_file():
+        source = Path(rev).read_text()
+    else:
+        source = subprocess.run(["git", "show", f"{rev}:pdbgym/train/grpo/packing.py"], cwd=ROOT, check=True,
+                                capture_output=True, text=True).stdout
+    module = types.ModuleType(f"packing_{rev}")
+    exec(compile(source, f"packing@{rev}", "exec"), module.__dict__)  # noqa: S102 - our own file at a revision
+    return module
+
+
+def main() -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from pdbgym.train.grpo.packing import grouped_scores
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--rows", type=int, default=32)
+    p.add_argument("--prompt", type=int, default=680)
+    p.add_argument("--completions", default="220,3400", help="least,most ids of a completion")
+    p.add_argument("--budget", type=int, default=65536, help="train grpo --update-tokens")
+    p.add_argument("--layers", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--against", default=None, help="also time this revision's grouped scoring (or that of a "
+                   "copy of packing.py)")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    cuda = args.device.startswith("cuda")
+    generator = torch.Generator().manual_seed(0)
+    low, high = (int(x) for x in args.completions.split(","))
+    prompts = [int(args.prompt * (0.9 + 0.2 * torch.rand(1, generator=generator).item())) for _ in range(args.rows)]
+    completions = torch.randint(low, high + 1, (args.rows,), generator=generator).tolist()
+    width_p, keep = max(prompts), max(completions)
+    ids = torch.zeros(args.rows, width_p + keep, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, (a, b) in enumerate(zip(prompts, completions, strict=True)):
+        ids[row, width_p - a:width_p + b] = torch.randint(10, 49000, (a + b,), generator=generator)
+        mask[row, width_p - a:width_p + b] = 1
+    ids, mask = ids.to(args.device), mask.to(args.device)
+    completion_mask = mask[:, -keep:].float()
+
+    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=args.layers,
+                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                         tie_word_embeddings=True)
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(config).to(args.device, torch.bfloat16 if cuda else torch.float32)
+    base.config._attn_implementation = "sdpa"
+    add_fused_lm_head(base, temperature=1.0, outputs=("log_probs", "entropy"))  # as TRL's GRPO does
+    model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", use_dora=True,
+                                            lora_dropout=0.0))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    model.train()
+
+    def score(ids_, mask_, keep_, compute_entropy=False):
+        """TRL 1.16's ``_get_per_token_logps_and_entropies`` on one batch."""
+        labels = ids_.masked_fill(mask_ == 0, -100)
+        labels[:, :-keep_] = -100
+        with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=cuda):
+            out = model(input_ids=ids_, attention_mask=mask_, labels=labels, fused_lm_head=True)
+        return out.log_probs[:, -keep_:], out.entropy[:, -keep_:] if compute_entropy else None, None
+
+    arms = {"trl_padded": lambda: score(ids, mask, keep, True)[0]}
+    if args.against:
+        before = packing_of(args.against)
+        arms["groups_before"] = lambda: before.grouped_scores(score, ids, mask, keep, args.budget, True)[0]
+    arms["groups_now"] = lambda: grouped_scores(score, ids, mask, keep, args.budget, True)[0]
+    out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "rows": args.rows,
+                 "ids": int(mask.sum()), "padded_ids": ids.numel(), "budget": args.budget, "layers": args.layers,
+                 "against": args.against}
+    reference = None
+    for name, run in arms.items():
+        seconds = []
+        for k in range(args.repeats + 1):
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            started = time.perf_counter()
+            logps = run()
+            (logps.float() * completion_mask).sum().backward()
+            model.zero_grad(set_to_none=True)
+            if cuda:
+                torch.cuda.synchronize()
+            if k:
+                seconds.append(time.perf_counter() - started)
+        out[name] = {"seconds": round(statistics.median(seconds), 4)}
+        if cuda:
+            out[name]["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        with torch.no_grad():
+            got = run().float() * completion_mask
+        if reference is None:
+            reference = got
+        else:
+            out[name]["largest_logprob_difference"] = round(float((got - reference).abs().max()), 5)
+        print(name, json.dumps(out[name]), flush=True)
+    base_s = out["trl_padded"]["seconds"]
+    out["over_trl_padded"] = {name: round(base_s / out[name]["seconds"], 3) for name in arms if name != "trl_padded"}
+    if "groups_before" in out:
+        out["now_over_before"] = round(out["groups_before"]["seconds"] / out["groups_now"]["seconds"], 3)
+    print(json.dumps(out))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
