@@ -55,8 +55,6 @@ def step_ms(run, steps: int, cuda: bool = True) -> float:
 
 def compile_variant(variant: str, engine) -> None:
     """Swap ``engine``'s compiled step for ``variant``'s (the module docstring lists them)."""
-    import functools
-
     import torch
 
     from pdbgym.engine import static
@@ -71,8 +69,7 @@ def compile_variant(variant: str, engine) -> None:
     whole = torch.compile(static.decode_step, dynamic=None, fullgraph=False)  # the forward and the draw
 
     def step(model, shape, nucleus, engine=engine):
-        forward = functools.partial(engine._forward)
-        return whole(forward, model, shape.cache, shape.input_ids, shape.mask, shape.positions, shape.head,
+        return whole(engine._forward, model, shape.cache, shape.input_ids, shape.mask, shape.positions, shape.head,
                      shape.live, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes, nucleus)
 
     engine._step = step

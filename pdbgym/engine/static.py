@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import logging
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -454,18 +453,16 @@ def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, in
     return ids, logprobs, logits
 
 
-_COMPILED: weakref.WeakKeyDictionary[Any, Callable[..., Any]] = weakref.WeakKeyDictionary()
-
-
 def compiled_forward(model: Any) -> Callable[..., Any]:
-    """``model.forward`` compiled by inductor, made once per model object: every shape reuses it, its
-    dimensions marked dynamic when the shape is made. Only the forward: with the draw compiled too, inductor's
-    GPU code generation failed on the draw's integer hashing (an H100, torch 2.11), where the forward alone
-    compiled and, recorded with the draw's own kernels, made a step at SmolLM2-135M's shape 1.8x faster
-    (``bench/compiled_step.py``)."""
-    compiled = _COMPILED.get(model)
+    """``model.forward`` compiled by inductor, made once per model object and kept on it (so it goes with the
+    model): every shape reuses it, its dimensions marked dynamic when the shape is made. Only the forward:
+    with the draw compiled too, inductor's GPU code generation failed on the draw's integer hashing (an H100,
+    torch 2.11), where the forward alone compiled and, recorded with the draw's own kernels, made a step at
+    SmolLM2-135M's shape 1.8x faster (``bench/compiled_step.py``)."""
+    compiled = getattr(model, "_pdbgym_compiled_forward", None)
     if compiled is None:
-        compiled = _COMPILED[model] = torch.compile(model.forward, dynamic=None)
+        compiled = torch.compile(model.forward, dynamic=None)
+        object.__setattr__(model, "_pdbgym_compiled_forward", compiled)
     return compiled
 
 
