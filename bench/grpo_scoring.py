@@ -9,7 +9,13 @@ with gradient through a DoRA delta (rank 16 on every linear layer) and gradient 
 
 - ``trl_padded`` (the baseline): TRL's one padded batch with its padding mask;
 - ``groups_before`` (with ``--against REV``): ``pdbgym/train/grpo/packing.py`` of that revision;
-- ``groups_now``: this tree's ``grouped_scores`` (each row at its group's left edge, no mask).
+- ``groups_now``: this tree's ``grouped_scores`` (each row at its group's left edge, no mask);
+- ``no_checkpointing`` (with ``--arms``): the same groups, no recompute, in groups of at most
+  ``--budget-no-checkpointing`` padded ids (their activations held for the backward);
+- ``lora`` (with ``--arms``): the same groups through a LoRA delta of the same rank instead of DoRA.
+
+``--profile ARM`` runs one more pass of that arm under ``torch.profiler`` and prints its top operators by
+device time (where the update's time goes).
 
 Each is the median of ``--repeats`` after a warm-up, with the card's peak memory, and each grouped arm's
 log-probs are checked against the baseline's on the completion ids. Prints JSON with the ratios.
@@ -46,6 +52,22 @@ def packing_of(rev: str) -> types.ModuleType:
     return module
 
 
+def profile(run, completion_mask, models, cuda: bool) -> None:
+    """One pass of ``run`` (forward and backward) under ``torch.profiler``: its top operators by device time."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        (run().float() * completion_mask).sum().backward()
+        if cuda:
+            torch.cuda.synchronize()
+    for m in models:
+        m.zero_grad(set_to_none=True)
+    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=60), flush=True)
+
+
 def main() -> None:
     import torch
     from peft import LoraConfig, get_peft_model
@@ -64,6 +86,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--against", default=None, help="also time this revision's grouped scoring (or that of a "
                    "copy of packing.py)")
+    p.add_argument("--arms", default="", help="more arms, comma-separated: no_checkpointing, lora")
+    p.add_argument("--budget-no-checkpointing", type=int, default=16384,
+                   help="padded ids a forward holds in the no_checkpointing arm")
+    p.add_argument("--profile", default=None, help="profile one pass of this arm and print its top operators")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     cuda = args.device.startswith("cuda")
@@ -83,29 +109,58 @@ def main() -> None:
     config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=args.layers,
                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
                          tie_word_embeddings=True)
-    torch.manual_seed(0)
-    base = LlamaForCausalLM(config).to(args.device, torch.bfloat16 if cuda else torch.float32)
-    base.config._attn_implementation = "sdpa"
-    add_fused_lm_head(base, temperature=1.0, outputs=("log_probs", "entropy"))  # as TRL's GRPO does
-    model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", use_dora=True,
-                                            lora_dropout=0.0))
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.enable_input_require_grads()
-    model.train()
+    extra = [a for a in args.arms.split(",") if a]
+    unknown = set(extra) - {"no_checkpointing", "lora"}
+    if unknown:
+        p.error(f"unknown arm(s) {', '.join(sorted(unknown))}: --arms takes no_checkpointing, lora")
 
-    def score(ids_, mask_, keep_, compute_entropy=False):
-        """TRL 1.16's ``_get_per_token_logps_and_entropies`` on one batch."""
-        labels = ids_.masked_fill(mask_ == 0, -100)
-        labels[:, :-keep_] = -100
-        with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=cuda):
-            out = model(input_ids=ids_, attention_mask=mask_, labels=labels, fused_lm_head=True)
-        return out.log_probs[:, -keep_:], out.entropy[:, -keep_:] if compute_entropy else None, None
+    def delta(dora: bool):
+        """The same random base (seed 0) with a fresh delta on every linear layer."""
+        torch.manual_seed(0)
+        base = LlamaForCausalLM(config).to(args.device, torch.bfloat16 if cuda else torch.float32)
+        base.config._attn_implementation = "sdpa"
+        add_fused_lm_head(base, temperature=1.0, outputs=("log_probs", "entropy"))  # as TRL's GRPO does
+        peft_model = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
+                                                     use_dora=dora, lora_dropout=0.0))
+        peft_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        peft_model.enable_input_require_grads()
+        peft_model.train()
+        return peft_model
+
+    models = {"dora": delta(True)}
+    if "lora" in extra:
+        models["lora"] = delta(False)
+
+    def scorer(which: str):
+        def score(ids_, mask_, keep_, compute_entropy=False):
+            """TRL 1.16's ``_get_per_token_logps_and_entropies`` on one batch."""
+            labels = ids_.masked_fill(mask_ == 0, -100)
+            labels[:, :-keep_] = -100
+            with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=cuda):
+                out = models[which](input_ids=ids_, attention_mask=mask_, labels=labels, fused_lm_head=True)
+            return out.log_probs[:, -keep_:], out.entropy[:, -keep_:] if compute_entropy else None, None
+        return score
+
+    score = scorer("dora")
+
+    def without_checkpointing():
+        models["dora"].activation_checkpointing_disable()
+        try:
+            return grouped_scores(score, ids, mask, keep, args.budget_no_checkpointing, True)[0]
+        finally:
+            models["dora"].gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     arms = {"trl_padded": lambda: score(ids, mask, keep, True)[0]}
     if args.against:
         before = packing_of(args.against)
         arms["groups_before"] = lambda: before.grouped_scores(score, ids, mask, keep, args.budget, True)[0]
     arms["groups_now"] = lambda: grouped_scores(score, ids, mask, keep, args.budget, True)[0]
+    if "no_checkpointing" in extra:
+        arms["no_checkpointing"] = without_checkpointing
+    if "lora" in extra:
+        arms["lora"] = lambda: grouped_scores(scorer("lora"), ids, mask, keep, args.budget, True)[0]
+    if args.profile is not None and args.profile not in arms:
+        p.error(f"--profile {args.profile}: no such arm in this run ({', '.join(arms)})")
     out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "rows": args.rows,
                  "ids": int(mask.sum()), "padded_ids": ids.numel(), "budget": args.budget, "layers": args.layers,
                  "against": args.against}
@@ -119,7 +174,8 @@ def main() -> None:
             started = time.perf_counter()
             logps = run()
             (logps.float() * completion_mask).sum().backward()
-            model.zero_grad(set_to_none=True)
+            for m in models.values():
+                m.zero_grad(set_to_none=True)
             if cuda:
                 torch.cuda.synchronize()
             if k:
@@ -134,6 +190,8 @@ def main() -> None:
         else:
             out[name]["largest_logprob_difference"] = round(float((got - reference).abs().max()), 5)
         print(name, json.dumps(out[name]), flush=True)
+        if name == args.profile:
+            profile(run, completion_mask, models.values(), cuda)
     base_s = out["trl_padded"]["seconds"]
     out["over_trl_padded"] = {name: round(base_s / out[name]["seconds"], 3) for name in arms if name != "trl_padded"}
     if "groups_before" in out:

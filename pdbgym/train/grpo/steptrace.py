@@ -95,9 +95,11 @@ def step_trace(out: Path, step: int) -> TrainerCallback:
             self.started = 0.0  # traced once
             folder = out / TRACE_DIR
             folder.mkdir(parents=True, exist_ok=True)
+            # The table first: a whole step's Chrome trace takes long to write, and a run stopped meanwhile
+            # (a job's time limit) still leaves the table
+            write_text_atomic(folder / f"step-{step}.txt", summary(self.profiler, wall, cuda))
             partial = folder / f".step-{step}.part.json.gz"  # the profiler gzips a path ending in .gz
             self.profiler.export_chrome_trace(str(partial))
             partial.replace(folder / f"step-{step}.json.gz")
-            write_text_atomic(folder / f"step-{step}.txt", summary(self.profiler, wall, cuda))
 
     return StepTrace()
