@@ -12,7 +12,10 @@ with gradient through a DoRA delta (rank 16 on every linear layer) and gradient 
 - ``groups_now``: this tree's ``grouped_scores`` (each row at its group's left edge, no mask);
 - ``no_checkpointing`` (with ``--arms``): the same groups, no recompute, in groups of at most
   ``--budget-no-checkpointing`` padded ids (their activations held for the backward);
-- ``lora`` (with ``--arms``): the same groups through a LoRA delta of the same rank instead of DoRA.
+- ``lora`` (with ``--arms``): the same groups through a LoRA delta of the same rank instead of DoRA;
+- ``fused_dora`` (with ``--arms``): the same groups and DoRA delta, its layers' forward fused
+  (``pdbgym.train.dora.fuse_dora``, compiled by inductor on a GPU; the compile is in the warm-up);
+- ``fused_no_checkpointing`` (with ``--arms``): that, with no recompute, at ``--budget-no-checkpointing``.
 
 ``--profile ARM`` runs one more pass of that arm under ``torch.profiler`` and prints its top operators by
 device time (where the update's time goes).
@@ -36,6 +39,7 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+EXTRA_ARMS = ("no_checkpointing", "lora", "fused_dora", "fused_no_checkpointing")
 sys.path.insert(0, str(ROOT))
 
 
@@ -86,8 +90,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--against", default=None, help="also time this revision's grouped scoring (or that of a "
                    "copy of packing.py)")
-    p.add_argument("--arms", default="", help="more arms, comma-separated: no_checkpointing, lora")
-    p.add_argument("--budget-no-checkpointing", type=int, default=16384,
+    p.add_argument("--arms", default="", help="more arms, comma-separated: " + ", ".join(EXTRA_ARMS))
+    p.add_argument("--budget-no-checkpointing", type=int, default=12288,
                    help="padded ids a forward holds in the no_checkpointing arm")
     p.add_argument("--profile", default=None, help="profile one pass of this arm and print its top operators")
     p.add_argument("--json", type=Path, default=None)
@@ -110,9 +114,9 @@ def main() -> None:
                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
                          tie_word_embeddings=True)
     extra = [a for a in args.arms.split(",") if a]
-    unknown = set(extra) - {"no_checkpointing", "lora"}
+    unknown = set(extra) - set(EXTRA_ARMS)
     if unknown:
-        p.error(f"unknown arm(s) {', '.join(sorted(unknown))}: --arms takes no_checkpointing, lora")
+        p.error(f"unknown arm(s) {', '.join(sorted(unknown))}: --arms takes {', '.join(EXTRA_ARMS)}")
 
     def delta(dora: bool):
         """The same random base (seed 0) with a fresh delta on every linear layer."""
@@ -130,6 +134,12 @@ def main() -> None:
     models = {"dora": delta(True)}
     if "lora" in extra:
         models["lora"] = delta(False)
+    if {"fused_dora", "fused_no_checkpointing"} & set(extra):
+        from pdbgym.train.dora import fuse_dora
+
+        models["fused"] = delta(True)
+        out_layers = fuse_dora(models["fused"])
+        print(f"fused {out_layers} DoRA layers", flush=True)
 
     def scorer(which: str):
         def score(ids_, mask_, keep_, compute_entropy=False):
@@ -143,12 +153,12 @@ def main() -> None:
 
     score = scorer("dora")
 
-    def without_checkpointing():
-        models["dora"].activation_checkpointing_disable()
+    def without_checkpointing(which: str):
+        models[which].activation_checkpointing_disable()
         try:
-            return grouped_scores(score, ids, mask, keep, args.budget_no_checkpointing, True)[0]
+            return grouped_scores(scorer(which), ids, mask, keep, args.budget_no_checkpointing, True)[0]
         finally:
-            models["dora"].gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            models[which].gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     arms = {"trl_padded": lambda: score(ids, mask, keep, True)[0]}
     if args.against:
@@ -156,9 +166,13 @@ def main() -> None:
         arms["groups_before"] = lambda: before.grouped_scores(score, ids, mask, keep, args.budget, True)[0]
     arms["groups_now"] = lambda: grouped_scores(score, ids, mask, keep, args.budget, True)[0]
     if "no_checkpointing" in extra:
-        arms["no_checkpointing"] = without_checkpointing
+        arms["no_checkpointing"] = lambda: without_checkpointing("dora")
     if "lora" in extra:
         arms["lora"] = lambda: grouped_scores(scorer("lora"), ids, mask, keep, args.budget, True)[0]
+    if "fused_dora" in extra:
+        arms["fused_dora"] = lambda: grouped_scores(scorer("fused"), ids, mask, keep, args.budget, True)[0]
+    if "fused_no_checkpointing" in extra:
+        arms["fused_no_checkpointing"] = lambda: without_checkpointing("fused")
     if args.profile is not None and args.profile not in arms:
         p.error(f"--profile {args.profile}: no such arm in this run ({', '.join(arms)})")
     out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "rows": args.rows,

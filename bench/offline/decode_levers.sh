@@ -13,7 +13,8 @@
 # 4. the short experiment's GRPO stage at this tree's defaults (`--until grpo`, within
 #    MINUTES, default 8.5): its steps.jsonl (every step's split) and report.md; GRPO_KEYS="compile_decode = true;
 #    trace_step = 6" runs a copy of the file with those [grpo] keys (outside the settings digest), and a
-#    traced step's table (trace/step-N.txt) comes back too.
+#    traced step's table (trace/step-N.txt) comes back too. RUN, FROM, UNTIL and TAG (part 4's comment) run
+#    several GRPO arms from one SFT stage: `UNTIL=sft RUN=/tmp/sft0`, then `FROM=/tmp/sft0 RUN=/tmp/new TAG=new-`.
 source bench/offline/setup.sh .offline
 set -o pipefail
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
@@ -30,16 +31,19 @@ for shape, row in d.items():
     if isinstance(row, dict): print(shape, {k: v.get('tok_s', v) if isinstance(v, dict) else v for k, v in row.items()})"
 if part 4; then
   # GRPO_KEYS (e.g. "compile_decode = true; trace_step = 6") adds [grpo] keys outside the settings digest to a
-  # copy of the file: a lever measured at the same settings
-  TOML=experiments/smollm2-ladder-short.toml
+  # copy of the file: a lever measured at the same settings. RUN (default /tmp/short) is the experiment's
+  # folder; FROM, a folder to start it from (one run --until sft: arms that share its SFT stage, GRPO's start,
+  # differ only in their GRPO); UNTIL (default grpo) the last stage; TAG names the files brought back.
+  TOML=experiments/smollm2-ladder-short.toml RUN=${RUN:-/tmp/short}
   if [ -n "$GRPO_KEYS" ]; then
     python3 -c "import sys; t = open('$TOML').read(); k = '\n'.join(x.strip() for x in sys.argv[1].split(';'))
 print(t.replace('\n[grpo]\n', '\n[grpo]\n' + k + '\n', 1), end='')" "$GRPO_KEYS" > /tmp/short-levers.toml
     TOML=/tmp/short-levers.toml
   fi
-  python3 -m pdbgym.cli experiment run $TOML --out /tmp/short --device cuda \
-    --workers 12 --until grpo --minutes "${MINUTES:-8.5}" > "$OUT/short.log" 2>&1; tail -5 "$OUT/short.log"
-  for f in $(find /tmp/short -name steps.jsonl -o -name report.md -o -path "*trace*" -name "*.txt" | head -6); do
-    cp "$f" "$OUT/$(echo "${f#/tmp/short/}" | tr / _)"; done
+  [ -n "$FROM" ] && [ ! -e "$RUN" ] && cp -a "$FROM" "$RUN"
+  python3 -m pdbgym.cli experiment run $TOML --out "$RUN" --device cuda --workers 12 --until "${UNTIL:-grpo}" \
+    --minutes "${MINUTES:-8.5}" > "$OUT/${TAG}short.log" 2>&1; tail -5 "$OUT/${TAG}short.log"
+  for f in $(find "$RUN" -path "*grpo*" -name steps.jsonl -o -name report.md -o -path "*trace*" -name "*.txt" \
+      | head -6); do cp "$f" "$OUT/$TAG$(echo "${f#"$RUN"/}" | tr / _)"; done
 fi
 ls -la "$OUT"

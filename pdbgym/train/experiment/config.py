@@ -98,16 +98,18 @@ class GRPOSettings:
     budget_start: int = 0  # 0: [episodes] turn_budget
     budget_ramp_steps: int = 100
     # How the update runs, not what it computes (pdbgym train grpo --update-micro-batches,
-    # --no-gradient-checkpointing, --cudnn-attention, --compile-decode, --trace-step): left out of the
-    # settings digest, so a folder resumes under either.
+    # --no-gradient-checkpointing, --cudnn-attention, --compile-decode, --no-fused-dora, --trace-step): left out
+    # of the settings digest, so a folder resumes under either.
     update_micro_batches: int = 1
     gradient_checkpointing: bool = True
     cudnn_attention: bool = False
     compile_decode: bool = False
+    fused_dora: bool = True
     trace_step: int = 0
 
 
-UPDATE_ONLY = ("update_micro_batches", "gradient_checkpointing", "cudnn_attention", "compile_decode", "trace_step")  # [grpo] keys the digest leaves out
+UPDATE_ONLY = ("update_micro_batches", "gradient_checkpointing", "cudnn_attention", "compile_decode", "fused_dora",
+               "trace_step")  # [grpo] keys the digest leaves out
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,10 @@ def build(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None = None,
         train_dataset=Dataset.from_dict({"prompt": [t.instance_id for t in train_tasks]}),
         processing_class=tokenizer, peft_config=lora, rollout_func=rollout)
     _refuse_sharded_parameters(trainer)
+    if config.fused_dora:
+        from pdbgym.train.dora import fuse_dora  # imports torch, as the trainer has
+
+        fuse_dora(trainer.model)
     # transformers prints each log row as a Python dict on stdout when its bar is off; the steps go to
     # steps.jsonl and pdbgym's own progress, and stdout stays the command's (--json: one JSON document)
     trainer.remove_callback(PrinterCallback)

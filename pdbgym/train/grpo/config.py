@@ -100,6 +100,11 @@ class GRPORunConfig:
         False, "on a GPU, have inductor fuse the model's forward in the rollouts' decode step before the step is "
         "recorded as a CUDA graph (once per process, about 86 s for SmolLM2-135M on an H100): a small model's step is "
         "bound by its kernel launches, which the fusion cuts (3.07 against 5.59 ms a step there, docs/benchmarks.md)")
+    fused_dora: bool = documented(
+        True, "compute a DoRA delta's layers in the update as one fused function each, compiled by inductor on a "
+        "GPU (pdbgym.train.dora; the same function as PEFT's): PEFT's float32 passes over every layer's output were "
+        "most of a small model's update (docs/benchmarks.md); off: PEFT's own forward", flag="--no-fused-dora",
+        negates=True)
     max_minutes: float = documented(
         0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
         "gated", min=0)
@@ -141,5 +146,5 @@ class GRPORunConfig:
     def recipe(self) -> dict[str, Setting]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
                 "rollout_weights", "update_tokens", "update_micro_batches", "trace_step", "gradient_checkpointing",
-                "cudnn_attention", "compile_decode", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
+                "cudnn_attention", "compile_decode", "fused_dora", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

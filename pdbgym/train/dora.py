@@ -1,0 +1,120 @@
+"""A DoRA delta's training forward in one fused pass a layer (``fuse_dora``), the same function as PEFT's.
+
+A DoRA layer's output is ``g * (W x + s B A x)``, where ``g = m / ||W + s B A||`` per output feature (the
+norm held constant in the backward, as the DoRA paper and PEFT do). PEFT computes it as
+``W x + (g - 1) * W x + g * s * (B A x)`` in float32: on every linear layer, in the forward, the recompute of
+gradient checkpointing and the backward, about six float32 passes over a ``[ids, out_features]`` tensor,
+and the layer's input copied to float32 and back to bf16 for the adapter's matmul. For a 135M model those
+passes, not the matmuls, were the update: of 2.39 s of kernels in one forward and backward of a real step's
+84,149 ids on an H100, multiplications, copies and additions took 1.67 s and the matmuls 0.24 s
+(``bench/grpo_scoring.py --profile``, ``docs/benchmarks.md``).
+
+``FusedDoraVariant`` extends PEFT's ``DoraLinearVariant``: in training mode its forward computes the norms
+with no gradient (a small ``[out, in]`` matrix, in float32 outside autocast), the adapter's matmuls on the
+layer's input as autocast gives it, and ``g * (W x + s B A x)`` in float32 arithmetic written back in the
+layer's output dtype as one function: on a GPU compiled by inductor (one kernel forward, one backward,
+shapes dynamic), elsewhere the same expression eagerly. Outside training (the engine's live decode, which
+caches PEFT's norms for a round) and for layers it does not cover (a bias, dropout, a quantized or
+transposed base weight), PEFT's own forward runs. Merging, saving and loading are PEFT's: the variant
+changes no parameter.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cache
+from typing import Any
+
+import torch
+
+__all__ = ["dora_combine", "fuse_dora", "fused_variant"]
+
+
+def _combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, scaling: float) -> torch.Tensor:
+    """``scale * (base + scaling * lora)`` in float32, in ``base``'s dtype."""
+    return (scale * (base.float() + scaling * lora.float())).to(base.dtype)
+
+
+_COMPILE_LOCK = threading.Lock()
+
+
+@cache
+def _compiled() -> Any:
+    return torch.compile(_combine, dynamic=True, fullgraph=True)
+
+
+def dora_combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, scaling: float,
+                 compiled: bool | None = None) -> torch.Tensor:
+    """A DoRA layer's output from its base output, its adapter's output and ``scale = m / ||W + s B A||``.
+    ``compiled``: through inductor (default: on a GPU)."""
+    if compiled is None:
+        compiled = base.is_cuda
+    if not compiled:
+        return _combine(base, lora, scale, scaling)
+    with _COMPILE_LOCK:  # one compile, whichever thread comes first
+        function = _compiled()
+    return function(base, lora, scale, scaling)
+
+
+@cache
+def fused_variant() -> type:
+    """``FusedDoraVariant``, made on first use (peft is imported with the trainer)."""
+    from peft.tuners.lora.variants import DoraLinearVariant  # optional: peft (pdbgym[train])
+
+    class FusedDoraVariant(DoraLinearVariant):
+        """PEFT's DoRA variant with the training forward fused (the module docstring)."""
+
+        @staticmethod
+        def forward(module: Any, active_adapter: str, x: torch.Tensor, result: torch.Tensor,
+                    **kwargs: Any) -> torch.Tensor:
+            lora_A, lora_B = module.lora_A[active_adapter], module.lora_B[active_adapter]
+            if not covered(module, active_adapter):
+                # the layer's input as PEFT casts it (fuse_dora turned that cast off for the fused path)
+                x = x.to(lora_A.weight.dtype) if not torch.is_autocast_enabled(x.device.type) else x
+                return DoraLinearVariant.forward(module, active_adapter, x, result, **kwargs)
+            scaling = module.scaling[active_adapter]
+            weight = module.get_base_layer().weight
+            with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
+                delta = lora_B.weight.float() @ lora_A.weight.float()
+                norm = torch.linalg.vector_norm(weight.float() + scaling * delta, dim=1)
+            magnitude = module.lora_magnitude_vector[active_adapter].weight
+            scale = (magnitude / norm.to(magnitude.dtype)).view(1, -1)
+            if not torch.is_autocast_enabled(x.device.type):
+                x = x.to(lora_A.weight.dtype)
+            return dora_combine(result, lora_B(lora_A(x)), scale, scaling)
+
+    return FusedDoraVariant
+
+
+def covered(module: Any, adapter: str) -> bool:
+    """Whether the fused forward computes this layer: training mode, a plain float weight without bias, in
+    ``[out, in]`` layout, and no dropout on the adapter's input."""
+    base = module.get_base_layer()
+    return (module.training and isinstance(base, torch.nn.Linear) and base.bias is None
+            and not getattr(module, "fan_in_fan_out", False) and base.weight.dtype.is_floating_point
+            and isinstance(module.lora_dropout[adapter], torch.nn.Identity))
+
+
+def fuse_dora(model: Any) -> int:
+    """Give every DoRA linear layer of ``model`` (a PEFT model) the fused training forward; the number of
+    layers changed. The layers' own input cast to the adapter's dtype is turned off (the fused forward casts
+    only where autocast does not)."""
+    try:
+        from peft.tuners.lora.layer import Linear  # optional: peft (pdbgym[train])
+        from peft.tuners.lora.variants import DoraLinearVariant  # optional: peft (pdbgym[train])
+    except ImportError:
+        return 0
+    fused = fused_variant()
+    changed = 0
+    for module in model.modules():
+        variants = getattr(module, "lora_variant", None)
+        if not isinstance(module, Linear) or not variants:
+            continue
+        for adapter, variant in list(variants.items()):
+            if isinstance(variant, DoraLinearVariant) and not isinstance(variant, fused):
+                variants[adapter] = fused()
+                changed += 1
+        # the input cast only where every adapter of the layer is a fused one, which casts for itself
+        if all(isinstance(variants.get(a), fused) for a in module.lora_A):
+            module.cast_input_dtype_enabled = False
+    return changed
