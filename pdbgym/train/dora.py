@@ -53,7 +53,11 @@ def dora_combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, sc
         return _combine(base, lora, scale, scaling)
     with _COMPILE_LOCK:  # one compile, whichever thread comes first
         function = _compiled()
-    return function(base, lora, scale, scaling)
+    # as [ids, features]: dynamic shapes specialise a dimension of size 1, so a batch of one row and a batch of
+    # several would each compile, forward and backward, where the rows' ids together are never one
+    features = base.shape[-1]
+    out = function(base.reshape(-1, features), lora.reshape(-1, features), scale.reshape(1, features), scaling)
+    return out.view(base.shape)
 
 
 @cache

@@ -80,9 +80,25 @@ def test_the_compiled_function_equals_the_eager_one_in_value_and_gradient():
         results.append((out.detach().float(), base.grad.float(), lora.grad.float(), magnitude.grad))
     for eager, compiled in zip(*results, strict=True):
         torch.testing.assert_close(compiled, eager, rtol=1e-2, atol=1e-2)
-    # and shapes it has not seen take the same compiled function (dynamic shapes)
-    out = dora_combine(torch.ones(3, 11), torch.ones(3, 11), torch.full((1, 11), 2.0), 0.5, compiled=True)
-    torch.testing.assert_close(out, torch.full((3, 11), 3.0))
+
+
+
+def test_one_compile_serves_every_shape_a_layer_and_a_batch_bring():
+    """Each compile of the function costs the first update seconds on a GPU: layers of other widths, batches
+    of one row or of several, other lengths, forward and backward, all take the one compiled pair."""
+    from torch._dynamo.utils import counters
+
+    from pdbgym.train.dora import dora_combine
+
+    counters.clear()
+    for rows, length, features in ((1, 9, 11), (3, 5, 11), (2, 7, 4), (1, 13, 6), (4, 3, 11)):
+        base = torch.ones(rows, length, features, requires_grad=True)
+        scale = torch.full((1, features), 2.0, requires_grad=True)
+        out = dora_combine(base, torch.ones(rows, length, features), scale, 0.5, compiled=True)
+        torch.testing.assert_close(out, torch.full((rows, length, features), 3.0))
+        out.sum().backward()
+        torch.testing.assert_close(scale.grad, torch.full((1, features), 1.5 * rows * length))
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
 
 
 def test_under_bf16_autocast_the_layer_input_is_not_copied_to_float32_and_the_output_matches_peft():
