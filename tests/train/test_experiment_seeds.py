@@ -107,10 +107,10 @@ def test_the_updates_speed_settings_leave_the_seed_folders_digests_as_recorded(t
     faster = tmp_path / "faster.toml"
     text = seeds_file.read_text()
     faster.write_text(text.replace("[grpo]\n", "[grpo]\nupdate_micro_batches = 4\ngradient_checkpointing = false\n"
-                                                "cudnn_attention = true\n", 1))
+                                                "cudnn_attention = true\nfused_dora = false\n", 1))
     tuned = load_experiment(faster)
-    assert (tuned.grpo.update_micro_batches, tuned.grpo.gradient_checkpointing, tuned.grpo.cudnn_attention) == \
-        (4, False, True)
+    assert (tuned.grpo.update_micro_batches, tuned.grpo.gradient_checkpointing, tuned.grpo.cudnn_attention,
+            tuned.grpo.fused_dora) == (4, False, True, False)
     assert tomllib.loads(faster.read_text())["grpo"]["update_micro_batches"] == 4
     for seed in (0, 1, 2):
         digest = json.loads((recorded / f"seed-{seed}" / "experiment.json").read_text())["digest"]

@@ -13,6 +13,7 @@ from pdbgym.agent.toolcalls import detect_format
 from pdbgym.errors import PdbgymError
 from pdbgym.modelload import pick_device
 from pdbgym.tasks.model import Task
+from pdbgym.train.dora import fuse_dora
 from pdbgym.train.grpo.config import GRPORunConfig
 from pdbgym.train.grpo.inputs import load_tasks, recipe_parts
 from pdbgym.train.grpo.rewards import RewardConfig
@@ -68,8 +69,6 @@ def build(config: GRPORunConfig, on_log: Callable[[LogRow], None] | None = None,
         processing_class=tokenizer, peft_config=lora, rollout_func=rollout)
     _refuse_sharded_parameters(trainer)
     if config.fused_dora:
-        from pdbgym.train.dora import fuse_dora  # imports torch, as the trainer has
-
         fuse_dora(trainer.model)
     # transformers prints each log row as a Python dict on stdout when its bar is off; the steps go to
     # steps.jsonl and pdbgym's own progress, and stdout stays the command's (--json: one JSON document)

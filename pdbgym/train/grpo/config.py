@@ -103,8 +103,7 @@ class GRPORunConfig:
     fused_dora: bool = documented(
         True, "compute a DoRA delta's layers in the update as one fused function each, compiled by inductor on a "
         "GPU (pdbgym.train.dora; the same function as PEFT's): PEFT's float32 passes over every layer's output were "
-        "most of a small model's update (docs/benchmarks.md); off: PEFT's own forward", flag="--no-fused-dora",
-        negates=True)
+        "most of a small model's update (docs/benchmarks.md); off: PEFT's own forward")
     max_minutes: float = documented(
         0.0, "stop training after this many minutes (this invocation; 0: no cap): a last checkpoint is saved and "
         "gated", min=0)
