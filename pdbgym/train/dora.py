@@ -21,7 +21,6 @@ changes no parameter.
 
 from __future__ import annotations
 
-import threading
 from functools import cache
 from typing import Any
 
@@ -33,9 +32,6 @@ __all__ = ["dora_combine", "fuse_dora", "fused_variant"]
 def _combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, scaling: float) -> torch.Tensor:
     """``scale * (base + scaling * lora)`` in float32, in ``base``'s dtype."""
     return (scale * (base.float() + scaling * lora.float())).to(base.dtype)
-
-
-_COMPILE_LOCK = threading.Lock()
 
 
 @cache
@@ -51,8 +47,7 @@ def dora_combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, sc
         compiled = base.is_cuda
     if not compiled:
         return _combine(base, lora, scale, scaling)
-    with _COMPILE_LOCK:  # one compile, whichever thread comes first
-        function = _compiled()
+    function = _compiled()
     # as [ids, features]: dynamic shapes specialise a dimension of size 1, so a batch of one row and a batch of
     # several would each compile, forward and backward, where the rows' ids together are never one
     features = base.shape[-1]
