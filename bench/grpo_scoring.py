@@ -15,7 +15,10 @@ with gradient through a DoRA delta (rank 16 on every linear layer) and gradient 
 - ``lora`` (with ``--arms``): the same groups through a LoRA delta of the same rank instead of DoRA;
 - ``fused_dora`` (with ``--arms``): the same groups and DoRA delta, its layers' forward fused
   (``pdbgym.train.dora.fuse_dora``, compiled by inductor on a GPU; the compile is in the warm-up);
-- ``fused_no_checkpointing`` (with ``--arms``): that, with no recompute, at ``--budget-no-checkpointing``.
+- ``fused_no_checkpointing`` (with ``--arms``): that, with no recompute, at ``--budget-no-checkpointing``;
+- ``fused_micro_no_checkpointing`` (with ``--arms``): the fused delta with no recompute, the rows in ``--micro``
+  micro-batches each with its own backward (``train grpo --update-micro-batches N --no-gradient-checkpointing``:
+  the length groups split a forward, but all groups' activations wait for the one backward).
 
 ``--profile ARM`` runs one more pass of that arm under ``torch.profiler`` and prints its top operators by
 device time (where the update's time goes).
@@ -39,7 +42,7 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRA_ARMS = ("no_checkpointing", "lora", "fused_dora", "fused_no_checkpointing")
+EXTRA_ARMS = ("no_checkpointing", "lora", "fused_dora", "fused_no_checkpointing", "fused_micro_no_checkpointing")
 sys.path.insert(0, str(ROOT))
 
 
@@ -63,7 +66,9 @@ def profile(run, completion_mask, models, cuda: bool) -> None:
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=activities) as prof:
-        (run().float() * completion_mask).sum().backward()
+        logps = run()
+        if logps.requires_grad:
+            (logps.float() * completion_mask).sum().backward()
         if cuda:
             torch.cuda.synchronize()
     for m in models:
@@ -93,6 +98,7 @@ def main() -> None:
     p.add_argument("--arms", default="", help="more arms, comma-separated: " + ", ".join(EXTRA_ARMS))
     p.add_argument("--budget-no-checkpointing", type=int, default=12288,
                    help="padded ids a forward holds in the no_checkpointing arm")
+    p.add_argument("--micro", type=int, default=4, help="micro-batches of fused_micro_no_checkpointing")
     p.add_argument("--profile", default=None, help="profile one pass of this arm and print its top operators")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
@@ -134,7 +140,7 @@ def main() -> None:
     models = {"dora": delta(True)}
     if "lora" in extra:
         models["lora"] = delta(False)
-    if {"fused_dora", "fused_no_checkpointing"} & set(extra):
+    if {"fused_dora", "fused_no_checkpointing", "fused_micro_no_checkpointing"} & set(extra):
         from pdbgym.train.dora import fuse_dora
 
         models["fused"] = delta(True)
@@ -160,6 +166,21 @@ def main() -> None:
         finally:
             models[which].gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
+    def micro_without_checkpointing():
+        """Each micro-batch's rows scored and backed through on their own; the log-probs, detached, for the
+        check (under no_grad nothing is backed through)."""
+        models["fused"].activation_checkpointing_disable()
+        try:
+            parts = []
+            for rows in torch.arange(ids.shape[0]).chunk(args.micro):
+                logps = grouped_scores(scorer("fused"), ids[rows], mask[rows], keep, args.budget, True)[0]
+                if torch.is_grad_enabled():
+                    (logps.float() * completion_mask[rows]).sum().backward()
+                parts.append(logps.detach())
+            return torch.cat(parts)
+        finally:
+            models["fused"].gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
     arms = {"trl_padded": lambda: score(ids, mask, keep, True)[0]}
     if args.against:
         before = packing_of(args.against)
@@ -173,6 +194,8 @@ def main() -> None:
         arms["fused_dora"] = lambda: grouped_scores(scorer("fused"), ids, mask, keep, args.budget, True)[0]
     if "fused_no_checkpointing" in extra:
         arms["fused_no_checkpointing"] = lambda: without_checkpointing("fused")
+    if "fused_micro_no_checkpointing" in extra:
+        arms["fused_micro_no_checkpointing"] = micro_without_checkpointing
     if args.profile is not None and args.profile not in arms:
         p.error(f"--profile {args.profile}: no such arm in this run ({', '.join(arms)})")
     out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "rows": args.rows,
@@ -187,7 +210,8 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats()
             started = time.perf_counter()
             logps = run()
-            (logps.float() * completion_mask).sum().backward()
+            if logps.requires_grad:  # an arm that backs through its micro-batches itself returns them detached
+                (logps.float() * completion_mask).sum().backward()
             for m in models.values():
                 m.zero_grad(set_to_none=True)
             if cuda:
