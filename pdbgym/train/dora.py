@@ -68,9 +68,8 @@ def fused_variant() -> type:
                     **kwargs: Any) -> torch.Tensor:
             lora_A, lora_B = module.lora_A[active_adapter], module.lora_B[active_adapter]
             if not covered(module, active_adapter):
-                # the layer's input as PEFT casts it (fuse_dora turned that cast off for the fused path)
-                x = x.to(lora_A.weight.dtype) if not torch.is_autocast_enabled(x.device.type) else x
-                return DoraLinearVariant.forward(module, active_adapter, x, result, **kwargs)
+                # the layer's input cast as PEFT casts it (fuse_dora turned that cast off for the fused path)
+                return DoraLinearVariant.forward(module, active_adapter, x.to(lora_A.weight.dtype), result, **kwargs)
             scaling = module.scaling[active_adapter]
             weight = module.get_base_layer().weight
             with torch.no_grad(), torch.autocast(x.device.type, enabled=False):
