@@ -33,6 +33,7 @@ log-probs are checked against the baseline's on the completion ids. Prints JSON 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -159,27 +160,30 @@ def main() -> None:
 
     score = scorer("dora")
 
-    def without_checkpointing(which: str):
+    @contextlib.contextmanager
+    def no_recompute(which: str):
+        """``models[which]`` without gradient checkpointing while the arm's forwards run."""
         models[which].activation_checkpointing_disable()
         try:
-            return grouped_scores(scorer(which), ids, mask, keep, args.budget_no_checkpointing, True)[0]
+            yield
         finally:
             models[which].gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def without_checkpointing(which: str):
+        with no_recompute(which):
+            return grouped_scores(scorer(which), ids, mask, keep, args.budget_no_checkpointing, True)[0]
 
     def micro_without_checkpointing():
         """Each micro-batch's rows scored and backed through on their own; the log-probs, detached, for the
         check (under no_grad nothing is backed through)."""
-        models["fused"].activation_checkpointing_disable()
-        try:
-            parts = []
+        parts = []
+        with no_recompute("fused"):
             for rows in torch.arange(ids.shape[0]).chunk(args.micro):
                 logps = grouped_scores(scorer("fused"), ids[rows], mask[rows], keep, args.budget, True)[0]
                 if torch.is_grad_enabled():
                     (logps.float() * completion_mask[rows]).sum().backward()
                 parts.append(logps.detach())
-            return torch.cat(parts)
-        finally:
-            models["fused"].gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return torch.cat(parts)
 
     arms = {"trl_padded": lambda: score(ids, mask, keep, True)[0]}
     if args.against:

@@ -23,7 +23,7 @@ try:
     rows = [json.loads(line) for line in open(sys.argv[1])]
 except OSError:
     sys.exit(print(sys.argv[2], "no steps.jsonl"))
-keys = [k for k in rows[0] if k.endswith(("_s", "_seconds", "step_time")) or k in ("step_time",)]
+keys = [k for k in rows[0] if k.endswith(("_s", "_seconds", "step_time"))]
 print(sys.argv[2], len(rows), "steps;", {k: round(statistics.median(r[k] for r in rows if k in r), 3) for k in keys})
 PY
 done

@@ -51,7 +51,7 @@ def dora_combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, sc
     # as [ids, features]: dynamic shapes specialise a dimension of size 1, so a batch of one row and a batch of
     # several would each compile, forward and backward, where the rows' ids together are never one
     features = base.shape[-1]
-    out = function(base.reshape(-1, features), lora.reshape(-1, features), scale.reshape(1, features), scaling)
+    out = function(base.reshape(-1, features), lora.reshape(-1, features), scale.reshape(features), scaling)
     return out.view(base.shape)
 
 
@@ -76,7 +76,7 @@ def fused_variant() -> type:
                 delta = lora_B.weight.float() @ lora_A.weight.float()
                 norm = torch.linalg.vector_norm(weight.float() + scaling * delta, dim=1)
             magnitude = module.lora_magnitude_vector[active_adapter].weight
-            scale = (magnitude / norm.to(magnitude.dtype)).view(1, -1)
+            scale = magnitude / norm.to(magnitude.dtype)  # [out], broadcast over the ids
             if not torch.is_autocast_enabled(x.device.type):
                 x = x.to(lora_A.weight.dtype)
             return dora_combine(result, lora_B(lora_A(x)), scale, scaling)
