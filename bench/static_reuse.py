@@ -8,6 +8,11 @@ turn samples up to ``--new`` ids, and the next turn's prompt is the last one, wh
 the other; printed: seconds, prefill ids, the engine's prefill seconds, and the ratio.
 
     .venv/bin/python bench/static_reuse.py [--device cpu|cuda] [--episodes 8] [--turns 4] [--random-weights]
+
+``--profile FILE`` plays the kept-caches arm alone under ``torch.profiler`` (every thread, the kernels and the
+host's syncs) and writes its tables to FILE (``pdbgym.train.grpo.steptrace.summary``: the wall, the kernels'
+share of it, and the operators and the engine's named ranges by device and by host time), beside the engine's
+own timers: where a GRPO step's prefill passes and kept caches spend their time, without the environment.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ def setup(tool: int) -> tuple:
     parser.add_argument("--random-weights", action="store_true",
                         help="SmolLM2-135M's architecture with random weights and random ids: the same work "
                              "(no stop id: every turn samples --new ids), without the embedded model's file")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="profile the kept-caches arm alone and write the tables here")
     args = parser.parse_args()
     if args.random_weights:
         loaded, ids = random_smollm2(args.device), list(range(1000, 9000))
@@ -89,17 +96,40 @@ def main() -> None:
     args, loaded, ids, firsts = setup(100)
     tool = ids[-args.tool:]
     figures = {}
-    for reuse in (False, True):
+    for reuse in (True,) if args.profile else (False, True):
         engine = LocalEngine(loaded.model, set(), loaded.tokenizer.pad_token_id or 0,
                              EngineSettings(static=True, reuse_prefix=reuse))
         engine.expect(args.episodes, args.prompt + args.turns * (args.new + args.tool))
-        seconds, sampled = timed(engine, args, firsts, [tool] * args.episodes)
+        seconds, sampled = (profiled(engine, args, firsts, [tool] * args.episodes) if args.profile
+                            else timed(engine, args, firsts, [tool] * args.episodes))
         figures[reuse] = seconds
+        stats = engine.stats
         print(f"{'kept caches continued' if reuse else 'whole context each turn (baseline)':36s} "
               f"{args.episodes} episodes x {args.turns} turns on {args.device}: {seconds:.2f} s, {sampled} ids "
-              f"sampled, {engine.stats.prefill_tokens} ids prefilled in {engine.stats.prefill_seconds:.2f} s")
+              f"sampled, {stats.prefill_tokens} ids prefilled in {stats.prefill_seconds:.2f} s "
+              f"({stats.prefills} passes); kept caches {stats.keep_seconds:.2f} s, draw {stats.draw_seconds:.2f} s, "
+              f"{stats.decode_steps} decode steps")
         engine.close()
-    print(f"speedup of the kept caches: {figures[False] / figures[True]:.2f}x")
+    if len(figures) == 2:
+        print(f"speedup of the kept caches: {figures[False] / figures[True]:.2f}x")
+
+
+def profiled(engine, args, firsts: list[list[int]], tools: list[list[int]]) -> tuple[float, int]:
+    """``timed`` under the profiler; the tables written to ``args.profile`` and printed."""
+    import torch
+
+    from pdbgym.train.grpo.steptrace import every_thread_profiler, summary
+
+    play(engine, firsts[0], tools[0], 1, 2, 0)
+    engine.stats.keep_seconds = engine.stats.draw_seconds = engine.stats.decode_steps = 0
+    profiler = every_thread_profiler()
+    profiler.start()
+    seconds, sampled = timed(engine, args, firsts, tools)
+    profiler.stop()
+    text = summary(profiler, seconds, torch.cuda.is_available() and torch.cuda.is_initialized())
+    args.profile.write_text(text)
+    print(text)
+    return seconds, sampled
 
 
 if __name__ == "__main__":

@@ -57,6 +57,22 @@ def summary(profiler: Any, wall_s: float, cuda: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def every_thread_profiler() -> Any:
+    """A ``torch.profiler.profile`` (not started) of the CPU and, where there is one, the GPU, recording every
+    thread's operators (the engine decodes in its own, started before the trace) and the CUDA sync events
+    (the host's waits); a torch without those options records this thread's operators and the kernels."""
+    import torch  # optional: torch (pdbgym[hf])
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    try:
+        config = torch.profiler._ExperimentalConfig(profile_all_threads=True, enable_cuda_sync_events=True)
+    except (AttributeError, TypeError):
+        config = None
+    return torch.profiler.profile(activities=activities, experimental_config=config)
+
+
 def step_trace(out: Path, step: int) -> TrainerCallback:
     """A ``TrainerCallback`` profiling optimizer step ``step`` (1-based, as ``steps.jsonl`` numbers them)."""
     import torch  # optional: torch (pdbgym[hf])
@@ -72,14 +88,7 @@ def step_trace(out: Path, step: int) -> TrainerCallback:
                           **kwargs: object) -> None:
             if self.profiler is not None or state.global_step + 1 != step or not state.is_world_process_zero:
                 return
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if torch.cuda.is_available():
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            try:  # the engine decodes in a thread of its own, started before the trace; syncs show host waits
-                config = torch.profiler._ExperimentalConfig(profile_all_threads=True, enable_cuda_sync_events=True)
-            except (AttributeError, TypeError):  # a torch without them: this thread's operators, the kernels
-                config = None
-            self.profiler = torch.profiler.profile(activities=activities, experimental_config=config)
+            self.profiler = every_thread_profiler()
             self.profiler.start()
             self.started = time.perf_counter()
 
