@@ -13,8 +13,9 @@ each path's milliseconds a step, ``compile_seconds``, and the ratio of each to `
     python bench/compiled_step.py --device cuda --slots 48 --length 2048
     python bench/compiled_step.py --device cpu --slots 4 --length 512 --steps 5   # a smoke run: no graphs
 
-``--variant`` swaps what is compiled: ``engine`` (the engine's: the model's forward, its slot and position
-dimensions dynamic, the draw's own kernels recorded beside it), ``static`` (the forward compiled for this
+``--variant`` swaps what is compiled: ``engine`` (the engine's: each decoder layer through one compile of the
+layers' code, its slot and position dimensions dynamic, the draw's own kernels recorded beside it), ``forward``
+(the model's whole forward in one compile, what the engine did before), ``static`` (the forward compiled for this
 shape alone), ``whole`` (the forward and the draw compiled together, which failed on an H100 with torch
 2.11: inductor's GPU code generation refused the draw's integer hashing).
 """
@@ -61,6 +62,10 @@ def compile_variant(variant: str, engine) -> None:
 
     if variant == "engine":
         return
+    if variant == "forward":  # the model's whole forward in one compile (the engine's before regional compiles)
+        compiled = torch.compile(engine.model.forward, dynamic=None)
+        static.compiled_forward = lambda model: compiled
+        return
     if variant == "static":  # the forward compiled for this shape alone
         compiled = torch.compile(engine.model.forward, dynamic=False)
         static.compiled_forward = lambda model: compiled
@@ -90,7 +95,7 @@ def main() -> None:
     p.add_argument("--length", type=int, default=2048)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--variant", default="engine", choices=["engine", "static", "whole"])
+    p.add_argument("--variant", default="engine", choices=["engine", "forward", "static", "whole"])
     args = p.parse_args()
     cuda = args.device.startswith("cuda")
     model = random_model(args.shape, args.device, torch.bfloat16 if cuda else torch.float32)

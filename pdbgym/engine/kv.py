@@ -10,6 +10,7 @@ each layer's ``keys``/``values``/``cumulative_length``), so every such access is
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -116,12 +117,34 @@ def keeps_logits(model: Any) -> bool:
     return "logits_to_keep" in _forward_parameters(model)
 
 
-def new_static_cache(model: Any, slots: int, length: int) -> Any:
-    """A ``StaticCache`` of ``slots`` rows and ``length`` positions, allocated now on the model's device."""
+@functools.cache
+def engine_static_cache() -> type:
+    """transformers' ``StaticCache`` whose ``update`` (the write of a layer's new keys and values) the compiler
+    leaves out of its graphs. The engine compiles each decoder layer once for all of them
+    (``static.compiled_forward``); traced, the write would look up its layer by index, and the compiler would
+    make one graph per layer. While ``cursor`` is set, the writes of a forward go to the layers in the order
+    they come, whatever index the caller passes (the compiled layers all pass 0: an index differing between
+    layers would still make a graph each). Otherwise it is ``StaticCache.update`` itself."""
+    import torch
     from transformers import StaticCache  # optional: transformers (pdbgym[hf])
 
+    class EngineStaticCache(StaticCache):
+        cursor: int | None = None  # set: the layer the next write is for, counted (``static.regional``)
+
+        @torch.compiler.disable
+        def update(self, key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
+            if self.cursor is not None:  # the layers write in their order, one write each a forward
+                layer_idx, self.cursor = self.cursor, self.cursor + 1
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    return EngineStaticCache
+
+
+def new_static_cache(model: Any, slots: int, length: int) -> Any:
+    """A ``StaticCache`` of ``slots`` rows and ``length`` positions, allocated now on the model's device (its
+    writes kept out of compiled graphs: ``engine_static_cache``)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    cache = StaticCache(config=config, max_cache_len=length)
+    cache = engine_static_cache()(config=config, max_cache_len=length)
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     parameter = next(model.parameters())

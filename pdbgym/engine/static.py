@@ -40,6 +40,7 @@ from pdbgym.engine.kv import (
     cache_bytes,
     cache_tensors,
     cut_row,
+    engine_static_cache,
     new_static_cache,
     place_rows,
     set_head,
@@ -454,16 +455,62 @@ def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, in
 
 
 def compiled_forward(model: Any) -> Callable[..., Any]:
-    """``model.forward`` compiled by inductor, made once per model object and kept on it (so it goes with the
-    model): every shape reuses it, its dimensions marked dynamic when the shape is made. Only the forward:
-    with the draw compiled too, inductor's GPU code generation failed on the draw's integer hashing (an H100,
-    torch 2.11), where the forward alone compiled and, recorded with the draw's own kernels, made a step at
-    SmolLM2-135M's shape 1.8x faster (``bench/compiled_step.py``)."""
+    """The model's forward with each decoder layer run through one inductor compile of the layers' class (regional
+    compilation), made once per model object and kept on it (so it goes with the model); every shape reuses it,
+    its slot and position dimensions marked dynamic when the shape is made. The layers repeat one code, so one
+    compile serves all of them: the compile time of a layer, not of the model (its whole forward compiled took
+    86 s on an H100 at SmolLM2-135M's shape). Their cache writes stay out of the graphs
+    (``kv.engine_static_cache``), so the compiler does not specialize on a layer's index, and so do the
+    embedding, the final norm and the vocabulary projection, once a step. Only the forward is compiled: with the
+    draw compiled too, inductor's GPU code generation failed on the draw's integer hashing (an H100, torch
+    2.11). A model without a list of like layers has its whole forward compiled."""
     compiled = getattr(model, "_pdbgym_compiled_forward", None)
     if compiled is None:
-        compiled = torch.compile(model.forward, dynamic=None)
+        layers = repeated_layers(model)
+        compiled = regional(model, layers) if layers else torch.compile(model.forward, dynamic=None)
         object.__setattr__(model, "_pdbgym_compiled_forward", compiled)
     return compiled
+
+
+def repeated_layers(model: Any) -> list[torch.nn.Module]:
+    """The model's decoder layers: the longest ``ModuleList`` of at least two modules, all of one class ([] if none)."""
+    best: list[torch.nn.Module] = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) > max(1, len(best)) \
+                and len({type(m) for m in module}) == 1:
+            best = list(module)
+    return best
+
+
+def regional(model: Any, layers: list[torch.nn.Module]) -> Callable[..., Any]:
+    """``model.forward`` whose calls of ``layers`` go through one compile of their class's ``forward`` while it
+    runs; after it, each layer's own forward is back (a training forward of the same model stays eager). The
+    compiler treats an integer on a module as a constant, so each layer's ``layer_idx`` (the cache write's
+    index, the only one that differs between layers) reads 0 meanwhile and the cache counts the layers itself
+    (``kv.engine_static_cache``'s cursor)."""
+    layer_forward = torch.compile(type(layers[0]).forward, dynamic=None)
+    indexed = [m for layer in layers for m in layer.modules() if isinstance(getattr(m, "layer_idx", None), int)]
+
+    def forward(**kwargs: Any) -> Any:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if not isinstance(cache, engine_static_cache()):  # a cache that does not count its layers' writes
+            return model.forward(**kwargs)
+        indices = [m.layer_idx for m in indexed]
+        for layer in layers:
+            layer.forward = functools.partial(layer_forward, layer)
+        for module in indexed:
+            module.layer_idx = 0
+        cache.cursor = 0
+        try:
+            return model.forward(**kwargs)
+        finally:
+            cache.cursor = None
+            for module, index in zip(indexed, indices, strict=True):
+                module.layer_idx = index
+            for layer in layers:
+                del layer.forward
+
+    return forward
 
 
 def _mark_dynamic(shape: StaticShape) -> None:

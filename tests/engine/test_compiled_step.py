@@ -1,11 +1,13 @@
 """The compiled decode step (``EngineSettings(graphs="compiled")``): inductor's kernels for the model's
-forward sample the ids the model's own kernels sample, with the same log-probs, and one compile serves
-static caches of other slot counts and lengths, and the nucleus's step too (the draw is not compiled). On the CPU (inductor's C++ kernels); the GPU file runs the
+forward sample the ids the model's own kernels sample, with the same log-probs, and one compile of the decoder
+layers' code serves every layer, static caches of other slot counts and lengths, and the nucleus's step too
+(the draw is not compiled). On the CPU (inductor's C++ kernels); the GPU file runs the
 same step recorded in a CUDA graph."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 from test_engine import REQUESTS, STOP
 
 from pdbgym.engine import EngineRequest, EngineSettings, LocalEngine
@@ -14,27 +16,47 @@ SHORTER = [EngineRequest(list(range(1, 4 + 9 * i)), 12, temperature=0.8, seed=i)
 LONGER = [EngineRequest(list(range(1, 150 + 7 * i)), 40, temperature=0.9, seed=20 + i) for i in range(11)]
 
 
-def test_the_compiled_step_samples_what_the_models_own_step_samples_and_one_compile_serves_every_shape(model,
-                                                                                                    monkeypatch):
+def layered(layers: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_the_compiled_step_samples_what_the_models_own_step_samples_and_one_compile_serves_every_layer_and_shape(
+        monkeypatch):
     import torch._dynamo.utils
 
     # dynamo's memory of earlier processes' dynamic dimensions (local PGO) would hide a first compile that
-    # specialized on the first shape's sizes: the engine's own marks must make it serve every shape
+    # specialized on the first shape's sizes
     monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_local_pgo", False)
-    plain = LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64))
-    compiled = LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64, graphs="compiled"))
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    # top-p 1 at 8 slots x 512 positions, then at 16 x 1,024, then rows with top-p < 1: one compiled graph
-    for requests in (SHORTER, LONGER, REQUESTS):
-        expected, got = plain.generate(requests), compiled.generate(requests)
-        assert [r.ids for r in got] == [r.ids for r in expected]
-        for a, b in zip(got, expected, strict=True):
-            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
-        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
-    assert {(c["slots"], c["length"]) for c in compiled.stats.compiles} == {(8, 512), (16, 1024)}
-    plain.close()
-    compiled.close()
+    graphs = {}
+    for layers in (2, 5):  # one compile of the layers' code serves every layer: as many graphs for 5 as for 2
+        model = layered(layers)
+        plain = LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64))
+        compiled = LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64, graphs="compiled"))
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        counts = []
+        # top-p 1 at 8 slots x 512 positions, then at 16 x 1,024, then rows with top-p < 1
+        for requests in (SHORTER, LONGER, REQUESTS):
+            expected, got = plain.generate(requests), compiled.generate(requests)
+            assert [r.ids for r in got] == [r.ids for r in expected]
+            for a, b in zip(got, expected, strict=True):
+                assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+            counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        # the second shape compiles the graphs once more with its dimensions dynamic; nothing compiles after
+        assert counts[2] == counts[1] <= 2 * counts[0]
+        graphs[layers] = counts
+        assert {(c["slots"], c["length"]) for c in compiled.stats.compiles} == {(8, 512), (16, 1024)}
+        # the layers' own forwards and indices are back after every compiled step
+        assert all("forward" not in vars(layer) for layer in model.model.layers)
+        assert [layer.self_attn.layer_idx for layer in model.model.layers] == list(range(layers))
+        plain.close()
+        compiled.close()
+    assert graphs[5] == graphs[2]
 
 
 def test_an_unknown_graphs_setting_is_refused_by_name():
