@@ -125,7 +125,7 @@ def decode(args: argparse.Namespace) -> dict:
         hf_generate(model, prompts[:2], 4)  # kernels loaded, allocator warm
         seconds = hf_generate(model, prompts, args.new, args.top_p)
         row["hf_generate_dynamic"] = {"seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 1)}
-        variants = [("engine_static", True, "capture"), ("engine_dynamic", False, "capture")]
+        variants = [("engine_static", True, "capture")] + ([] if args.static_only else [("engine_dynamic", False, "capture")])
         if args.compiled:
             variants.insert(1, ("engine_static_compiled", True, "compiled"))
         for name, static, graphs in variants:
@@ -145,6 +145,12 @@ def decode(args: argparse.Namespace) -> dict:
                          "stats_both_calls": {k: v for k, v in stats.items() if k != "compiles"},
                          "ratio_vs_hf_generate": round(row["hf_generate_dynamic"]["seconds"] / seconds, 2)}
             engine.close()
+            print(shape, name, {k: row[name][k] for k in ("tok_s", "first_call_seconds", "ratio_vs_hf_generate")},
+                  "HF generate", row["hf_generate_dynamic"]["tok_s"], "tok/s", flush=True)  # a run cut short keeps it
+        if args.static_only:
+            figures[shape] = row
+            del model
+            continue
         if shape == "smollm2-135m":
             engine = LocalEngine(model, set(), 0, EngineSettings(static=False))
             alone = prompts[:2]
@@ -272,6 +278,8 @@ def main() -> None:
     one.add_argument("--new", type=int, default=128)
     one.add_argument("--compiled", action="store_true", help="also time the decode step compiled by inductor before its capture (graphs=compiled)")
     one.add_argument("--top-p", type=float, default=0.9, help="the draw's nucleus (1: none, as GRPO's rollouts)")
+    one.add_argument("--static-only", action="store_true", help="HF generate and the static arms alone: no dynamic "
+                     "arm, batch-1 loop or log-prob checks (a short device call)")
     one.add_argument("--against", default=None,
                      help="a git revision (or a folder holding its tree): its decode first, then this tree's, and the ratio")
     two = sub.add_parser("episodes")
