@@ -125,7 +125,6 @@ def engine_static_cache() -> type:
     make one graph per layer. While ``cursor`` is set, the writes of a forward go to the layers in the order
     they come, whatever index the caller passes (the compiled layers all pass 0: an index differing between
     layers would still make a graph each). Otherwise it is ``StaticCache.update`` itself."""
-    import torch
     from transformers import StaticCache  # optional: transformers (pdbgym[hf])
 
     class EngineStaticCache(StaticCache):
