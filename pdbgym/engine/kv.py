@@ -139,11 +139,13 @@ def engine_static_cache() -> type:
     return EngineStaticCache
 
 
-def new_static_cache(model: Any, slots: int, length: int) -> Any:
-    """A ``StaticCache`` of ``slots`` rows and ``length`` positions, allocated now on the model's device (its
-    writes kept out of compiled graphs: ``engine_static_cache``)."""
+def new_static_cache(model: Any, slots: int, length: int, compiled: bool = False) -> Any:
+    """A ``StaticCache`` of ``slots`` rows and ``length`` positions, allocated now on the model's device; with
+    ``compiled``, one whose writes stay out of compiled graphs (``engine_static_cache``)."""
+    from transformers import StaticCache  # optional: transformers (pdbgym[hf])
+
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    cache = engine_static_cache()(config=config, max_cache_len=length)
+    cache = (engine_static_cache() if compiled else StaticCache)(config=config, max_cache_len=length)
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     parameter = next(model.parameters())

@@ -212,7 +212,7 @@ class Sessions:
             log.info("engine: a static cache of %d slots x %d positions", slots, length)
             zeros = functools.partial(torch.zeros, slots, dtype=torch.long, device=self.device)
             self._shapes[key] = StaticShape(
-                slots, length, new_static_cache(model, slots, length),
+                slots, length, new_static_cache(model, slots, length, self.settings.graphs == "compiled"),
                 mask=torch.ones((slots, 1, 1, length), dtype=torch.bool, device=self.device),
                 input_ids=torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device),
                 positions=zeros(1), head=torch.zeros(1, dtype=torch.long, device=self.device),
