@@ -458,16 +458,20 @@ def compiled_forward(model: Any) -> Callable[..., Any]:
     """The model's forward with each decoder layer run through one inductor compile of the layers' class (regional
     compilation), made once per model object and kept on it (so it goes with the model); every shape reuses it,
     its slot and position dimensions marked dynamic when the shape is made. The layers repeat one code, so one
-    compile serves all of them: the compile time of a layer, not of the model (its whole forward compiled took
-    86 s on an H100 at SmolLM2-135M's shape). Their cache writes stay out of the graphs
+    compile serves all of them: 12.8 s on an H100 at SmolLM2-135M's shape, where its whole forward compiled took
+    86 s (``docs/benchmarks.md``). Their cache writes stay out of the graphs
     (``kv.engine_static_cache``), so the compiler does not specialize on a layer's index, and so do the
     embedding, the final norm and the vocabulary projection, once a step. Only the forward is compiled: with the
     draw compiled too, inductor's GPU code generation failed on the draw's integer hashing (an H100, torch
-    2.11). A model without a list of like layers has its whole forward compiled."""
+    2.11). A model without a list of like layers, or whose layers attend differently (``config.layer_types``),
+    has its whole forward compiled."""
     compiled = getattr(model, "_pdbgym_compiled_forward", None)
     if compiled is None:
         layers = repeated_layers(model)
-        compiled = regional(model, layers) if layers else torch.compile(model.forward, dynamic=None)
+        config = getattr(model, "config", None)
+        kinds = set(getattr(config, "layer_types", None) or ())  # layers that attend alike (no sliding window mix)
+        compiled = (regional(model, layers) if layers and len(kinds) <= 1
+                    else torch.compile(model.forward, dynamic=None))
         object.__setattr__(model, "_pdbgym_compiled_forward", compiled)
     return compiled
 
@@ -487,7 +491,8 @@ def regional(model: Any, layers: list[torch.nn.Module]) -> Callable[..., Any]:
     runs; after it, each layer's own forward is back (a training forward of the same model stays eager). The
     compiler treats an integer on a module as a constant, so each layer's ``layer_idx`` (the cache write's
     index, the only one that differs between layers) reads 0 meanwhile and the cache counts the layers itself
-    (``kv.engine_static_cache``'s cursor)."""
+    (``kv.engine_static_cache``'s cursor). So while it runs (on a GPU: the warm-up and the capture of each
+    shape's graph, which replays with no Python), the model's layers are not for another thread's forward."""
     layer_forward = torch.compile(type(layers[0]).forward, dynamic=None)
     indexed = [m for layer in layers for m in layer.modules() if isinstance(getattr(m, "layer_idx", None), int)]
 
