@@ -33,7 +33,8 @@ if part 4; then
   # GRPO_KEYS (e.g. "compile_decode = true; trace_step = 6") adds [grpo] keys outside the settings digest to a
   # copy of the file: a lever measured at the same settings. RUN (default /tmp/short) is the experiment's
   # folder; FROM, a folder to start it from (one run --until sft: arms that share its SFT stage, GRPO's start,
-  # differ only in their GRPO); UNTIL (default grpo) the last stage; TAG names the files brought back.
+  # differ only in their GRPO); UNTIL (default grpo) the last stage; TAG names the files brought back; SEED, a
+  # training seed other than the file's (`--seeds SEED`: the folder RUN/seed-SEED, the same tasks and split).
   TOML=experiments/smollm2-ladder-short.toml RUN=${RUN:-/tmp/short}
   if [ -n "$GRPO_KEYS" ]; then
     python3 -c "import sys; t = open('$TOML').read(); k = '\n'.join(x.strip() for x in sys.argv[1].split(';'))
@@ -41,7 +42,7 @@ print(t.replace('\n[grpo]\n', '\n[grpo]\n' + k + '\n', 1), end='')" "$GRPO_KEYS"
     TOML=/tmp/short-levers.toml
   fi
   [ -n "$FROM" ] && [ ! -e "$RUN" ] && cp -a "$FROM" "$RUN"
-  python3 -m pdbgym.cli experiment run $TOML --out "$RUN" --device cuda --workers 12 --until "${UNTIL:-grpo}" \
+  python3 -m pdbgym.cli experiment run $TOML --out "$RUN" ${SEED:+--seeds $SEED} --device cuda --workers 12 --until "${UNTIL:-grpo}" \
     --minutes "${MINUTES:-8.5}" > "$OUT/${TAG}short.log" 2>&1; tail -5 "$OUT/${TAG}short.log"
   for f in $(find "$RUN" -path "*grpo*" -name steps.jsonl -o -name report.md -o -path "*trace*" -name "*.txt" \
       | head -6); do cp "$f" "$OUT/$TAG$(echo "${f#"$RUN"/}" | tr / _)"; done

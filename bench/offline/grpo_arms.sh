@@ -5,25 +5,41 @@
 # 10 minutes, so an arm's --minutes is what is left of LIMIT_S (default 560) seconds of this call:
 #   SFT=1 ARMS="new:compile_decode = true" bash bench/offline/grpo_arms.sh     # the SFT stage, then arm "new"
 #   ARMS="old:fused_dora = false|fused:" bash bench/offline/grpo_arms.sh       # more arms, the same SFT stage
+#   SFT=1 SEEDS="1 2" ARMS="new:" bash bench/offline/grpo_arms.sh              # two more training seeds' SFT side
+#                                                                               # by side, then the arm from each
 # Brings back each arm's steps.jsonl and log as ARM-... in $OUT (and a traced step's table where one is asked).
 source bench/offline/setup.sh .offline > /dev/null
 left() { python3 -c "print(max(0.5, round(($LIMIT_S - $SECONDS) / 60 - 0.4, 2)))"; }
 LIMIT_S=${LIMIT_S:-560}
-if [ -n "$SFT" ] && [ ! -e /tmp/sft0 ]; then
-  PARTS=4 UNTIL=sft RUN=/tmp/sft0 TAG=sft- MINUTES=$(left) bash bench/offline/decode_levers.sh | grep -v "^total\|^d\|^-"
+# SEEDS="0 1 2": the SFT stages of those training seeds side by side (each its own folder /tmp/sftN), then every
+# arm from each seed's folder, one at a time (a quiet card for the timed GRPO steps); files come back as
+# sN-ARM-...; without SEEDS, the file's own seed in /tmp/sft0, as before.
+seeds=${SEEDS:-}
+if [ -n "$SFT" ]; then
+  for s in ${seeds:-0}; do
+    [ -e /tmp/sft$s ] && continue
+    PARTS=4 UNTIL=sft RUN=/tmp/sft$s TAG=${seeds:+s$s-}sft- SEED=${seeds:+$s} MINUTES=$(left) \
+      bash bench/offline/decode_levers.sh | grep -v "^total\|^d\|^-" &
+  done
+  wait
 fi
 IFS='|' read -ra arms <<< "$ARMS"
-for arm in "${arms[@]}"; do
-  name=${arm%%:*}; keys=${arm#*:}
-  PARTS=4 FROM=/tmp/sft0 RUN=/tmp/arm-$name TAG=$name- MINUTES=$(left) GRPO_KEYS="$keys" \
-    bash bench/offline/decode_levers.sh | grep -v "^total\|^d\|^-"
-  python3 - "$OUT/$name-grpo_steps.jsonl" "$name" <<'PY'
-import json, statistics, sys
+for s in ${seeds:-0}; do
+  for arm in "${arms[@]}"; do
+    name=${arm%%:*}; keys=${arm#*:}; tag=${seeds:+s$s-}$name
+    PARTS=4 FROM=/tmp/sft$s RUN=/tmp/arm-$tag TAG=$tag- SEED=${seeds:+$s} MINUTES=$(left) GRPO_KEYS="$keys" \
+      bash bench/offline/decode_levers.sh | grep -v "^total\|^d\|^-"
+    python3 - "$tag" <<'PY'
+import glob, json, os, statistics, sys
+files = glob.glob(os.path.join(os.environ["OUT"], sys.argv[1] + "-*grpo_steps.jsonl"))
 try:
-    rows = [json.loads(line) for line in open(sys.argv[1])]
-except OSError:
-    sys.exit(print(sys.argv[2], "no steps.jsonl"))
+    rows = [json.loads(line) for line in open(files[0])]
+except (IndexError, OSError):
+    sys.exit(print(sys.argv[1], "no steps.jsonl"))
 keys = [k for k in rows[0] if k.endswith(("_s", "_seconds", "step_time"))]
-print(sys.argv[2], len(rows), "steps;", {k: round(statistics.median(r[k] for r in rows if k in r), 3) for k in keys})
+later = rows[1:] or rows  # the first step pays the process's compiles and captures
+print(sys.argv[1], len(rows), "steps; medians of steps 2 on:",
+      {k: round(statistics.median(r[k] for r in later if k in r), 3) for k in keys})
 PY
+  done
 done
