@@ -16,25 +16,35 @@ SHORTER = [EngineRequest(list(range(1, 4 + 9 * i)), 12, temperature=0.8, seed=i)
 LONGER = [EngineRequest(list(range(1, 150 + 7 * i)), 40, temperature=0.9, seed=20 + i) for i in range(11)]
 
 
-def layered(layers: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def layered(family: str, layers: int):
+    """A tiny model of ``family`` (Llama: SmolLM2's; Qwen3: per-head norms of queries and keys) of ``layers`` layers."""
+    import transformers
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
-    return LlamaForCausalLM(config).eval()
+    config, model = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM")}[family]
+    config = getattr(transformers, config)(vocab_size=300, hidden_size=64, intermediate_size=128, head_dim=16,
+                                           num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                                           max_position_embeddings=4096)
+    return getattr(transformers, model)(config).eval()
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_the_compiled_step_samples_what_the_models_own_step_samples_and_one_compile_serves_every_layer_and_shape(
-        monkeypatch):
+        family):
     import torch._dynamo.utils
 
     # dynamo's memory of earlier processes' dynamic dimensions (local PGO) would hide a first compile that
     # specialized on the first shape's sizes
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_local_pgo", False)
+    with torch._dynamo.config.patch(automatic_dynamic_local_pgo=False):
+        compiles_alike(family)
+
+
+def compiles_alike(family: str) -> None:
+    import torch._dynamo.utils
+
     graphs = {}
     for layers in (2, 5):  # one compile of the layers' code serves every layer: as many graphs for 5 as for 2
-        model = layered(layers)
+        model = layered(family, layers)
         plain = LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64))
         compiled = LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64, graphs="compiled"))
         torch._dynamo.reset()
