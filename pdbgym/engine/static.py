@@ -477,11 +477,14 @@ def compiled_forward(model: Any) -> Callable[..., Any]:
 
 
 def repeated_layers(model: Any) -> list[torch.nn.Module]:
-    """The model's decoder layers: the longest ``ModuleList`` of at least two modules, all of one class ([] if none)."""
+    """The model's decoder layers: the longest ``ModuleList`` of at least two modules of one class, each holding a
+    module with an integer ``layer_idx`` (what a layer passes its cache writes; a list of experts holds none);
+    [] if there is none."""
     best: list[torch.nn.Module] = []
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) > max(1, len(best)) \
-                and len({type(m) for m in module}) == 1:
+                and len({type(m) for m in module}) == 1 \
+                and all(any(isinstance(getattr(m, "layer_idx", None), int) for m in layer.modules()) for layer in module):
             best = list(module)
     return best
 

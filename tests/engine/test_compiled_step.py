@@ -72,3 +72,13 @@ def compiles_alike(family: str) -> None:
 def test_an_unknown_graphs_setting_is_refused_by_name():
     with pytest.raises(ValueError, match="graphs must be one of"):
         EngineSettings(graphs="inductor")
+
+
+def test_the_layers_compiled_once_for_all_are_the_decoder_layers_not_a_longer_list_of_experts():
+    from pdbgym.engine.static import repeated_layers
+
+    model = layered("llama", 3)
+    assert repeated_layers(model) == list(model.model.layers)
+    model.experts = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(8))  # longer, of one class, no index
+    assert repeated_layers(model) == list(model.model.layers)
+    assert repeated_layers(torch.nn.Sequential(torch.nn.Linear(2, 2))) == []
