@@ -456,8 +456,9 @@ def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, in
 
 def compiled_forward(model: Any) -> Callable[..., Any]:
     """The model's forward with each decoder layer run through one inductor compile of the layers' class (regional
-    compilation), made once per model object and kept on it (so it goes with the model); every shape reuses it,
-    its slot and position dimensions marked dynamic when the shape is made. The layers repeat one code, so one
+    compilation), made once per model object and kept on it (so it goes with the model). The first shape compiles
+    the layers for its sizes, the second once more with the slot and position dimensions dynamic, and every
+    later shape reuses that (``tests/engine/test_compiled_step.py``). The layers repeat one code, so one
     compile serves all of them: 12.8 s on an H100 at SmolLM2-135M's shape, where its whole forward compiled took
     86 s (``docs/benchmarks.md``). Their cache writes stay out of the graphs
     (``kv.engine_static_cache``), so the compiler does not specialize on a layer's index, and so do the
