@@ -456,10 +456,10 @@ def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, in
 
 def compiled_forward(model: Any) -> Callable[..., Any]:
     """The model's forward with each decoder layer run through one inductor compile of the layers' class (regional
-    compilation), made once per model object and kept on it (so it goes with the model). The first shape compiles
-    the layers for its sizes, the second once more with the slot and position dimensions dynamic, and every
-    later shape reuses that (``tests/engine/test_compiled_step.py``). The layers repeat one code, so one
-    compile serves all of them: 12.8 s on an H100 at SmolLM2-135M's shape, where its whole forward compiled took
+    compilation), made once per model object and kept on it (so it goes with the model). It is compiled with its
+    dimensions dynamic from the first shape, so every later shape reuses it (``tests/engine/test_compiled_step.py``;
+    compiled for the first shape's sizes, the second shape compiled it again). The layers repeat one code, so one
+    compile serves all of them: 12.8 s on an H100 for one SmolLM2-135M shape, where its whole forward compiled took
     86 s (``docs/benchmarks.md``). Their cache writes stay out of the graphs
     (``kv.engine_static_cache``), so the compiler does not specialize on a layer's index, and so do the
     embedding, the final norm and the vocabulary projection, once a step. Only the forward is compiled: with the
@@ -497,7 +497,7 @@ def regional(model: Any, layers: list[torch.nn.Module]) -> Callable[..., Any]:
     index, the only one that differs between layers) reads 0 meanwhile and the cache counts the layers itself
     (``kv.engine_static_cache``'s cursor). So while it runs (on a GPU: the warm-up and the capture of each
     shape's graph, which replays with no Python), the model's layers are not for another thread's forward."""
-    layer_forward = torch.compile(type(layers[0]).forward, dynamic=None)
+    layer_forward = torch.compile(type(layers[0]).forward, dynamic=True)
     indexed = [m for layer in layers for m in layer.modules() if isinstance(getattr(m, "layer_idx", None), int)]
 
     def forward(**kwargs: Any) -> Any:

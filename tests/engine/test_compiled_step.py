@@ -57,8 +57,8 @@ def compiles_alike(family: str) -> None:
             for a, b in zip(got, expected, strict=True):
                 assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
             counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
-        # the second shape compiles the graphs once more with its dimensions dynamic; nothing compiles after
-        assert counts[2] == counts[1] <= 2 * counts[0]
+        # compiled with their dimensions dynamic from the first shape: no shape after it compiles again
+        assert counts[0] == counts[1] == counts[2]
         graphs[layers] = counts
         assert {(c["slots"], c["length"]) for c in compiled.stats.compiles} == {(8, 512), (16, 1024)}
         # the layers' own forwards and indices are back after every compiled step
