@@ -82,7 +82,9 @@ def timed(engine, args, firsts: list[list[int]], tools: list[list[int]]) -> tupl
     """Seconds and ids sampled for every episode played at once (episode e with tool output ``tools[e]``),
     the shape's first use (capture or compile) and the engine's counters reset outside the clock."""
     play(engine, firsts[0], tools[0], 1, 2, 0)
-    engine.stats.prefill_tokens = engine.stats.prefill_seconds = engine.stats.prefills = 0
+    stats = engine.stats
+    stats.prefill_tokens = stats.prefill_seconds = stats.prefills = 0
+    stats.keep_seconds = stats.draw_seconds = stats.decode_steps = 0
     started = time.perf_counter()
     with ThreadPoolExecutor(args.episodes) as pool:
         sampled = sum(pool.map(lambda e: play(engine, firsts[e], tools[e], args.turns, args.new, e),
@@ -120,8 +122,6 @@ def profiled(engine, args, firsts: list[list[int]], tools: list[list[int]]) -> t
 
     from pdbgym.train.grpo.steptrace import every_thread_profiler, summary
 
-    play(engine, firsts[0], tools[0], 1, 2, 0)
-    engine.stats.keep_seconds = engine.stats.draw_seconds = engine.stats.decode_steps = 0
     profiler = every_thread_profiler()
     profiler.start()
     seconds, sampled = timed(engine, args, firsts, tools)

@@ -97,10 +97,10 @@ class GRPORunConfig:
         "host for each new shape, and a step's shapes change every step: off, a random-weight step on an H100 ran "
         "1.41x faster (docs/benchmarks.md)")
     compile_decode: bool = documented(
-        False, "on a GPU, have inductor fuse the model's forward in the rollouts' decode step before the step is "
-        "recorded as a CUDA graph (once per process: the short experiment's first step took 142.6 s of rollouts on an "
-        "H100): a small model's step is bound by its kernel launches, which the fusion cuts (3.07 against 5.59 ms a "
-        "decode step there, the draw 1.15 against 1.92 s a GRPO step, docs/benchmarks.md)")
+        False, "on a GPU, have inductor fuse the model's decoder layers in the rollouts' decode step before the step "
+        "is recorded as a CUDA graph (one compile of the layers' code a process, 12.8 s for one SmolLM2-135M shape on "
+        "an H100): a small model's step is bound by its kernel launches, which the fusion cuts (3.32 against 5.60 ms "
+        "a decode step there, docs/benchmarks.md); a GRPO step with it is not timed yet")
     fused_dora: bool = documented(
         True, "compute a DoRA delta's layers in the update as one fused function each, compiled by inductor on a "
         "GPU (pdbgym.train.dora; the same function as PEFT's): PEFT's float32 passes over every layer's output were "
