@@ -63,12 +63,13 @@ def compile_variant(variant: str, engine) -> None:
     if variant == "engine":
         return
     if variant == "forward":  # the model's whole forward in one compile (the engine's before regional compiles)
-        compiled = torch.compile(engine.model.forward, dynamic=True)
+        compiled = torch.compile(engine.model.forward, dynamic=None)
         static.compiled_forward = lambda model: compiled
         return
     if variant == "static":  # the forward compiled for this shape alone
         compiled = torch.compile(engine.model.forward, dynamic=False)
         static.compiled_forward = lambda model: compiled
+        static._mark_dynamic = lambda shape: None
         return
     whole = torch.compile(static.decode_step, dynamic=None, fullgraph=False)  # the forward and the draw
 

@@ -172,6 +172,11 @@ def static_cache_problem(model: Any) -> str | None:
     return None
 
 
+def cache_tensors(cache: Any) -> list[torch.Tensor]:
+    """Every layer's keys and values tensors of a static cache."""
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
 def set_head(cache: Any, position: int) -> None:
     """Make the next write of every layer land at ``position``."""
     for layer in cache.layers:

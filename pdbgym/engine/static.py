@@ -38,6 +38,7 @@ from pdbgym.engine.cuda import CAPTURE, synchronize, traced
 from pdbgym.engine.draw import LOGPROB_MODES, draw_all
 from pdbgym.engine.kv import (
     cache_bytes,
+    cache_tensors,
     cut_row,
     engine_static_cache,
     new_static_cache,
@@ -217,6 +218,8 @@ class Sessions:
                 positions=zeros(1), head=torch.zeros(1, dtype=torch.long, device=self.device),
                 temperature=torch.ones(slots, device=self.device), top_p=torch.ones(slots, device=self.device),
                 seeds=zeros(), steps=zeros(), modes=zeros(), live=zeros(1))
+            if self.settings.graphs == "compiled":
+                _mark_dynamic(self._shapes[key])
         return self._shapes[key]
 
     def _static_session(self, model: Any, first: list[Row], live: list[Row]) -> None:
@@ -454,7 +457,8 @@ def decode_step(forward: Callable[..., torch.Tensor], model: Any, cache: Any, in
 def compiled_forward(model: Any) -> Callable[..., Any]:
     """The model's forward with each decoder layer run through one inductor compile of the layers' class (regional
     compilation), made once per model object and kept on it (so it goes with the model). It is compiled with its
-    dimensions dynamic from the first shape, so every later shape reuses it (``tests/engine/test_compiled_step.py``). The layers repeat one code, so one
+    dimensions dynamic from the first shape, so every later shape reuses it (``tests/engine/test_compiled_step.py``;
+    compiled for the first shape's sizes, the second shape compiled it again). The layers repeat one code, so one
     compile serves all of them: 12.8 s on an H100 for one SmolLM2-135M shape, where its whole forward compiled took
     86 s (``docs/benchmarks.md``). Their cache writes stay out of the graphs
     (``kv.engine_static_cache``), so the compiler does not specialize on a layer's index, and so do the
@@ -468,7 +472,7 @@ def compiled_forward(model: Any) -> Callable[..., Any]:
         config = getattr(model, "config", None)
         kinds = set(getattr(config, "layer_types", None) or ())  # layers that attend alike (no sliding window mix)
         compiled = (regional(model, layers) if layers and len(kinds) <= 1
-                    else torch.compile(model.forward, dynamic=True))
+                    else torch.compile(model.forward, dynamic=None))
         object.__setattr__(model, "_pdbgym_compiled_forward", compiled)
     return compiled
 
@@ -516,6 +520,16 @@ def regional(model: Any, layers: list[torch.nn.Module]) -> Callable[..., Any]:
                 del layer.forward
 
     return forward
+
+
+def _mark_dynamic(shape: StaticShape) -> None:
+    """Mark a new shape's slot and position dimensions dynamic for the compiler, so that the first compile
+    of the forward serves every later shape instead of specializing on this one's sizes."""
+    for tensor in (shape.input_ids, shape.positions):
+        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+    for tensor, position in [(shape.mask, 3)] + [(t, 2) for t in cache_tensors(shape.cache)]:
+        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        torch._dynamo.maybe_mark_dynamic(tensor, position)
 
 
 def _set_head(shape: StaticShape, position: int) -> None:
