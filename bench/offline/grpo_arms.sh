@@ -5,26 +5,32 @@
 # 10 minutes, so an arm's --minutes is what is left of LIMIT_S (default 560) seconds of this call:
 #   SFT=1 ARMS="new:compile_decode = true" bash bench/offline/grpo_arms.sh     # the SFT stage, then arm "new"
 #   ARMS="old:fused_dora = false|fused:" bash bench/offline/grpo_arms.sh       # more arms, the same SFT stage
-#   SFT=1 SEEDS="1 2" ARMS="new:" bash bench/offline/grpo_arms.sh              # two more training seeds' SFT side
-#                                                                               # by side, then the arm from each
+#   SFT=1 SEEDS="1 2" ARMS="new:" bash bench/offline/grpo_arms.sh              # two more training seeds' SFT, one
+#                                                                               # after another, then the arm from each
 # Brings back each arm's steps.jsonl and log as ARM-... in $OUT (and a traced step's table where one is asked).
 source bench/offline/setup.sh .offline > /dev/null
 left() { python3 -c "print(max(0.5, round(($LIMIT_S - $SECONDS) / 60 - 0.4, 2)))"; }
 LIMIT_S=${LIMIT_S:-560}
-# SEEDS="0 1 2": the SFT stages of those training seeds side by side (each its own folder /tmp/sftN), then every
-# arm from each seed's folder, one at a time (a quiet card for the timed GRPO steps); files come back as
-# sN-ARM-...; without SEEDS, the file's own seed in /tmp/sft0, as before.
+# SEEDS="0 1 2": the SFT stages of those training seeds one after another (each its own folder /tmp/sftN; three
+# side by side ran an 80 GB H100 out of memory), each resumed by the next call where a call's time ended it (the
+# machine's /tmp lasts while it stays warm), then every arm from each finished seed's folder, one at a time (a
+# quiet card for the timed GRPO steps); files come back as sN-ARM-...; without SEEDS, the file's own seed in
+# /tmp/sft0, as before.
 seeds=${SEEDS:-}
+sft_done() {  # whether /tmp/sft$1 holds a finished SFT stage (its experiment.json lists the stage)
+  python3 -c "import glob, json, sys; f = glob.glob('/tmp/sft$1/**/experiment.json', recursive=True)
+sys.exit(0 if f and 'sft' in json.load(open(f[0])).get('stages', {}) else 1)"
+}
 if [ -n "$SFT" ]; then
   for s in ${seeds:-0}; do
-    [ -e /tmp/sft$s ] && continue
+    sft_done $s && continue
     PARTS=4 UNTIL=sft RUN=/tmp/sft$s TAG=${seeds:+s$s-}sft- SEED=${seeds:+$s} MINUTES=$(left) \
-      bash bench/offline/decode_levers.sh | grep -v "^total\|^d\|^-" &
+      bash bench/offline/decode_levers.sh | grep -v "^total\|^d\|^-"
   done
-  wait
 fi
 IFS='|' read -ra arms <<< "$ARMS"
 for s in ${seeds:-0}; do
+  sft_done $s || { echo "seed $s: no finished SFT stage in /tmp/sft$s (SFT=1 runs or resumes it)"; continue; }
   for arm in "${arms[@]}"; do
     name=${arm%%:*}; keys=${arm#*:}; tag=${seeds:+s$s-}$name
     PARTS=4 FROM=/tmp/sft$s RUN=/tmp/arm-$tag TAG=$tag- SEED=${seeds:+$s} MINUTES=$(left) GRPO_KEYS="$keys" \

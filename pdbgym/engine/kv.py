@@ -10,17 +10,31 @@ each layer's ``keys``/``values``/``cumulative_length``), so every such access is
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
+import weakref
 from typing import Any
 
 import torch
 
+_EMPTY: dict[int, tuple[Any, Any]] = {}  # id of a model config: (a weak reference to it, its empty dynamic cache)
+
 
 def new_dynamic_cache(model: Any) -> Any:
+    """An empty ``DynamicCache`` for ``model``'s layers: a copy of one made from its config once. Made from the
+    config each time it cost about 0.3 ms of host time (transformers reads every layer's kind from it), paid
+    by every kept row and prefill pass of the engine; an empty cache's layers hold nothing to share."""
     from transformers import DynamicCache  # optional: transformers (pdbgym[hf])
 
-    return DynamicCache(config=model.config)
+    config = model.config
+    held = _EMPTY.get(id(config))
+    if held is None or held[0]() is not config or any(layer.is_initialized for layer in held[1].layers):
+        held = _EMPTY[id(config)] = (weakref.ref(config), DynamicCache(config=config))
+        weakref.finalize(config, _EMPTY.pop, id(config), None)
+    out = copy.copy(held[1])
+    out.layers = [copy.copy(layer) for layer in held[1].layers]
+    return out
 
 
 def rows_problem(cache: Any) -> str | None:
@@ -50,9 +64,16 @@ def _filled(model: Any, keys: list[torch.Tensor], values: list[torch.Tensor]) ->
 
 def cut_row(cache: Any, model: Any, row: int, start: int, end: int) -> Any:
     """A new one-row dynamic cache holding row ``row``'s positions ``[start, end)`` of ``cache``: every
-    layer's keys copied by one stack (a few kernels, not two copies a layer), each layer a view of it."""
-    keys = torch.stack([layer.keys[row:row + 1, :, start:end] for layer in cache.layers])
-    values = torch.stack([layer.values[row:row + 1, :, start:end] for layer in cache.layers])
+    layer's keys copied by one stack (a few kernels, not two copies a layer), each layer a view of it. A
+    static cache of the engine (``new_static_cache``) holds its layers in one tensor, so the row's keys are
+    one copy out of it and no call a layer."""
+    stacked = getattr(cache, STACKED, None)
+    if stacked is not None:
+        keys, values = (t[:, row:row + 1, :, start:end].clone(memory_format=torch.contiguous_format)
+                        for t in stacked[:2])
+    else:
+        keys = torch.stack([layer.keys[row:row + 1, :, start:end] for layer in cache.layers])
+        values = torch.stack([layer.values[row:row + 1, :, start:end] for layer in cache.layers])
     return _filled(model, list(keys.unbind(0)), list(values.unbind(0)))
 
 
@@ -73,14 +94,8 @@ def join_rows(caches: list[Any], model: Any, width: int) -> Any:
 
 
 def _stacked(cache: Any, name: str) -> torch.Tensor:
-    """A one-row cache's ``name`` tensors as ``[layers, heads, length, head_dim]``: the stack they are views
-    of when they are (no copy), else a stack made now."""
-    tensors = [getattr(layer, name)[0] for layer in cache.layers]
-    base = tensors[0]._base
-    if base is not None and base.dim() == 5 and base.shape[0] == len(tensors) and base.shape[1] == 1 \
-            and all(t._base is base for t in tensors) and base[:, 0].shape[1:] == tensors[0].shape:
-        return base[:, 0]
-    return torch.stack(tensors)
+    """A one-row cache's ``name`` tensors as ``[layers, heads, length, head_dim]`` (``_all_layers``' row 0)."""
+    return _all_layers(cache, name)[:, 0]
 
 
 def right_align(cache: Any, model: Any, ends: torch.Tensor, width: int) -> Any:
@@ -139,9 +154,19 @@ def engine_static_cache() -> type:
     return EngineStaticCache
 
 
-def new_static_cache(model: Any, slots: int, length: int, compiled: bool = False) -> Any:
+STACKED = "pdbgym_stacked"  # a static cache's attribute: its layers' keys, values and write heads, one tensor each
+
+
+def new_static_cache(model: Any, slots: int, length: int, compiled: bool = False, stacked: bool = True) -> Any:
     """A ``StaticCache`` of ``slots`` rows and ``length`` positions, allocated now on the model's device; with
-    ``compiled``, one whose writes stay out of compiled graphs (``engine_static_cache``)."""
+    ``compiled``, one whose writes stay out of compiled graphs (``engine_static_cache``).
+
+    With ``stacked`` (the default), every layer's keys are a view of one ``[layers, slots, heads, length,
+    head_dim]`` tensor, its values of another, and its write head an element of one ``[layers]`` tensor
+    (kept on the cache as ``STACKED``), so that keeping a row (``cut_row``), placing prefilled rows
+    (``place_rows``) and moving the head (``set_head``) are one call for all layers, not one a layer: each
+    call is host time in the engine's thread, and each gives up and takes back the interpreter's lock, which
+    a GRPO step's episodes hold in turns (docs/benchmarks.md, sixth session)."""
     from transformers import StaticCache  # optional: transformers (pdbgym[hf])
 
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -149,7 +174,23 @@ def new_static_cache(model: Any, slots: int, length: int, compiled: bool = False
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     parameter = next(model.parameters())
-    cache.early_initialization(slots, heads, head_dim, parameter.dtype, parameter.device)
+    if not stacked:
+        cache.early_initialization(slots, heads, head_dim, parameter.dtype, parameter.device)
+        return cache
+    n = len(cache.layers)
+    keys = torch.zeros((n, slots, heads, length, head_dim), dtype=parameter.dtype, device=parameter.device)
+    values = torch.zeros_like(keys)
+    fake = torch.zeros((slots, heads, 0, head_dim), dtype=parameter.dtype, device=parameter.device)
+    for i, layer in enumerate(cache.layers):
+        layer.lazy_initialization(fake, fake)  # its own attributes, then one layer's tensors at a time replaced
+        layer.keys, layer.values = keys[i], values[i]
+        for tensor in (layer.keys, layer.values):
+            torch._dynamo.mark_static_address(tensor)
+    writes = torch.zeros(n, dtype=cache.layers[0].cumulative_length.dtype, device=parameter.device)
+    for i, layer in enumerate(cache.layers):
+        layer.cumulative_length = writes[i]
+        torch._dynamo.mark_static_address(layer.cumulative_length)
+    setattr(cache, STACKED, (keys, values, writes))
     return cache
 
 
@@ -179,14 +220,36 @@ def cache_tensors(cache: Any) -> list[torch.Tensor]:
 
 def set_head(cache: Any, position: int) -> None:
     """Make the next write of every layer land at ``position``."""
+    stacked = getattr(cache, STACKED, None)
+    if stacked is not None:
+        stacked[2].fill_(position)
+        return
     for layer in cache.layers:
         layer.cumulative_length.fill_(position)
 
 
 def place_rows(static: Any, dynamic: Any, slots: torch.Tensor, end: int) -> None:
     """Copy a prefill's keys and values (``dynamic``: rows left-padded to width P) into ``static`` rows
-    ``slots`` at positions ``[end - P, end)``."""
+    ``slots`` at positions ``[end - P, end)``: one copy of every layer at once into a stacked cache
+    (``new_static_cache``), else one a layer."""
+    stacked = getattr(static, STACKED, None)
+    width = dynamic.layers[0].keys.shape[-2]
+    if stacked is not None:
+        for target, name in zip(stacked[:2], ("keys", "values"), strict=True):
+            target[:, slots, :, end - width:end] = _all_layers(dynamic, name).to(target.dtype)
+        return
     for target, source in zip(static.layers, dynamic.layers, strict=True):
-        width = source.keys.shape[-2]
         target.keys[slots, :, end - width:end] = source.keys.to(target.keys.dtype)
         target.values[slots, :, end - width:end] = source.values.to(target.values.dtype)
+
+
+def _all_layers(cache: Any, name: str) -> torch.Tensor:
+    """A dynamic cache's ``name`` tensors as one ``[layers, rows, heads, length, head_dim]``: the tensor they
+    are the layer views of, in order, when they are (``join_rows``, ``cut_row``), else a stack made now."""
+    tensors = [getattr(layer, name) for layer in cache.layers]
+    base = tensors[0]._base
+    if base is not None and base.dim() == 5 and base.shape[0] == len(tensors) \
+            and all(t._base is base and t.shape == base.shape[1:] and t.stride() == base.stride()[1:]
+                    and t.storage_offset() == base.storage_offset() + i * base.stride(0) for i, t in enumerate(tensors)):
+        return base
+    return torch.stack(tensors)
