@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -60,6 +61,22 @@ def same_model(old: str, new: str) -> bool:
             and all(c in "0123456789abcdef" for c in a.name))
 
 
+def _moved(was: str | None, folder: Path) -> Any:
+    """A test of two stored settings: whether they are absolute paths that stand where the campaign folder
+    ``was`` and where it is now (``folder``) in the same relation, as when an experiment's folder was moved or
+    copied whole with the task folders, split file and checkpoints its campaigns name. Never so for a folder
+    written before it recorded where it was (no ``was``), nor where it has not moved."""
+    now = str(folder.resolve())
+
+    def test(old: Any, new: Any) -> bool:
+        if not was or was == now or not isinstance(old, str) or not isinstance(new, str) \
+                or not (os.path.isabs(old) and os.path.isabs(new)):
+            return False
+        return os.path.relpath(old, was) == os.path.relpath(new, now)
+
+    return test
+
+
 class ResultsStore:
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = Path(out_dir)
@@ -79,13 +96,18 @@ class ResultsStore:
         config_file = self.out_dir / CONFIG_FILE
         if not config_file.is_file():
             if not check_only:
-                write_json_atomic(config_file, {"config": config, "fingerprint": fingerprint(config)})
+                self._write(config)
             return
-        old = json.loads(config_file.read_text()).get("config", {})
-        differing = sorted(k for k in (set(old) | set(config)) - {"arms"} if old.get(k) != config.get(k))
+        stored = json.loads(config_file.read_text())
+        old, moved = stored.get("config", {}), _moved(stored.get("folder"), self.out_dir)
+
+        def same(a: Any, b: Any) -> bool:
+            return a == b or moved(a, b)
+
+        differing = sorted(k for k in (set(old) | set(config)) - {"arms"} if not same(old.get(k), config.get(k)))
         old_arms, arms = old.get("arms", {}), config.get("arms", {})
         differing += [f"arm {name} ({old_arms[name]} there, {model} now)" for name, model in arms.items()
-                      if name in old_arms and not same_model(old_arms[name], model)]
+                      if name in old_arms and not (same_model(old_arms[name], model) or moved(old_arms[name], model))]
         if differing:
             raise PdbgymError(
                 f"{self.out_dir} holds a different campaign (differs in: {', '.join(differing)}). "
@@ -94,10 +116,15 @@ class ResultsStore:
             )
         if check_only:
             return
-        if set(arms) - set(old_arms):
-            merged = {**config, "arms": {**old_arms, **arms}}
-            write_json_atomic(config_file, {"config": merged, "fingerprint": fingerprint(merged)})
+        if set(arms) - set(old_arms) or old != {**config, "arms": old_arms} or stored.get("folder") is None:
+            self._write({**config, "arms": {**old_arms, **arms}})  # moved: its paths now the new ones
         self._drop_cut_line()
+
+    def _write(self, config: dict[str, Any]) -> None:
+        """``campaign.json``: the configuration, its fingerprint and the folder it was written in (a folder moved
+        with the files its paths name resumes where they now are, ``_moved``)."""
+        write_json_atomic(self.out_dir / CONFIG_FILE, {"config": config, "fingerprint": fingerprint(config),
+                                                        "folder": str(self.out_dir.resolve())})
 
     def _drop_cut_line(self) -> None:
         """Remove a last line a kill cut short, so the next append starts on a line of its own."""

@@ -69,6 +69,45 @@ def test_campaign_refuses_a_folder_of_another_configuration(tiny_task, tmp_path)
                      episode_fns={"a": fn})
 
 
+def test_a_campaign_moved_with_its_experiment_resumes_where_it_is_and_refuses_other_paths(tiny_task, tmp_path):
+    """An experiment's campaigns name its task folder, split file and checkpoints by absolute path. Its folder
+    copied or moved whole (another disk; a bench's arms copying one SFT stage) resumes there: the paths that
+    stand to the campaign as they stood before are the same campaign's, and campaign.json takes the new ones.
+    A path that does not, or a folder written before it recorded where it was, is refused as before."""
+    import shutil
+
+    tasks = _fake_tasks(tiny_task, 2)
+    table = {(f"t{i}", r): True for i in range(2) for r in range(2)}
+
+    def config(root: Path, tasks_dir: str = "tasks/val") -> CampaignConfig:
+        return CampaignConfig(tasks=str(root / tasks_dir), splits_file=str(root / "splits.json"),
+                              arms=[Arm("sft", str(root / "sft" / "step-64"))], runs=2)
+
+    first = tmp_path / "first"
+    for folder in (first / "tasks" / "val", first / "sft" / "step-64"):
+        folder.mkdir(parents=True)
+    fn, calls = _scripted_outcomes(table)
+    run_campaign(config(first), tasks, first / "sft" / "val-eval", episode_fns={"sft": fn})
+    assert len(calls) == 4
+    second = tmp_path / "second"
+    shutil.copytree(first, second)
+    fn2, calls2 = _scripted_outcomes(table)
+    rows = run_campaign(config(second), tasks, second / "sft" / "val-eval", episode_fns={"sft": fn2})
+    assert calls2 == [] and len(rows) == 4  # resumed: nothing played again
+    stored = json.loads((second / "sft" / "val-eval" / "campaign.json").read_text())
+    assert stored["config"]["tasks"] == str(second / "tasks" / "val") and stored["folder"] == str((second / "sft" / "val-eval").resolve())
+    with pytest.raises(PdbgymError, match="differs in: tasks"):  # the copy's campaign, another task folder
+        run_campaign(config(second, "tasks/test"), tasks, second / "sft" / "val-eval", episode_fns={"sft": fn2})
+    with pytest.raises(PdbgymError, match="differs in: splits_file, tasks, arm sft"):  # the first folder: not its paths
+        run_campaign(config(second), tasks, first / "sft" / "val-eval", episode_fns={"sft": fn2})
+    old = first / "sft" / "val-eval" / "campaign.json"
+    old.write_text(json.dumps({k: v for k, v in json.loads(old.read_text()).items() if k != "folder"}))
+    third = tmp_path / "third"
+    shutil.copytree(first, third)
+    with pytest.raises(PdbgymError, match="differs in: splits_file, tasks"):  # written before folders were recorded
+        run_campaign(config(third), tasks, third / "sft" / "val-eval", episode_fns={"sft": fn2})
+
+
 def test_infrastructure_failures_are_not_counted_as_unsolved(tiny_task, tmp_path):
     tasks = _fake_tasks(tiny_task, 2)
 
