@@ -2,13 +2,14 @@
 
 Layout::
 
-    OUT/campaign.json          the configuration (arms, tasks, runs, ...) and its fingerprint
+    OUT/campaign.json          the configuration (arms, tasks, runs, ...), its fingerprint and where OUT was
     OUT/episodes.jsonl         one line per finished episode (appended whole, fsync'd)
     OUT/transcripts/ARM/TASK/run-N.json
 
 A killed campaign loses at most the episodes in flight: a line is written only after its transcript,
 and a partial last line (a kill mid-write) is ignored on reading. Restarting skips every
-(arm, task, run) already in the file, so nothing is counted twice.
+(arm, task, run) already in the file, so nothing is counted twice. A folder moved or copied together with the
+task folders, split file and checkpoints its configuration names resumes where it now is.
 """
 
 from __future__ import annotations
