@@ -42,8 +42,20 @@ print(t.replace('\n[grpo]\n', '\n[grpo]\n' + k + '\n', 1), end='')" "$GRPO_KEYS"
     TOML=/tmp/short-levers.toml
   fi
   [ -n "$FROM" ] && [ ! -e "$RUN" ] && cp -a "$FROM" "$RUN"
+  # SPY_S=30: once GRPO has logged two steps (the first compiles), py-spy records SPY_S seconds of every thread
+  # that holds the interpreter's lock (the staged extra/ wheel, or a py-spy on the machine); TAG-gil.txt and its
+  # summary by thread (bench/gil_threads.py) come back: who the engine's thread waits behind in the rollouts
+  if [ -n "$SPY_S" ] && command -v py-spy > /dev/null; then
+    ( sleep 10  # the experiment's process started; the recording is given up when it ends first
+      until [ "$(find "$RUN" -path "*grpo*" -name steps.jsonl -exec cat {} + 2>/dev/null | wc -l)" -ge 2 ]; do
+        pgrep -f "pdbgym.cli experiment run" > /dev/null || exit 0; sleep 2; done
+      py-spy record --gil --threads --subprocesses --nonblocking -r 100 -d "$SPY_S" -f raw -o "$OUT/${TAG}gil.txt" \
+        --pid "$(pgrep -f "pdbgym.cli experiment run" | head -1)" > "$OUT/${TAG}spy.log" 2>&1
+      python3 bench/gil_threads.py "$OUT/${TAG}gil.txt" --seconds "$SPY_S" > "$OUT/${TAG}gil-summary.txt" 2>&1 ) &
+  fi
   python3 -m pdbgym.cli experiment run $TOML --out "$RUN" ${SEED:+--seeds $SEED} --device cuda --workers 12 --until "${UNTIL:-grpo}" \
     --minutes "${MINUTES:-8.5}" > "$OUT/${TAG}short.log" 2>&1; tail -5 "$OUT/${TAG}short.log"
+  wait  # the py-spy recording, if one is running
   for f in $(find "$RUN" -path "*grpo*" -name steps.jsonl -o -name report.md -o -path "*trace*" -name "*.txt" \
       | head -6); do cp "$f" "$OUT/$TAG$(echo "${f#"$RUN"/}" | tr / _)"; done
 fi

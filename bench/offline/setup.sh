@@ -14,6 +14,11 @@ if [ -d "$STAGE/wheels" ] && [ "$(ls "$STAGE/wheels" | md5sum)" != "$(cat /tmp/.
   $PY -m pip install -q --no-index --no-deps "$STAGE"/wheels/*.whl 2>&1 | tail -3 \
     && ls "$STAGE/wheels" | md5sum > /tmp/.pdbgym-wheels
 fi
+# extra/: tools for a bench's own measurement (py-spy), each installed once, when it arrives
+for w in "$STAGE"/extra/*.whl; do
+  [ -f "$w" ] && ! grep -qxF "$(basename "$w")" /tmp/.pdbgym-extra 2>/dev/null \
+    && $PY -m pip install -q --no-index --no-deps "$w" 2>&1 | tail -1 && basename "$w" >> /tmp/.pdbgym-extra
+done
 echo "${PDBGYM_TREE:-$PWD}" > "$SP/pdbgym-dev.pth"
 mkdir -p /tmp/pdbgym-gguf
 for f in "$STAGE"/gguf.* "$STAGE"/llm_init.py; do [ -f "$f" ] && cp "$f" /tmp/pdbgym-gguf/; done
