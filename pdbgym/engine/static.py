@@ -407,8 +407,8 @@ class Sessions:
                            shape.live, shape.temperature, shape.top_p, shape.seeds, shape.steps, shape.modes, nucleus)
 
     def _capture(self, model: Any, shape: StaticShape, nucleus: bool, head: int) -> None:
-        """Record the step at this shape as a CUDA graph. One warm-up run first (on a side stream, as CUDA
-        graphs want): it opens the head's column and writes keys and values there, which the first real
+        """Record the step at this shape as a CUDA graph. One warm-up run first (on the side stream the capture
+        then records on, as CUDA graphs want): it opens the head's column and writes keys and values there, which the first real
         step does again, and it moves the head and every slot's inputs, which are put back after it (a
         capture may come mid-session: a first row with top-p < 1). A second warm-up would open the column
         above the head, whose keys and values no real step has written yet, to every slot's next step."""
@@ -419,18 +419,31 @@ class Sessions:
                 tensor.copy_(before)
             _set_head(shape, head)
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._step(model, shape, nucleus)
-        torch.cuda.current_stream().wait_stream(side)
-        restore()
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: other threads (another engine of the process, an evaluation's other arm) keep
-        # working while this one records; in the default global mode their host copies and kernel
-        # launches invalidated the capture and broke both. One capture at a time in the process.
-        with CAPTURE, torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            shape.outputs[nucleus] = self._step(model, shape, nucleus)
+        current = torch.cuda.current_stream()
+        try:
+            # The warm-up and the capture both run on the process's one capture stream of the device, under the
+            # one lock. ``torch.cuda.Stream()`` hands out a pool's streams in turn, 32 of them, and a warm-up
+            # stream made for each capture outside the lock could come round to the stream another thread was
+            # capturing on: its wait for its own thread's work, recorded into that capture, breaks it. That is
+            # the likely cause of "dependency created on uncaptured work in another stream" with three engines
+            # on three threads on an H100 (2026-12-07), not yet confirmed on a GPU.
+            with CAPTURE:
+                side = capture_stream(current.device)
+                side.wait_stream(current)
+                with torch.cuda.stream(side):
+                    self._step(model, shape, nucleus)
+                current.wait_stream(side)
+                restore()
+                graph = torch.cuda.CUDAGraph()
+                # thread_local: other threads (another engine of the process, an evaluation's other arm) keep
+                # working while this one records; in the default global mode their host copies and kernel
+                # launches invalidated the capture and broke both.
+                with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+                    shape.outputs[nucleus] = self._step(model, shape, nucleus)
+        finally:
+            # a capture that fails at its end leaves its stream this thread's current one (``torch.cuda.graph``
+            # raises before it leaves the stream's block), and every later call here would run inside it
+            torch.cuda.set_stream(current)
         restore()  # capture records without running; the inputs and head stay where they were
         shape.graphs[nucleus] = graph
         shape.weights = next(model.parameters()).data_ptr()
@@ -530,6 +543,13 @@ def _mark_dynamic(shape: StaticShape) -> None:
     for tensor, position in [(shape.mask, 3)] + [(t, 2) for t in cache_tensors(shape.cache)]:
         torch._dynamo.maybe_mark_dynamic(tensor, 0)
         torch._dynamo.maybe_mark_dynamic(tensor, position)
+
+
+@functools.cache
+def capture_stream(device: torch.device) -> Any:
+    """The stream every engine of the process warms up and records its decode steps on, on ``device``, one at a
+    time (under ``CAPTURE``); made once, so the engines' captures take no more streams of torch's pool."""
+    return torch.cuda.Stream(device=device)
 
 
 def _set_head(shape: StaticShape, position: int) -> None:
