@@ -57,16 +57,35 @@ def register() -> None:
         _done.append(True)
 
 
+_SWITCH = threading.Lock()
+_blocks: dict[int, int] = {}  # id of a model config: the decode_attention blocks in force on it
+
+
 @contextmanager
 def decode_attention(model: Any) -> Iterator[bool]:
-    """Inside, ``model`` (an sdpa model) attends through ``grouped_decode_attention``; yields whether it does."""
+    """Inside, ``model`` (an sdpa model) attends through ``grouped_decode_attention``; yields whether it does.
+    Blocks on one model may overlap, from several threads and ending in any order (two engines of one model,
+    one finishing its session while the other starts): the model's attention is switched by the first and back
+    to sdpa by the last. Switched back by the first to end, the other engine's compiled layers saw sdpa mid-
+    session and compiled again (``tests/engine/test_compiled_step.py`` failed now and then on it)."""
     config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa":
+    with _SWITCH:
+        key = id(config)
+        if not _blocks.get(key) and getattr(config, "_attn_implementation", None) != "sdpa":
+            switched = False
+        else:
+            switched = True
+            register()
+            config._attn_implementation = ATTENTION
+            _blocks[key] = _blocks.get(key, 0) + 1
+    if not switched:
         yield False
         return
-    register()
-    config._attn_implementation = ATTENTION
     try:
         yield True
     finally:
-        config._attn_implementation = "sdpa"
+        with _SWITCH:
+            _blocks[key] -= 1
+            if not _blocks[key]:
+                del _blocks[key]
+                config._attn_implementation = "sdpa"

@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from pdbgym.engine.cuda import synchronize, traced
-from pdbgym.engine.kv import cut_row, join_rows, new_dynamic_cache, right_align
+from pdbgym.engine.kv import counted, cut_row, join_rows, new_dynamic_cache, right_align
 from pdbgym.engine.prefixes import Prefix, PrefixStore
+from pdbgym.engine.regional import compiled_forward
 from pdbgym.engine.types import EngineSettings, EngineStats, Row
 
 
@@ -49,11 +50,11 @@ class Rounds:
             row.position = len(prompt)
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = new_dynamic_cache(model)
+        cache, step = self._prefill_forward(model, new_dynamic_cache(model))
         started = time.perf_counter()
         # prompts of one length need no mask: transformers then attends causally (sdpa's flash kernel)
         even = all(len(r.request.prompt_ids) == width for r in rows)
-        logits = self._forward(model, ids, None if even else mask, positions, cache)
+        logits = self._forward(model, ids, None if even else mask, positions, cache, step=step)
         if self.device.type == "cuda":
             synchronize()
         self.stats.prefill_seconds += time.perf_counter() - started
@@ -77,9 +78,10 @@ class Rounds:
             mask[i, width - k:width + n] = 1  # a pad after a row's new part is later than every id it has
             row.position = k + n
         positions = torch.tensor(kept)[:, None] + torch.arange(span)[None, :]
+        cache, step = self._prefill_forward(model, cache)
         started = time.perf_counter()
         logits = self._forward(model, ids.to(self.device), mask.to(self.device), positions.to(self.device),
-                               cache, last=[n - 1 for n in new])
+                               cache, step=step, last=[n - 1 for n in new])
         if len(rows) > 1:
             ends = torch.tensor(new, device=self.device) + width
             cache = right_align(cache, model, ends, max(r.position for r in rows))
@@ -90,6 +92,17 @@ class Rounds:
         self.stats.prefill_tokens += sum(new)
         self.stats.reused_tokens += sum(kept)
         return logits, cache, self._right_mask(rows)
+
+    def _prefill_forward(self, model: Any, cache: Any) -> tuple[Any, Callable[..., Any] | None]:
+        """The cache and forward of a prefill pass: with ``graphs="compiled"``, the model's decoder layers compiled
+        once for all (``regional.compiled_forward``, the decode step's compile) and the cache as its class that
+        counts its layers' writes (``kv.counted``); else the cache as it is and the model's own forward. A pass
+        through the model's own forward is some 1,500 operator calls for a 30-layer model, each a trip through
+        the interpreter's lock, and on a GPU a pass spent 60 ms of its own Python beside 57 ms of kernels in a
+        real GRPO step (docs/benchmarks.md, sixth session)."""
+        if self.settings.graphs != "compiled":
+            return cache, None
+        return counted(cache), compiled_forward(model)
 
     def _right_mask(self, rows: Sequence[Row]) -> torch.Tensor:
         """The attention mask of ``rows`` right-aligned at their positions ([rows, longest])."""

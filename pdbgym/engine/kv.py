@@ -133,17 +133,16 @@ def keeps_logits(model: Any) -> bool:
 
 
 @functools.cache
-def engine_static_cache() -> type:
-    """transformers' ``StaticCache`` whose ``update`` (the write of a layer's new keys and values) the compiler
-    leaves out of its graphs. The engine compiles each decoder layer once for all of them
-    (``static.compiled_forward``); traced, the write would look up its layer by index, and the compiler would
-    make one graph per layer. While ``cursor`` is set, the writes of a forward go to the layers in the order
-    they come, whatever index the caller passes (the compiled layers all pass 0: an index differing between
-    layers would still make a graph each). Otherwise it is ``StaticCache.update`` itself."""
-    from transformers import StaticCache  # optional: transformers (pdbgym[hf])
+def counted_cache(base: type) -> type:
+    """transformers' cache class ``base`` (``StaticCache``, ``DynamicCache``) whose ``update`` (the write of a
+    layer's new keys and values) the compiler leaves out of its graphs. The engine compiles each decoder layer
+    once for all of them (``regional.compiled_forward``); traced, the write would look up its layer by index,
+    and the compiler would make one graph per layer. While ``cursor`` is set, the writes of a forward go to the
+    layers in the order they come, whatever index the caller passes (the compiled layers all pass 0: an index
+    differing between layers would still make a graph each). Otherwise it is ``base.update`` itself."""
 
-    class EngineStaticCache(StaticCache):
-        cursor: int | None = None  # set: the layer the next write is for, counted (``static.regional``)
+    class Counted(base):  # type: ignore[misc, valid-type]
+        cursor: int | None = None  # set: the layer the next write is for, counted (``regional.regional``)
 
         @torch.compiler.disable
         def update(self, key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
@@ -151,7 +150,30 @@ def engine_static_cache() -> type:
                 layer_idx, self.cursor = self.cursor, self.cursor + 1
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
-    return EngineStaticCache
+    Counted.__name__ = Counted.__qualname__ = f"Engine{base.__name__}"
+    return Counted
+
+
+def engine_static_cache() -> type:
+    """``StaticCache`` counting its layers' writes (``counted_cache``): a compiled session's static cache."""
+    from transformers import StaticCache  # optional: transformers (pdbgym[hf])
+
+    return counted_cache(StaticCache)
+
+
+def counts_writes(cache: Any) -> bool:
+    """Whether ``cache`` routes its layers' writes by ``cursor`` (``counted_cache``'s classes)."""
+    return "cursor" in vars(type(cache))
+
+
+def counted(cache: Any) -> Any:
+    """``cache`` as the class of its kind that counts its layers' writes (``counted_cache``): itself if it does,
+    else a shallow copy sharing its layers (a compiled prefill pass continues a kept cache, made plain)."""
+    if counts_writes(cache):
+        return cache
+    out = copy.copy(cache)
+    out.__class__ = counted_cache(type(cache))
+    return out
 
 
 STACKED = "pdbgym_stacked"  # a static cache's attribute: its layers' keys, values and write heads, one tensor each

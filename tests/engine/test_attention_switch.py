@@ -1,7 +1,8 @@
 """Which attention kernels the engines' batches may take: torch's switch is process-wide, so the engines
 turn cuDNN off while any of them runs a batch and put the process's own setting back after the last; a run
 that asks for cuDNN (``cudnn_attention(True)``) keeps it. The switch is a flag on any torch build, so
-this runs on the CPU."""
+this runs on the CPU. The same holds for the decode attention a model's engines switch it to: overlapping blocks
+on one model keep it until the last ends."""
 
 from __future__ import annotations
 
@@ -68,3 +69,26 @@ def test_a_run_and_an_engine_batch_that_overlap_in_either_order_leave_each_its_s
     assert not torch.backends.cuda.cudnn_sdp_enabled()  # the batch alone: off
     batch.__exit__(None, None, None)
     assert not torch.backends.cuda.cudnn_sdp_enabled()  # the process's own setting
+
+
+def test_overlapping_decode_attention_blocks_on_one_model_keep_it_until_the_last_ends():
+    """Two engines of one model: the first's session ends while the second's runs. Switched back to sdpa by the
+    first, the second's compiled layers saw sdpa mid-session and compiled again."""
+    from types import SimpleNamespace
+
+    from pdbgym.engine.attention import ATTENTION, decode_attention
+
+    model = SimpleNamespace(config=SimpleNamespace(_attn_implementation="sdpa"))
+    first, second = decode_attention(model), decode_attention(model)
+    assert first.__enter__() and model.config._attn_implementation == ATTENTION
+    assert second.__enter__()
+    first.__exit__(None, None, None)  # the first ends while the second still runs: still switched
+    assert model.config._attn_implementation == ATTENTION
+    second.__exit__(None, None, None)
+    assert model.config._attn_implementation == "sdpa"
+    eager = SimpleNamespace(config=SimpleNamespace(_attn_implementation="eager"))
+    with decode_attention(eager) as switched:  # a model not on sdpa is left as it is
+        assert not switched and eager.config._attn_implementation == "eager"
+    with pytest.raises(RuntimeError), decode_attention(model):  # a failing batch still switches it back
+        raise RuntimeError("batch failed")
+    assert model.config._attn_implementation == "sdpa"

@@ -1,14 +1,14 @@
-"""The compiled decode step (``EngineSettings(graphs="compiled")``): inductor's kernels for the model's
-forward sample the ids the model's own kernels sample, with the same log-probs, and one compile of the decoder
-layers' code serves every layer, static caches of other slot counts and lengths, and the nucleus's step too
-(the draw is not compiled). On the CPU (inductor's C++ kernels); the GPU file runs the
+"""The compiled decode step and prefill passes (``EngineSettings(graphs="compiled")``): inductor's kernels for
+the model's forward sample the ids the model's own kernels sample, with the same log-probs, and one compile of
+the decoder layers' code serves every layer, static caches of other slot counts and lengths, the nucleus's step
+(the draw is not compiled), and prefill passes of every width, later turns' continuing kept caches among them. On the CPU (inductor's C++ kernels); the GPU file runs the
 same step recorded in a CUDA graph."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from test_engine import REQUESTS, STOP
+from test_engine import REQUESTS, STOP, next_turns
 
 from pdbgym.engine import EngineRequest, EngineSettings, LocalEngine
 
@@ -75,10 +75,51 @@ def test_an_unknown_graphs_setting_is_refused_by_name():
 
 
 def test_the_layers_compiled_once_for_all_are_the_decoder_layers_not_a_longer_list_of_experts():
-    from pdbgym.engine.static import repeated_layers
+    from pdbgym.engine.regional import repeated_layers
 
     model = layered("llama", 3)
     assert repeated_layers(model) == list(model.model.layers)
     model.experts = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(8))  # longer, of one class, no index
     assert repeated_layers(model) == list(model.model.layers)
     assert repeated_layers(torch.nn.Sequential(torch.nn.Linear(2, 2))) == []
+
+
+def test_compiled_prefill_passes_continue_kept_caches_and_sample_what_the_models_own_passes_sample():
+    """Later turns prefill only their new parts after kept caches, some rows continuing and some fresh in one
+    admission: through the compiled layers (a cache that counts its layers' writes), the same ids and log-probs
+    as the model's own forward, and each pass's shapes served by the first passes' compile."""
+    import torch._dynamo.utils
+
+    from pdbgym.engine.kv import counts_writes, new_dynamic_cache
+    from pdbgym.engine.regional import compiled_forward
+
+    model = layered("llama", 3)
+    engines = [LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64, graphs=graphs))
+               for graphs in ("capture", "compiled")]
+    first = [EngineRequest(list(range(1, 6 + 9 * i)), 10, temperature=0.9, seed=i) for i in range(4)]
+    with torch._dynamo.config.patch(automatic_dynamic_local_pgo=False):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        turns, counts = [first], []
+        for tool in ([40, 41, 42], [43, 44], [45]):
+            plain, compiled = (engine.generate(turns[-1]) for engine in engines)
+            assert [r.ids for r in compiled] == [r.ids for r in plain]
+            for a, b in zip(compiled, plain, strict=True):
+                assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+            counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+            turns.append(next_turns(turns[-1], compiled, tool))
+        # two rows continue their episodes and two new ones join them in one pass
+        mixed = turns[-1][:2] + [EngineRequest([9, 8, 7, 6], 6, seed=7), EngineRequest([3] * 11, 5, seed=8)]
+        plain, compiled = (engine.generate(mixed) for engine in engines)
+        assert [r.ids for r in compiled] == [r.ids for r in plain]
+        counts.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    assert engines[1].stats.reused_tokens > 0 and engines[1].stats.reused_tokens == engines[0].stats.reused_tokens
+    assert counts[1] == counts[2] == counts[3], counts  # the later turns' passes compiled nothing new
+    assert all("forward" not in vars(layer) for layer in model.model.layers)
+    # the compiled engine's passes ran through the compiled layers with a cache that counts its writes
+    cache, step = engines[1]._prefill_forward(model, new_dynamic_cache(model))
+    assert counts_writes(cache) and step is compiled_forward(model)
+    plain_cache = new_dynamic_cache(model)
+    assert engines[0]._prefill_forward(model, plain_cache) == (plain_cache, None)
+    for engine in engines:
+        engine.close()
