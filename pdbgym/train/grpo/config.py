@@ -100,7 +100,9 @@ class GRPORunConfig:
         False, "on a GPU, have inductor fuse the model's decoder layers in the rollouts' decode step before the step "
         "is recorded as a CUDA graph (one compile of the layers' code a process, 12.8 s for one SmolLM2-135M shape on "
         "an H100): a small model's step is bound by its kernel launches, which the fusion cuts (3.32 against 5.60 ms "
-        "a decode step there, docs/benchmarks.md); a GRPO step with it is not timed yet")
+        "a decode step there, docs/benchmarks.md), and its prefill passes through the same compile (each pass's "
+        "1,500 operator calls, 60 ms of host time a pass in a real step); a GRPO step with the decode step alone "
+        "compiled was not faster (11.66 against 10.34 s, one H100); with the prefill passes, not timed yet")
     fused_dora: bool = documented(
         True, "compute a DoRA delta's layers in the update as one fused function each, compiled by inductor on a "
         "GPU (pdbgym.train.dora; the same function as PEFT's): PEFT's float32 passes over every layer's output were "
