@@ -12,6 +12,7 @@ here serve the static sessions too (``pdbgym.engine.static``): a row joining one
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +24,8 @@ from pdbgym.engine.kv import counted, cut_row, join_rows, new_dynamic_cache, rig
 from pdbgym.engine.prefixes import Prefix, PrefixStore
 from pdbgym.engine.regional import compiled_forward
 from pdbgym.engine.types import EngineSettings, EngineStats, Row
+
+log = logging.getLogger("pdbgym.engine")
 
 
 class Rounds:
@@ -36,6 +39,7 @@ class Rounds:
     _forward: Callable[..., torch.Tensor]
     _draw: Callable[..., None]
     _release: Callable[[], None]
+    _eager_passes = False  # a compiled prefill pass failed: the model's own forward from then on (``_pass``)
 
     def _prefill(self, model: Any, rows: Sequence[Row]) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Left-padded prefill of ``rows``' prompts into a fresh dynamic cache; returns the last
@@ -50,11 +54,10 @@ class Rounds:
             row.position = len(prompt)
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache, step = self._prefill_forward(model, new_dynamic_cache(model))
         started = time.perf_counter()
         # prompts of one length need no mask: transformers then attends causally (sdpa's flash kernel)
         even = all(len(r.request.prompt_ids) == width for r in rows)
-        logits = self._forward(model, ids, None if even else mask, positions, cache, step=step)
+        logits, cache = self._pass(model, ids, None if even else mask, positions, new_dynamic_cache(model))
         if self.device.type == "cuda":
             synchronize()
         self.stats.prefill_seconds += time.perf_counter() - started
@@ -78,10 +81,9 @@ class Rounds:
             mask[i, width - k:width + n] = 1  # a pad after a row's new part is later than every id it has
             row.position = k + n
         positions = torch.tensor(kept)[:, None] + torch.arange(span)[None, :]
-        cache, step = self._prefill_forward(model, cache)
         started = time.perf_counter()
-        logits = self._forward(model, ids.to(self.device), mask.to(self.device), positions.to(self.device),
-                               cache, step=step, last=[n - 1 for n in new])
+        logits, cache = self._pass(model, ids.to(self.device), mask.to(self.device), positions.to(self.device),
+                                   cache, last=[n - 1 for n in new])
         if len(rows) > 1:
             ends = torch.tensor(new, device=self.device) + width
             cache = right_align(cache, model, ends, max(r.position for r in rows))
@@ -93,16 +95,27 @@ class Rounds:
         self.stats.reused_tokens += sum(kept)
         return logits, cache, self._right_mask(rows)
 
-    def _prefill_forward(self, model: Any, cache: Any) -> tuple[Any, Callable[..., Any] | None]:
-        """The cache and forward of a prefill pass: with ``graphs="compiled"``, the model's decoder layers compiled
-        once for all (``regional.compiled_forward``, the decode step's compile) and the cache as its class that
-        counts its layers' writes (``kv.counted``); else the cache as it is and the model's own forward. A pass
-        through the model's own forward is some 1,500 operator calls for a 30-layer model, each a trip through
-        the interpreter's lock, and on a GPU a pass spent 60 ms of its own Python beside 57 ms of kernels in a
-        real GRPO step (docs/benchmarks.md, sixth session)."""
-        if self.settings.graphs != "compiled":
-            return cache, None
-        return counted(cache), compiled_forward(model)
+    def _pass(self, model: Any, ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor, cache: Any,
+              last: Sequence[int] | None = None) -> tuple[torch.Tensor, Any]:
+        """A prefill pass's forward (``_forward``) and the cache it filled. With ``graphs="compiled"``, through
+        the model's decoder layers compiled once for all (``regional.compiled_forward``, the decode step's
+        compile) on a copy of ``cache`` that counts its layers' writes (``kv.counted``): a pass through the
+        model's own forward is some 1,500 operator calls for a 30-layer model, each a trip through the
+        interpreter's lock, and on a GPU a pass spent 60 ms of its own Python beside 57 ms of kernels in a real
+        GRPO step (docs/benchmarks.md, sixth session). Where the compiled pass fails (a shape or model inductor
+        cannot take), it says why once and every pass runs the model's own forward from then on, this one
+        again from ``cache`` as it was (the copy's layers took the failed pass's writes)."""
+        if self.settings.graphs == "compiled" and not self._eager_passes:
+            copy = counted(cache)
+            try:
+                return self._forward(model, ids, mask, positions, copy, step=compiled_forward(model), last=last), copy
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of the compile: the model's own forward
+                self._eager_passes = True
+                log.warning("engine: prefill passes run the model's own forward: compiling them failed (%s: %s)",
+                            type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else "", exc_info=True)
+        return self._forward(model, ids, mask, positions, cache, last=last), cache
 
     def _right_mask(self, rows: Sequence[Row]) -> torch.Tensor:
         """The attention mask of ``rows`` right-aligned at their positions ([rows, longest])."""

@@ -167,12 +167,13 @@ def counts_writes(cache: Any) -> bool:
 
 
 def counted(cache: Any) -> Any:
-    """``cache`` as the class of its kind that counts its layers' writes (``counted_cache``): itself if it does,
-    else a shallow copy sharing its layers (a compiled prefill pass continues a kept cache, made plain)."""
-    if counts_writes(cache):
-        return cache
+    """A copy of ``cache`` as the class of its kind that counts its layers' writes (``counted_cache``): the
+    cache and each layer copied shallow, so the tensors are shared and a write (which replaces a dynamic layer's
+    tensors by longer ones) leaves ``cache`` as it was (a compiled prefill pass continues a kept cache, made
+    plain, and where it fails the pass runs again from that cache)."""
     out = copy.copy(cache)
-    out.__class__ = counted_cache(type(cache))
+    out.__class__ = counted_cache(type(cache).__mro__[1] if counts_writes(cache) else type(cache))
+    out.layers = [copy.copy(layer) for layer in cache.layers]
     return out
 
 

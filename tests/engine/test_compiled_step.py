@@ -90,12 +90,19 @@ def test_compiled_prefill_passes_continue_kept_caches_and_sample_what_the_models
     as the model's own forward, and each pass's shapes served by the first passes' compile."""
     import torch._dynamo.utils
 
-    from pdbgym.engine.kv import counts_writes, new_dynamic_cache
+    from pdbgym.engine.kv import counts_writes
     from pdbgym.engine.regional import compiled_forward
 
     model = layered("llama", 3)
     engines = [LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64, graphs=graphs))
                for graphs in ("capture", "compiled")]
+    layers_compiled, passes = compiled_forward(model), []
+
+    def seen(**kwargs):  # the compiled forward as it is, each call's ids a row and cache noted
+        passes.append((kwargs["input_ids"].shape[1], counts_writes(kwargs.get("cache", kwargs.get("past_key_values")))))
+        return layers_compiled(**kwargs)
+
+    object.__setattr__(model, "_pdbgym_compiled_forward", seen)
     first = [EngineRequest(list(range(1, 6 + 9 * i)), 10, temperature=0.9, seed=i) for i in range(4)]
     with torch._dynamo.config.patch(automatic_dynamic_local_pgo=False):
         torch._dynamo.reset()
@@ -116,10 +123,47 @@ def test_compiled_prefill_passes_continue_kept_caches_and_sample_what_the_models
     assert engines[1].stats.reused_tokens > 0 and engines[1].stats.reused_tokens == engines[0].stats.reused_tokens
     assert counts[1] == counts[2] == counts[3], counts  # the later turns' passes compiled nothing new
     assert all("forward" not in vars(layer) for layer in model.model.layers)
-    # the compiled engine's passes ran through the compiled layers with a cache that counts its writes
-    cache, step = engines[1]._prefill_forward(model, new_dynamic_cache(model))
-    assert counts_writes(cache) and step is compiled_forward(model)
-    plain_cache = new_dynamic_cache(model)
-    assert engines[0]._prefill_forward(model, plain_cache) == (plain_cache, None)
+    # the compiled engine's prefill passes (several ids a row) ran through the compiled layers, each with a cache
+    # that counts its layers' writes, and none fell back to the model's own forward
+    assert [width for width, counts in passes if width > 1] and all(counts for _, counts in passes)
+    assert not engines[1]._eager_passes
+    for engine in engines:
+        engine.close()
+
+
+def test_a_compiled_prefill_pass_that_fails_runs_again_on_the_models_own_forward_from_the_cache_as_it_was(caplog):
+    """A pass inductor cannot take (here: a pass of one row, failing after every layer wrote its keys and values)
+    is said once and played again through the model's own forward, from the kept cache as it was: the compiled
+    pass wrote into a copy. Every later pass runs the model's own forward; the decode step stays compiled."""
+    from pdbgym.engine.regional import compiled_forward
+
+    model = layered("llama", 2)
+    engines = [LocalEngine(model, {STOP}, 0, EngineSettings(static=True, min_length=64, graphs=graphs))
+               for graphs in ("capture", "compiled")]
+    layers_compiled = compiled_forward(model)
+
+    def failing(**kwargs):
+        out = layers_compiled(**kwargs)
+        if kwargs["input_ids"].shape[0] == 1 and kwargs["input_ids"].shape[1] > 1:  # one row's pass
+            raise RuntimeError("inductor cannot take this pass")
+        return out
+
+    object.__setattr__(model, "_pdbgym_compiled_forward", failing)
+    turns = [[EngineRequest(list(range(1, 9 + 5 * i)), 8, temperature=0.9, seed=i) for i in range(3)]]
+    def same(requests):
+        plain, compiled = (engine.generate(requests) for engine in engines)
+        assert [r.ids for r in compiled] == [r.ids for r in plain]
+        for a, b in zip(compiled, plain, strict=True):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        return compiled
+
+    for tool in ([40, 41], [42]):  # passes of three rows: compiled
+        turns.append(next_turns(turns[-1], same(turns[-1]), tool))
+    assert not engines[1]._eager_passes
+    same(turns[-1][:1])  # one row alone, continuing its kept cache as it is: fails compiled, runs again eagerly
+    same(next_turns(turns[-1], same(turns[-1]), [43]))
+    assert engines[1]._eager_passes and engines[1].stats.reused_tokens == engines[0].stats.reused_tokens
+    said = [r for r in caplog.records if "prefill passes run the model's own forward" in r.getMessage()]
+    assert len(said) == 1 and "inductor cannot take this pass" in said[0].getMessage()
     for engine in engines:
         engine.close()
