@@ -197,7 +197,9 @@ def new_static_cache(model: Any, slots: int, length: int, compiled: bool = False
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     parameter = next(model.parameters())
-    if not stacked:
+    from transformers.cache_utils import StaticLayer  # optional: transformers (pdbgym[hf])
+
+    if not stacked or any(type(layer) is not StaticLayer for layer in cache.layers):  # sliding layers: their own
         cache.early_initialization(slots, heads, head_dim, parameter.dtype, parameter.device)
         return cache
     n = len(cache.layers)

@@ -101,3 +101,19 @@ def test_the_static_caches_layers_live_in_one_tensor_and_cut_place_and_move_as_o
     assert ours.layers[0].keys.abs().sum() > 0  # the cut is a copy: the cache's slot may be reused
     set_head(stacked, 2)
     assert [layer.cumulative_length.item() for layer in stacked.layers] == [2, 2, 2]
+
+
+def test_a_model_with_sliding_window_layers_gets_its_own_layers_and_no_static_session():
+    """Layers that keep only their window are not one tensor of positions: such a cache is left as transformers
+    makes it, and the engine says why it decodes without a static cache."""
+    from transformers import Qwen3Config
+
+    from pdbgym.engine.kv import static_cache_problem
+
+    model = Weighted()
+    model.config = Qwen3Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=4, sliding_window=4,
+                               layer_types=["sliding_attention", "full_attention"], use_sliding_window=True)
+    cache = new_static_cache(model, 2, 12)
+    assert not hasattr(cache, STACKED) and cache.layers[0].keys.shape[-2] != cache.layers[1].keys.shape[-2]
+    assert "sliding" in static_cache_problem(model)
