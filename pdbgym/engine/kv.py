@@ -29,7 +29,7 @@ def new_dynamic_cache(model: Any) -> Any:
 
     config = model.config
     held = _EMPTY.get(id(config))
-    if held is None or held[0]() is not config or any(layer.is_initialized for layer in held[1].layers):
+    if held is None or held[0]() is not config:  # never handed out: only its copies are written
         held = _EMPTY[id(config)] = (weakref.ref(config), DynamicCache(config=config))
         weakref.finalize(config, _EMPTY.pop, id(config), None)
     out = copy.copy(held[1])
@@ -172,7 +172,7 @@ def counted(cache: Any) -> Any:
     tensors by longer ones) leaves ``cache`` as it was (a compiled prefill pass continues a kept cache, made
     plain, and where it fails the pass runs again from that cache)."""
     out = copy.copy(cache)
-    out.__class__ = counted_cache(type(cache).__mro__[1] if counts_writes(cache) else type(cache))
+    out.__class__ = counted_cache(type(cache))
     out.layers = [copy.copy(layer) for layer in cache.layers]
     return out
 

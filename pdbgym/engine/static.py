@@ -408,8 +408,8 @@ class Sessions:
 
     def _capture(self, model: Any, shape: StaticShape, nucleus: bool, head: int) -> None:
         """Record the step at this shape as a CUDA graph. One warm-up run first (on the side stream the capture
-        then records on, as CUDA graphs want): it opens the head's column and writes keys and values there, which the first real
-        step does again, and it moves the head and every slot's inputs, which are put back after it (a
+        then records on, as CUDA graphs want): it opens the head's column and writes keys and values there,
+        which the first real step does again, and it moves the head and every slot's inputs, which are put back after it (a
         capture may come mid-session: a first row with top-p < 1). A second warm-up would open the column
         above the head, whose keys and values no real step has written yet, to every slot's next step."""
         saved = [t.clone() for t in (shape.input_ids, shape.positions, shape.steps)]

@@ -62,20 +62,15 @@ def same_model(old: str, new: str) -> bool:
             and all(c in "0123456789abcdef" for c in a.name))
 
 
-def _moved(was: str | None, folder: Path) -> Any:
-    """A test of two stored settings: whether they are absolute paths that stand where the campaign folder
-    ``was`` and where it is now (``folder``) in the same relation, as when an experiment's folder was moved or
-    copied whole with the task folders, split file and checkpoints its campaigns name. Never so for a folder
-    written before it recorded where it was (no ``was``), nor where it has not moved."""
-    now = str(folder.resolve())
-
-    def test(old: Any, new: Any) -> bool:
-        if not was or was == now or not isinstance(old, str) or not isinstance(new, str) \
-                or not (os.path.isabs(old) and os.path.isabs(new)):
-            return False
-        return os.path.relpath(old, was) == os.path.relpath(new, now)
-
-    return test
+def _moved(old: Any, new: Any, was: str | None, now: str) -> bool:
+    """Whether two stored settings are absolute paths that stand to the campaign folder where it ``was`` and
+    where it is ``now`` in the same relation, as when an experiment's folder was moved or copied whole with the
+    task folders, split file and checkpoints its campaigns name. Never so for a folder written before it
+    recorded where it was (no ``was``), nor where it has not moved."""
+    if not was or was == now or not isinstance(old, str) or not isinstance(new, str) \
+            or not (os.path.isabs(old) and os.path.isabs(new)):
+        return False
+    return os.path.relpath(old, was) == os.path.relpath(new, now)
 
 
 class ResultsStore:
@@ -100,15 +95,15 @@ class ResultsStore:
                 self._write(config)
             return
         stored = json.loads(config_file.read_text())
-        old, moved = stored.get("config", {}), _moved(stored.get("folder"), self.out_dir)
+        old, was, now = stored.get("config", {}), stored.get("folder"), str(self.out_dir.resolve())
 
         def same(a: Any, b: Any) -> bool:
-            return a == b or moved(a, b)
+            return a == b or _moved(a, b, was, now)
 
         differing = sorted(k for k in (set(old) | set(config)) - {"arms"} if not same(old.get(k), config.get(k)))
         old_arms, arms = old.get("arms", {}), config.get("arms", {})
         differing += [f"arm {name} ({old_arms[name]} there, {model} now)" for name, model in arms.items()
-                      if name in old_arms and not (same_model(old_arms[name], model) or moved(old_arms[name], model))]
+                      if name in old_arms and not (same_model(old_arms[name], model) or _moved(old_arms[name], model, was, now))]
         if differing:
             raise PdbgymError(
                 f"{self.out_dir} holds a different campaign (differs in: {', '.join(differing)}). "
