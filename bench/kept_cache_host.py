@@ -13,7 +13,7 @@ lock and waits to take it back while they run Python. The busy threads here stan
 ``--burst-ms`` of Python, then sleeps ``--sleep-ms`` (a turn's parsing, then its wait on the sandbox). On the
 CPU the rows are short (``--positions``), so that the copies are small and the calls' host cost is what is timed.
 
-    .venv/bin/python bench/kept_cache_host.py [--device cpu|cuda] [--busy 0,4] [--rounds 300]
+    .venv/bin/python bench/kept_cache_host.py [--device cpu|cuda] [--busy 0,4] [--rounds 300] [--switch-ms 0.2]
 """
 
 from __future__ import annotations
@@ -101,9 +101,14 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--positions", type=int, default=16, help="positions of the row kept and the row placed")
+    parser.add_argument("--switch-ms", type=float, default=None,
+                        help="the interpreter's switch interval in ms for the run (EngineSettings.switch_interval_s; "
+                             "default: Python's own, 5 ms)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.switch_ms is not None:
+        sys.setswitchinterval(args.switch_ms / 1e3)
     out: dict[str, object] = {"device": args.device, "switch_interval_s": sys.getswitchinterval()}
     for threads in (int(x) for x in args.busy.split(",")):
         arms = {}

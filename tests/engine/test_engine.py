@@ -528,3 +528,53 @@ def test_twin_episodes_of_one_greedy_group_each_continue_their_own_kept_cache(mo
             turns[name].append(next_turns([request], [result], tools[len(turns[name]) - 1])[0])
     assert turns["a"][1].prompt_ids == turns["b"][1].prompt_ids  # twins: equal prompts, equal kept prefixes
     engine.close()
+
+
+def test_the_switch_interval_is_the_engines_while_it_serves_and_the_processs_again_after(model):
+    """``switch_interval_s``: a thread beside the engine sees the interval the engine asked for while a batch is
+    served and the process's own before and after; what the rows sample does not change."""
+    import sys
+    import threading
+
+    before = sys.getswitchinterval()
+    seen: set[float] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.add(sys.getswitchinterval())
+            time.sleep(0.0005)
+
+    plain = LocalEngine(model, {STOP}, 0, EngineSettings(static=False))
+    short = LocalEngine(model, {STOP}, 0, EngineSettings(static=False, switch_interval_s=0.0002))
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        results = short.generate(REQUESTS)
+    finally:
+        done.set()
+        watcher.join()
+    assert any(abs(s - 0.0002) < 1e-9 for s in seen) and sys.getswitchinterval() == before
+    assert [r.ids for r in results] == [r.ids for r in plain.generate(REQUESTS)]
+    assert sys.getswitchinterval() == before
+    with pytest.raises(ValueError, match="switch_interval_s must be"):
+        EngineSettings(switch_interval_s=0)
+
+
+def test_overlapping_switch_interval_blocks_take_the_smallest_and_the_last_to_end_puts_the_first_back():
+    import sys
+
+    from pdbgym.engine.core import switch_interval
+
+    before = sys.getswitchinterval()
+    first, second = switch_interval(0.001), switch_interval(0.0002)
+    first.__enter__()
+    assert sys.getswitchinterval() == pytest.approx(0.001)
+    second.__enter__()
+    assert sys.getswitchinterval() == pytest.approx(0.0002)
+    first.__exit__(None, None, None)  # the first ends while the second runs: the second's still holds
+    assert sys.getswitchinterval() == pytest.approx(0.0002)
+    second.__exit__(None, None, None)
+    assert sys.getswitchinterval() == before
+    with switch_interval(None):
+        assert sys.getswitchinterval() == before
