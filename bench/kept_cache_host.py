@@ -102,8 +102,8 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--positions", type=int, default=16, help="positions of the row kept and the row placed")
     parser.add_argument("--switch-ms", type=float, default=None,
-                        help="the interpreter's switch interval in ms for the run (EngineSettings.switch_interval_s; "
-                             "default: Python's own, 5 ms)")
+                        help="the interpreter's switch interval in ms for the run (sys.setswitchinterval; default: "
+                             "Python's own, 5 ms): how long a thread that gave up the lock may wait to take it back")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)

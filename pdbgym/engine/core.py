@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -50,31 +49,6 @@ from pdbgym.engine.types import (
 log = logging.getLogger("pdbgym.engine")
 
 __all__ = ["EngineError", "EngineRequest", "EngineResult", "EngineSettings", "EngineStats", "LocalEngine"]
-
-_SWITCHES: list[float] = []  # the intervals asked for by the engines' batches in flight in this process
-_SWITCH_LOCK = threading.Lock()
-_SWITCH_BEFORE = [0.0]  # the interval the first of them found
-
-
-@contextmanager
-def switch_interval(seconds: float | None) -> Iterator[None]:
-    """Inside, the interpreter's switch interval is at most ``seconds`` (None: unchanged). Blocks may overlap
-    from several threads (engines of several models) and end in any order: the interval is the smallest asked
-    for by those in force, and the last to end puts back the one the first found."""
-    if seconds is None:
-        yield
-        return
-    with _SWITCH_LOCK:
-        if not _SWITCHES:
-            _SWITCH_BEFORE[0] = sys.getswitchinterval()
-        _SWITCHES.append(seconds)
-        sys.setswitchinterval(min(min(_SWITCHES), _SWITCH_BEFORE[0]))
-    try:
-        yield
-    finally:
-        with _SWITCH_LOCK:
-            _SWITCHES.remove(seconds)
-            sys.setswitchinterval(min(min(_SWITCHES), _SWITCH_BEFORE[0]) if _SWITCHES else _SWITCH_BEFORE[0])
 
 
 class LocalEngine(Sessions, Rounds):
@@ -204,8 +178,7 @@ class LocalEngine(Sessions, Rounds):
             live: list[Row] = list(rows)
             try:
                 kernels = engine_attention() if self.device.type == "cuda" else nullcontext()
-                with kernels, switch_interval(self.settings.switch_interval_s), self.context() as maybe_model, \
-                        torch.inference_mode():
+                with kernels, self.context() as maybe_model, torch.inference_mode():
                     model = maybe_model if maybe_model is not None else self.model
                     if self._static and not self._static_works(model):
                         self._static = False

@@ -89,11 +89,6 @@ class EngineSettings:
             join it while it runs; a session never gets less than its first rows need. Each decode step
             reads the whole cache, so this also bounds what the room costs a step. The static caches kept
             for later sessions (one per shape) stay within twice this together. Default 4 GiB.
-        switch_interval_s: while the engine's thread serves a batch, the interpreter's switch interval
-            (``sys.setswitchinterval``) is at most this. Each PyTorch call of that thread gives up the
-            interpreter's lock and takes it back; where the process's other threads run Python (an
-            episode's parsing, tokenizing, grading), it waits up to the interval for them each time,
-            5 ms by default. None leaves the interval as it is. Default None.
 
     A batch the device has no memory for (another process on the GPU, other engines of this process)
     is played again: the engine frees its kept caches, halves its rows a batch, ``session_bytes`` and
@@ -110,12 +105,8 @@ class EngineSettings:
     prefix_bytes: int = 2 << 30
     admit_wait_s: float | None = None
     session_bytes: int = 4 << 30
-    switch_interval_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.switch_interval_s is not None and not self.switch_interval_s > 0:
-            raise ValueError(f"switch_interval_s must be a number of seconds > 0 (None: the interpreter's own), "
-                             f"got {self.switch_interval_s!r}")
         if self.graphs not in GRAPHS:
             raise ValueError(f"graphs must be one of {GRAPHS} (how a static decode step becomes a CUDA graph), "
                              f"got {self.graphs!r}")

@@ -34,9 +34,44 @@ def _combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, scalin
     return (scale * (base.float() + scaling * lora.float())).to(base.dtype)
 
 
+def _combine_backward(grad: torch.Tensor, base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor,
+                      scaling: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_combine``'s gradients with respect to ``base``, ``lora`` and ``scale`` (``[ids, features]``,
+    ``[ids, features]``, ``[features]``) from the output's, in float32 arithmetic as autograd computes them,
+    each in its input's dtype."""
+    g = grad.float()
+    factor = scale.float()
+    summed = (g * (base.float() + scaling * lora.float())).sum(0)
+    return (g * factor).to(base.dtype), (g * (factor * scaling)).to(lora.dtype), summed.to(scale.dtype)
+
+
+class _Combine(torch.autograd.Function):
+    """``_combine`` with its backward written out (``_combine_backward``), each run as given (eager or compiled).
+    Compiled through autograd instead, the function was one joint forward-and-backward graph, compiled again for
+    passes without gradients (grad mode is one of its guards); written out, the forward is one graph for both
+    and the backward another, both compiled as plain functions."""
+
+    @staticmethod
+    def forward(ctx: Any, base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, scaling: float,
+                forward: Any, backward: Any) -> torch.Tensor:
+        ctx.save_for_backward(base, lora, scale)
+        ctx.scaling, ctx.backward = scaling, backward
+        # detached: the inputs' requires_grad flags are guards of a compiled function, and the forward computes
+        # no gradient, so the graph taken outside autograd (no gradient asked for) serves here too
+        return forward(base.detach(), lora.detach(), scale.detach(), scaling)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        base, lora, scale = ctx.saved_tensors
+        # detached: a gradient that is a view of another tensor would guard on that tensor's shape as well
+        return (*ctx.backward(grad.detach(), base.detach(), lora.detach(), scale.detach(), ctx.scaling), None, None,
+                None)
+
+
 @cache
-def _compiled() -> Any:
-    return torch.compile(_combine, dynamic=True, fullgraph=True)
+def _compiled() -> tuple[Any, Any]:
+    return (torch.compile(_combine, dynamic=True, fullgraph=True),
+            torch.compile(_combine_backward, dynamic=True, fullgraph=True))
 
 
 def dora_combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, scaling: float,
@@ -45,13 +80,16 @@ def dora_combine(base: torch.Tensor, lora: torch.Tensor, scale: torch.Tensor, sc
     ``compiled``: through inductor (default: on a GPU)."""
     if compiled is None:
         compiled = base.is_cuda
-    if not compiled:
-        return _combine(base, lora, scale, scaling)
-    function = _compiled()
+    forward, backward = _compiled() if compiled else (_combine, _combine_backward)
     # as [ids, features]: dynamic shapes specialise a dimension of size 1, so a batch of one row and a batch of
     # several would each compile, forward and backward, where the rows' ids together are never one
     features = base.shape[-1]
-    out = function(base.reshape(-1, features), lora.reshape(-1, features), scale.reshape(features), scaling)
+    flat = (base.reshape(-1, features), lora.reshape(-1, features), scale.reshape(features))
+    if torch.is_grad_enabled() and any(t.requires_grad for t in flat):
+        out = _Combine.apply(*flat, scaling, forward, backward)
+    else:
+        with torch.no_grad():  # grad mode off, as in the autograd function's forward: one graph for both
+            out = forward(*(t.detach() for t in flat), scaling)
     return out.view(base.shape)
 
 

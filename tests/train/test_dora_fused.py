@@ -85,11 +85,13 @@ def test_the_compiled_function_equals_the_eager_one_in_value_and_gradient():
 
 def test_one_compile_serves_every_shape_a_layer_and_a_batch_bring():
     """Each compile of the function costs the first update seconds on a GPU: layers of other widths, batches
-    of one row or of several, other lengths, forward and backward, all take the one compiled pair."""
+    of one row or of several, other lengths, and passes with gradients or without all take the one compiled
+    forward, and every backward the one compiled backward."""
     from torch._dynamo.utils import counters
 
     from pdbgym.train.dora import dora_combine
 
+    torch._dynamo.reset()  # no compiled entries of the tests before
     counters.clear()
     for rows, length, features in ((1, 9, 11), (3, 5, 11), (2, 7, 4), (1, 13, 6), (4, 3, 11)):
         base = torch.ones(rows, length, features, requires_grad=True)
@@ -98,7 +100,16 @@ def test_one_compile_serves_every_shape_a_layer_and_a_batch_bring():
         torch.testing.assert_close(out, torch.full((rows, length, features), 3.0))
         out.sum().backward()
         torch.testing.assert_close(scale.grad, torch.full((1, features), 1.5 * rows * length))
-    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+        with torch.no_grad():  # the old log-probs' pass: no gradient, the same forward graph
+            torch.testing.assert_close(dora_combine(base, torch.ones_like(base), scale, 0.5, compiled=True),
+                                       torch.full((rows, length, features), 3.0))
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # the forward and the backward
+    # one compiled entry each: a pass without gradients compiled the forward again when autograd traced it
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from pdbgym.train import dora
+
+    assert [len(_debug_get_cache_entry_list(f.__code__)) for f in (dora._combine, dora._combine_backward)] == [1, 1]
 
 
 def test_under_bf16_autocast_the_layer_input_is_not_copied_to_float32_and_the_output_matches_peft():

@@ -386,7 +386,7 @@ def _grpo(config: ExperimentConfig, out: Path, device: str, minutes_left: float)
         ledger=out / LEDGER_FILE, name=f"{config.name}-grpo", device=device, resume=last is not None,
         register_without_signal=True, update_micro_batches=g.update_micro_batches,
         gradient_checkpointing=g.gradient_checkpointing, cudnn_attention=g.cudnn_attention,
-        compile_decode=g.compile_decode, engine_switch_ms=g.engine_switch_ms, fused_dora=g.fused_dora, trace_step=min(g.trace_step, g.steps)))
+        compile_decode=g.compile_decode, fused_dora=g.fused_dora, trace_step=min(g.trace_step, g.steps)))
     if record.get("paused"):
         return None
     return {"chosen": record["chosen"], "reward_signal_steps": record["reward_signal_steps"], "steps": record["steps"]}

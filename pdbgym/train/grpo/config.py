@@ -103,11 +103,6 @@ class GRPORunConfig:
         "a decode step there, docs/benchmarks.md), and its prefill passes through the same compile (each pass's "
         "1,500 operator calls, 60 ms of host time a pass in a real step); a GRPO step with the decode step alone "
         "compiled was not faster (11.66 against 10.34 s, one H100); with the prefill passes, not timed yet")
-    engine_switch_ms: float = documented(
-        0.0, "while the rollouts' engine serves a batch, the interpreter's switch interval in ms (0: Python's own, 5 "
-        "ms): each PyTorch call of the engine's thread waits up to it for the episodes' threads to give the "
-        "interpreter's lock back (docs/benchmarks.md: a kept cache's host time in a real step was several times the "
-        "engine-only bench's)", min=0)
     fused_dora: bool = documented(
         True, "compute a DoRA delta's layers in the update as one fused function each, compiled by inductor on a "
         "GPU (pdbgym.train.dora; the same function as PEFT's): PEFT's float32 passes over every layer's output were "
@@ -153,5 +148,5 @@ class GRPORunConfig:
     def recipe(self) -> dict[str, Setting]:
         skip = {"out", "store", "ledger", "extra", "resume", "device", "name", "register_without_signal",
                 "rollout_weights", "update_tokens", "update_micro_batches", "trace_step", "gradient_checkpointing",
-                "cudnn_attention", "compile_decode", "engine_switch_ms", "fused_dora", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
+                "cudnn_attention", "compile_decode", "fused_dora", "pause_after_minutes", "max_minutes"}  # how a run stops is no setting of its result
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k not in skip}

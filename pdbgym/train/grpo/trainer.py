@@ -350,10 +350,8 @@ class PdbgymRollout:
         return self._generator
 
     def _engine_settings(self) -> EngineSettings:
-        """The rollouts' engine: the decode step compiled before its capture with ``--compile-decode``, the
-        interpreter's switch interval while it serves with ``--engine-switch-ms``."""
-        switch = self.config.engine_switch_ms / 1e3 or None
-        return EngineSettings(graphs="compiled" if self.config.compile_decode else "capture", switch_interval_s=switch)
+        """The rollouts' engine: the decode step compiled before its capture with ``--compile-decode``."""
+        return EngineSettings(graphs="compiled" if self.config.compile_decode else "capture")
 
     def __call__(self, prompts: list[str], trainer: GRPOTrainer) -> RolloutOutput:
         step = trainer.state.global_step
