@@ -12,8 +12,9 @@ passes, not the matmuls, were the update: of 2.39 s of kernels in one forward an
 ``FusedDoraVariant`` extends PEFT's ``DoraLinearVariant``: in training mode its forward computes the norms
 with no gradient (a small ``[out, in]`` matrix, in float32 outside autocast), the adapter's matmuls on the
 layer's input as autocast gives it, and ``g * (W x + s B A x)`` in float32 arithmetic written back in the
-layer's output dtype as one function: on a GPU compiled by inductor (one kernel forward, one backward,
-shapes dynamic), elsewhere the same expression eagerly. Outside training (the engine's live decode, which
+layer's output dtype as one function, its backward written out beside it (``_Combine``): on a GPU each
+compiled by inductor (shapes dynamic; one forward graph serves passes with and without gradients, one
+backward graph every backward), elsewhere the same expressions eagerly. Outside training (the engine's live decode, which
 caches PEFT's norms for a round) and for layers it does not cover (a bias, dropout, a quantized or
 transposed base weight), PEFT's own forward runs. Merging, saving and loading are PEFT's: the variant
 changes no parameter.
