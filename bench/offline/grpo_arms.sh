@@ -7,9 +7,16 @@
 #   ARMS="old:fused_dora = false|fused:" bash bench/offline/grpo_arms.sh       # more arms, the same SFT stage
 #   SFT=1 SEEDS="1 2" ARMS="new:" bash bench/offline/grpo_arms.sh              # two more training seeds' SFT, one
 #                                                                               # after another, then the arm from each
-# Brings back each arm's steps.jsonl and log as ARM-... in $OUT (and a traced step's table where one is asked).
+# Brings back each arm's files (steps.jsonl, report, log, a traced step's table, the py-spy recording) in one
+# archive, $OUT/ARM-files.tgz, the SFT stage's as sft-files.tgz: a call brings back at most 8 files, and two arms'
+# loose files were more than that (the seventh session lost the second arm's steps.jsonl to it).
+# ARM_MINUTES caps each arm (default: what is left of the call), so that two arms fit one call alike.
 source bench/offline/setup.sh .offline > /dev/null
-left() { python3 -c "print(max(0.5, round(($LIMIT_S - $SECONDS) / 60 - 0.4, 2)))"; }
+left() { python3 -c "print(max(0.5, round(min(($LIMIT_S - $SECONDS) / 60 - 0.4, ${1:-1e9}), 2)))"; }
+bundle() {  # every file of $OUT named TAG-..., into $OUT/TAG-files.tgz
+  local names; names=$(cd "$OUT" && ls -d "$1"-* 2>/dev/null | grep -v -- "-files.tgz$")
+  [ -n "$names" ] && tar -C "$OUT" -czf "$OUT/$1-files.tgz" $names && (cd "$OUT" && rm -f $names)
+}
 LIMIT_S=${LIMIT_S:-560}
 # SEEDS="0 1 2": the SFT stages of those training seeds one after another (each its own folder /tmp/sftN; three
 # side by side ran an 80 GB H100 out of memory), each resumed by the next call where a call's time ended it (the
@@ -26,6 +33,7 @@ if [ -n "$SFT" ]; then
     sft_done $s && continue
     PARTS=4 UNTIL=sft RUN=/tmp/sft$s TAG=${seeds:+s$s-}sft- SEED=${seeds:+$s} MINUTES=$(left) \
       bash bench/offline/decode_levers.sh | grep -v "^total\|^d\|^-"
+    bundle "${seeds:+s$s-}sft"
   done
 fi
 IFS='|' read -ra arms <<< "$ARMS"
@@ -33,7 +41,7 @@ for s in ${seeds:-0}; do
   sft_done $s || { echo "seed $s: no finished SFT stage in /tmp/sft$s (SFT=1 runs or resumes it)"; continue; }
   for arm in "${arms[@]}"; do
     name=${arm%%:*}; keys=${arm#*:}; tag=${seeds:+s$s-}$name
-    PARTS=4 FROM=/tmp/sft$s RUN=/tmp/arm-$tag TAG=$tag- SEED=${seeds:+$s} MINUTES=$(left) GRPO_KEYS="$keys" \
+    PARTS=4 FROM=/tmp/sft$s RUN=/tmp/arm-$tag TAG=$tag- SEED=${seeds:+$s} MINUTES=$(left "$ARM_MINUTES") GRPO_KEYS="$keys" \
       bash bench/offline/decode_levers.sh | grep -v "^total\|^d\|^-"
     python3 - "$tag" <<'PY'
 import glob, json, os, statistics, sys
@@ -47,5 +55,7 @@ later = rows[1:] or rows  # the first step pays the process's compiles and captu
 print(sys.argv[1], len(rows), "steps; medians of steps 2 on:",
       {k: round(statistics.median(r[k] for r in later if k in r), 3) for k in keys})
 PY
+    head -8 "$OUT/$tag-gil-summary.txt" 2>/dev/null | cut -c1-160
+    bundle "$tag"
   done
 done
