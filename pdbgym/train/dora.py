@@ -14,9 +14,9 @@ with no gradient (a small ``[out, in]`` matrix, in float32 outside autocast), th
 layer's input as autocast gives it, and ``g * (W x + s B A x)`` in float32 arithmetic written back in the
 layer's output dtype as one function, its backward written out beside it (``_Combine``): on a GPU each
 compiled by inductor (shapes dynamic; one forward graph serves passes with and without gradients, one
-backward graph every backward), elsewhere the same expressions eagerly. Outside training (the engine's live decode, which
-caches PEFT's norms for a round) and for layers it does not cover (a bias, dropout, a quantized or
-transposed base weight), PEFT's own forward runs. Merging, saving and loading are PEFT's: the variant
+backward graph every backward), elsewhere the same expressions eagerly. Outside training (the engine's
+live decode, which caches PEFT's norms for a round) and for layers it does not cover (a bias, dropout, a
+quantized or transposed base weight), PEFT's own forward runs. Merging, saving and loading are PEFT's: the variant
 changes no parameter.
 """
 
