@@ -17,6 +17,7 @@ from pdbgym.defaults import documented
 from pdbgym.env.environment import DebugEnv, EnvConfig, EpisodeResult
 from pdbgym.errors import PdbgymError
 from pdbgym.fileio import write_json_atomic
+from pdbgym.interrupts import clear_stop
 from pdbgym.sandbox import Sandbox
 from pdbgym.seeds import episode_seed
 from pdbgym.tasks.model import Task
@@ -60,7 +61,11 @@ def play_episode(task: Task, policy: str, env_config: EnvConfig, transcript_path
     thread so a person's Ctrl-C reaches it: the episode then ends as ``other``, its transcript is
     written, and ``KeyboardInterrupt`` is raised again. The transcript holds the chat messages and the
     environment's own transcript (``env``: steps, grading).
+
+    An episode is a new batch of work: a stop left in this process by earlier work (an executor loop the
+    caller left early stops its jobs, ``pdbgym.interrupts``) is forgotten, as ``run_jobs`` forgets it.
     """
+    clear_stop()
     try:
         spec = parse_policy(policy)
         # Load the model, reach the server or load the tokenizer before the episode starts.
@@ -86,6 +91,7 @@ def play_policy(task: Task, policy: Policy, env_config: EnvConfig | None = None,
     ``tokenizer`` (``embedded`` or a folder) tokenizes the policy's turns for the record. Failures and
     Ctrl-C end the episode as ``play_episode`` describes; the transcript is written when a path is given.
     """
+    clear_stop()  # a new batch of work, as play_episode's
     loaded = tokenizer_named(tokenizer)
     tool_format = tool_format_for(PolicySpec(kind="scripted", tokenizer=tokenizer), loaded)
     turns = ActionPolicyTurns(policy, loaded, tool_format, policy.name)

@@ -66,3 +66,27 @@ def test_human_is_refused_where_nobody_is_at_the_terminal(tiny_task, tmp_path):
     with pytest.raises(PdbgymError, match="reads a terminal"):
         build_cache(CacheBuildConfig(policy="human", out=tmp_path / "c", tasks=str(tiny_task.path)))
     assert not (tmp_path / "c").exists()
+
+
+def test_an_episode_after_an_executor_loop_left_early_plays_instead_of_stopping(tiny_task, tmp_path):
+    """Leaving ``run_jobs``' loop early stops its jobs and leaves this process's stop flag set; an episode
+    played afterwards is new work and must not read that stop as a Ctrl-C (it did, and a test session on one
+    worker ended in KeyboardInterrupt where the files ran in this order)."""
+    from pdbgym.agent.executor import ExecutorConfig, run_jobs
+    from pdbgym.agent.jobs import EpisodeJob
+    from pdbgym.agent.loop import AgentConfig
+    from pdbgym.agent.policies import parse_policy
+    from pdbgym.agent.runner import run_job
+    from pdbgym.interrupts import stop_requested
+
+    job = EpisodeJob(str(tiny_task.path), tiny_task.instance_id, 0, parse_policy("scripted"), AgentConfig(),
+                     EnvConfig())
+    ended = run_jobs([job, job], ExecutorConfig(workers=1), run_job)
+    next(ended)
+    ended.close()  # the caller stops iterating: the executor stops the other job
+    assert stop_requested()
+    try:
+        result = play_episode(tiny_task, "scripted", EnvConfig(), tmp_path / "t.json")
+    except KeyboardInterrupt:
+        pytest.fail("the episode read the earlier loop's stop as a Ctrl-C")
+    assert result.termination_reason == "solved" and not stop_requested()
