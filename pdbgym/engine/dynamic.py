@@ -100,9 +100,8 @@ class Rounds:
         """A prefill pass's forward (``_forward``) and the cache it filled. With ``graphs="compiled"``, through
         the model's decoder layers compiled once for all (``regional.compiled_forward``, the decode step's
         compile) on a copy of ``cache`` that counts its layers' writes (``kv.counted``): a pass through the
-        model's own forward is some 1,500 operator calls for a 30-layer model, each a trip through the
-        interpreter's lock, and on a GPU a pass spent 60 ms of its own Python beside 57 ms of kernels in a real
-        GRPO step (docs/benchmarks.md, sixth session). Where the compiled pass fails (a shape or model inductor
+        model's own forward is some 1,500 operator calls for a 30-layer model, and on a GPU a pass spent 60 ms of
+        its own Python beside 57 ms of kernels in a real GRPO step (docs/benchmarks.md, sixth session). Where the compiled pass fails (a shape or model inductor
         cannot take), it says why once and every pass runs the model's own forward from then on, this one
         again from ``cache`` as it was (the copy's layers took the failed pass's writes)."""
         if self.settings.graphs == "compiled" and not self._eager_passes:

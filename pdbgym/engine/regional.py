@@ -1,8 +1,8 @@
 """Regional compilation of a model's forward: its decoder layers run through one inductor compile of their class's
 ``forward``, with dimensions dynamic, while the rest of the forward stays eager. The engine's compiled mode
 (``EngineSettings(graphs="compiled")``) runs its decode steps (then recorded in a CUDA graph) and its prefill
-passes through it: a small model's forward is bound by how many operators Python calls, each a trip through the
-interpreter's lock, and the layers' compile makes those a few fused kernels a layer."""
+passes through it: a small model's forward is bound by how many operators Python calls and launches, and the
+layers' compile makes those a few fused kernels a layer."""
 
 from __future__ import annotations
 
